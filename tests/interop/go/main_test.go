@@ -1,0 +1,499 @@
+// Package interop is an AMQP 0-9-1 compatibility suite for Warren, written
+// against RabbitMQ 3.10 (the reference) with the rabbitmq/amqp091-go client.
+//
+// Broker selection:
+//   - WARREN_BIN set: start `$WARREN_BIN server --amqp-port P --http-port H
+//     --data-dir TMPDIR` on free loopback ports and test against it.
+//   - otherwise: AMQP_URL (default amqp://guest:guest@127.0.0.1:5673/).
+package interop
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+const defaultURL = "amqp://guest:guest@127.0.0.1:5673/"
+
+// brokerURL is the URL of the broker under test (set in TestMain).
+var brokerURL string
+
+// brokerAddr is host:port of brokerURL.
+var brokerAddr string
+
+// Per-test watchdog: a test still running after this long has its
+// connections torn down (which unblocks any pending RPC) and is failed.
+const testDeadline = 40 * time.Second
+
+// Default bound for waiting on a single asynchronous event.
+const waitTimeout = 10 * time.Second
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if bin := os.Getenv("WARREN_BIN"); bin != "" {
+		stop, url, err := startWarren(bin)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "interop: cannot start warren:", err)
+			return 1
+		}
+		defer stop()
+		brokerURL = url
+	} else if u := os.Getenv("AMQP_URL"); u != "" {
+		brokerURL = u
+	} else {
+		brokerURL = defaultURL
+	}
+	u, err := url.Parse(brokerURL)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "interop: bad broker URL:", err)
+		return 1
+	}
+	brokerAddr = u.Host
+	if u.Port() == "" {
+		brokerAddr = net.JoinHostPort(u.Hostname(), "5672")
+	}
+	return m.Run()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// lockedBuffer collects the broker's stderr safely from the exec goroutine.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func startWarren(bin string) (stop func(), url string, err error) {
+	amqpPort, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	httpPort, err := freePort()
+	for err == nil && httpPort == amqpPort {
+		httpPort, err = freePort()
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	dataDir, err := os.MkdirTemp("", "warren-interop-go-")
+	if err != nil {
+		return nil, "", err
+	}
+	cmd := exec.Command(bin, "server",
+		"--amqp-port", fmt.Sprint(amqpPort),
+		"--http-port", fmt.Sprint(httpPort),
+		"--data-dir", dataDir)
+	stderr := &lockedBuffer{}
+	cmd.Stdout = os.Stdout
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dataDir)
+		return nil, "", err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if s := stderr.String(); s != "" && os.Getenv("WARREN_LOG") != "" {
+			fmt.Fprintln(os.Stderr, "--- warren stderr ---\n"+s)
+		}
+		os.RemoveAll(dataDir)
+	}
+
+	addr := fmt.Sprintf("127.0.0.1:%d", amqpPort)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case werr := <-exited:
+			os.RemoveAll(dataDir)
+			return nil, "", fmt.Errorf("warren exited early (%v); stderr:\n%s", werr, stderr.String())
+		default:
+		}
+		c, derr := net.DialTimeout("tcp", addr, time.Second)
+		if derr == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, "", fmt.Errorf("warren did not accept TCP on %s within 30s; stderr:\n%s", addr, stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return stop, fmt.Sprintf("amqp://guest:guest@%s/", addr), nil
+}
+
+// ---------------------------------------------------------------------------
+// Per-test harness
+
+// tc is the per-test context: it tracks connections (closing them at the end
+// or when the watchdog fires) and names of queues/exchanges to delete.
+type tc struct {
+	t *testing.T
+
+	mu        sync.Mutex
+	done      bool
+	netConns  []net.Conn
+	conns     []*amqp.Connection
+	queues    []string
+	exchanges []string
+	timer     *time.Timer
+}
+
+func newTC(t *testing.T) *tc {
+	t.Helper()
+	c := &tc{t: t}
+	c.timer = time.AfterFunc(testDeadline, c.watchdog)
+	t.Cleanup(c.cleanup)
+	return c
+}
+
+func (c *tc) watchdog() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return
+	}
+	c.t.Errorf("watchdog: test still running after %v; tearing down its connections", testDeadline)
+	for _, nc := range c.netConns {
+		nc.Close()
+	}
+}
+
+func (c *tc) cleanup() {
+	c.timer.Stop()
+	c.mu.Lock()
+	c.done = true
+	conns := c.conns
+	queues := c.queues
+	exchanges := c.exchanges
+	c.mu.Unlock()
+
+	if len(queues)+len(exchanges) > 0 {
+		// Use a fresh connection: the test's channels may be closed.
+		if conn, err := c.dialRaw(amqp.Config{}); err == nil {
+			if ch, err := conn.Channel(); err == nil {
+				for _, q := range queues {
+					if ch.IsClosed() {
+						break
+					}
+					_, _ = ch.QueueDelete(q, false, false, false)
+				}
+				for _, x := range exchanges {
+					if ch.IsClosed() {
+						break
+					}
+					_ = ch.ExchangeDelete(x, false, false)
+				}
+			}
+			_ = conn.CloseDeadline(time.Now().Add(5 * time.Second))
+		}
+	}
+	for _, conn := range conns {
+		if !conn.IsClosed() {
+			_ = conn.CloseDeadline(time.Now().Add(5 * time.Second))
+		}
+	}
+	c.mu.Lock()
+	for _, nc := range c.netConns {
+		nc.Close()
+	}
+	c.mu.Unlock()
+}
+
+// dialer returns a Config.Dial that records the raw TCP connection so the
+// watchdog can break it.
+func (c *tc) dialer() func(network, addr string) (net.Conn, error) {
+	return func(network, addr string) (net.Conn, error) {
+		nc, err := net.DialTimeout(network, addr, 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		// Handshake deadline; amqp091-go clears it after connection.open-ok.
+		_ = nc.SetDeadline(time.Now().Add(15 * time.Second))
+		c.mu.Lock()
+		c.netConns = append(c.netConns, nc)
+		c.mu.Unlock()
+		return nc, nil
+	}
+}
+
+// dialRaw dials brokerURL with cfg, without registering the connection for
+// cleanup (the caller owns it).
+func (c *tc) dialRaw(cfg amqp.Config) (*amqp.Connection, error) {
+	return c.dialURL(brokerURL, cfg)
+}
+
+func (c *tc) dialURL(u string, cfg amqp.Config) (*amqp.Connection, error) {
+	if cfg.Dial == nil {
+		cfg.Dial = c.dialer()
+	}
+	return amqp.DialConfig(u, cfg)
+}
+
+// connCfg dials with cfg and registers the connection for cleanup.
+func (c *tc) connCfg(cfg amqp.Config) *amqp.Connection {
+	c.t.Helper()
+	conn, err := c.dialRaw(cfg)
+	if err != nil {
+		c.t.Fatalf("dial %s: %v", brokerURL, err)
+	}
+	c.mu.Lock()
+	c.conns = append(c.conns, conn)
+	c.mu.Unlock()
+	return conn
+}
+
+func (c *tc) conn() *amqp.Connection {
+	c.t.Helper()
+	return c.connCfg(amqp.Config{})
+}
+
+// ch opens a channel on conn.
+func (c *tc) ch(conn *amqp.Connection) *amqp.Channel {
+	c.t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		c.t.Fatalf("open channel: %v", err)
+	}
+	return ch
+}
+
+// connCh opens a new connection and one channel on it.
+func (c *tc) connCh() (*amqp.Connection, *amqp.Channel) {
+	c.t.Helper()
+	conn := c.conn()
+	return conn, c.ch(conn)
+}
+
+// name returns a unique name with the given prefix.
+func (c *tc) name(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("go-interop-%s-%s", prefix, hex.EncodeToString(b[:]))
+}
+
+// trackQueue registers q for deletion at the end of the test.
+func (c *tc) trackQueue(q string) {
+	c.mu.Lock()
+	c.queues = append(c.queues, q)
+	c.mu.Unlock()
+}
+
+// trackExchange registers x for deletion at the end of the test.
+func (c *tc) trackExchange(x string) {
+	c.mu.Lock()
+	c.exchanges = append(c.exchanges, x)
+	c.mu.Unlock()
+}
+
+// queue declares a fresh non-durable queue (deleted at the end of the test).
+func (c *tc) queue(ch *amqp.Channel, args amqp.Table) string {
+	c.t.Helper()
+	name := c.name("q")
+	c.trackQueue(name)
+	if _, err := ch.QueueDeclare(name, false, false, false, false, args); err != nil {
+		c.t.Fatalf("queue.declare %s: %v", name, err)
+	}
+	return name
+}
+
+// exchange declares a fresh non-durable exchange of the given kind.
+func (c *tc) exchange(ch *amqp.Channel, kind string) string {
+	c.t.Helper()
+	name := c.name("x-" + kind)
+	c.trackExchange(name)
+	if err := ch.ExchangeDeclare(name, kind, false, false, false, false, nil); err != nil {
+		c.t.Fatalf("exchange.declare %s (%s): %v", name, kind, err)
+	}
+	return name
+}
+
+// ---------------------------------------------------------------------------
+// Assertion helpers
+
+// amqpErr extracts the *amqp.Error from err (nil if there is none).
+func amqpErr(err error) *amqp.Error {
+	var e *amqp.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return nil
+}
+
+// expectCode asserts that err carries an AMQP error with the given reply code.
+func expectCode(t *testing.T, err error, code int, what string) *amqp.Error {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: expected AMQP error %d, got success", what, code)
+	}
+	e := amqpErr(err)
+	if e == nil {
+		t.Fatalf("%s: expected AMQP error %d, got non-AMQP error %T: %v", what, code, err, err)
+	}
+	if e.Code != code {
+		t.Fatalf("%s: expected reply code %d, got %d (%s)", what, code, e.Code, e.Reason)
+	}
+	return e
+}
+
+// recv waits (bounded) for one delivery.
+func recv(t *testing.T, ds <-chan amqp.Delivery) amqp.Delivery {
+	t.Helper()
+	select {
+	case d, ok := <-ds:
+		if !ok {
+			t.Fatalf("delivery channel closed while waiting for a delivery")
+		}
+		return d
+	case <-time.After(waitTimeout):
+		t.Fatalf("timed out after %v waiting for a delivery", waitTimeout)
+	}
+	panic("unreachable")
+}
+
+// recvN waits (bounded) for n deliveries.
+func recvN(t *testing.T, ds <-chan amqp.Delivery, n int) []amqp.Delivery {
+	t.Helper()
+	out := make([]amqp.Delivery, 0, n)
+	timeout := time.NewTimer(20 * time.Second)
+	defer timeout.Stop()
+	for len(out) < n {
+		select {
+		case d, ok := <-ds:
+			if !ok {
+				t.Fatalf("delivery channel closed after %d of %d deliveries", len(out), n)
+			}
+			out = append(out, d)
+		case <-timeout.C:
+			t.Fatalf("timed out with %d of %d deliveries", len(out), n)
+		}
+	}
+	return out
+}
+
+// expectNoDelivery asserts that nothing arrives within d (used only to check
+// that the broker holds back deliveries, never to measure speed).
+func expectNoDelivery(t *testing.T, ds <-chan amqp.Delivery, d time.Duration) {
+	t.Helper()
+	select {
+	case m, ok := <-ds:
+		if ok {
+			t.Fatalf("unexpected delivery: tag=%d body=%q", m.DeliveryTag, m.Body)
+		}
+	case <-time.After(d):
+	}
+}
+
+// waitErr waits (bounded) for a close notification.
+func waitErr(t *testing.T, c <-chan *amqp.Error, what string) *amqp.Error {
+	t.Helper()
+	select {
+	case e, ok := <-c:
+		if !ok {
+			t.Fatalf("%s: notify channel closed without an error", what)
+		}
+		return e
+	case <-time.After(waitTimeout):
+		t.Fatalf("%s: timed out waiting for close notification", what)
+	}
+	return nil
+}
+
+// publish publishes a plain text message to the default exchange.
+func publish(t *testing.T, ch *amqp.Channel, exchange, key string, body string) {
+	t.Helper()
+	publishMsg(t, ch, exchange, key, amqp.Publishing{Body: []byte(body)})
+}
+
+func publishMsg(t *testing.T, ch *amqp.Channel, exchange, key string, msg amqp.Publishing) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := ch.PublishWithContext(ctx, exchange, key, false, false, msg); err != nil {
+		t.Fatalf("publish to %q/%q: %v", exchange, key, err)
+	}
+}
+
+// inspect returns the queue's message count via a passive declare.
+func inspect(t *testing.T, ch *amqp.Channel, q string) amqp.Queue {
+	t.Helper()
+	st, err := ch.QueueDeclarePassive(q, false, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("passive declare %s: %v", q, err)
+	}
+	return st
+}
+
+// eventually polls cond (bounded) until it is true.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// messageCount waits until the queue holds want ready messages (the
+// broker may account for acks/requeues asynchronously).
+func waitMessageCount(t *testing.T, ch *amqp.Channel, q string, want int) {
+	t.Helper()
+	var last int
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		st := inspect(t, ch, q)
+		last = st.Messages
+		if last == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s: message count %d, want %d", q, last, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
