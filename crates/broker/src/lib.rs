@@ -1,0 +1,26 @@
+//! The Warren broker runtime: one tokio application wiring the pure codec (`warren-protocol`)
+//! and routing (`warren-routing`) to sockets.
+//!
+//! Layout (a publish flows down, a delivery flows up):
+//! - [`server`]: listener, accept loop, shutdown.
+//! - [`connection`]: handshake, auth, tune, heartbeats, frame dispatch to channels, close.
+//! - [`channel`]: publish assembly, consumers, acks, prefetch, confirms, tx.
+//! - [`vhost`]: exchanges, queues and the routing snapshot publishers read without a lock.
+//! - [`queue`]: one queue: ready messages, consumers, dispatch; one mutex per queue.
+//! - [`outbox`]: a connection's pending output, written by its writer task in batches.
+//! - [`config`], [`limits`], [`error`], [`auth`].
+
+pub mod auth;
+pub mod channel;
+pub mod config;
+pub mod connection;
+pub mod error;
+pub mod limits;
+pub mod message;
+pub mod outbox;
+pub mod queue;
+pub mod server;
+pub mod vhost;
+
+pub use config::Config;
+pub use server::Broker;

@@ -82,7 +82,8 @@ impl<Q: Clone> Exchange<Q> {
 /// One vhost's exchanges: an immutable snapshot.
 #[derive(Debug, Clone)]
 pub struct Table<Q> {
-    pub exchanges: HashMap<Arc<str>, Exchange<Q>>,
+    /// Exchanges behind `Arc` so that a new snapshot shares every exchange it did not change.
+    pub exchanges: HashMap<Arc<str>, Arc<Exchange<Q>>>,
 }
 
 impl<Q> Default for Table<Q> {
@@ -94,6 +95,13 @@ impl<Q> Default for Table<Q> {
 /// Identity of a queue for de-duplication during routing.
 pub trait QueueKey {
     fn key(&self) -> usize;
+}
+
+/// Shared handles are the same queue when they point at the same allocation.
+impl<T> QueueKey for Arc<T> {
+    fn key(&self) -> usize {
+        Arc::as_ptr(self) as *const () as usize
+    }
 }
 
 impl<Q: Clone + QueueKey> Table<Q> {
@@ -155,8 +163,8 @@ mod tests {
     #[test]
     fn e2e_bindings_dedupe_and_cycles() {
         let mut t = Table::default();
-        t.exchanges.insert("a".into(), ex("a", ExchangeKind::Fanout, vec![to_q(1, ""), to_x("b", "")]));
-        t.exchanges.insert("b".into(), ex("b", ExchangeKind::Direct, vec![to_q(1, "k"), to_q(2, "k"), to_x("a", "k")]));
+        t.exchanges.insert("a".into(), Arc::new(ex("a", ExchangeKind::Fanout, vec![to_q(1, ""), to_x("b", "")])));
+        t.exchanges.insert("b".into(), Arc::new(ex("b", ExchangeKind::Direct, vec![to_q(1, "k"), to_q(2, "k"), to_x("a", "k")])));
         let mut out = Vec::new();
         t.route("a", "k", &mut || None, &mut out);
         assert_eq!(out, vec![Q(1), Q(2)]);

@@ -1,0 +1,694 @@
+//! A channel: publish assembly (method, header, body frames), consumers, the unacked map,
+//! prefetch, publisher confirms and transactions.
+//!
+//! [`Channel`] is owned by its connection task. [`ChannelShared`] is the part queues touch when
+//! they deliver from other tasks: the delivery-tag counter, the unacked list and prefetch counts,
+//! under one small mutex, so that tags reach the socket in order.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use warren_protocol::method::*;
+use warren_protocol::properties::{self, BasicProperties, ContentHeader};
+use warren_protocol::{frame, reply, ByteString, Method};
+
+use crate::error::{AmqpError, AmqpResult};
+use crate::message::Message;
+use crate::outbox::{self, Outbox};
+use crate::queue::{consumer_has_credit, Consumer, Queue, QueuedMessage};
+use crate::vhost::{ExchangeSpec, QueueSpec, VHost};
+
+/// What a queue's offer of a message to a consumer came to.
+pub enum Offer {
+    Delivered,
+    /// Prefetch exhausted, flow stopped, channel closing or consumer cancelled.
+    NoCredit,
+    /// The connection's outbox is above its high mark.
+    OutboxFull,
+}
+
+/// A delivery awaiting ack.
+struct Unacked {
+    tag: u64,
+    queue: Arc<Queue>,
+    msg: QueuedMessage,
+    consumer: Option<Arc<Consumer>>,
+}
+
+#[derive(Default)]
+struct Deliveries {
+    next_tag: u64,
+    /// In ascending tag order (tags are assigned under this lock).
+    unacked: VecDeque<Unacked>,
+    /// basic.qos global=true limit (0 = none), and the count it applies to.
+    global_prefetch: u16,
+    global_unacked: u32,
+    /// channel.flow active; false stops deliveries.
+    paused: bool,
+    closed: bool,
+}
+
+pub struct ChannelShared {
+    pub id: u16,
+    pub outbox: Arc<Outbox>,
+    deliveries: Mutex<Deliveries>,
+}
+
+impl ChannelShared {
+    pub fn new(id: u16, outbox: Arc<Outbox>) -> Arc<ChannelShared> {
+        Arc::new(ChannelShared { id, outbox, deliveries: Mutex::new(Deliveries { next_tag: 1, ..Default::default() }) })
+    }
+
+    /// Called by a queue (under its lock) to hand `m` to consumer `c`.
+    pub fn offer(&self, c: &Arc<Consumer>, q: &Arc<Queue>, m: &QueuedMessage) -> Offer {
+        if c.cancelled.load(Ordering::Relaxed) {
+            return Offer::NoCredit;
+        }
+        if self.outbox.is_full() {
+            return Offer::OutboxFull;
+        }
+        let mut d = self.deliveries.lock();
+        if d.closed || d.paused || !consumer_has_credit(c) {
+            return Offer::NoCredit;
+        }
+        if !c.no_ack && d.global_prefetch > 0 && d.global_unacked >= d.global_prefetch as u32 {
+            return Offer::NoCredit;
+        }
+        let tag = d.next_tag;
+        d.next_tag += 1;
+        let frame_max = self.outbox.frame_max.load(Ordering::Relaxed);
+        self.outbox.push(|b| {
+            outbox::write_deliver(b, self.id, &c.tag, tag, m.redelivered, &m.msg);
+            outbox::write_content(b, self.id, frame_max, &m.msg);
+        });
+        if !c.no_ack {
+            c.unacked.fetch_add(1, Ordering::Relaxed);
+            d.global_unacked += 1;
+            d.unacked.push_back(Unacked { tag, queue: q.clone(), msg: m.clone(), consumer: Some(c.clone()) });
+        }
+        Offer::Delivered
+    }
+
+    /// basic.get-ok for `m` (called under the queue lock).
+    fn deliver_get(&self, q: &Arc<Queue>, m: &QueuedMessage, remaining: u32, no_ack: bool) {
+        let mut d = self.deliveries.lock();
+        let tag = d.next_tag;
+        d.next_tag += 1;
+        let frame_max = self.outbox.frame_max.load(Ordering::Relaxed);
+        let ok = Method::BasicGetOk(BasicGetOk {
+            delivery_tag: tag,
+            redelivered: m.redelivered,
+            exchange: m.msg.exchange.clone(),
+            routing_key: m.msg.routing_key.clone(),
+            message_count: remaining,
+        });
+        self.outbox.push(|b| {
+            frame::write_method(b, self.id, &ok);
+            outbox::write_content(b, self.id, frame_max, &m.msg);
+        });
+        if !no_ack {
+            d.unacked.push_back(Unacked { tag, queue: q.clone(), msg: m.clone(), consumer: None });
+        }
+    }
+
+    /// Removes the deliveries an ack/nack/reject names. `multiple` with tag 0 means all.
+    fn take(&self, tag: u64, multiple: bool) -> AmqpResult<Vec<Unacked>> {
+        let mut d = self.deliveries.lock();
+        let taken: Vec<Unacked> = if multiple {
+            if tag != 0 && !d.unacked.iter().any(|u| u.tag == tag) {
+                return Err(unknown_tag(tag));
+            }
+            let n = if tag == 0 { d.unacked.len() } else { d.unacked.partition_point(|u| u.tag <= tag) };
+            d.unacked.drain(..n).collect()
+        } else {
+            let i = d.unacked.binary_search_by_key(&tag, |u| u.tag).map_err(|_| unknown_tag(tag))?;
+            d.unacked.remove(i).into_iter().collect()
+        };
+        for u in &taken {
+            if let Some(c) = &u.consumer {
+                c.unacked.fetch_sub(1, Ordering::Relaxed);
+                d.global_unacked = d.global_unacked.saturating_sub(1);
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Puts back deliveries taken by a transaction that was rolled back.
+    fn untake(&self, back: Vec<Unacked>) {
+        let mut d = self.deliveries.lock();
+        for u in back {
+            if let Some(c) = &u.consumer {
+                c.unacked.fetch_add(1, Ordering::Relaxed);
+                d.global_unacked += 1;
+            }
+            let i = d.unacked.partition_point(|x| x.tag < u.tag);
+            d.unacked.insert(i, u);
+        }
+    }
+}
+
+fn unknown_tag(tag: u64) -> AmqpError {
+    AmqpError::precondition_failed(format!("unknown delivery tag {tag}"))
+}
+
+/// Settles or requeues taken deliveries, one queue lock per run of the same queue.
+fn finish(taken: Vec<Unacked>, requeue: bool) {
+    let mut i = 0;
+    while i < taken.len() {
+        let q = taken[i].queue.clone();
+        let mut j = i;
+        while j < taken.len() && Arc::ptr_eq(&taken[j].queue, &q) {
+            j += 1;
+        }
+        if requeue {
+            q.requeue(taken[i..j].iter().map(|u| u.msg.clone()));
+        } else {
+            q.settle(j - i);
+        }
+        i = j;
+    }
+}
+
+enum PublishState {
+    Idle,
+    AwaitingHeader(BasicPublish),
+    AwaitingBody { publish: BasicPublish, header: ContentHeader, body: BytesMut },
+}
+
+/// Work a transaction holds until commit.
+enum TxOp {
+    Publish(Message, bool),
+    Settle(Vec<Unacked>, bool),
+}
+
+/// What the connection gives a channel to act with.
+pub struct Ctx<'a> {
+    pub conn_id: u64,
+    pub user: &'a str,
+    pub vhost: &'a Arc<VHost>,
+    pub message_size_max_bytes: u64,
+    /// Exclusive queues declared on this connection, deleted when it closes.
+    pub exclusive_queues: &'a mut Vec<Arc<Queue>>,
+}
+
+pub struct Channel {
+    pub shared: Arc<ChannelShared>,
+    publish: PublishState,
+    consumers: HashMap<ByteString, Arc<Consumer>>,
+    /// basic.qos global=false: the prefetch given to consumers created afterwards.
+    consumer_prefetch: u16,
+    /// The last queue declared on this channel, which an empty queue name refers to.
+    last_queue: Option<ByteString>,
+    confirm: bool,
+    next_publish_seq: u64,
+    /// Confirms to send at the end of the read batch: (seq, ack?).
+    pending_confirms: Vec<(u64, bool)>,
+    tx: Option<Vec<TxOp>>,
+    route_buf: Vec<Arc<Queue>>,
+}
+
+impl Channel {
+    pub fn new(id: u16, outbox: Arc<Outbox>) -> Channel {
+        Channel {
+            shared: ChannelShared::new(id, outbox),
+            publish: PublishState::Idle,
+            consumers: HashMap::new(),
+            consumer_prefetch: 0,
+            last_queue: None,
+            confirm: false,
+            next_publish_seq: 1,
+            pending_confirms: Vec::new(),
+            tx: None,
+            route_buf: Vec::new(),
+        }
+    }
+
+    fn id(&self) -> u16 {
+        self.shared.id
+    }
+
+    fn reply(&self, m: impl Into<Method>) {
+        self.shared.outbox.method(self.id(), &m.into());
+    }
+
+    fn queue_name(&self, name: &ByteString) -> ByteString {
+        if name.is_empty() {
+            if let Some(q) = &self.last_queue {
+                return q.clone();
+            }
+        }
+        name.clone()
+    }
+
+    pub fn expecting_content(&self) -> bool {
+        !matches!(self.publish, PublishState::Idle)
+    }
+
+    pub fn handle_method(&mut self, m: Method, ctx: &mut Ctx<'_>) -> AmqpResult<()> {
+        let (class_id, method_id) = (m.class_id(), m.method_id());
+        self.dispatch(m, ctx).map_err(|e| e.on(class_id, method_id))
+    }
+
+    fn dispatch(&mut self, m: Method, ctx: &mut Ctx<'_>) -> AmqpResult<()> {
+        let vhost = ctx.vhost;
+        match m {
+            Method::BasicPublish(p) => {
+                if p.immediate {
+                    return Err(AmqpError::not_implemented("immediate=true"));
+                }
+                self.publish = PublishState::AwaitingHeader(p);
+            }
+            Method::BasicAck(a) => self.settle(a.delivery_tag, a.multiple, false, true)?,
+            Method::BasicNack(n) => self.settle(n.delivery_tag, n.multiple, n.requeue, false)?,
+            Method::BasicReject(r) => self.settle(r.delivery_tag, false, r.requeue, false)?,
+            Method::BasicQos(q) => {
+                if q.prefetch_size != 0 {
+                    return Err(AmqpError::not_implemented(format!("prefetch_size!=0 ({})", q.prefetch_size)));
+                }
+                if q.global {
+                    self.shared.deliveries.lock().global_prefetch = q.prefetch_count;
+                    self.kick_consumers();
+                } else {
+                    self.consumer_prefetch = q.prefetch_count;
+                }
+                self.reply(BasicQosOk {});
+            }
+            Method::BasicConsume(c) => self.consume(c, ctx)?,
+            Method::BasicCancel(c) => {
+                if let Some(consumer) = self.consumers.remove(&c.consumer_tag) {
+                    remove_consumer(vhost, &consumer);
+                }
+                if !c.nowait {
+                    self.reply(BasicCancelOk { consumer_tag: c.consumer_tag });
+                }
+            }
+            Method::BasicGet(g) => {
+                let name = self.queue_name(&g.queue);
+                let q = vhost.queue_for(&name, ctx.conn_id)?;
+                let shared = &self.shared;
+                let got = q.get(!g.no_ack, |m, remaining| shared.deliver_get(&q, m, remaining, g.no_ack));
+                if !got {
+                    self.reply(BasicGetEmpty { reserved_1: "".into() });
+                }
+            }
+            Method::BasicRecover(r) => {
+                self.recover(r.requeue)?;
+                self.reply(BasicRecoverOk {});
+            }
+            Method::BasicRecoverAsync(r) => self.recover(r.requeue)?,
+            Method::ExchangeDeclare(x) => {
+                vhost.declare_exchange(&ExchangeSpec {
+                    name: &x.exchange,
+                    kind: &x.kind,
+                    passive: x.passive,
+                    durable: x.durable,
+                    auto_delete: x.auto_delete,
+                    internal: x.internal,
+                    arguments: &x.arguments,
+                })?;
+                if !x.nowait {
+                    self.reply(ExchangeDeclareOk {});
+                }
+            }
+            Method::ExchangeDelete(x) => {
+                vhost.delete_exchange(&x.exchange, x.if_unused)?;
+                if !x.nowait {
+                    self.reply(ExchangeDeleteOk {});
+                }
+            }
+            Method::ExchangeBind(b) => {
+                vhost.bind_exchange(&b.destination, &b.source, &b.routing_key, &b.arguments, true)?;
+                if !b.nowait {
+                    self.reply(ExchangeBindOk {});
+                }
+            }
+            Method::ExchangeUnbind(b) => {
+                vhost.bind_exchange(&b.destination, &b.source, &b.routing_key, &b.arguments, false)?;
+                if !b.nowait {
+                    self.reply(ExchangeUnbindOk {});
+                }
+            }
+            Method::QueueDeclare(d) => {
+                let name = if d.queue.is_empty() { ByteString::from(gen_name("amq.gen-")) } else { d.queue.clone() };
+                let q = vhost.declare_queue(&QueueSpec {
+                    name: &name,
+                    passive: d.passive,
+                    durable: d.durable,
+                    exclusive: d.exclusive,
+                    auto_delete: d.auto_delete,
+                    arguments: &d.arguments,
+                    conn_id: ctx.conn_id,
+                    server_named: d.queue.is_empty(),
+                })?;
+                if q.options.exclusive_owner == Some(ctx.conn_id) && !ctx.exclusive_queues.iter().any(|x| Arc::ptr_eq(x, &q)) {
+                    ctx.exclusive_queues.push(q.clone());
+                }
+                self.last_queue = Some(name.clone());
+                if !d.nowait {
+                    self.reply(QueueDeclareOk { queue: name, message_count: q.message_count(), consumer_count: q.consumer_count() });
+                }
+            }
+            Method::QueueBind(b) => {
+                let name = self.queue_name(&b.queue);
+                vhost.queue_for(&name, ctx.conn_id)?;
+                vhost.bind_queue(&name, &b.exchange, &b.routing_key, &b.arguments, true)?;
+                if !b.nowait {
+                    self.reply(QueueBindOk {});
+                }
+            }
+            Method::QueueUnbind(b) => {
+                let name = self.queue_name(&b.queue);
+                vhost.queue_for(&name, ctx.conn_id)?;
+                vhost.bind_queue(&name, &b.exchange, &b.routing_key, &b.arguments, false)?;
+                self.reply(QueueUnbindOk {});
+            }
+            Method::QueuePurge(p) => {
+                let name = self.queue_name(&p.queue);
+                let q = vhost.queue_for(&name, ctx.conn_id)?;
+                let n = q.purge();
+                if !p.nowait {
+                    self.reply(QueuePurgeOk { message_count: n });
+                }
+            }
+            Method::QueueDelete(d) => {
+                let name = self.queue_name(&d.queue);
+                let deleted = vhost.delete_queue(&name, d.if_unused, d.if_empty, Some(ctx.conn_id))?;
+                notify_cancelled(&deleted.consumers);
+                ctx.exclusive_queues.retain(|q| &*q.name != &*name);
+                if !d.nowait {
+                    self.reply(QueueDeleteOk { message_count: deleted.message_count });
+                }
+            }
+            Method::ConfirmSelect(c) => {
+                if self.tx.is_some() {
+                    return Err(AmqpError::precondition_failed("cannot switch from tx to confirm mode"));
+                }
+                self.confirm = true;
+                if !c.nowait {
+                    self.reply(ConfirmSelectOk {});
+                }
+            }
+            Method::TxSelect(_) => {
+                if self.confirm {
+                    return Err(AmqpError::precondition_failed("cannot switch from confirm to tx mode"));
+                }
+                if self.tx.is_none() {
+                    self.tx = Some(Vec::new());
+                }
+                self.reply(TxSelectOk {});
+            }
+            Method::TxCommit(_) => {
+                let ops = self.tx.as_mut().ok_or_else(|| AmqpError::precondition_failed("channel is not transactional"))?;
+                let ops = std::mem::take(ops);
+                for op in ops {
+                    match op {
+                        TxOp::Publish(msg, mandatory) => self.route(msg, mandatory, vhost)?,
+                        TxOp::Settle(taken, requeue) => finish(taken, requeue),
+                    }
+                }
+                self.reply(TxCommitOk {});
+            }
+            Method::TxRollback(_) => {
+                let ops = self.tx.as_mut().ok_or_else(|| AmqpError::precondition_failed("channel is not transactional"))?;
+                for op in std::mem::take(ops).into_iter().rev() {
+                    if let TxOp::Settle(taken, _) = op {
+                        self.shared.untake(taken);
+                    }
+                }
+                self.reply(TxRollbackOk {});
+            }
+            Method::ChannelFlow(f) => {
+                if !f.active {
+                    return Err(AmqpError::not_implemented("active=false"));
+                }
+                self.reply(ChannelFlowOk { active: true });
+            }
+            Method::ChannelFlowOk(_) => {}
+            other => {
+                return Err(AmqpError::command_invalid(format!("unexpected method {} on a channel", other.name())));
+            }
+        }
+        Ok(())
+    }
+
+    fn consume(&mut self, c: BasicConsume, ctx: &mut Ctx<'_>) -> AmqpResult<()> {
+        let name = self.queue_name(&c.queue);
+        let q = ctx.vhost.queue_for(&name, ctx.conn_id)?;
+        let tag = if c.consumer_tag.is_empty() { ByteString::from(gen_name("amq.ctag-")) } else { c.consumer_tag.clone() };
+        if self.consumers.get(&tag).is_some_and(|x| !x.cancelled.load(Ordering::Relaxed)) {
+            return Err(AmqpError::not_allowed(format!("attempt to reuse consumer tag '{tag}'")));
+        }
+        let consumer = Arc::new(Consumer {
+            tag: tag.clone(),
+            channel: self.shared.clone(),
+            queue: q.clone(),
+            no_ack: c.no_ack,
+            exclusive: c.exclusive,
+            prefetch: self.consumer_prefetch,
+            unacked: AtomicU32::new(0),
+            cancelled: AtomicBool::new(false),
+        });
+        let (outbox, id, nowait) = (&self.shared.outbox, self.id(), c.nowait);
+        q.add_consumer(consumer.clone(), || {
+            if !nowait {
+                outbox.method(id, &Method::BasicConsumeOk(BasicConsumeOk { consumer_tag: tag.clone() }));
+            }
+        })?;
+        self.consumers.insert(tag, consumer);
+        Ok(())
+    }
+
+    fn settle(&mut self, tag: u64, multiple: bool, requeue: bool, _ack: bool) -> AmqpResult<()> {
+        let taken = self.shared.take(tag, multiple)?;
+        if let Some(ops) = &mut self.tx {
+            ops.push(TxOp::Settle(taken, requeue));
+            return Ok(());
+        }
+        finish(taken, requeue);
+        if self.shared.deliveries.lock().global_prefetch > 0 {
+            self.kick_consumers();
+        }
+        Ok(())
+    }
+
+    fn recover(&mut self, requeue: bool) -> AmqpResult<()> {
+        if !requeue {
+            return Err(AmqpError::not_implemented("requeue=false"));
+        }
+        let taken = self.shared.take(0, true)?;
+        finish(taken, true);
+        Ok(())
+    }
+
+    /// Lets every queue this channel consumes from try again (after prefetch space opened).
+    fn kick_consumers(&self) {
+        for c in self.consumers.values() {
+            c.queue.dispatch();
+        }
+    }
+
+    /// A content header frame arrived.
+    pub fn handle_header(&mut self, payload: &Bytes, max_size: u64) -> AmqpResult<Option<(BasicPublish, ContentHeader, Bytes)>> {
+        let PublishState::AwaitingHeader(publish) = std::mem::replace(&mut self.publish, PublishState::Idle) else {
+            return Err(AmqpError::unexpected_frame(format!("expected method frame, got non method frame instead")));
+        };
+        let header = ContentHeader::decode(payload).map_err(|e| AmqpError::syntax_error(e).on(60, 40))?;
+        if header.class_id != 60 {
+            return Err(AmqpError::unexpected_frame(format!("expected content header for class 60, got one for class {}", header.class_id)).on(60, 40));
+        }
+        if header.body_size > max_size {
+            return Err(AmqpError::precondition_failed(format!("message size {} is larger than configured max size {}", header.body_size, max_size)).on(60, 40));
+        }
+        if header.body_size == 0 {
+            return Ok(Some((publish, header, Bytes::new())));
+        }
+        self.publish = PublishState::AwaitingBody { publish, header, body: BytesMut::new() };
+        Ok(None)
+    }
+
+    /// A body frame arrived; returns the whole message once complete.
+    pub fn handle_body(&mut self, payload: Bytes) -> AmqpResult<Option<(BasicPublish, ContentHeader, Bytes)>> {
+        let PublishState::AwaitingBody { header, body, .. } = &mut self.publish else {
+            return Err(AmqpError::unexpected_frame("expected method frame, got non method frame instead"));
+        };
+        let have = body.len() as u64 + payload.len() as u64;
+        if have > header.body_size {
+            return Err(AmqpError::frame_error(format!("body larger than the {} bytes its header declared", header.body_size)).on(60, 40));
+        }
+        if have < header.body_size {
+            body.extend_from_slice(&payload);
+            return Ok(None);
+        }
+        let PublishState::AwaitingBody { publish, header, body } = std::mem::replace(&mut self.publish, PublishState::Idle) else {
+            return Ok(None);
+        };
+        // A body in one frame stays a zero-copy slice of the read buffer.
+        let whole = if body.is_empty() {
+            payload
+        } else {
+            let mut body = body;
+            body.extend_from_slice(&payload);
+            body.freeze()
+        };
+        Ok(Some((publish, header, whole)))
+    }
+
+    /// A whole message was received: check it, route it, confirm it.
+    pub fn publish(&mut self, publish: BasicPublish, header: ContentHeader, body: Bytes, ctx: &Ctx<'_>) -> AmqpResult<()> {
+        let raw = header.raw_properties;
+        // user-id bit: decode the properties only when the publisher set it.
+        if raw.len() >= 2 && raw[1] & 0x10 != 0 {
+            let props = BasicProperties::decode(&raw).map_err(|e| AmqpError::syntax_error(e).on(60, 40))?;
+            if let Some(u) = props.user_id {
+                if &*u != ctx.user {
+                    return Err(AmqpError::precondition_failed(format!("user_id property set to '{u}' but authenticated user was '{}'", ctx.user)).on(60, 40));
+                }
+            }
+        }
+        let persistent = properties::delivery_mode(&raw) == Some(2);
+        let msg = Message { exchange: publish.exchange, routing_key: publish.routing_key, properties: raw, body, persistent };
+        if let Some(ops) = &mut self.tx {
+            let x = ctx.vhost.snapshot();
+            check_exchange(ctx.vhost, &x.table, &msg.exchange)?;
+            ops.push(TxOp::Publish(msg, publish.mandatory));
+            return Ok(());
+        }
+        self.route(msg, publish.mandatory, ctx.vhost).map_err(|e| e.on(60, 40))
+    }
+
+    fn route(&mut self, msg: Message, mandatory: bool, vhost: &Arc<VHost>) -> AmqpResult<()> {
+        let snap = vhost.snapshot();
+        let mut targets = std::mem::take(&mut self.route_buf);
+        targets.clear();
+        if msg.exchange.is_empty() {
+            if let Some(q) = snap.queues.get(&*msg.routing_key) {
+                targets.push(q.clone());
+            }
+        } else {
+            check_exchange(vhost, &snap.table, &msg.exchange)?;
+            let raw = msg.properties.clone();
+            let mut headers = move || BasicProperties::decode(&raw).ok().and_then(|p| p.headers);
+            snap.table.route(&msg.exchange, &msg.routing_key, &mut headers, &mut targets);
+        }
+        drop(snap);
+        let seq = if self.confirm {
+            self.next_publish_seq += 1;
+            Some(self.next_publish_seq - 1)
+        } else {
+            None
+        };
+        if targets.is_empty() {
+            if mandatory {
+                let frame_max = self.shared.outbox.frame_max.load(Ordering::Relaxed);
+                let ret = Method::BasicReturn(BasicReturn {
+                    reply_code: reply::NO_ROUTE,
+                    reply_text: "NO_ROUTE".into(),
+                    exchange: msg.exchange.clone(),
+                    routing_key: msg.routing_key.clone(),
+                });
+                let id = self.id();
+                self.shared.outbox.push(|b| {
+                    frame::write_method(b, id, &ret);
+                    outbox::write_content(b, id, frame_max, &msg);
+                });
+            }
+        } else {
+            let msg = Arc::new(msg);
+            for q in targets.drain(..) {
+                q.publish(msg.clone());
+            }
+        }
+        self.route_buf = targets;
+        if let Some(seq) = seq {
+            self.pending_confirms.push((seq, true));
+        }
+        Ok(())
+    }
+
+    /// Sends the confirms gathered during a read batch, merging runs into `multiple` acks.
+    pub fn flush_confirms(&mut self) {
+        if self.pending_confirms.is_empty() {
+            return;
+        }
+        let id = self.id();
+        let pending = std::mem::take(&mut self.pending_confirms);
+        self.shared.outbox.push(|b| {
+            let mut i = 0;
+            while i < pending.len() {
+                let ack = pending[i].1;
+                let mut j = i;
+                while j + 1 < pending.len() && pending[j + 1].1 == ack && pending[j + 1].0 == pending[j].0 + 1 {
+                    j += 1;
+                }
+                let (tag, multiple) = (pending[j].0, j > i);
+                let m = if ack {
+                    Method::BasicAck(BasicAck { delivery_tag: tag, multiple })
+                } else {
+                    Method::BasicNack(BasicNack { delivery_tag: tag, multiple, requeue: false })
+                };
+                frame::write_method(b, id, &m);
+                i = j + 1;
+            }
+        });
+    }
+
+    /// Releases everything the channel holds: unacked messages go back to their queues,
+    /// consumers are removed (auto-delete queues may go).
+    pub fn close(&mut self, vhost: &Arc<VHost>) {
+        let taken = {
+            let mut d = self.shared.deliveries.lock();
+            d.closed = true;
+            d.unacked.drain(..).collect::<Vec<_>>()
+        };
+        for c in self.consumers.values() {
+            c.cancelled.store(true, Ordering::Relaxed);
+        }
+        for (_, c) in self.consumers.drain() {
+            remove_consumer(vhost, &c);
+        }
+        finish(taken, true);
+        self.publish = PublishState::Idle;
+        self.tx = None;
+    }
+}
+
+fn check_exchange(vhost: &VHost, table: &warren_routing::Table<Arc<Queue>>, name: &str) -> AmqpResult<()> {
+    match table.exchanges.get(name) {
+        None => Err(AmqpError::not_found(format!("no exchange '{name}' in vhost '{}'", vhost.name))),
+        Some(x) if x.internal => Err(AmqpError::access_refused(format!("cannot publish to internal exchange '{name}' in vhost '{}'", vhost.name))),
+        Some(_) => Ok(()),
+    }
+}
+
+fn remove_consumer(vhost: &Arc<VHost>, c: &Arc<Consumer>) {
+    c.cancelled.store(true, Ordering::Relaxed);
+    if c.queue.remove_consumer(c).auto_delete_now {
+        let _ = vhost.delete_queue(&c.queue.name, false, false, None);
+    }
+}
+
+/// The server-sent basic.cancel, for consumers of a deleted queue.
+pub fn notify_cancelled(consumers: &[Arc<Consumer>]) {
+    for c in consumers {
+        if !c.cancelled.swap(true, Ordering::Relaxed) {
+            c.channel.outbox.method(c.channel.id, &Method::BasicCancel(BasicCancel { consumer_tag: c.tag.clone(), nowait: true }));
+        }
+    }
+}
+
+/// A server-generated name: prefix plus 22 URL-safe random characters, as RabbitMQ makes them.
+pub fn gen_name(prefix: &str) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut rng = rand::thread_rng();
+    let mut s = String::with_capacity(prefix.len() + 22);
+    s.push_str(prefix);
+    for _ in 0..22 {
+        s.push(ALPHABET[rng.gen_range(0..ALPHABET.len())] as char);
+    }
+    s
+}
+

@@ -1,0 +1,109 @@
+//! Broker configuration: embedded defaults, overridden by a TOML file, overridden by flags.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::limits;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address the AMQP listener binds (loopback by default, like a fresh RabbitMQ on a dev box).
+    pub amqp_bind: IpAddr,
+    pub amqp_port: u16,
+    pub http_bind: IpAddr,
+    pub http_port: u16,
+    /// Where durable state lives.
+    pub data_dir: PathBuf,
+    /// Virtual hosts that exist at boot.
+    pub vhosts: Vec<String>,
+    pub users: Vec<UserConfig>,
+    /// Users that may only log in from a loopback address (RabbitMQ's `loopback_users`).
+    pub loopback_users: Vec<String>,
+    pub limits: LimitsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    pub name: String,
+    pub password: String,
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    pub channel_max: u16,
+    pub frame_max: u32,
+    pub heartbeat_s: u16,
+    pub message_size_max_bytes: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            channel_max: limits::CHANNEL_MAX,
+            frame_max: limits::FRAME_MAX,
+            heartbeat_s: limits::HEARTBEAT_S,
+            message_size_max_bytes: limits::MESSAGE_SIZE_MAX_BYTES,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            amqp_bind: IpAddr::from([127, 0, 0, 1]),
+            amqp_port: 5672,
+            http_bind: IpAddr::from([127, 0, 0, 1]),
+            http_port: 15672,
+            data_dir: PathBuf::from("./warren-data"),
+            vhosts: vec!["/".to_string()],
+            users: vec![UserConfig { name: "guest".into(), password: "guest".into(), tags: vec!["administrator".into()] }],
+            loopback_users: vec!["guest".into()],
+            limits: LimitsConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    pub fn from_toml(text: &str) -> Result<Config, String> {
+        let c: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.limits.frame_max != 0 && self.limits.frame_max < warren_protocol::frame::FRAME_MIN_SIZE {
+            return Err(format!("limits.frame_max must be 0 or at least {}", warren_protocol::frame::FRAME_MIN_SIZE));
+        }
+        if self.vhosts.is_empty() {
+            return Err("at least one vhost must be configured".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_overrides_defaults() {
+        let c = Config::from_toml("amqp_port = 6000\n[limits]\nheartbeat_s = 5\n[[users]]\nname='a'\npassword='b'\n").expect("valid");
+        assert_eq!(c.amqp_port, 6000);
+        assert_eq!(c.limits.heartbeat_s, 5);
+        assert_eq!(c.limits.channel_max, limits::CHANNEL_MAX);
+        assert_eq!(c.users.len(), 1);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors() {
+        assert!(Config::from_toml("amqp_prot = 1").is_err());
+        assert!(Config::from_toml("[limits]\nframe_max = 100").is_err());
+    }
+}

@@ -1,0 +1,541 @@
+//! One client connection: protocol header, handshake (start, SASL, tune, open), the read loop
+//! that splits frames and hands them to channels, heartbeats, and the close sequence.
+//!
+//! The reader runs in this task; output goes through the connection's [`Outbox`] to a writer task.
+//! A read batch (all frames one syscall returned) is processed before confirms are flushed, so
+//! confirms for a burst of publishes go out as one `multiple` ack.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use warren_protocol::frame::FrameDecoder;
+use warren_protocol::method::*;
+use warren_protocol::{reply, DecodeError, FieldTable, FieldValue, Frame, FrameKind, Method, PROTOCOL_HEADER};
+
+use crate::auth::{AuthError, User};
+use crate::channel::{notify_cancelled, Channel, Ctx};
+use crate::error::AmqpError;
+use crate::limits;
+use crate::outbox::Outbox;
+use crate::queue::Queue;
+use crate::server::Broker;
+use crate::vhost::VHost;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    AwaitStartOk,
+    AwaitTuneOk,
+    AwaitOpen,
+    Open,
+    /// We sent connection.close and wait for close-ok (or the deadline).
+    CloseSent,
+    Done,
+}
+
+enum Slot {
+    Open(Box<Channel>),
+    /// We sent channel.close; everything but close/close-ok is dropped until close-ok.
+    Closing,
+}
+
+struct Conn {
+    broker: Arc<Broker>,
+    id: u64,
+    peer: SocketAddr,
+    outbox: Arc<Outbox>,
+    decoder: FrameDecoder,
+    phase: Phase,
+    user: Option<User>,
+    vhost: Option<Arc<VHost>>,
+    channel_max: u16,
+    heartbeat_s: u16,
+    channels: HashMap<u16, Slot>,
+    /// Channels with confirms to flush at the end of the read batch.
+    dirty: Vec<u16>,
+    exclusive_queues: Vec<Arc<Queue>>,
+    /// The client asked for connection.close 403 on failed auth rather than a dropped socket.
+    auth_failure_close: bool,
+    last_read: Instant,
+    last_writes: u64,
+    deadline: Instant,
+    reason: String,
+}
+
+/// Serves one accepted socket until it closes.
+pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut shutdown: watch::Receiver<bool>) {
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    let mut header = [0u8; 8];
+    let handshake = Duration::from_millis(limits::HANDSHAKE_TIMEOUT_MS);
+    match tokio::time::timeout(handshake, rd.read_exact(&mut header)).await {
+        Ok(Ok(_)) if &header == PROTOCOL_HEADER => {}
+        Ok(Ok(_)) => {
+            tracing::info!(%peer, "closing connection: bad protocol header");
+            let _ = wr.write_all(PROTOCOL_HEADER).await;
+            let _ = wr.shutdown().await;
+            return;
+        }
+        Ok(Err(_)) => return,
+        Err(_) => {
+            tracing::info!(%peer, "closing connection: handshake timeout");
+            return;
+        }
+    }
+    let frame_max = broker.config.limits.frame_max;
+    let outbox = Outbox::new(frame_max);
+    let writer = tokio::spawn(outbox.clone().run_writer(wr));
+    let id = broker.next_connection_id();
+    let mut conn = Conn {
+        broker: broker.clone(),
+        id,
+        peer,
+        outbox: outbox.clone(),
+        // Until tune-ok the limit is ours; a client's start-ok must fit in it.
+        decoder: FrameDecoder::new(frame_max),
+        phase: Phase::AwaitStartOk,
+        user: None,
+        vhost: None,
+        channel_max: broker.config.limits.channel_max,
+        heartbeat_s: 0,
+        channels: HashMap::new(),
+        dirty: Vec::new(),
+        exclusive_queues: Vec::new(),
+        auth_failure_close: false,
+        last_read: Instant::now(),
+        last_writes: 0,
+        deadline: Instant::now() + handshake,
+        reason: String::new(),
+    };
+    conn.send_start();
+    conn.run(&mut rd, &mut shutdown).await;
+    conn.cleanup();
+    outbox.close();
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    let user = conn.user.as_ref().map(|u| u.name.as_str()).unwrap_or("");
+    tracing::info!(%peer, conn = id, user, reason = %conn.reason, "connection closed");
+}
+
+impl Conn {
+    fn send_start(&self) {
+        let mut caps = FieldTable::new();
+        for c in [
+            "publisher_confirms",
+            "exchange_exchange_bindings",
+            "basic.nack",
+            "consumer_cancel_notify",
+            "connection.blocked",
+            "consumer_priorities",
+            "authentication_failure_close",
+            "per_consumer_qos",
+            "direct_reply_to",
+        ] {
+            caps.insert(c, FieldValue::Bool(true));
+        }
+        let mut props = FieldTable::new();
+        props.insert("capabilities", FieldValue::Table(caps));
+        props.insert("cluster_name", FieldValue::str("warren"));
+        props.insert("copyright", FieldValue::str("Copyright (c) the Warren authors"));
+        props.insert("information", FieldValue::str("Warren, an AMQP 0-9-1 broker; see README.md"));
+        props.insert("platform", FieldValue::str("Rust"));
+        props.insert("product", FieldValue::str("Warren"));
+        props.insert("version", FieldValue::str(env!("CARGO_PKG_VERSION")));
+        self.outbox.method(
+            0,
+            &Method::ConnectionStart(ConnectionStart {
+                version_major: 0,
+                version_minor: 9,
+                server_properties: props,
+                mechanisms: Bytes::from_static(b"PLAIN AMQPLAIN"),
+                locales: Bytes::from_static(b"en_US"),
+            }),
+        );
+    }
+
+    async fn run(&mut self, rd: &mut tokio::net::tcp::OwnedReadHalf, shutdown: &mut watch::Receiver<bool>) {
+        let mut buf = BytesMut::with_capacity(limits::READ_BUFFER_BYTES);
+        let mut shutting_down = false;
+        while self.phase != Phase::Done {
+            if buf.capacity() - buf.len() < 4096 {
+                buf.reserve(limits::READ_BUFFER_BYTES);
+            }
+            let tick = self.next_tick();
+            tokio::select! {
+                r = rd.read_buf(&mut buf) => match r {
+                    Ok(0) => {
+                        if self.reason.is_empty() {
+                            self.reason = "client closed TCP connection".into();
+                        }
+                        return;
+                    }
+                    Ok(_) => {
+                        self.last_read = Instant::now();
+                        self.process(&mut buf);
+                    }
+                    Err(e) => {
+                        self.reason = format!("read error: {e}");
+                        return;
+                    }
+                },
+                _ = tokio::time::sleep_until(tick) => self.tick(),
+                _ = shutdown.changed(), if !shutting_down => {
+                    shutting_down = true;
+                    if self.phase == Phase::Open {
+                        self.close_connection(AmqpError::new(reply::CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'"));
+                    } else {
+                        self.reason = "broker shutdown".into();
+                        self.phase = Phase::Done;
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_tick(&self) -> Instant {
+        let period = match self.phase {
+            Phase::Open if self.heartbeat_s > 0 => Duration::from_millis(self.heartbeat_s as u64 * 500),
+            Phase::Open => Duration::from_secs(3600),
+            _ => return self.deadline,
+        };
+        Instant::now() + period
+    }
+
+    fn tick(&mut self) {
+        let now = Instant::now();
+        match self.phase {
+            Phase::Open => {
+                if self.heartbeat_s == 0 {
+                    return;
+                }
+                let hb = Duration::from_secs(self.heartbeat_s as u64);
+                if now.duration_since(self.last_read) > hb * 2 {
+                    self.reason = format!("missed heartbeats from client, timeout: {}s", self.heartbeat_s);
+                    self.phase = Phase::Done;
+                    return;
+                }
+                let writes = self.outbox.writes.load(Ordering::Relaxed);
+                if writes == self.last_writes {
+                    self.outbox.push(warren_protocol::frame::write_heartbeat);
+                }
+                self.last_writes = writes;
+            }
+            Phase::Done => {}
+            Phase::CloseSent => {
+                if now >= self.deadline {
+                    self.phase = Phase::Done;
+                }
+            }
+            _ => {
+                if now >= self.deadline {
+                    self.reason = "handshake timeout".into();
+                    self.phase = Phase::Done;
+                }
+            }
+        }
+    }
+
+    /// Handles every whole frame in `buf`, then flushes confirms.
+    fn process(&mut self, buf: &mut BytesMut) {
+        while self.phase != Phase::Done {
+            match self.decoder.decode(buf) {
+                Ok(Some(frame)) => {
+                    if let Err(e) = self.handle_frame(frame) {
+                        self.close_connection(e);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // The stream is out of step: answer, then stop reading.
+                    let code = match e {
+                        DecodeError::BadFrameEnd(_) | DecodeError::BadFrameType(_) | DecodeError::FrameTooLarge { .. } => reply::FRAME_ERROR,
+                        _ => reply::SYNTAX_ERROR,
+                    };
+                    if self.phase == Phase::CloseSent {
+                        self.phase = Phase::Done;
+                    } else {
+                        self.close_connection(AmqpError::new(code, e));
+                    }
+                    self.phase = Phase::Done;
+                    buf.clear();
+                }
+            }
+        }
+        for id in std::mem::take(&mut self.dirty) {
+            if let Some(Slot::Open(ch)) = self.channels.get_mut(&id) {
+                ch.flush_confirms();
+            }
+        }
+    }
+
+    /// Sends connection.close and waits for close-ok.
+    fn close_connection(&mut self, e: AmqpError) {
+        if matches!(self.phase, Phase::CloseSent | Phase::Done) {
+            return;
+        }
+        tracing::info!(peer = %self.peer, conn = self.id, code = e.code, text = %e.text, "closing connection on error");
+        self.reason = e.text.clone();
+        self.outbox.method(0, &Method::ConnectionClose(ConnectionClose { reply_code: e.code, reply_text: e.text.into(), class_id: e.class_id, method_id: e.method_id }));
+        self.phase = Phase::CloseSent;
+        self.deadline = Instant::now() + Duration::from_millis(limits::CLOSE_OK_TIMEOUT_MS);
+    }
+
+    fn decode_method(frame: &Frame) -> Result<Method, AmqpError> {
+        Method::decode(&frame.payload).map_err(|e| {
+            let ids = |p: &Bytes| if p.len() >= 4 { (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])) } else { (0, 0) };
+            let (c, m) = ids(&frame.payload);
+            match e {
+                DecodeError::UnknownMethod { .. } => AmqpError::not_implemented(format!("unknown method {c}/{m}")).on(c, m),
+                other => AmqpError::syntax_error(format!("{other}")).on(c, m),
+            }
+        })
+    }
+
+    fn handle_frame(&mut self, frame: Frame) -> Result<(), AmqpError> {
+        match self.phase {
+            Phase::Open => self.handle_open_frame(frame),
+            Phase::CloseSent => {
+                if frame.channel == 0 && frame.kind == FrameKind::Method {
+                    match Method::decode(&frame.payload) {
+                        Ok(Method::ConnectionCloseOk(_)) => self.phase = Phase::Done,
+                        Ok(Method::ConnectionClose(_)) => {
+                            self.outbox.method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
+                            self.phase = Phase::Done;
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(())
+            }
+            Phase::Done => Ok(()),
+            _ => self.handle_handshake_frame(frame),
+        }
+    }
+
+    fn handle_handshake_frame(&mut self, frame: Frame) -> Result<(), AmqpError> {
+        if frame.kind == FrameKind::Heartbeat {
+            return Ok(());
+        }
+        if frame.kind != FrameKind::Method || frame.channel != 0 {
+            return Err(AmqpError::unexpected_frame("expected a connection method on channel 0 during the handshake"));
+        }
+        let m = Self::decode_method(&frame)?;
+        match (self.phase, m) {
+            (Phase::AwaitStartOk, Method::ConnectionStartOk(s)) => self.start_ok(s),
+            (Phase::AwaitTuneOk, Method::ConnectionTuneOk(t)) => self.tune_ok(t),
+            (Phase::AwaitOpen, Method::ConnectionOpen(o)) => {
+                let Some(vhost) = self.broker.vhost(&o.virtual_host) else {
+                    return Err(AmqpError::not_allowed(format!("vhost {} not found", o.virtual_host)).on(10, 40));
+                };
+                self.vhost = Some(vhost);
+                self.outbox.method(0, &Method::ConnectionOpenOk(ConnectionOpenOk { reserved_1: "".into() }));
+                self.phase = Phase::Open;
+                let user = self.user.as_ref().map(|u| u.name.as_str()).unwrap_or("");
+                tracing::info!(peer = %self.peer, conn = self.id, user, vhost = %o.virtual_host, "connection opened");
+                Ok(())
+            }
+            (_, Method::ConnectionClose(_)) => {
+                self.outbox.method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
+                self.reason = "client closed during handshake".into();
+                self.phase = Phase::Done;
+                Ok(())
+            }
+            (_, m) => Err(AmqpError::command_invalid(format!("unexpected {} during the handshake", m.name())).on(m.class_id(), m.method_id())),
+        }
+    }
+
+    fn start_ok(&mut self, s: ConnectionStartOk) -> Result<(), AmqpError> {
+        if let Some(FieldValue::Table(caps)) = s.client_properties.get("capabilities") {
+            self.auth_failure_close = caps.get("authentication_failure_close") == Some(&FieldValue::Bool(true));
+        }
+        match self.broker.users.authenticate(&s.mechanism, &s.response, self.peer.ip()) {
+            Ok(user) => {
+                self.user = Some(user);
+                let l = &self.broker.config.limits;
+                self.outbox.method(0, &Method::ConnectionTune(ConnectionTune { channel_max: l.channel_max, frame_max: l.frame_max, heartbeat: l.heartbeat_s }));
+                self.phase = Phase::AwaitTuneOk;
+                Ok(())
+            }
+            Err(AuthError::UnknownMechanism) => Err(AmqpError::command_invalid(format!("unknown authentication mechanism '{}'", s.mechanism)).on(10, 11)),
+            Err(e) => {
+                let (user, why) = match e {
+                    AuthError::BadCredentials { user } => (user, "invalid credentials".to_string()),
+                    AuthError::LoopbackOnly { user } => (user.clone(), format!("user '{user}' can only connect via localhost")),
+                    _ => (String::new(), "malformed SASL response".to_string()),
+                };
+                tracing::warn!(peer = %self.peer, user = %user, mechanism = %s.mechanism, why = %why, "authentication failed");
+                self.reason = format!("authentication failed: {why}");
+                if self.auth_failure_close {
+                    let text = match &why[..] {
+                        w if w.contains("localhost") => format!("User '{user}' can only connect via localhost"),
+                        _ => format!("Login was refused using authentication mechanism {}. For details see the broker logfile.", s.mechanism),
+                    };
+                    self.close_connection(AmqpError::access_refused(text).on(10, 11));
+                    self.deadline = Instant::now() + Duration::from_secs(1);
+                } else {
+                    self.phase = Phase::Done;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn tune_ok(&mut self, t: ConnectionTuneOk) -> Result<(), AmqpError> {
+        let l = &self.broker.config.limits;
+        let fail = |field: &str, v: u64, detail: &str, lower: bool, bound: u64| {
+            let (s1, s2) = if lower { ("lower", "minimum") } else { ("higher", "maximum") };
+            Err(AmqpError::not_allowed(format!("negotiated {field} = {v}{detail} is {s1} than the {s2} allowed value ({bound})")).on(10, 31))
+        };
+        let frame_min = warren_protocol::frame::FRAME_MIN_SIZE;
+        if t.frame_max != 0 && t.frame_max < frame_min {
+            return fail("frame_max", t.frame_max as u64, "", true, frame_min as u64);
+        }
+        if l.frame_max != 0 && (t.frame_max == 0 || t.frame_max > l.frame_max) {
+            return fail("frame_max", t.frame_max as u64, if t.frame_max == 0 { " (no limit)" } else { "" }, false, l.frame_max as u64);
+        }
+        if l.channel_max != 0 && (t.channel_max == 0 || t.channel_max > l.channel_max) {
+            return fail("channel_max", t.channel_max as u64, if t.channel_max == 0 { " (no limit)" } else { "" }, false, l.channel_max as u64);
+        }
+        self.decoder.frame_max = t.frame_max;
+        self.outbox.frame_max.store(t.frame_max, Ordering::Relaxed);
+        self.channel_max = if t.channel_max == 0 { u16::MAX } else { t.channel_max };
+        self.heartbeat_s = t.heartbeat;
+        self.phase = Phase::AwaitOpen;
+        Ok(())
+    }
+
+    fn handle_open_frame(&mut self, frame: Frame) -> Result<(), AmqpError> {
+        let id = frame.channel;
+        if id == 0 {
+            return match frame.kind {
+                FrameKind::Heartbeat => Ok(()),
+                FrameKind::Method => match Self::decode_method(&frame)? {
+                    Method::ConnectionClose(_) => {
+                        self.outbox.method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
+                        self.reason = "client closed connection".into();
+                        self.phase = Phase::Done;
+                        Ok(())
+                    }
+                    Method::ConnectionUpdateSecret(_) => {
+                        self.outbox.method(0, &Method::ConnectionUpdateSecretOk(ConnectionUpdateSecretOk {}));
+                        Ok(())
+                    }
+                    Method::ConnectionBlocked(_) | Method::ConnectionUnblocked(_) => Ok(()),
+                    m => Err(AmqpError::command_invalid(format!("unexpected method {} on channel 0", m.name())).on(m.class_id(), m.method_id())),
+                },
+                _ => Err(AmqpError::unexpected_frame("content frame on channel 0")),
+            };
+        }
+        if id > self.channel_max {
+            return Err(AmqpError::channel_error(format!("channel number {id} is higher than the negotiated channel_max {}", self.channel_max)));
+        }
+        match self.channels.get_mut(&id) {
+            None => {
+                if frame.kind != FrameKind::Method {
+                    return Err(AmqpError::channel_error(format!("expected 'channel.open' on channel {id}")));
+                }
+                match Self::decode_method(&frame)? {
+                    Method::ChannelOpen(_) => {
+                        self.channels.insert(id, Slot::Open(Box::new(Channel::new(id, self.outbox.clone()))));
+                        self.outbox.method(id, &Method::ChannelOpenOk(ChannelOpenOk { reserved_1: Bytes::new() }));
+                        Ok(())
+                    }
+                    m => Err(AmqpError::channel_error("expected 'channel.open'").on(m.class_id(), m.method_id())),
+                }
+            }
+            Some(Slot::Closing) => {
+                if frame.kind == FrameKind::Method {
+                    match Method::decode(&frame.payload) {
+                        Ok(Method::ChannelCloseOk(_)) => {
+                            self.channels.remove(&id);
+                        }
+                        Ok(Method::ChannelClose(_)) => {
+                            self.outbox.method(id, &Method::ChannelCloseOk(ChannelCloseOk {}));
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(())
+            }
+            Some(Slot::Open(_)) => self.handle_channel_frame(id, frame),
+        }
+    }
+
+    fn handle_channel_frame(&mut self, id: u16, frame: Frame) -> Result<(), AmqpError> {
+        let Some(vhost) = self.vhost.clone() else { return Err(AmqpError::internal_error("no vhost")) };
+        let user = self.user.as_ref().map(|u| u.name.clone()).unwrap_or_default();
+        let max_size = self.broker.config.limits.message_size_max_bytes;
+        let mut ctx = Ctx { conn_id: self.id, user: &user, vhost: &vhost, message_size_max_bytes: max_size, exclusive_queues: &mut self.exclusive_queues };
+        let Some(Slot::Open(ch)) = self.channels.get_mut(&id) else { return Ok(()) };
+        let result = match frame.kind {
+            FrameKind::Method => {
+                let m = Self::decode_method(&frame)?;
+                if ch.expecting_content() {
+                    return Err(AmqpError::unexpected_frame("expected content header for class 60, got non content header frame instead").on(m.class_id(), m.method_id()));
+                }
+                match m {
+                    Method::ChannelClose(_) => {
+                        ch.close(&vhost);
+                        self.channels.remove(&id);
+                        self.outbox.method(id, &Method::ChannelCloseOk(ChannelCloseOk {}));
+                        return Ok(());
+                    }
+                    Method::ChannelCloseOk(_) => return Ok(()),
+                    Method::ChannelOpen(_) => return Err(AmqpError::channel_error("second 'channel.open' seen").on(20, 10)),
+                    m if m.class_id() == 10 => {
+                        return Err(AmqpError::command_invalid(format!("connection method {} on channel {id}", m.name())).on(m.class_id(), m.method_id()))
+                    }
+                    m => ch.handle_method(m, &mut ctx),
+                }
+            }
+            FrameKind::Header => match ch.handle_header(&frame.payload, max_size) {
+                Ok(Some((p, h, body))) => ch.publish(p, h, body, &ctx),
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            },
+            FrameKind::Body => match ch.handle_body(frame.payload) {
+                Ok(Some((p, h, body))) => ch.publish(p, h, body, &ctx),
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            },
+            FrameKind::Heartbeat => Err(AmqpError::frame_error(format!("heartbeat frame on channel {id}"))),
+        };
+        if !self.dirty.contains(&id) {
+            self.dirty.push(id);
+        }
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_hard() => Err(e),
+            Err(e) => {
+                tracing::debug!(conn = self.id, channel = id, code = e.code, text = %e.text, "closing channel on error");
+                if let Some(Slot::Open(mut ch)) = self.channels.insert(id, Slot::Closing) {
+                    ch.flush_confirms();
+                    ch.close(&vhost);
+                }
+                self.outbox.method(id, &Method::ChannelClose(ChannelClose { reply_code: e.code, reply_text: e.text.into(), class_id: e.class_id, method_id: e.method_id }));
+                Ok(())
+            }
+        }
+    }
+
+    /// Releases channels and exclusive queues.
+    fn cleanup(&mut self) {
+        let Some(vhost) = self.vhost.clone() else { return };
+        for (_, slot) in self.channels.drain() {
+            if let Slot::Open(mut ch) = slot {
+                ch.close(&vhost);
+            }
+        }
+        for q in std::mem::take(&mut self.exclusive_queues) {
+            if let Ok(d) = vhost.delete_queue(&q.name, false, false, None) {
+                notify_cancelled(&d.consumers);
+            }
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Every limit and default, with RabbitMQ's value where RabbitMQ has one.
+
+/// Channels per connection offered in connection.tune (RabbitMQ: 2047).
+pub const CHANNEL_MAX: u16 = 2047;
+/// Largest frame offered in connection.tune (RabbitMQ: 131072).
+pub const FRAME_MAX: u32 = 131_072;
+/// Heartbeat interval offered in connection.tune, seconds (RabbitMQ: 60).
+pub const HEARTBEAT_S: u16 = 60;
+/// A client that has not finished the handshake by then is dropped (RabbitMQ: 10 s).
+pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// How long we wait for close-ok after sending connection.close.
+pub const CLOSE_OK_TIMEOUT_MS: u64 = 3_000;
+/// Largest accepted message body (RabbitMQ 3.10: 128 MiB).
+pub const MESSAGE_SIZE_MAX_BYTES: u64 = 128 * 1024 * 1024;
+/// Read buffer granted per socket read.
+pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// A connection's unsent output above which queues stop dispatching to its consumers.
+pub const OUTBOX_HIGH_BYTES: usize = 1024 * 1024;
+/// Below this, a writer that had hit the high mark wakes the queues that held back.
+pub const OUTBOX_LOW_BYTES: usize = 256 * 1024;
+
+const _: () = assert!(OUTBOX_LOW_BYTES < OUTBOX_HIGH_BYTES);
+const _: () = assert!(FRAME_MAX >= warren_protocol::frame::FRAME_MIN_SIZE);

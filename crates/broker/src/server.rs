@@ -1,0 +1,66 @@
+//! The broker: configuration, users, vhosts, and the accept loop with graceful shutdown.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::auth::Users;
+use crate::config::Config;
+use crate::connection;
+use crate::vhost::VHost;
+
+pub struct Broker {
+    pub config: Config,
+    pub users: Users,
+    vhosts: HashMap<String, Arc<VHost>>,
+    next_connection_id: AtomicU64,
+}
+
+impl Broker {
+    pub fn new(config: Config) -> Arc<Broker> {
+        let users = Users::from_config(&config);
+        let vhosts = config.vhosts.iter().map(|v| (v.clone(), VHost::new(v))).collect();
+        Arc::new(Broker { config, users, vhosts, next_connection_id: AtomicU64::new(1) })
+    }
+
+    pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
+        self.vhosts.get(name).cloned()
+    }
+
+    pub fn next_connection_id(&self) -> u64 {
+        self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Accepts connections until `shutdown` turns true, then asks every connection to close
+    /// (connection.close 320) and waits for them, bounded.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+        let mut conns = JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        conns.spawn(connection::serve(self.clone(), stream, peer, shutdown.clone()));
+                    }
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                _ = shutdown.changed() => break,
+            }
+            while conns.try_join_next().is_some() {}
+        }
+        drop(listener);
+        let n = conns.len();
+        if n > 0 {
+            tracing::info!(connections = n, "closing client connections");
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), async { while conns.join_next().await.is_some() {} }).await;
+    }
+}

@@ -1,0 +1,336 @@
+//! A virtual host: its exchanges, queues and bindings. Changes happen under one definitions lock
+//! (declares are rare); each change publishes a new immutable [`Snapshot`] that publishers read
+//! through `ArcSwap` without taking any lock.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use warren_protocol::FieldTable;
+use warren_routing::{Binding, Destination, Exchange, ExchangeKind, Table};
+
+use crate::error::{AmqpError, AmqpResult};
+use crate::queue::{Consumer, Queue, QueueOptions};
+
+#[derive(Clone, Default)]
+pub struct Snapshot {
+    pub table: Table<Arc<Queue>>,
+    pub queues: HashMap<Arc<str>, Arc<Queue>>,
+}
+
+pub struct VHost {
+    pub name: Arc<str>,
+    snapshot: ArcSwap<Snapshot>,
+    /// The authoritative definitions; `snapshot` is a copy swapped in after each change.
+    defs: Mutex<Snapshot>,
+}
+
+pub struct ExchangeSpec<'a> {
+    pub name: &'a str,
+    pub kind: &'a str,
+    pub passive: bool,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub internal: bool,
+    pub arguments: &'a FieldTable,
+}
+
+pub struct QueueSpec<'a> {
+    pub name: &'a str,
+    pub passive: bool,
+    pub durable: bool,
+    pub exclusive: bool,
+    pub auto_delete: bool,
+    pub arguments: &'a FieldTable,
+    /// The declaring connection, owner of an exclusive queue.
+    pub conn_id: u64,
+    /// The broker chose the name (`amq.gen-…`), so the reserved prefix is allowed.
+    pub server_named: bool,
+}
+
+/// The outcome of deleting a queue, for the caller to notify consumers and log.
+pub struct DeletedQueue {
+    pub message_count: u32,
+    pub consumers: Vec<Arc<Consumer>>,
+}
+
+fn inequivalent(what: &str, arg: &str, name: &str, vhost: &str, got: impl std::fmt::Display, cur: impl std::fmt::Display) -> AmqpError {
+    AmqpError::precondition_failed(format!("inequivalent arg '{arg}' for {what} '{name}' in vhost '{vhost}': received '{got}' but current is '{cur}'"))
+}
+
+impl VHost {
+    pub fn new(name: &str) -> Arc<VHost> {
+        let mut s = Snapshot::default();
+        let mk = |n: &str, kind| {
+            let n: Arc<str> = n.into();
+            (n.clone(), Arc::new(Exchange { name: n, kind, durable: true, auto_delete: false, internal: false, arguments: FieldTable::new(), bindings: Vec::new() }))
+        };
+        for (n, k) in [
+            ("", ExchangeKind::Direct),
+            ("amq.direct", ExchangeKind::Direct),
+            ("amq.fanout", ExchangeKind::Fanout),
+            ("amq.topic", ExchangeKind::Topic),
+            ("amq.headers", ExchangeKind::Headers),
+            ("amq.match", ExchangeKind::Headers),
+        ] {
+            let (n, x) = mk(n, k);
+            s.table.exchanges.insert(n, x);
+        }
+        Arc::new(VHost { name: name.into(), snapshot: ArcSwap::from_pointee(s.clone()), defs: Mutex::new(s) })
+    }
+
+    pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
+        self.snapshot.load()
+    }
+
+    fn publish(&self, defs: &Snapshot) {
+        self.snapshot.store(Arc::new(defs.clone()));
+    }
+
+    fn no_exchange(&self, name: &str) -> AmqpError {
+        AmqpError::not_found(format!("no exchange '{name}' in vhost '{}'", self.name))
+    }
+
+    pub fn no_queue(&self, name: &str) -> AmqpError {
+        AmqpError::not_found(format!("no queue '{name}' in vhost '{}'", self.name))
+    }
+
+    pub fn declare_exchange(&self, spec: &ExchangeSpec<'_>) -> AmqpResult<()> {
+        let mut defs = self.defs.lock();
+        if spec.passive {
+            return if defs.table.exchanges.contains_key(spec.name) { Ok(()) } else { Err(self.no_exchange(spec.name)) };
+        }
+        let Some(kind) = ExchangeKind::parse(spec.kind) else {
+            return Err(AmqpError::command_invalid(format!("unknown exchange type '{}'", spec.kind)));
+        };
+        if spec.name.is_empty() {
+            return Err(AmqpError::access_refused("operation not permitted on the default exchange"));
+        }
+        if let Some(x) = defs.table.exchanges.get(spec.name) {
+            let (n, v) = (spec.name, &*self.name);
+            if x.kind != kind {
+                return Err(inequivalent("exchange", "type", n, v, kind.as_str(), x.kind.as_str()));
+            }
+            if x.durable != spec.durable {
+                return Err(inequivalent("exchange", "durable", n, v, spec.durable, x.durable));
+            }
+            if x.auto_delete != spec.auto_delete {
+                return Err(inequivalent("exchange", "auto_delete", n, v, spec.auto_delete, x.auto_delete));
+            }
+            if x.internal != spec.internal {
+                return Err(inequivalent("exchange", "internal", n, v, spec.internal, x.internal));
+            }
+            return Ok(());
+        }
+        if spec.name.starts_with("amq.") {
+            return Err(AmqpError::access_refused(format!("exchange name '{}' contains reserved prefix 'amq.*'", spec.name)));
+        }
+        let name: Arc<str> = spec.name.into();
+        let x = Exchange {
+            name: name.clone(),
+            kind,
+            durable: spec.durable,
+            auto_delete: spec.auto_delete,
+            internal: spec.internal,
+            arguments: spec.arguments.clone(),
+            bindings: Vec::new(),
+        };
+        defs.table.exchanges.insert(name, Arc::new(x));
+        self.publish(&defs);
+        tracing::info!(vhost = %self.name, exchange = spec.name, kind = spec.kind, "exchange declared");
+        Ok(())
+    }
+
+    pub fn delete_exchange(&self, name: &str, if_unused: bool) -> AmqpResult<()> {
+        if name.is_empty() {
+            return Err(AmqpError::access_refused("operation not permitted on the default exchange"));
+        }
+        if name.starts_with("amq.") {
+            return Err(AmqpError::access_refused(format!("deletion of system exchange '{name}' not allowed")));
+        }
+        let mut defs = self.defs.lock();
+        let Some(x) = defs.table.exchanges.get(name) else { return Ok(()) };
+        if if_unused && !x.bindings.is_empty() {
+            return Err(AmqpError::precondition_failed(format!("exchange '{name}' in vhost '{}' in use", self.name)));
+        }
+        defs.table.exchanges.remove(name);
+        Self::remove_bindings_to(&mut defs, &|d| matches!(d, Destination::Exchange(e) if &**e == name));
+        self.publish(&defs);
+        tracing::info!(vhost = %self.name, exchange = name, "exchange deleted");
+        Ok(())
+    }
+
+    /// Removes every binding whose destination matches; auto-delete exchanges left without
+    /// bindings go too (repeatedly, since removing one can empty another).
+    fn remove_bindings_to(defs: &mut Snapshot, pred: &dyn Fn(&Destination<Arc<Queue>>) -> bool) {
+        let mut emptied: Vec<Arc<str>> = Vec::new();
+        for x in defs.table.exchanges.values_mut() {
+            if x.bindings.iter().any(|b| pred(&b.destination)) {
+                let xm = Arc::make_mut(x);
+                xm.bindings.retain(|b| !pred(&b.destination));
+                if xm.auto_delete && xm.bindings.is_empty() {
+                    emptied.push(xm.name.clone());
+                }
+            }
+        }
+        for name in emptied {
+            defs.table.exchanges.remove(&name);
+            Self::remove_bindings_to(defs, &|d| matches!(d, Destination::Exchange(e) if *e == name));
+        }
+    }
+
+    fn same_binding(b: &Binding<Arc<Queue>>, dest: &Destination<Arc<Queue>>, key: &str, args: &FieldTable) -> bool {
+        let same_dest = match (&b.destination, dest) {
+            (Destination::Queue(a), Destination::Queue(c)) => Arc::ptr_eq(a, c),
+            (Destination::Exchange(a), Destination::Exchange(c)) => a == c,
+            _ => false,
+        };
+        same_dest && &*b.routing_key == key && &b.arguments == args
+    }
+
+    fn bind(&self, source: &str, dest_name: &str, dest: impl FnOnce(&Snapshot) -> AmqpResult<Destination<Arc<Queue>>>, key: &str, args: &FieldTable, add: bool) -> AmqpResult<()> {
+        if source.is_empty() || (dest_name.is_empty() && add) {
+            return Err(AmqpError::access_refused("operation not permitted on the default exchange"));
+        }
+        let mut defs = self.defs.lock();
+        let dest = dest(&defs)?;
+        let Some(x) = defs.table.exchanges.get_mut(source) else { return Err(self.no_exchange(source)) };
+        let exists = x.bindings.iter().position(|b| Self::same_binding(b, &dest, key, args));
+        match (add, exists) {
+            (true, None) => Arc::make_mut(x).bindings.push(Binding { destination: dest, routing_key: key.into(), arguments: args.clone() }),
+            (false, Some(i)) => {
+                let xm = Arc::make_mut(x);
+                xm.bindings.remove(i);
+                if xm.auto_delete && xm.bindings.is_empty() {
+                    let name = xm.name.clone();
+                    defs.table.exchanges.remove(&name);
+                    Self::remove_bindings_to(&mut defs, &|d| matches!(d, Destination::Exchange(e) if *e == name));
+                }
+            }
+            _ => return Ok(()),
+        }
+        self.publish(&defs);
+        Ok(())
+    }
+
+    pub fn bind_queue(&self, queue: &str, exchange: &str, key: &str, args: &FieldTable, add: bool) -> AmqpResult<()> {
+        self.bind(
+            exchange,
+            "queue",
+            |d| d.queues.get(queue).cloned().map(Destination::Queue).ok_or_else(|| self.no_queue(queue)),
+            key,
+            args,
+            add,
+        )
+    }
+
+    pub fn bind_exchange(&self, destination: &str, source: &str, key: &str, args: &FieldTable, add: bool) -> AmqpResult<()> {
+        self.bind(
+            source,
+            destination,
+            |d| {
+                if d.table.exchanges.contains_key(destination) {
+                    Ok(Destination::Exchange(destination.into()))
+                } else {
+                    Err(self.no_exchange(destination))
+                }
+            },
+            key,
+            args,
+            add,
+        )
+    }
+
+    /// Declares (or checks) a queue; returns it.
+    pub fn declare_queue(&self, spec: &QueueSpec<'_>) -> AmqpResult<Arc<Queue>> {
+        let mut defs = self.defs.lock();
+        if let Some(q) = defs.queues.get(spec.name) {
+            if let Some(owner) = q.options.exclusive_owner {
+                if owner != spec.conn_id {
+                    return Err(self.locked(spec.name));
+                }
+            }
+            if spec.passive {
+                return Ok(q.clone());
+            }
+            let (n, v, o) = (spec.name, &*self.name, &q.options);
+            if o.durable != spec.durable {
+                return Err(inequivalent("queue", "durable", n, v, spec.durable, o.durable));
+            }
+            if o.exclusive_owner.is_some() != spec.exclusive {
+                return Err(self.locked(spec.name));
+            }
+            if o.auto_delete != spec.auto_delete {
+                return Err(inequivalent("queue", "auto_delete", n, v, spec.auto_delete, o.auto_delete));
+            }
+            return Ok(q.clone());
+        }
+        if spec.passive {
+            return Err(self.no_queue(spec.name));
+        }
+        if spec.name.starts_with("amq.") && !spec.server_named {
+            return Err(AmqpError::access_refused(format!("queue name '{}' contains reserved prefix 'amq.*'", spec.name)));
+        }
+        let name: Arc<str> = spec.name.into();
+        let q = Queue::new(
+            name.clone(),
+            self.name.clone(),
+            QueueOptions {
+                durable: spec.durable,
+                exclusive_owner: spec.exclusive.then_some(spec.conn_id),
+                auto_delete: spec.auto_delete,
+                arguments: spec.arguments.clone(),
+            },
+        );
+        defs.queues.insert(name, q.clone());
+        self.publish(&defs);
+        tracing::info!(vhost = %self.name, queue = spec.name, durable = spec.durable, exclusive = spec.exclusive, auto_delete = spec.auto_delete, "queue declared");
+        Ok(q)
+    }
+
+    pub fn locked(&self, name: &str) -> AmqpError {
+        AmqpError::resource_locked(format!(
+            "cannot obtain exclusive access to locked queue '{name}' in vhost '{}'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.",
+            self.name
+        ))
+    }
+
+    pub fn queue(&self, name: &str) -> Option<Arc<Queue>> {
+        self.snapshot.load().queues.get(name).cloned()
+    }
+
+    /// Looks a queue up for use by `conn_id`: 404 if missing, 405 if another connection's
+    /// exclusive queue.
+    pub fn queue_for(&self, name: &str, conn_id: u64) -> AmqpResult<Arc<Queue>> {
+        let q = self.queue(name).ok_or_else(|| self.no_queue(name))?;
+        match q.options.exclusive_owner {
+            Some(owner) if owner != conn_id => Err(self.locked(name)),
+            _ => Ok(q),
+        }
+    }
+
+    /// Deletes a queue. Missing is not an error (RabbitMQ answers delete-ok with 0).
+    pub fn delete_queue(&self, name: &str, if_unused: bool, if_empty: bool, conn_id: Option<u64>) -> AmqpResult<DeletedQueue> {
+        let mut defs = self.defs.lock();
+        let Some(q) = defs.queues.get(name).cloned() else { return Ok(DeletedQueue { message_count: 0, consumers: Vec::new() }) };
+        if let (Some(owner), Some(me)) = (q.options.exclusive_owner, conn_id) {
+            if owner != me {
+                return Err(self.locked(name));
+            }
+        }
+        if if_unused && q.consumer_count() > 0 {
+            return Err(AmqpError::precondition_failed(format!("{} in use", q.describe())));
+        }
+        if if_empty && q.message_count() > 0 {
+            return Err(AmqpError::precondition_failed(format!("{} is not empty", q.describe())));
+        }
+        defs.queues.remove(name);
+        Self::remove_bindings_to(&mut defs, &|d| matches!(d, Destination::Queue(x) if Arc::ptr_eq(x, &q)));
+        self.publish(&defs);
+        drop(defs);
+        let (message_count, consumers) = q.mark_deleted();
+        tracing::info!(vhost = %self.name, queue = name, "queue deleted");
+        Ok(DeletedQueue { message_count, consumers })
+    }
+}

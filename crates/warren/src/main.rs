@@ -1,0 +1,115 @@
+//! `warren`: the one binary. `warren server` runs the broker.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use warren_broker::{Broker, Config};
+
+#[derive(Parser)]
+#[command(name = "warren", version, about = "An AMQP 0-9-1 message broker that speaks RabbitMQ's dialect")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the broker. Embedded defaults: one node, AMQP on 127.0.0.1:5672, HTTP port 15672,
+    /// data in ./warren-data, user guest/guest allowed from loopback only.
+    Server(ServerArgs),
+}
+
+#[derive(Parser)]
+struct ServerArgs {
+    /// TOML file with listeners, data dir, users and limits; flags given here override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// TCP port for AMQP 0-9-1 clients [default: 5672].
+    #[arg(long, value_name = "PORT")]
+    amqp_port: Option<u16>,
+    /// Address the AMQP listener binds [default: 127.0.0.1].
+    #[arg(long, value_name = "ADDR")]
+    amqp_bind: Option<IpAddr>,
+    /// TCP port reserved for the HTTP management API [default: 15672].
+    #[arg(long, value_name = "PORT")]
+    http_port: Option<u16>,
+    /// Directory for durable state [default: ./warren-data].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+fn load_config(args: &ServerArgs) -> anyhow::Result<Config> {
+    let mut c = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+            Config::from_toml(&text).map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?
+        }
+        None => Config::default(),
+    };
+    if let Some(p) = args.amqp_port {
+        c.amqp_port = p;
+    }
+    if let Some(a) = args.amqp_bind {
+        c.amqp_bind = a;
+    }
+    if let Some(p) = args.http_port {
+        c.http_port = p;
+    }
+    if let Some(d) = &args.data_dir {
+        c.data_dir = d.clone();
+    }
+    c.validate().map_err(|e| anyhow::anyhow!(e))?;
+    Ok(c)
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WARREN_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")))
+        .init();
+    let result = match cli.command {
+        Command::Server(args) => run_server(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("warren: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn run_server(args: ServerArgs) -> anyhow::Result<()> {
+    let config = load_config(&args)?;
+    std::fs::create_dir_all(&config.data_dir).with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let addr = std::net::SocketAddr::new(config.amqp_bind, config.amqp_port);
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen for AMQP on {addr}"))?;
+        tracing::info!(%addr, data_dir = %config.data_dir.display(), version = env!("CARGO_PKG_VERSION"), "warren listening for AMQP 0-9-1");
+        let broker = Broker::new(config);
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(broker.serve(listener, rx));
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        let _ = tx.send(true);
+        let _ = server.await;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
