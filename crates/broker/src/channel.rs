@@ -18,7 +18,7 @@ use warren_protocol::{frame, reply, ByteString, Method};
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
 use crate::outbox::{self, Outbox};
-use crate::queue::{consumer_has_credit, Consumer, Queue, QueuedMessage};
+use crate::queue::{consumer_has_credit, Consumer, Enqueued, Queue, QueuedMessage};
 use crate::vhost::{ExchangeSpec, QueueSpec, VHost};
 
 /// What a queue's offer of a message to a consumer came to.
@@ -361,7 +361,9 @@ impl Channel {
             }
             Method::QueueUnbind(b) => {
                 let name = self.queue_name(&b.queue);
-                vhost.queue_for(&name, ctx.conn_id)?;
+                if vhost.queue(&name).is_some() {
+                    vhost.queue_for(&name, ctx.conn_id)?;
+                }
                 vhost.bind_queue(&name, &b.exchange, &b.routing_key, &b.arguments, false)?;
                 self.reply(QueueUnbindOk {});
             }
@@ -595,15 +597,17 @@ impl Channel {
                     outbox::write_content(b, id, frame_max, &msg);
                 });
             }
-        } else {
+        }
+        let mut accepted = true;
+        if !targets.is_empty() {
             let msg = Arc::new(msg);
             for q in targets.drain(..) {
-                q.publish(msg.clone());
+                accepted &= q.publish(msg.clone()) != Enqueued::Rejected;
             }
         }
         self.route_buf = targets;
         if let Some(seq) = seq {
-            self.pending_confirms.push((seq, true));
+            self.pending_confirms.push((seq, accepted));
         }
         Ok(())
     }

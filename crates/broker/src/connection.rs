@@ -376,7 +376,7 @@ impl Conn {
                         w if w.contains("localhost") => format!("User '{user}' can only connect via localhost"),
                         _ => format!("Login was refused using authentication mechanism {}. For details see the broker logfile.", s.mechanism),
                     };
-                    self.close_connection(AmqpError::access_refused(text).on(10, 11));
+                    self.close_connection(AmqpError::access_refused(text));
                     self.deadline = Instant::now() + Duration::from_secs(1);
                 } else {
                     self.phase = Phase::Done;

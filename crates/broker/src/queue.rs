@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use warren_protocol::{ByteString, FieldTable};
+use warren_protocol::{ByteString, FieldTable, FieldValue};
 
 use crate::channel::{ChannelShared, Offer};
 use crate::error::{AmqpError, AmqpResult};
@@ -47,6 +47,99 @@ pub struct QueueOptions {
     pub exclusive_owner: Option<u64>,
     pub auto_delete: bool,
     pub arguments: FieldTable,
+    pub limits: QueueLimits,
+}
+
+/// What happens to a publish into a full queue (`x-overflow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overflow {
+    #[default]
+    DropHead,
+    RejectPublish,
+    RejectPublishDlx,
+}
+
+/// Length limits from `x-max-length` and `x-max-length-bytes` (ready messages only, as RabbitMQ).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueLimits {
+    pub max_length: Option<u64>,
+    pub max_length_bytes: Option<u64>,
+    pub overflow: Overflow,
+}
+
+impl QueueLimits {
+    /// Parses and validates the limit arguments; `what` names the queue in errors.
+    pub fn parse(args: &FieldTable, what: &str) -> AmqpResult<QueueLimits> {
+        let invalid = |key: &str, why: String| AmqpError::precondition_failed(format!("invalid arg '{key}' for {what}: \"{why}\""));
+        let non_neg = |key: &str| -> AmqpResult<Option<u64>> {
+            match args.get(key) {
+                None => Ok(None),
+                Some(v) => match v.as_i64() {
+                    Some(n) if n >= 0 => Ok(Some(n as u64)),
+                    Some(n) => Err(invalid(key, format!("negative value {n}"))),
+                    None => Err(invalid(key, format!("expected integer, got {}", type_name(v)))),
+                },
+            }
+        };
+        let overflow = match args.get("x-overflow") {
+            None => Overflow::DropHead,
+            Some(v) => match v.as_str() {
+                Some("drop-head") => Overflow::DropHead,
+                Some("reject-publish") => Overflow::RejectPublish,
+                Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
+                Some(other) => return Err(invalid("x-overflow", format!("{other} is not a valid overflow behaviour"))),
+                None => return Err(invalid("x-overflow", format!("expected longstr, got {}", type_name(v)))),
+            },
+        };
+        Ok(QueueLimits { max_length: non_neg("x-max-length")?, max_length_bytes: non_neg("x-max-length-bytes")?, overflow })
+    }
+}
+
+/// RabbitMQ's name for a field value's type, as it appears in error texts.
+pub fn type_name(v: &FieldValue) -> &'static str {
+    match v {
+        FieldValue::Bool(_) => "bool",
+        FieldValue::I8(_) => "byte",
+        FieldValue::U8(_) => "unsignedbyte",
+        FieldValue::I16(_) => "short",
+        FieldValue::U16(_) => "unsignedshort",
+        FieldValue::I32(_) => "signedint",
+        FieldValue::U32(_) => "unsignedint",
+        FieldValue::I64(_) | FieldValue::U64(_) => "long",
+        FieldValue::F32(_) => "float",
+        FieldValue::F64(_) => "double",
+        FieldValue::Decimal(..) => "decimal",
+        FieldValue::LongStr(_) => "longstr",
+        FieldValue::Array(_) => "array",
+        FieldValue::Timestamp(_) => "timestamp",
+        FieldValue::Table(_) => "table",
+        FieldValue::Void => "void",
+        FieldValue::Bytes(_) => "binary",
+    }
+}
+
+/// A field value as RabbitMQ prints it in error texts.
+pub fn display_value(v: &FieldValue) -> String {
+    if let Some(n) = v.as_i64() {
+        return n.to_string();
+    }
+    match v {
+        FieldValue::Bool(b) => b.to_string(),
+        FieldValue::F32(f) => f.to_string(),
+        FieldValue::F64(f) => f.to_string(),
+        FieldValue::LongStr(b) | FieldValue::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The outcome of offering a published message to a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    Accepted,
+    /// The queue is full and its overflow mode refuses publishes: the publisher gets a nack.
+    Rejected,
+    /// The queue was deleted between routing and enqueue.
+    Gone,
 }
 
 pub struct Queue {
@@ -59,6 +152,8 @@ pub struct Queue {
 #[derive(Default)]
 struct State {
     ready: VecDeque<QueuedMessage>,
+    /// Body bytes of `ready`, for x-max-length-bytes.
+    ready_bytes: u64,
     next_seq: u64,
     consumers: Vec<Arc<Consumer>>,
     /// Round-robin position in `consumers`.
@@ -84,17 +179,28 @@ impl Queue {
         format!("queue '{}' in vhost '{}'", self.name, self.vhost)
     }
 
-    /// Enqueues and dispatches. Returns false if the queue was deleted meanwhile.
-    pub fn publish(self: &Arc<Self>, msg: Arc<Message>) -> bool {
+    /// Enqueues and dispatches, applying the length limits.
+    pub fn publish(self: &Arc<Self>, msg: Arc<Message>) -> Enqueued {
         let mut st = self.state.lock();
         if st.deleted {
-            return false;
+            return Enqueued::Gone;
+        }
+        let limits = &self.options.limits;
+        let size = msg.body.len() as u64;
+        if limits.overflow != Overflow::DropHead && st.is_full(limits, size) {
+            return Enqueued::Rejected;
         }
         let seq = st.next_seq;
         st.next_seq += 1;
+        st.ready_bytes += size;
         st.ready.push_back(QueuedMessage { seq, msg, redelivered: false });
         self.dispatch_locked(&mut st);
-        true
+        if limits.overflow == Overflow::DropHead {
+            while st.is_full(limits, 0) {
+                st.pop_ready();
+            }
+        }
+        Enqueued::Accepted
     }
 
     pub fn dispatch(self: &Arc<Self>) {
@@ -112,7 +218,7 @@ impl Queue {
                 match c.channel.offer(c, self, front) {
                     Offer::Delivered => {
                         let acked_mode = !c.no_ack;
-                        st.ready.pop_front();
+                        st.pop_ready();
                         if acked_mode {
                             st.unacked += 1;
                         }
@@ -130,7 +236,7 @@ impl Queue {
     /// basic.get: takes the head message. `ack_mode` counts it as unacked.
     pub fn get(&self, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> bool {
         let mut st = self.state.lock();
-        let Some(m) = st.ready.pop_front() else { return false };
+        let Some(m) = st.pop_ready() else { return false };
         if ack_mode {
             st.unacked += 1;
         }
@@ -155,6 +261,7 @@ impl Queue {
         for mut m in msgs {
             st.unacked = st.unacked.saturating_sub(1);
             m.redelivered = true;
+            st.ready_bytes += m.msg.body.len() as u64;
             let pos = st.ready.partition_point(|r| r.seq < m.seq);
             st.ready.insert(pos, m);
         }
@@ -199,6 +306,7 @@ impl Queue {
         let mut st = self.state.lock();
         let n = st.ready.len() as u32;
         st.ready.clear();
+        st.ready_bytes = 0;
         n
     }
 
@@ -213,6 +321,20 @@ impl Queue {
 
     pub fn is_deleted(&self) -> bool {
         self.state.lock().deleted
+    }
+}
+
+impl State {
+    fn pop_ready(&mut self) -> Option<QueuedMessage> {
+        let m = self.ready.pop_front()?;
+        self.ready_bytes -= m.msg.body.len() as u64;
+        Some(m)
+    }
+
+    /// Over a limit once a message of `incoming` bytes is added (0: already over).
+    fn is_full(&self, l: &QueueLimits, incoming: u64) -> bool {
+        let extra = (incoming > 0) as u64;
+        l.max_length.is_some_and(|m| self.ready.len() as u64 + extra > m) || l.max_length_bytes.is_some_and(|m| self.ready_bytes + incoming > m)
     }
 }
 

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use warren_protocol::FieldTable;
+use warren_protocol::{FieldTable, FieldValue};
 use warren_routing::{Binding, Destination, Exchange, ExchangeKind, Table};
 
 use crate::error::{AmqpError, AmqpResult};
-use crate::queue::{Consumer, Queue, QueueOptions};
+use crate::queue::{Consumer, Queue, QueueLimits, QueueOptions};
 
 #[derive(Clone, Default)]
 pub struct Snapshot {
@@ -53,6 +53,53 @@ pub struct QueueSpec<'a> {
 pub struct DeletedQueue {
     pub message_count: u32,
     pub consumers: Vec<Arc<Consumer>>,
+}
+
+fn validate_x_match(args: &FieldTable) -> AmqpResult<()> {
+    match args.get("x-match") {
+        None => Ok(()),
+        Some(v) => match v.as_str() {
+            Some("all" | "any" | "all-with-x" | "any-with-x") => Ok(()),
+            Some(other) => Err(AmqpError::precondition_failed(format!("Invalid x-match field value <<\"{other}\">>; expected all, any, all-with-x, or any-with-x"))),
+            None => Err(AmqpError::precondition_failed("Invalid x-match field type; expected longstr")),
+        },
+    }
+}
+
+/// Queue arguments compared on redeclare, as RabbitMQ's `assert_args_equivalence` does.
+const EQUIVALENT_QUEUE_ARGS: &[&str] = &[
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-expires",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-message-ttl",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+];
+
+fn check_args_equivalent(name: &str, vhost: &str, got: &FieldTable, cur: &FieldTable) -> AmqpResult<()> {
+    for key in EQUIVALENT_QUEUE_ARGS {
+        let (a, b) = (got.get(key), cur.get(key));
+        if a == b {
+            continue;
+        }
+        let describe = |v: Option<&FieldValue>| match v {
+            None => "none".to_string(),
+            Some(v) => format!("the value '{}' of type '{}'", crate::queue::display_value(v), crate::queue::type_name(v)),
+        };
+        let same_type = matches!((a, b), (Some(x), Some(y)) if std::mem::discriminant(x) == std::mem::discriminant(y));
+        let (ga, gb) = if same_type {
+            (format!("'{}'", crate::queue::display_value(a.unwrap_or(&FieldValue::Void))), format!("'{}'", crate::queue::display_value(b.unwrap_or(&FieldValue::Void))))
+        } else {
+            (describe(a), describe(b))
+        };
+        return Err(AmqpError::precondition_failed(format!("inequivalent arg '{key}' for queue '{name}' in vhost '{vhost}': received {ga} but current is {gb}")));
+    }
+    Ok(())
 }
 
 fn inequivalent(what: &str, arg: &str, name: &str, vhost: &str, got: impl std::fmt::Display, cur: impl std::fmt::Display) -> AmqpError {
@@ -97,6 +144,9 @@ impl VHost {
     }
 
     pub fn declare_exchange(&self, spec: &ExchangeSpec<'_>) -> AmqpResult<()> {
+        if spec.name.is_empty() {
+            return Err(AmqpError::access_refused("operation not permitted on the default exchange"));
+        }
         let mut defs = self.defs.lock();
         if spec.passive {
             return if defs.table.exchanges.contains_key(spec.name) { Ok(()) } else { Err(self.no_exchange(spec.name)) };
@@ -147,7 +197,7 @@ impl VHost {
             return Err(AmqpError::access_refused("operation not permitted on the default exchange"));
         }
         if name.starts_with("amq.") {
-            return Err(AmqpError::access_refused(format!("deletion of system exchange '{name}' not allowed")));
+            return Err(AmqpError::access_refused(format!("deletion of system exchange '{name}' in vhost '{}' not allowed", self.name)));
         }
         let mut defs = self.defs.lock();
         let Some(x) = defs.table.exchanges.get(name) else { return Ok(()) };
@@ -194,8 +244,18 @@ impl VHost {
             return Err(AmqpError::access_refused("operation not permitted on the default exchange"));
         }
         let mut defs = self.defs.lock();
-        let dest = dest(&defs)?;
-        let Some(x) = defs.table.exchanges.get_mut(source) else { return Err(self.no_exchange(source)) };
+        // Unbinding what does not exist is not an error in RabbitMQ.
+        let dest = match dest(&defs) {
+            Ok(d) => d,
+            Err(_) if !add => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let Some(x) = defs.table.exchanges.get_mut(source) else {
+            return if add { Err(self.no_exchange(source)) } else { Ok(()) };
+        };
+        if add && x.kind == ExchangeKind::Headers {
+            validate_x_match(args)?;
+        }
         let exists = x.bindings.iter().position(|b| Self::same_binding(b, &dest, key, args));
         match (add, exists) {
             (true, None) => Arc::make_mut(x).bindings.push(Binding { destination: dest, routing_key: key.into(), arguments: args.clone() }),
@@ -264,6 +324,7 @@ impl VHost {
             if o.auto_delete != spec.auto_delete {
                 return Err(inequivalent("queue", "auto_delete", n, v, spec.auto_delete, o.auto_delete));
             }
+            check_args_equivalent(n, v, spec.arguments, &o.arguments)?;
             return Ok(q.clone());
         }
         if spec.passive {
@@ -272,6 +333,7 @@ impl VHost {
         if spec.name.starts_with("amq.") && !spec.server_named {
             return Err(AmqpError::access_refused(format!("queue name '{}' contains reserved prefix 'amq.*'", spec.name)));
         }
+        let limits = QueueLimits::parse(spec.arguments, &format!("queue '{}' in vhost '{}'", spec.name, self.name))?;
         let name: Arc<str> = spec.name.into();
         let q = Queue::new(
             name.clone(),
@@ -281,6 +343,7 @@ impl VHost {
                 exclusive_owner: spec.exclusive.then_some(spec.conn_id),
                 auto_delete: spec.auto_delete,
                 arguments: spec.arguments.clone(),
+                limits,
             },
         );
         defs.queues.insert(name, q.clone());
@@ -323,7 +386,7 @@ impl VHost {
             return Err(AmqpError::precondition_failed(format!("{} in use", q.describe())));
         }
         if if_empty && q.message_count() > 0 {
-            return Err(AmqpError::precondition_failed(format!("{} is not empty", q.describe())));
+            return Err(AmqpError::precondition_failed(format!("{} not empty", q.describe())));
         }
         defs.queues.remove(name);
         Self::remove_bindings_to(&mut defs, &|d| matches!(d, Destination::Queue(x) if Arc::ptr_eq(x, &q)));

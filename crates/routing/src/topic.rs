@@ -1,11 +1,20 @@
 //! Topic matching: words separated by '.', `*` matches exactly one word, `#` zero or more.
-//! Empty words are words ("a..b" has three), and the empty key is one empty word, as in RabbitMQ.
+//! Empty words are words ("a..b" has three), but the empty key has no words at all, so `*` does not
+//! match it and `#` does, as in RabbitMQ.
 
 /// True if routing `key` matches binding `pattern`.
 pub fn matches(pattern: &str, key: &str) -> bool {
-    let p: Vec<&str> = pattern.split('.').collect();
-    let k: Vec<&str> = key.split('.').collect();
+    let p = words(pattern);
+    let k = words(key);
     match_words(&p, &k)
+}
+
+fn words(s: &str) -> Vec<&str> {
+    if s.is_empty() {
+        Vec::new()
+    } else {
+        s.split('.').collect()
+    }
 }
 
 fn match_words(p: &[&str], k: &[&str]) -> bool {
@@ -48,7 +57,7 @@ mod tests {
             ("a.#", "a", true),
             ("#", "", true),
             ("#", "a.b", true),
-            ("*", "", true),
+            ("*", "", false),
             ("*", "a.b", false),
             ("", "", true),
             ("", "a", false),
@@ -57,7 +66,10 @@ mod tests {
             ("#.#", "x", true),
             ("#.a.#", "b.a", true),
             ("#.a.#", "b.c", false),
-            ("*.#", "", true),
+            ("*.#", "", false),
+            ("#", "", true),
+            ("a.#", "a.", true),
+            ("a.*", "a.", true),
             ("*.*", "a", false),
             ("a.#.b.#.c", "a.x.b.y.z.c", true),
             ("a.#.b", "a.b.c", false),
@@ -83,8 +95,7 @@ mod tests {
                              k in proptest::collection::vec(proptest::sample::select(vec!["a", "b", ""]), 0..6)) {
             let ps = p.join(".");
             let ks = k.join(".");
-            let pw: Vec<&str> = ps.split('.').collect();
-            let kw: Vec<&str> = ks.split('.').collect();
+            let (pw, kw) = (super::words(&ps), super::words(&ks));
             proptest::prop_assert_eq!(matches(&ps, &ks), naive(&pw, &kw));
         }
     }
