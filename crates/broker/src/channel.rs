@@ -243,8 +243,13 @@ impl Channel {
         name.clone()
     }
 
-    pub fn expecting_content(&self) -> bool {
-        !matches!(self.publish, PublishState::Idle)
+    /// While a publish is being assembled: what the next frame must be.
+    pub fn expecting_content(&self) -> Option<&'static str> {
+        match self.publish {
+            PublishState::Idle => None,
+            PublishState::AwaitingHeader(_) => Some("content header for class 60"),
+            PublishState::AwaitingBody { .. } => Some("content body"),
+        }
     }
 
     pub fn handle_method(&mut self, m: Method, ctx: &mut Ctx<'_>) -> AmqpResult<()> {
@@ -492,14 +497,28 @@ impl Channel {
         }
     }
 
+    /// The 505 for a content frame of kind `got` arriving where something else was due.
+    pub fn out_of_order(&self, got: &str) -> Option<AmqpError> {
+        let want = self.expecting_content().unwrap_or("method frame");
+        let short = want.split(" for").next().unwrap_or(want).trim_end_matches(" frame");
+        if short == got {
+            return None;
+        }
+        let e = AmqpError::unexpected_frame(format!("expected {want}, got non {short} frame instead"));
+        Some(if short == "method" || got == "method" { e } else { e.on(60, 40) })
+    }
+
     /// A content header frame arrived.
     pub fn handle_header(&mut self, payload: &Bytes, max_size: u64) -> AmqpResult<Option<(BasicPublish, ContentHeader, Bytes)>> {
+        if let Some(e) = self.out_of_order("content header") {
+            return Err(e);
+        }
         let PublishState::AwaitingHeader(publish) = std::mem::replace(&mut self.publish, PublishState::Idle) else {
-            return Err(AmqpError::unexpected_frame(format!("expected method frame, got non method frame instead")));
+            return Err(AmqpError::internal_error("publish state"));
         };
-        let header = ContentHeader::decode(payload).map_err(|e| AmqpError::syntax_error(e).on(60, 40))?;
+        let header = ContentHeader::decode(payload).map_err(|e| AmqpError::frame_error(format!("cannot decode content header: {e}")).on(60, 40))?;
         if header.class_id != 60 {
-            return Err(AmqpError::unexpected_frame(format!("expected content header for class 60, got one for class {}", header.class_id)).on(60, 40));
+            return Err(AmqpError::unexpected_frame(format!("expected content header for class 60, got one for class {} instead", header.class_id)).on(60, 40));
         }
         if header.body_size > max_size {
             return Err(AmqpError::precondition_failed(format!("message size {} is larger than configured max size {}", header.body_size, max_size)).on(60, 40));
@@ -513,8 +532,11 @@ impl Channel {
 
     /// A body frame arrived; returns the whole message once complete.
     pub fn handle_body(&mut self, payload: Bytes) -> AmqpResult<Option<(BasicPublish, ContentHeader, Bytes)>> {
+        if let Some(e) = self.out_of_order("content body") {
+            return Err(e);
+        }
         let PublishState::AwaitingBody { header, body, .. } = &mut self.publish else {
-            return Err(AmqpError::unexpected_frame("expected method frame, got non method frame instead"));
+            return Err(AmqpError::internal_error("publish state"));
         };
         let have = body.len() as u64 + payload.len() as u64;
         if have > header.body_size {

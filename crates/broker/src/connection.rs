@@ -254,7 +254,7 @@ impl Conn {
                 Err(e) => {
                     // The stream is out of step: answer, then stop reading.
                     let code = match e {
-                        DecodeError::BadFrameEnd(_) | DecodeError::BadFrameType(_) | DecodeError::FrameTooLarge { .. } => reply::FRAME_ERROR,
+                        DecodeError::BadFrameEnd(_) | DecodeError::FrameTooLarge { .. } => reply::FRAME_ERROR,
                         _ => reply::SYNTAX_ERROR,
                     };
                     if self.phase == Phase::CloseSent {
@@ -287,17 +287,44 @@ impl Conn {
     }
 
     fn decode_method(frame: &Frame) -> Result<Method, AmqpError> {
-        Method::decode(&frame.payload).map_err(|e| {
-            let ids = |p: &Bytes| if p.len() >= 4 { (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])) } else { (0, 0) };
-            let (c, m) = ids(&frame.payload);
+        let p = &frame.payload;
+        if p.len() < 4 {
+            return Err(AmqpError::frame_error(format!("type 1, all octets = {}: unknown_frame", erlang_binary(p))));
+        }
+        Method::decode(p).map_err(|e| {
+            let (c, m) = (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]));
             match e {
+                // RabbitMQ drops the TCP connection here without a word; a clear close is kinder.
                 DecodeError::UnknownMethod { .. } => AmqpError::not_implemented(format!("unknown method {c}/{m}")).on(c, m),
-                other => AmqpError::syntax_error(format!("{other}")).on(c, m),
+                _ => AmqpError::frame_error(format!("cannot decode {}", erlang_binary(&p[4..]))).on(c, m),
             }
         })
     }
 
+    /// RabbitMQ's answer to a frame whose type makes no sense where it arrived.
+    fn odd_frame(code: u16, frame: &Frame) -> AmqpError {
+        let t = match frame.kind {
+            FrameKind::Method => 1,
+            FrameKind::Header => 2,
+            FrameKind::Body => 3,
+            FrameKind::Heartbeat => 8,
+            FrameKind::Other(t) => t,
+        };
+        let p = &frame.payload;
+        let octets = if p.len() > 16 { format!("first 16 octets = {}", erlang_binary(&p[..16])) } else { format!("all octets = {}", erlang_binary(p)) };
+        let suffix = if code == reply::FRAME_ERROR { ": unknown_frame" } else { "" };
+        AmqpError::new(code, format!("type {t}, {octets}{suffix}"))
+    }
+
     fn handle_frame(&mut self, frame: Frame) -> Result<(), AmqpError> {
+        let malformed = match frame.kind {
+            FrameKind::Other(_) => true,
+            FrameKind::Heartbeat => !frame.payload.is_empty(),
+            _ => false,
+        };
+        if malformed && self.phase != Phase::CloseSent {
+            return Err(Self::odd_frame(reply::FRAME_ERROR, &frame));
+        }
         match self.phase {
             Phase::Open => self.handle_open_frame(frame),
             Phase::CloseSent => {
@@ -350,6 +377,15 @@ impl Conn {
         }
     }
 
+    /// Before connection.open-ok RabbitMQ drops the socket rather than sending connection.close
+    /// (the spec's rule for handshake failures); we do the same and log why.
+    fn drop_in_handshake(&mut self, why: String) -> Result<(), AmqpError> {
+        tracing::warn!(peer = %self.peer, conn = self.id, reason = %why, "handshake failed");
+        self.reason = why;
+        self.phase = Phase::Done;
+        Ok(())
+    }
+
     fn start_ok(&mut self, s: ConnectionStartOk) -> Result<(), AmqpError> {
         if let Some(FieldValue::Table(caps)) = s.client_properties.get("capabilities") {
             self.auth_failure_close = caps.get("authentication_failure_close") == Some(&FieldValue::Bool(true));
@@ -362,7 +398,7 @@ impl Conn {
                 self.phase = Phase::AwaitTuneOk;
                 Ok(())
             }
-            Err(AuthError::UnknownMechanism) => Err(AmqpError::command_invalid(format!("unknown authentication mechanism '{}'", s.mechanism)).on(10, 11)),
+            Err(AuthError::UnknownMechanism) => self.drop_in_handshake(format!("unknown authentication mechanism '{}'", s.mechanism)),
             Err(e) => {
                 let (user, why) = match e {
                     AuthError::BadCredentials { user } => (user, "invalid credentials".to_string()),
@@ -387,10 +423,17 @@ impl Conn {
     }
 
     fn tune_ok(&mut self, t: ConnectionTuneOk) -> Result<(), AmqpError> {
+        match self.negotiate(&t) {
+            Ok(()) => Ok(()),
+            Err(why) => self.drop_in_handshake(why),
+        }
+    }
+
+    fn negotiate(&mut self, t: &ConnectionTuneOk) -> Result<(), String> {
         let l = &self.broker.config.limits;
         let fail = |field: &str, v: u64, detail: &str, lower: bool, bound: u64| {
             let (s1, s2) = if lower { ("lower", "minimum") } else { ("higher", "maximum") };
-            Err(AmqpError::not_allowed(format!("negotiated {field} = {v}{detail} is {s1} than the {s2} allowed value ({bound})")).on(10, 31))
+            Err(format!("failed to negotiate connection parameters: negotiated {field} = {v}{detail} is {s1} than the {s2} allowed value ({bound})"))
         };
         let frame_min = warren_protocol::frame::FRAME_MIN_SIZE;
         if t.frame_max != 0 && t.frame_max < frame_min {
@@ -427,21 +470,25 @@ impl Conn {
                         Ok(())
                     }
                     Method::ConnectionBlocked(_) | Method::ConnectionUnblocked(_) => Ok(()),
-                    m => Err(AmqpError::command_invalid(format!("unexpected method {} on channel 0", m.name())).on(m.class_id(), m.method_id())),
+                    m => Err(AmqpError::channel_error("unexpected method in connection state running").on(m.class_id(), m.method_id())),
                 },
-                _ => Err(AmqpError::unexpected_frame("content frame on channel 0")),
+                _ => Err(Self::odd_frame(reply::UNEXPECTED_FRAME, &frame)),
             };
         }
-        if id > self.channel_max {
-            return Err(AmqpError::channel_error(format!("channel number {id} is higher than the negotiated channel_max {}", self.channel_max)));
+        if frame.kind == FrameKind::Heartbeat {
+            return Err(Self::odd_frame(reply::UNEXPECTED_FRAME, &frame));
         }
         match self.channels.get_mut(&id) {
             None => {
                 if frame.kind != FrameKind::Method {
-                    return Err(AmqpError::channel_error(format!("expected 'channel.open' on channel {id}")));
+                    return Err(AmqpError::channel_error("expected 'channel.open'"));
                 }
                 match Self::decode_method(&frame)? {
                     Method::ChannelOpen(_) => {
+                        if self.channels.len() >= self.channel_max as usize {
+                            let n = self.channels.len();
+                            return Err(AmqpError::not_allowed(format!("number of channels opened ({n}) has reached the negotiated channel_max ({})", self.channel_max)).on(20, 10));
+                        }
                         self.channels.insert(id, Slot::Open(Box::new(Channel::new(id, self.outbox.clone()))));
                         self.outbox.method(id, &Method::ChannelOpenOk(ChannelOpenOk { reserved_1: Bytes::new() }));
                         Ok(())
@@ -476,8 +523,8 @@ impl Conn {
         let result = match frame.kind {
             FrameKind::Method => {
                 let m = Self::decode_method(&frame)?;
-                if ch.expecting_content() {
-                    return Err(AmqpError::unexpected_frame("expected content header for class 60, got non content header frame instead").on(m.class_id(), m.method_id()));
+                if let Some(e) = ch.out_of_order("method") {
+                    return Err(e.on(m.class_id(), m.method_id()));
                 }
                 match m {
                     Method::ChannelClose(_) => {
@@ -488,9 +535,7 @@ impl Conn {
                     }
                     Method::ChannelCloseOk(_) => return Ok(()),
                     Method::ChannelOpen(_) => return Err(AmqpError::channel_error("second 'channel.open' seen").on(20, 10)),
-                    m if m.class_id() == 10 => {
-                        return Err(AmqpError::command_invalid(format!("connection method {} on channel {id}", m.name())).on(m.class_id(), m.method_id()))
-                    }
+                    m if m.class_id() == 10 => return Err(AmqpError::command_invalid("unimplemented method").on(m.class_id(), m.method_id())),
                     m => ch.handle_method(m, &mut ctx),
                 }
             }
@@ -504,7 +549,7 @@ impl Conn {
                 Ok(None) => Ok(()),
                 Err(e) => Err(e),
             },
-            FrameKind::Heartbeat => Err(AmqpError::frame_error(format!("heartbeat frame on channel {id}"))),
+            FrameKind::Heartbeat | FrameKind::Other(_) => Err(Self::odd_frame(reply::UNEXPECTED_FRAME, &frame)),
         };
         if !self.dirty.contains(&id) {
             self.dirty.push(id);
@@ -537,5 +582,25 @@ impl Conn {
                 notify_cancelled(&d.consumers);
             }
         }
+    }
+}
+
+/// Bytes as Erlang prints a binary, which is how RabbitMQ quotes frames in its error texts.
+fn erlang_binary(b: &[u8]) -> String {
+    if !b.is_empty() && b.iter().all(|&c| (0x20..0x7f).contains(&c)) {
+        let s: String = b.iter().map(|&c| c as char).collect();
+        return format!("<<\"{}\">>", s.replace('\\', "\\\\").replace('"', "\\\""));
+    }
+    let parts: Vec<String> = b.iter().map(|c| c.to_string()).collect();
+    format!("<<{}>>", parts.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn erlang_binary_format() {
+        assert_eq!(super::erlang_binary(b"abc"), "<<\"abc\">>");
+        assert_eq!(super::erlang_binary(&[0, 50]), "<<0,50>>");
+        assert_eq!(super::erlang_binary(b""), "<<>>");
     }
 }

@@ -18,9 +18,6 @@ pub enum DecodeError {
     /// A frame whose last octet is not 0xCE (501 FRAME_ERROR).
     #[error("bad frame end octet {0:#04x}")]
     BadFrameEnd(u8),
-    /// A frame type that is not method/header/body/heartbeat (501).
-    #[error("unknown frame type {0}")]
-    BadFrameType(u8),
     /// A frame larger than the negotiated frame_max (501).
     #[error("frame size {size} exceeds frame_max {max}")]
     FrameTooLarge { size: u32, max: u32 },

@@ -22,6 +22,8 @@ pub enum FrameKind {
     Header,
     Body,
     Heartbeat,
+    /// A frame type outside the spec; the connection answers 501 naming it.
+    Other(u8),
 }
 
 /// One frame; the payload is a zero-copy slice of the read buffer.
@@ -53,7 +55,7 @@ impl FrameDecoder {
             FRAME_HEADER => FrameKind::Header,
             FRAME_BODY => FrameKind::Body,
             FRAME_HEARTBEAT => FrameKind::Heartbeat,
-            t => return Err(DecodeError::BadFrameType(t)),
+            t => FrameKind::Other(t),
         };
         let channel = u16::from_be_bytes([buf[1], buf[2]]);
         let size = u32::from_be_bytes([buf[3], buf[4], buf[5], buf[6]]);
@@ -145,9 +147,9 @@ mod tests {
     }
 
     #[test]
-    fn unknown_type() {
+    fn unknown_type_is_framed_for_the_caller_to_refuse() {
         let mut b = BytesMut::from(&[9u8, 0, 0, 0, 0, 0, 0, 0xCE][..]);
-        assert_eq!(FrameDecoder::new(0).decode(&mut b), Err(DecodeError::BadFrameType(9)));
+        assert_eq!(FrameDecoder::new(0).decode(&mut b).expect("framed").map(|f| f.kind), Some(FrameKind::Other(9)));
     }
 
     #[test]
