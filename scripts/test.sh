@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every test of the project and installs what the tests need:
+#   1. cargo tests (unit tests next to the code, and crates/warren/tests/ against the real binary);
+#   2. the Python interop suite (pika; venv in .venv-interop) against the real binary;
+#   3. the Go interop suite (amqp091-go) against the real binary.
+# CARGO_TARGET_DIR is honoured. Exits non-zero if anything fails.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export CARGO_TERM_COLOR=never
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+
+need() { command -v "$1" >/dev/null 2>&1 || { echo "test.sh: '$1' is required (install it first)" >&2; exit 1; }; }
+need cargo; need python3; need go
+
+echo "== cargo build (release)"
+cargo build --release --locked -p warren
+echo "== cargo test"
+cargo test --release --locked --workspace
+
+export WARREN_BIN="$TARGET_DIR/release/warren"
+echo "== interop: python (pika)"
+tests/interop/python/run.sh
+echo "== interop: go (amqp091-go)"
+tests/interop/go/run.sh
+echo "== all tests passed"
