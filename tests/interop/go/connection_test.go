@@ -180,7 +180,7 @@ func TestTuneNegotiation(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		chans = append(chans, c.ch(conn))
 	}
-	if _, err := conn.Channel(); err == nil {
+	if _, err := conn.Channel(); err == nil { // refused by the client's allocator
 		t.Errorf("11th channel opened with channel_max=10")
 	}
 	ch := chans[9]

@@ -115,12 +115,6 @@ func (d *dec) shortstr() string { return string(d.take(int(d.u8()))) }
 func (d *dec) longstr() string  { return string(d.take(int(d.u32()))) }
 func (d *dec) skipTable()       { d.take(int(d.u32())) }
 func newDec(f rawFrame) *dec    { return &dec{b: f.payload[4:]} }
-func rawBool(b bool) byte {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 func rawDial(t *testing.T) *rawConn {
 	t.Helper()
@@ -226,8 +220,8 @@ func (c *rawConn) expectClose() (uint16, uint16, string) {
 	}
 }
 
-// handshake performs the connection handshake with the given client
-// capabilities and password, stopping before connection.open if open is false.
+// handshake performs the whole connection handshake (PLAIN, no heartbeats)
+// with the given client capabilities, ending after connection.open-ok.
 func (c *rawConn) handshake(caps map[string]any, user, pass, vhost string) {
 	c.t.Helper()
 	c.write([]byte("AMQP\x00\x00\x09\x01"))
@@ -296,7 +290,7 @@ func TestRawBadProtocolHeader(t *testing.T) {
 
 func TestRawAuthFailureCloseCapability(t *testing.T) {
 	c := rawDial(t)
-	user, _, vhost := rawGuest(t)
+	user, _, _ := rawGuest(t)
 	c.write([]byte("AMQP\x00\x00\x09\x01"))
 	c.expect(10, 10)
 	c.sendMethod(0, 10, 11, func(e *enc) {
@@ -305,7 +299,6 @@ func TestRawAuthFailureCloseCapability(t *testing.T) {
 		e.longstr("\x00" + user + "\x00wrong-password")
 		e.shortstr("en_US")
 	})
-	_ = vhost
 	// With authentication_failure_close the broker explains itself with a
 	// connection.close instead of just dropping the socket.
 	cl, code, text := c.expectClose()
