@@ -18,8 +18,9 @@ use warren_protocol::{frame, reply, ByteString, Method};
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
 use crate::outbox::{self, Outbox};
+use crate::queue::args::parse_expiration;
 use crate::queue::{consumer_has_credit, Consumer, Enqueued, Queue, QueuedMessage};
-use crate::vhost::{ExchangeSpec, QueueSpec, VHost};
+use crate::vhost::{ExchangeSpec, QueueSpec, VHost, DIRECT_REPLY_TO};
 
 /// What a queue's offer of a message to a consumer came to.
 pub enum Offer {
@@ -154,8 +155,8 @@ fn unknown_tag(tag: u64) -> AmqpError {
     AmqpError::precondition_failed(format!("unknown delivery tag {tag}"))
 }
 
-/// Settles or requeues taken deliveries, one queue lock per run of the same queue.
-fn finish(taken: Vec<Unacked>, requeue: bool) {
+/// Settles, requeues or discards taken deliveries, one queue lock per run of the same queue.
+fn finish(taken: Vec<Unacked>, how: Settle) {
     let mut i = 0;
     while i < taken.len() {
         let q = taken[i].queue.clone();
@@ -163,12 +164,32 @@ fn finish(taken: Vec<Unacked>, requeue: bool) {
         while j < taken.len() && Arc::ptr_eq(&taken[j].queue, &q) {
             j += 1;
         }
-        if requeue {
-            q.requeue(taken[i..j].iter().map(|u| u.msg.clone()));
-        } else {
-            q.settle(j - i);
+        let msgs = taken[i..j].iter().map(|u| u.msg.clone());
+        match how {
+            Settle::Ack => q.settle(j - i),
+            Settle::Requeue => q.requeue(msgs),
+            Settle::Discard => q.discard(msgs),
         }
         i = j;
+    }
+}
+
+/// What an ack, nack or reject does with the deliveries it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settle {
+    Ack,
+    Requeue,
+    /// Rejected without requeue: dropped or dead-lettered.
+    Discard,
+}
+
+impl Settle {
+    fn of(ack: bool, requeue: bool) -> Settle {
+        match (ack, requeue) {
+            (true, _) => Settle::Ack,
+            (false, true) => Settle::Requeue,
+            (false, false) => Settle::Discard,
+        }
     }
 }
 
@@ -181,7 +202,7 @@ enum PublishState {
 /// Work a transaction holds until commit.
 enum TxOp {
     Publish(Message, bool),
-    Settle(Vec<Unacked>, bool),
+    Settle(Vec<Unacked>, Settle),
 }
 
 /// What the connection gives a channel to act with.
@@ -208,6 +229,8 @@ pub struct Channel {
     pending_confirms: Vec<(u64, bool)>,
     tx: Option<Vec<TxOp>>,
     route_buf: Vec<Arc<Queue>>,
+    /// The name of this channel's direct reply-to pseudo-queue, once it consumes from it.
+    direct_reply: Option<Arc<str>>,
 }
 
 impl Channel {
@@ -223,6 +246,7 @@ impl Channel {
             pending_confirms: Vec::new(),
             tx: None,
             route_buf: Vec::new(),
+            direct_reply: None,
         }
     }
 
@@ -234,13 +258,12 @@ impl Channel {
         self.shared.outbox.method(self.id(), &m.into());
     }
 
-    fn queue_name(&self, name: &ByteString) -> ByteString {
-        if name.is_empty() {
-            if let Some(q) = &self.last_queue {
-                return q.clone();
-            }
+    /// An empty queue name means the last queue declared on this channel.
+    fn queue_name(&self, name: &ByteString) -> AmqpResult<ByteString> {
+        if !name.is_empty() {
+            return Ok(name.clone());
         }
-        name.clone()
+        self.last_queue.clone().ok_or_else(|| AmqpError::not_found("no previously declared queue"))
     }
 
     /// While a publish is being assembled: what the next frame must be.
@@ -291,7 +314,7 @@ impl Channel {
                 }
             }
             Method::BasicGet(g) => {
-                let name = self.queue_name(&g.queue);
+                let name = self.queue_name(&g.queue)?;
                 let q = vhost.queue_for(&name, ctx.conn_id)?;
                 let shared = &self.shared;
                 let got = q.get(!g.no_ack, |m, remaining| shared.deliver_get(&q, m, remaining, g.no_ack));
@@ -337,7 +360,8 @@ impl Channel {
                 }
             }
             Method::QueueDeclare(d) => {
-                let name = if d.queue.is_empty() { ByteString::from(gen_name("amq.gen-")) } else { d.queue.clone() };
+                let server_named = d.queue.is_empty() && !d.passive;
+                let name = if server_named { ByteString::from(gen_name("amq.gen-")) } else { d.queue.clone() };
                 let q = vhost.declare_queue(&QueueSpec {
                     name: &name,
                     passive: d.passive,
@@ -346,7 +370,7 @@ impl Channel {
                     auto_delete: d.auto_delete,
                     arguments: &d.arguments,
                     conn_id: ctx.conn_id,
-                    server_named: d.queue.is_empty(),
+                    server_named,
                 })?;
                 if q.options.exclusive_owner == Some(ctx.conn_id) && !ctx.exclusive_queues.iter().any(|x| Arc::ptr_eq(x, &q)) {
                     ctx.exclusive_queues.push(q.clone());
@@ -357,7 +381,7 @@ impl Channel {
                 }
             }
             Method::QueueBind(b) => {
-                let name = self.queue_name(&b.queue);
+                let name = self.queue_name(&b.queue)?;
                 vhost.queue_for(&name, ctx.conn_id)?;
                 vhost.bind_queue(&name, &b.exchange, &b.routing_key, &b.arguments, true)?;
                 if !b.nowait {
@@ -365,7 +389,7 @@ impl Channel {
                 }
             }
             Method::QueueUnbind(b) => {
-                let name = self.queue_name(&b.queue);
+                let name = self.queue_name(&b.queue)?;
                 if vhost.queue(&name).is_some() {
                     vhost.queue_for(&name, ctx.conn_id)?;
                 }
@@ -373,7 +397,7 @@ impl Channel {
                 self.reply(QueueUnbindOk {});
             }
             Method::QueuePurge(p) => {
-                let name = self.queue_name(&p.queue);
+                let name = self.queue_name(&p.queue)?;
                 let q = vhost.queue_for(&name, ctx.conn_id)?;
                 let n = q.purge();
                 if !p.nowait {
@@ -381,7 +405,7 @@ impl Channel {
                 }
             }
             Method::QueueDelete(d) => {
-                let name = self.queue_name(&d.queue);
+                let name = self.queue_name(&d.queue)?;
                 let deleted = vhost.delete_queue(&name, d.if_unused, d.if_empty, Some(ctx.conn_id))?;
                 notify_cancelled(&deleted.consumers);
                 ctx.exclusive_queues.retain(|q| &*q.name != &*name);
@@ -413,7 +437,7 @@ impl Channel {
                 for op in ops {
                     match op {
                         TxOp::Publish(msg, mandatory) => self.route(msg, mandatory, vhost)?,
-                        TxOp::Settle(taken, requeue) => finish(taken, requeue),
+                        TxOp::Settle(taken, how) => finish(taken, how),
                     }
                 }
                 self.reply(TxCommitOk {});
@@ -442,18 +466,37 @@ impl Channel {
     }
 
     fn consume(&mut self, c: BasicConsume, ctx: &mut Ctx<'_>) -> AmqpResult<()> {
-        let name = self.queue_name(&c.queue);
-        let q = ctx.vhost.queue_for(&name, ctx.conn_id)?;
+        let q = if &*c.queue == DIRECT_REPLY_TO {
+            if !c.no_ack {
+                return Err(AmqpError::precondition_failed("reply consumer cannot acknowledge"));
+            }
+            if self.direct_reply.is_some() {
+                return Err(AmqpError::precondition_failed("reply consumer already set"));
+            }
+            let q = ctx.vhost.new_direct_reply_queue();
+            self.direct_reply = Some(q.name.clone());
+            q
+        } else {
+            let name = self.queue_name(&c.queue)?;
+            ctx.vhost.queue_for(&name, ctx.conn_id)?
+        };
         let tag = if c.consumer_tag.is_empty() { ByteString::from(gen_name("amq.ctag-")) } else { c.consumer_tag.clone() };
         if self.consumers.get(&tag).is_some_and(|x| !x.cancelled.load(Ordering::Relaxed)) {
             return Err(AmqpError::not_allowed(format!("attempt to reuse consumer tag '{tag}'")));
         }
+        let priority = match c.arguments.get("x-priority") {
+            None => 0,
+            Some(v) => v.as_i64().ok_or_else(|| {
+                AmqpError::precondition_failed(format!("invalid arg 'x-priority' for consumer '{tag}': \"expected integer, got {}\"", crate::queue::type_name(v)))
+            })?,
+        };
         let consumer = Arc::new(Consumer {
             tag: tag.clone(),
             channel: self.shared.clone(),
             queue: q.clone(),
             no_ack: c.no_ack,
             exclusive: c.exclusive,
+            priority,
             prefetch: self.consumer_prefetch,
             unacked: AtomicU32::new(0),
             cancelled: AtomicBool::new(false),
@@ -468,13 +511,14 @@ impl Channel {
         Ok(())
     }
 
-    fn settle(&mut self, tag: u64, multiple: bool, requeue: bool, _ack: bool) -> AmqpResult<()> {
+    fn settle(&mut self, tag: u64, multiple: bool, requeue: bool, ack: bool) -> AmqpResult<()> {
         let taken = self.shared.take(tag, multiple)?;
+        let how = Settle::of(ack, requeue);
         if let Some(ops) = &mut self.tx {
-            ops.push(TxOp::Settle(taken, requeue));
+            ops.push(TxOp::Settle(taken, how));
             return Ok(());
         }
-        finish(taken, requeue);
+        finish(taken, how);
         if self.shared.deliveries.lock().global_prefetch > 0 {
             self.kick_consumers();
         }
@@ -486,7 +530,7 @@ impl Channel {
             return Err(AmqpError::not_implemented("requeue=false"));
         }
         let taken = self.shared.take(0, true)?;
-        finish(taken, true);
+        finish(taken, Settle::Requeue);
         Ok(())
     }
 
@@ -562,21 +606,36 @@ impl Channel {
 
     /// A whole message was received: check it, route it, confirm it.
     pub fn publish(&mut self, publish: BasicPublish, header: ContentHeader, body: Bytes, ctx: &Ctx<'_>) -> AmqpResult<()> {
-        let raw = header.raw_properties;
-        // user-id bit: decode the properties only when the publisher set it.
-        if raw.len() >= 2 && raw[1] & 0x10 != 0 {
-            let props = BasicProperties::decode(&raw).map_err(|e| AmqpError::syntax_error(e).on(60, 40))?;
-            if let Some(u) = props.user_id {
-                if &*u != ctx.user {
+        let mut raw = header.raw_properties;
+        // user-id (flag bit 4) and reply-to (bit 9): decode the properties only when set.
+        if raw.len() >= 2 && (raw[1] & 0x10 != 0 || raw[0] & 0x02 != 0) {
+            let mut props = BasicProperties::decode(&raw).map_err(|e| AmqpError::frame_error(format!("cannot decode properties: {e}")).on(60, 40))?;
+            if let Some(u) = &props.user_id {
+                if &**u != ctx.user {
                     return Err(AmqpError::precondition_failed(format!("user_id property set to '{u}' but authenticated user was '{}'", ctx.user)).on(60, 40));
                 }
             }
+            if props.reply_to.as_deref() == Some(DIRECT_REPLY_TO) {
+                let Some(q) = &self.direct_reply else {
+                    return Err(AmqpError::precondition_failed("fast reply consumer does not exist").on(60, 40));
+                };
+                props.reply_to = Some(ByteString::from(&**q));
+                raw = props.to_bytes();
+            }
         }
         let persistent = properties::delivery_mode(&raw) == Some(2);
-        let msg = Message { exchange: publish.exchange, routing_key: publish.routing_key, properties: raw, body, persistent };
+        // priority (flag bit 11) and expiration (bit 8): decode only when present.
+        let (mut priority, mut expiration_ms) = (None, None);
+        if raw.len() >= 2 && raw[0] & 0x09 != 0 {
+            let props = BasicProperties::decode(&raw).map_err(|e| AmqpError::frame_error(format!("cannot decode properties: {e}")).on(60, 40))?;
+            priority = props.priority;
+            if let Some(e) = props.expiration {
+                expiration_ms = Some(parse_expiration(&e).map_err(|e| e.on(60, 40))?);
+            }
+        }
+        let msg = Message { exchange: publish.exchange, routing_key: publish.routing_key, properties: raw, body, persistent, priority, expiration_ms };
         if let Some(ops) = &mut self.tx {
-            let x = ctx.vhost.snapshot();
-            check_exchange(ctx.vhost, &x.table, &msg.exchange)?;
+            ctx.vhost.route(&msg.exchange, "", &Bytes::new(), &mut Vec::new())?;
             ops.push(TxOp::Publish(msg, publish.mandatory));
             return Ok(());
         }
@@ -584,20 +643,13 @@ impl Channel {
     }
 
     fn route(&mut self, msg: Message, mandatory: bool, vhost: &Arc<VHost>) -> AmqpResult<()> {
-        let snap = vhost.snapshot();
         let mut targets = std::mem::take(&mut self.route_buf);
         targets.clear();
-        if msg.exchange.is_empty() {
-            if let Some(q) = snap.queues.get(&*msg.routing_key) {
-                targets.push(q.clone());
-            }
-        } else {
-            check_exchange(vhost, &snap.table, &msg.exchange)?;
-            let raw = msg.properties.clone();
-            let mut headers = move || BasicProperties::decode(&raw).ok().and_then(|p| p.headers);
-            snap.table.route(&msg.exchange, &msg.routing_key, &mut headers, &mut targets);
+        let routed = vhost.route(&msg.exchange, &msg.routing_key, &msg.properties, &mut targets);
+        if let Err(e) = routed {
+            self.route_buf = targets;
+            return Err(e);
         }
-        drop(snap);
         let seq = if self.confirm {
             self.next_publish_seq += 1;
             Some(self.next_publish_seq - 1)
@@ -675,17 +727,12 @@ impl Channel {
         for (_, c) in self.consumers.drain() {
             remove_consumer(vhost, &c);
         }
-        finish(taken, true);
+        if let Some(q) = self.direct_reply.take() {
+            vhost.drop_direct_reply_queue(&q);
+        }
+        finish(taken, Settle::Requeue);
         self.publish = PublishState::Idle;
         self.tx = None;
-    }
-}
-
-fn check_exchange(vhost: &VHost, table: &warren_routing::Table<Arc<Queue>>, name: &str) -> AmqpResult<()> {
-    match table.exchanges.get(name) {
-        None => Err(AmqpError::not_found(format!("no exchange '{name}' in vhost '{}'", vhost.name))),
-        Some(x) if x.internal => Err(AmqpError::access_refused(format!("cannot publish to internal exchange '{name}' in vhost '{}'", vhost.name))),
-        Some(_) => Ok(()),
     }
 }
 

@@ -14,6 +14,8 @@ pub const CLOSE_OK_TIMEOUT_MS: u64 = 3_000;
 pub const MESSAGE_SIZE_MAX_BYTES: u64 = 128 * 1024 * 1024;
 /// Read buffer granted per socket read.
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// How often queues holding messages with a TTL are checked for expired heads.
+pub const TTL_SWEEP_MS: u64 = 50;
 /// A connection's unsent output above which queues stop dispatching to its consumers.
 pub const OUTBOX_HIGH_BYTES: usize = 1024 * 1024;
 /// Below this, a writer that had hit the high mark wakes the queues that held back.

@@ -11,6 +11,10 @@ pub struct Message {
     pub properties: Bytes,
     pub body: Bytes,
     pub persistent: bool,
+    /// From the `priority` property, read only when the publisher set it.
+    pub priority: Option<u8>,
+    /// From the `expiration` property (ms), read only when the publisher set it.
+    pub expiration_ms: Option<u64>,
 }
 
 impl Message {

@@ -12,6 +12,7 @@ use tokio::task::JoinSet;
 use crate::auth::Users;
 use crate::config::Config;
 use crate::connection;
+use crate::limits;
 use crate::vhost::VHost;
 
 pub struct Broker {
@@ -36,9 +37,25 @@ impl Broker {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Expires messages whose TTL passed in queues nobody is touching (consumers and publishers
+    /// expire at the head as they go; this covers idle queues, so dead-lettering by TTL is timely).
+    async fn sweep_expired(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(limits::TTL_SWEEP_MS));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            for v in self.vhosts.values() {
+                for q in v.expiring_queues() {
+                    q.expire();
+                }
+            }
+        }
+    }
+
     /// Accepts connections until `shutdown` turns true, then asks every connection to close
     /// (connection.close 320) and waits for them, bounded.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+        let sweeper = tokio::spawn(self.clone().sweep_expired());
         let mut conns = JoinSet::new();
         loop {
             tokio::select! {
@@ -57,6 +74,7 @@ impl Broker {
             while conns.try_join_next().is_some() {}
         }
         drop(listener);
+        sweeper.abort();
         let n = conns.len();
         if n > 0 {
             tracing::info!(connections = n, "closing client connections");

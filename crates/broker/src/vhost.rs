@@ -11,7 +11,7 @@ use warren_protocol::{FieldTable, FieldValue};
 use warren_routing::{Binding, Destination, Exchange, ExchangeKind, Table};
 
 use crate::error::{AmqpError, AmqpResult};
-use crate::queue::{Consumer, Queue, QueueLimits, QueueOptions};
+use crate::queue::{Consumer, Queue, QueueArgs, QueueOptions};
 
 #[derive(Clone, Default)]
 pub struct Snapshot {
@@ -24,7 +24,12 @@ pub struct VHost {
     snapshot: ArcSwap<Snapshot>,
     /// The authoritative definitions; `snapshot` is a copy swapped in after each change.
     defs: Mutex<Snapshot>,
+    /// Direct reply-to pseudo-queues (`amq.rabbitmq.reply-to.<token>`), one per consuming channel.
+    direct_reply: Mutex<HashMap<Arc<str>, Arc<Queue>>>,
 }
+
+/// The pseudo-queue RPC clients consume from for direct reply-to.
+pub const DIRECT_REPLY_TO: &str = "amq.rabbitmq.reply-to";
 
 pub struct ExchangeSpec<'a> {
     pub name: &'a str,
@@ -53,6 +58,11 @@ pub struct QueueSpec<'a> {
 pub struct DeletedQueue {
     pub message_count: u32,
     pub consumers: Vec<Arc<Consumer>>,
+}
+
+/// Binding arguments are equal whatever their order (clients encode maps in any order).
+fn same_args(a: &FieldTable, b: &FieldTable) -> bool {
+    a.0.len() == b.0.len() && a.0.iter().all(|(k, v)| b.get(k) == Some(v))
 }
 
 fn validate_x_match(args: &FieldTable) -> AmqpResult<()> {
@@ -111,7 +121,7 @@ impl VHost {
         let mut s = Snapshot::default();
         let mk = |n: &str, kind| {
             let n: Arc<str> = n.into();
-            (n.clone(), Arc::new(Exchange { name: n, kind, durable: true, auto_delete: false, internal: false, arguments: FieldTable::new(), bindings: Vec::new() }))
+            (n.clone(), Arc::new(Exchange { name: n, kind, durable: true, auto_delete: false, internal: false, arguments: FieldTable::new(), bindings: Vec::new(), alternate: None }))
         };
         for (n, k) in [
             ("", ExchangeKind::Direct),
@@ -124,7 +134,7 @@ impl VHost {
             let (n, x) = mk(n, k);
             s.table.exchanges.insert(n, x);
         }
-        Arc::new(VHost { name: name.into(), snapshot: ArcSwap::from_pointee(s.clone()), defs: Mutex::new(s) })
+        Arc::new(VHost { name: name.into(), snapshot: ArcSwap::from_pointee(s.clone()), defs: Mutex::new(s), direct_reply: Mutex::new(HashMap::new()) })
     }
 
     pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
@@ -185,6 +195,7 @@ impl VHost {
             internal: spec.internal,
             arguments: spec.arguments.clone(),
             bindings: Vec::new(),
+            alternate: spec.arguments.get("alternate-exchange").and_then(|v| v.as_str()).map(Arc::from),
         };
         defs.table.exchanges.insert(name, Arc::new(x));
         self.publish(&defs);
@@ -236,7 +247,7 @@ impl VHost {
             (Destination::Exchange(a), Destination::Exchange(c)) => a == c,
             _ => false,
         };
-        same_dest && &*b.routing_key == key && &b.arguments == args
+        same_dest && &*b.routing_key == key && same_args(&b.arguments, args)
     }
 
     fn bind(&self, source: &str, dest_name: &str, dest: impl FnOnce(&Snapshot) -> AmqpResult<Destination<Arc<Queue>>>, key: &str, args: &FieldTable, add: bool) -> AmqpResult<()> {
@@ -303,7 +314,7 @@ impl VHost {
     }
 
     /// Declares (or checks) a queue; returns it.
-    pub fn declare_queue(&self, spec: &QueueSpec<'_>) -> AmqpResult<Arc<Queue>> {
+    pub fn declare_queue(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<Arc<Queue>> {
         let mut defs = self.defs.lock();
         if let Some(q) = defs.queues.get(spec.name) {
             if let Some(owner) = q.options.exclusive_owner {
@@ -333,7 +344,7 @@ impl VHost {
         if spec.name.starts_with("amq.") && !spec.server_named {
             return Err(AmqpError::access_refused(format!("queue name '{}' contains reserved prefix 'amq.*'", spec.name)));
         }
-        let limits = QueueLimits::parse(spec.arguments, &format!("queue '{}' in vhost '{}'", spec.name, self.name))?;
+        let args = QueueArgs::parse(spec.arguments, &format!("queue '{}' in vhost '{}'", spec.name, self.name))?;
         let name: Arc<str> = spec.name.into();
         let q = Queue::new(
             name.clone(),
@@ -343,13 +354,60 @@ impl VHost {
                 exclusive_owner: spec.exclusive.then_some(spec.conn_id),
                 auto_delete: spec.auto_delete,
                 arguments: spec.arguments.clone(),
-                limits,
+                args,
             },
+            Arc::downgrade(self),
         );
         defs.queues.insert(name, q.clone());
         self.publish(&defs);
         tracing::info!(vhost = %self.name, queue = spec.name, durable = spec.durable, exclusive = spec.exclusive, auto_delete = spec.auto_delete, "queue declared");
         Ok(q)
+    }
+
+    /// The queues a message published to `exchange` with `routing_key` reaches. Errors if the
+    /// exchange is missing (404) or internal (403). `properties` is decoded only for a headers
+    /// exchange.
+    pub fn route(&self, exchange: &str, routing_key: &str, properties: &bytes::Bytes, out: &mut Vec<Arc<Queue>>) -> AmqpResult<()> {
+        let snap = self.snapshot.load();
+        if exchange.is_empty() {
+            if let Some(q) = snap.queues.get(routing_key) {
+                out.push(q.clone());
+            } else if routing_key.starts_with(DIRECT_REPLY_TO) {
+                // A reply whose requester is gone is dropped, as in RabbitMQ.
+                if let Some(q) = self.direct_reply.lock().get(routing_key) {
+                    out.push(q.clone());
+                }
+            }
+            return Ok(());
+        }
+        match snap.table.exchanges.get(exchange) {
+            None => return Err(self.no_exchange(exchange)),
+            Some(x) if x.internal => return Err(AmqpError::access_refused(format!("cannot publish to internal exchange '{exchange}' in vhost '{}'", self.name))),
+            Some(_) => {}
+        }
+        let mut headers = || warren_protocol::properties::BasicProperties::decode(properties).ok().and_then(|p| p.headers);
+        snap.table.route(exchange, routing_key, &mut headers, out);
+        Ok(())
+    }
+
+    /// Creates the private queue behind a channel's direct reply-to consumer.
+    pub fn new_direct_reply_queue(self: &Arc<Self>) -> Arc<Queue> {
+        let name: Arc<str> = crate::channel::gen_name(&format!("{DIRECT_REPLY_TO}.")).into();
+        let opts = QueueOptions { durable: false, exclusive_owner: None, auto_delete: false, arguments: FieldTable::new(), args: QueueArgs::default() };
+        let q = Queue::new(name.clone(), self.name.clone(), opts, Arc::downgrade(self));
+        self.direct_reply.lock().insert(name, q.clone());
+        q
+    }
+
+    pub fn drop_direct_reply_queue(&self, name: &str) {
+        if let Some(q) = self.direct_reply.lock().remove(name) {
+            q.mark_deleted();
+        }
+    }
+
+    /// Queues with messages that have deadlines, for the TTL sweeper.
+    pub fn expiring_queues(&self) -> Vec<Arc<Queue>> {
+        self.snapshot.load().queues.values().filter(|q| q.may_expire.load(std::sync::atomic::Ordering::Relaxed)).cloned().collect()
     }
 
     pub fn locked(&self, name: &str) -> AmqpError {

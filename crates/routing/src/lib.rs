@@ -66,6 +66,8 @@ pub struct Exchange<Q> {
     pub internal: bool,
     pub arguments: FieldTable,
     pub bindings: Vec<Binding<Q>>,
+    /// `alternate-exchange`: where a message goes that no binding of this exchange matched.
+    pub alternate: Option<Arc<str>>,
 }
 
 impl<Q: Clone> Exchange<Q> {
@@ -105,10 +107,28 @@ impl<T> QueueKey for Arc<T> {
 }
 
 impl<Q: Clone + QueueKey> Table<Q> {
-    /// Appends every queue that a message published to `exchange` reaches, each once.
-    /// `headers` is needed only by headers exchanges; pass a closure so it is decoded lazily.
+    /// Appends every queue that a message published to `exchange` reaches, each once. If nothing
+    /// matched and the exchange names an alternate exchange, routes there instead (repeatedly).
+    /// `headers` is needed only by headers exchanges, so it is a closure called at most once.
     pub fn route(&self, exchange: &str, routing_key: &str, headers: &mut dyn FnMut() -> Option<FieldTable>, out: &mut Vec<Q>) {
         let mut decoded: Option<Option<FieldTable>> = None;
+        let mut tried: Vec<&str> = Vec::new();
+        let mut current = exchange;
+        loop {
+            let before = out.len();
+            self.route_from(current, routing_key, headers, &mut decoded, out);
+            if out.len() > before {
+                return;
+            }
+            tried.push(current);
+            match self.exchanges.get(current).and_then(|x| x.alternate.as_deref()) {
+                Some(ae) if !tried.contains(&ae) => current = ae,
+                _ => return,
+            }
+        }
+    }
+
+    fn route_from<'a>(&'a self, exchange: &'a str, routing_key: &str, headers: &mut dyn FnMut() -> Option<FieldTable>, decoded: &mut Option<Option<FieldTable>>, out: &mut Vec<Q>) {
         let mut visited: Vec<&str> = Vec::new();
         let mut stack: Vec<&str> = vec![exchange];
         while let Some(name) = stack.pop() {
@@ -118,7 +138,7 @@ impl<Q: Clone + QueueKey> Table<Q> {
             visited.push(name);
             let Some(ex) = self.exchanges.get(name) else { continue };
             if ex.kind == ExchangeKind::Headers && decoded.is_none() {
-                decoded = Some(headers());
+                *decoded = Some(headers());
             }
             let h = decoded.as_ref().and_then(|d| d.as_ref());
             for b in &ex.bindings {
@@ -151,7 +171,7 @@ mod tests {
     }
 
     fn ex(name: &str, kind: ExchangeKind, bindings: Vec<Binding<Q>>) -> Exchange<Q> {
-        Exchange { name: name.into(), kind, durable: false, auto_delete: false, internal: false, arguments: FieldTable::new(), bindings }
+        Exchange { name: name.into(), kind, durable: false, auto_delete: false, internal: false, arguments: FieldTable::new(), bindings, alternate: None }
     }
     fn to_q(q: usize, key: &str) -> Binding<Q> {
         Binding { destination: Destination::Queue(Q(q)), routing_key: key.into(), arguments: FieldTable::new() }
@@ -174,5 +194,26 @@ mod tests {
         out.clear();
         t.route("missing", "k", &mut || None, &mut out);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn alternate_exchange_takes_unrouted_messages() {
+        let mut t = Table::default();
+        let mut main = ex("main", ExchangeKind::Direct, vec![to_q(1, "k")]);
+        main.alternate = Some("ae".into());
+        let mut ae = ex("ae", ExchangeKind::Fanout, vec![to_q(2, "")]);
+        ae.alternate = Some("main".into());
+        t.exchanges.insert("main".into(), Arc::new(main));
+        t.exchanges.insert("ae".into(), Arc::new(ae));
+        let mut out = Vec::new();
+        t.route("main", "k", &mut || None, &mut out);
+        assert_eq!(out, vec![Q(1)], "routed normally: AE not used");
+        out.clear();
+        t.route("main", "other", &mut || None, &mut out);
+        assert_eq!(out, vec![Q(2)]);
+        Arc::make_mut(t.exchanges.get_mut("ae").expect("ae")).bindings.clear();
+        out.clear();
+        t.route("main", "other", &mut || None, &mut out);
+        assert!(out.is_empty(), "AE cycle terminates");
     }
 }

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_END = 0xCE

@@ -1,0 +1,146 @@
+//! Queue arguments (`x-…`) with RabbitMQ's meaning and validation: a wrong type or value is a
+//! 406 naming the argument, in RabbitMQ's words.
+
+use warren_protocol::{FieldTable, FieldValue};
+
+use crate::error::{AmqpError, AmqpResult};
+
+/// What happens to a publish into a full queue (`x-overflow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overflow {
+    #[default]
+    DropHead,
+    RejectPublish,
+    RejectPublishDlx,
+}
+
+/// The parsed arguments a queue acts on. Absent arguments cost nothing on the message path.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QueueArgs {
+    /// `x-max-length`, `x-max-length-bytes`: limits on ready messages.
+    pub max_length: Option<u64>,
+    pub max_length_bytes: Option<u64>,
+    pub overflow: Overflow,
+    /// `x-message-ttl` in ms.
+    pub message_ttl_ms: Option<u64>,
+    /// `x-max-priority`: number of priority levels above 0.
+    pub max_priority: Option<u8>,
+    pub dead_letter_exchange: Option<String>,
+    pub dead_letter_routing_key: Option<String>,
+}
+
+impl QueueArgs {
+    /// Parses and validates; `what` names the queue in errors ("queue 'q' in vhost '/'").
+    pub fn parse(args: &FieldTable, what: &str) -> AmqpResult<QueueArgs> {
+        let invalid = |key: &str, why: String| AmqpError::precondition_failed(format!("invalid arg '{key}' for {what}: {why}"));
+        let int = |key: &str| -> AmqpResult<Option<i64>> {
+            match args.get(key) {
+                None => Ok(None),
+                Some(v) => v.as_i64().map(Some).ok_or_else(|| invalid(key, format!("\"expected integer, got {}\"", type_name(v)))),
+            }
+        };
+        let non_neg = |key: &str| -> AmqpResult<Option<u64>> {
+            match int(key)? {
+                Some(n) if n < 0 => Err(invalid(key, format!("{{value_negative,{n}}}"))),
+                other => Ok(other.map(|n| n as u64)),
+            }
+        };
+        let string = |key: &str| -> AmqpResult<Option<String>> {
+            match args.get(key) {
+                None => Ok(None),
+                Some(v) => v.as_str().map(|s| Some(s.to_string())).ok_or_else(|| invalid(key, format!("\"expected longstr, got {}\"", type_name(v)))),
+            }
+        };
+        let overflow = match string("x-overflow")?.as_deref() {
+            None | Some("drop-head") => Overflow::DropHead,
+            Some("reject-publish") => Overflow::RejectPublish,
+            Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
+            Some(other) => return Err(invalid("x-overflow", format!("{{unknown_overflow_behaviour,<<\"{other}\">>}}"))),
+        };
+        let max_priority = match int("x-max-priority")? {
+            None => None,
+            Some(n) if (0..=255).contains(&n) => Some(n as u8),
+            Some(n) => return Err(invalid("x-max-priority", format!("{{value_out_of_range,{n}}}"))),
+        };
+        Ok(QueueArgs {
+            max_length: non_neg("x-max-length")?,
+            max_length_bytes: non_neg("x-max-length-bytes")?,
+            overflow,
+            message_ttl_ms: non_neg("x-message-ttl")?,
+            max_priority,
+            dead_letter_exchange: string("x-dead-letter-exchange")?,
+            dead_letter_routing_key: string("x-dead-letter-routing-key")?,
+        })
+    }
+}
+
+/// Parses a per-message `expiration` property (milliseconds as decimal text), as RabbitMQ does.
+pub fn parse_expiration(s: &str) -> AmqpResult<u64> {
+    match s.parse::<i64>() {
+        Ok(n) if n >= 0 => Ok(n as u64),
+        Ok(n) => Err(AmqpError::precondition_failed(format!("invalid expiration '{s}': {{value_negative,{n}}}"))),
+        Err(_) => Err(AmqpError::precondition_failed(format!("invalid expiration '{s}': no_integer"))),
+    }
+}
+
+/// RabbitMQ's name for a field value's type, as it appears in error texts.
+pub fn type_name(v: &FieldValue) -> &'static str {
+    match v {
+        FieldValue::Bool(_) => "bool",
+        FieldValue::I8(_) => "byte",
+        FieldValue::U8(_) => "unsignedbyte",
+        FieldValue::I16(_) => "short",
+        FieldValue::U16(_) => "unsignedshort",
+        FieldValue::I32(_) => "signedint",
+        FieldValue::U32(_) => "unsignedint",
+        FieldValue::I64(_) | FieldValue::U64(_) => "long",
+        FieldValue::F32(_) => "float",
+        FieldValue::F64(_) => "double",
+        FieldValue::Decimal(..) => "decimal",
+        FieldValue::LongStr(_) => "longstr",
+        FieldValue::Array(_) => "array",
+        FieldValue::Timestamp(_) => "timestamp",
+        FieldValue::Table(_) => "table",
+        FieldValue::Void => "void",
+        FieldValue::Bytes(_) => "binary",
+    }
+}
+
+/// A field value as RabbitMQ prints it in error texts.
+pub fn display_value(v: &FieldValue) -> String {
+    if let Some(n) = v.as_i64() {
+        return n.to_string();
+    }
+    match v {
+        FieldValue::Bool(b) => b.to_string(),
+        FieldValue::F32(f) => f.to_string(),
+        FieldValue::F64(f) => f.to_string(),
+        FieldValue::LongStr(b) | FieldValue::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(k: &str, v: FieldValue) -> FieldTable {
+        let mut t = FieldTable::new();
+        t.insert(k, v);
+        t
+    }
+
+    #[test]
+    fn validation_texts() {
+        let what = "queue 'q' in vhost '/'";
+        let e = QueueArgs::parse(&t("x-max-length", FieldValue::str("5")), what).expect_err("string");
+        assert_eq!(e.text, "PRECONDITION_FAILED - invalid arg 'x-max-length' for queue 'q' in vhost '/': \"expected integer, got longstr\"");
+        assert!(QueueArgs::parse(&t("x-max-length", FieldValue::I32(-1)), what).is_err());
+        assert!(QueueArgs::parse(&t("x-max-priority", FieldValue::I32(256)), what).is_err());
+        assert!(QueueArgs::parse(&t("x-overflow", FieldValue::str("nope")), what).is_err());
+        let a = QueueArgs::parse(&t("x-message-ttl", FieldValue::I64(0)), what).expect("valid");
+        assert_eq!(a.message_ttl_ms, Some(0));
+        assert_eq!(parse_expiration("soon").expect_err("bad").text, "PRECONDITION_FAILED - invalid expiration 'soon': no_integer");
+        assert_eq!(parse_expiration("1500").expect("ok"), 1500);
+    }
+}

@@ -1,0 +1,412 @@
+//! One queue: ready messages in order, its consumers, and dispatch. Each queue has its own mutex
+//! and no lock is shared between queues, so N busy queues run on N cores. Work happens in the
+//! task that causes it: a publisher's connection task enqueues and dispatches; an ack on the
+//! consumer's connection settles and dispatches again; a writer that drained its outbox
+//! dispatches the queues that were waiting for it; the vhost's sweeper expires messages.
+//!
+//! Lock order: queue -> channel deliveries -> outbox. Never take a queue lock while holding a
+//! channel's deliveries lock. Dead letters are collected under the lock and published after it
+//! is released, so dead-letter cycles between queues cannot deadlock.
+
+pub mod args;
+pub mod dead_letter;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+use warren_protocol::{ByteString, FieldTable};
+
+pub use args::{display_value, type_name, Overflow, QueueArgs};
+use dead_letter::Reason;
+
+use crate::channel::{ChannelShared, Offer};
+use crate::error::{AmqpError, AmqpResult};
+use crate::message::Message;
+use crate::vhost::VHost;
+
+/// A message in a queue, with its position so requeued messages go back where they were.
+#[derive(Debug, Clone)]
+pub struct QueuedMessage {
+    pub seq: u64,
+    pub msg: Arc<Message>,
+    pub redelivered: bool,
+    /// Deadline from `x-message-ttl` or the message's `expiration`, in [`now_ms`] time.
+    pub expires_at_ms: Option<u64>,
+}
+
+/// A consumer: lives in its queue's consumer list and in its channel's consumer map.
+pub struct Consumer {
+    pub tag: ByteString,
+    pub channel: Arc<ChannelShared>,
+    pub queue: Arc<Queue>,
+    pub no_ack: bool,
+    pub exclusive: bool,
+    /// `x-priority` from basic.consume: higher is served first while it has credit.
+    pub priority: i64,
+    /// Per-consumer prefetch (basic.qos global=false at consume time); 0 = unlimited.
+    pub prefetch: u16,
+    /// Unacked deliveries to this consumer; changed only under the channel's deliveries lock.
+    pub unacked: AtomicU32,
+    /// Set when the broker cancelled it (queue deleted) or the client did.
+    pub cancelled: AtomicBool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueOptions {
+    pub durable: bool,
+    pub exclusive_owner: Option<u64>,
+    pub auto_delete: bool,
+    pub arguments: FieldTable,
+    pub args: QueueArgs,
+}
+
+/// The outcome of offering a published message to a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    Accepted,
+    /// The queue is full and its overflow mode refuses publishes: the publisher gets a nack.
+    Rejected,
+    /// The queue was deleted between routing and enqueue.
+    Gone,
+}
+
+pub struct Queue {
+    pub name: Arc<str>,
+    pub vhost: Arc<str>,
+    pub options: QueueOptions,
+    /// Where dead letters are routed; weak so a vhost and its queues do not keep each other alive.
+    vhost_ref: Weak<VHost>,
+    /// Set once a message with a deadline is enqueued; the vhost sweeper only visits these queues.
+    pub may_expire: AtomicBool,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// One deque per priority level (one level unless `x-max-priority`), each ordered by seq.
+    ready: Vec<VecDeque<QueuedMessage>>,
+    ready_len: usize,
+    /// Body bytes of `ready`, for x-max-length-bytes.
+    ready_bytes: u64,
+    next_seq: u64,
+    /// Sorted by priority, highest first; round-robin within equal priority.
+    consumers: Vec<Arc<Consumer>>,
+    rr: usize,
+    /// Delivered to an ack-mode consumer or basic.get, not yet settled.
+    unacked: usize,
+    deleted: bool,
+    /// An auto-delete queue goes away when its last consumer leaves, not before its first.
+    had_consumer: bool,
+    /// Dead letters gathered under the lock, published once it is released.
+    dead: Vec<(Arc<Message>, Reason)>,
+}
+
+pub struct RemovedConsumer {
+    /// The queue is auto-delete and this was its last consumer.
+    pub auto_delete_now: bool,
+}
+
+/// Milliseconds on a monotonic clock shared by the process (TTL deadlines).
+pub fn now_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64
+}
+
+impl Queue {
+    pub fn new(name: Arc<str>, vhost: Arc<str>, options: QueueOptions, vhost_ref: Weak<VHost>) -> Arc<Queue> {
+        let levels = options.args.max_priority.map_or(1, |p| p as usize + 1);
+        let state = State { ready: (0..levels).map(|_| VecDeque::new()).collect(), ..Default::default() };
+        Arc::new(Queue { name, vhost, options, vhost_ref, may_expire: AtomicBool::new(false), state: Mutex::new(state) })
+    }
+
+    pub fn describe(&self) -> String {
+        format!("queue '{}' in vhost '{}'", self.name, self.vhost)
+    }
+
+    /// Runs `f` under the queue lock, then publishes any dead letters it produced.
+    fn locked<R>(self: &Arc<Self>, f: impl FnOnce(&Arc<Self>, &mut State) -> R) -> R {
+        let mut st = self.state.lock();
+        let r = f(self, &mut st);
+        let dead = if st.dead.is_empty() { Vec::new() } else { std::mem::take(&mut st.dead) };
+        drop(st);
+        if !dead.is_empty() {
+            self.publish_dead(dead);
+        }
+        r
+    }
+
+    /// Enqueues and dispatches, applying TTL and the length limits.
+    pub fn publish(self: &Arc<Self>, msg: Arc<Message>) -> Enqueued {
+        self.locked(|q, st| {
+            if st.deleted {
+                return Enqueued::Gone;
+            }
+            let a = &q.options.args;
+            let size = msg.body.len() as u64;
+            if a.overflow != Overflow::DropHead && st.is_full(a, size) {
+                if a.overflow == Overflow::RejectPublishDlx {
+                    st.dead.push((msg, Reason::MaxLen));
+                }
+                return Enqueued::Rejected;
+            }
+            let now = now_ms();
+            let ttl = match (a.message_ttl_ms, msg.expiration_ms) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, y) => x.or(y),
+            };
+            let expires_at_ms = ttl.map(|t| now.saturating_add(t));
+            if expires_at_ms.is_some() {
+                q.may_expire.store(true, Ordering::Relaxed);
+            }
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            let level = q.level(&msg);
+            st.ready_bytes += size;
+            st.ready_len += 1;
+            st.ready[level].push_back(QueuedMessage { seq, msg, redelivered: false, expires_at_ms });
+            q.dispatch_locked(st);
+            if expires_at_ms.is_some() {
+                st.expire(now);
+            }
+            if a.overflow == Overflow::DropHead {
+                while st.is_full(a, 0) {
+                    if let Some(m) = st.pop_ready() {
+                        st.dead.push((m.msg, Reason::MaxLen));
+                    }
+                }
+            }
+            Enqueued::Accepted
+        })
+    }
+
+    fn level(&self, msg: &Message) -> usize {
+        match self.options.args.max_priority {
+            None => 0,
+            Some(max) => msg.priority.unwrap_or(0).min(max) as usize,
+        }
+    }
+
+    pub fn dispatch(self: &Arc<Self>) {
+        self.locked(|q, st| q.dispatch_locked(st));
+    }
+
+    /// Drops (dead-letters) messages whose deadline passed; called by the vhost sweeper.
+    pub fn expire(self: &Arc<Self>) {
+        self.locked(|_, st| st.expire(now_ms()));
+    }
+
+    fn dispatch_locked(self: &Arc<Self>, st: &mut State) {
+        if st.ready_len > 0 && self.may_expire.load(Ordering::Relaxed) {
+            st.expire(now_ms());
+        }
+        'messages: while st.ready_len > 0 && !st.consumers.is_empty() {
+            let n = st.consumers.len();
+            let mut start = 0;
+            // Priority groups, highest first; round-robin inside a group.
+            while start < n {
+                let p = st.consumers[start].priority;
+                let end = st.consumers[start..].iter().position(|c| c.priority != p).map_or(n, |i| start + i);
+                let len = end - start;
+                for k in 0..len {
+                    let idx = start + (st.rr + k) % len;
+                    let Some(front) = st.front() else { break 'messages };
+                    let c = &st.consumers[idx];
+                    match c.channel.offer(c, self, front) {
+                        Offer::Delivered => {
+                            if !c.no_ack {
+                                st.unacked += 1;
+                            }
+                            st.pop_ready();
+                            st.rr = st.rr.wrapping_add(k + 1);
+                            continue 'messages;
+                        }
+                        Offer::OutboxFull => c.channel.outbox.wait_for_space(self),
+                        Offer::NoCredit => {}
+                    }
+                }
+                start = end;
+            }
+            break;
+        }
+    }
+
+    /// basic.get: takes the head message. `ack_mode` counts it as unacked.
+    pub fn get(self: &Arc<Self>, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> bool {
+        self.locked(|_, st| {
+            st.expire(now_ms());
+            let Some(m) = st.pop_ready() else { return false };
+            if ack_mode {
+                st.unacked += 1;
+            }
+            take(&m, st.ready_len as u32);
+            true
+        })
+    }
+
+    /// Settles `n` unacked messages (acked) and dispatches.
+    pub fn settle(self: &Arc<Self>, n: usize) {
+        self.locked(|q, st| {
+            st.unacked = st.unacked.saturating_sub(n);
+            q.dispatch_locked(st);
+        })
+    }
+
+    /// Rejected without requeue: settled, and dead-lettered if the queue has a DLX.
+    pub fn discard(self: &Arc<Self>, msgs: impl IntoIterator<Item = QueuedMessage>) {
+        self.locked(|q, st| {
+            for m in msgs {
+                st.unacked = st.unacked.saturating_sub(1);
+                st.dead.push((m.msg, Reason::Rejected));
+            }
+            q.dispatch_locked(st);
+        })
+    }
+
+    /// Puts unacked messages back at their original positions, marked redelivered.
+    pub fn requeue(self: &Arc<Self>, msgs: impl IntoIterator<Item = QueuedMessage>) {
+        self.locked(|q, st| {
+            if st.deleted {
+                return;
+            }
+            for mut m in msgs {
+                st.unacked = st.unacked.saturating_sub(1);
+                m.redelivered = true;
+                let level = q.level(&m.msg);
+                st.ready_bytes += m.msg.body.len() as u64;
+                st.ready_len += 1;
+                let lane = &mut st.ready[level];
+                let pos = lane.partition_point(|r| r.seq < m.seq);
+                lane.insert(pos, m);
+            }
+            q.dispatch_locked(st);
+        })
+    }
+
+    /// Adds a consumer; `on_added` runs under the queue lock (it sends consume-ok), so no
+    /// delivery can overtake the consume-ok.
+    pub fn add_consumer(self: &Arc<Self>, c: Arc<Consumer>, on_added: impl FnOnce()) -> AmqpResult<()> {
+        self.locked(|q, st| {
+            if st.deleted {
+                return Err(AmqpError::not_found(format!("no {}", q.describe())));
+            }
+            if st.consumers.iter().any(|x| x.exclusive) || (c.exclusive && !st.consumers.is_empty()) {
+                return Err(AmqpError::access_refused(format!("{} in exclusive use", q.describe())));
+            }
+            let pos = st.consumers.partition_point(|x| x.priority >= c.priority);
+            st.consumers.insert(pos, c);
+            st.had_consumer = true;
+            on_added();
+            q.dispatch_locked(st);
+            Ok(())
+        })
+    }
+
+    pub fn remove_consumer(&self, c: &Arc<Consumer>) -> RemovedConsumer {
+        let mut st = self.state.lock();
+        st.consumers.retain(|x| !Arc::ptr_eq(x, c));
+        RemovedConsumer { auto_delete_now: self.options.auto_delete && st.had_consumer && st.consumers.is_empty() && !st.deleted }
+    }
+
+    pub fn message_count(self: &Arc<Self>) -> u32 {
+        self.locked(|_, st| {
+            st.expire(now_ms());
+            st.ready_len as u32
+        })
+    }
+
+    pub fn consumer_count(&self) -> u32 {
+        self.state.lock().consumers.len() as u32
+    }
+
+    pub fn purge(&self) -> u32 {
+        let mut st = self.state.lock();
+        let n = st.ready_len as u32;
+        st.clear_ready();
+        n
+    }
+
+    /// Marks the queue deleted; returns its ready count and consumers (to be told of the cancel).
+    pub fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>) {
+        let mut st = self.state.lock();
+        st.deleted = true;
+        let n = st.ready_len as u32;
+        st.clear_ready();
+        (n, std::mem::take(&mut st.consumers))
+    }
+
+    pub fn is_deleted(&self) -> bool {
+        self.state.lock().deleted
+    }
+
+    fn publish_dead(&self, dead: Vec<(Arc<Message>, Reason)>) {
+        let a = &self.options.args;
+        let (Some(dlx), Some(vhost)) = (&a.dead_letter_exchange, self.vhost_ref.upgrade()) else { return };
+        let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut targets = Vec::new();
+        for (msg, reason) in dead {
+            let m = dead_letter::dead_lettered(&msg, &self.name, reason, dlx, a.dead_letter_routing_key.as_deref(), now_s);
+            targets.clear();
+            // A missing dead-letter exchange drops the message, as in RabbitMQ.
+            if vhost.route(&m.exchange, &m.routing_key, &m.properties, &mut targets).is_err() {
+                continue;
+            }
+            let m = Arc::new(m);
+            for q in targets.drain(..) {
+                q.publish(m.clone());
+            }
+        }
+    }
+}
+
+impl State {
+    fn front(&self) -> Option<&QueuedMessage> {
+        self.ready.iter().rev().find_map(|l| l.front())
+    }
+
+    fn pop_ready(&mut self) -> Option<QueuedMessage> {
+        let m = self.ready.iter_mut().rev().find_map(|l| l.pop_front())?;
+        self.ready_bytes -= m.msg.body.len() as u64;
+        self.ready_len -= 1;
+        Some(m)
+    }
+
+    fn clear_ready(&mut self) {
+        for l in &mut self.ready {
+            l.clear();
+        }
+        self.ready_len = 0;
+        self.ready_bytes = 0;
+    }
+
+    /// Expires from the head of each lane only, as RabbitMQ does.
+    fn expire(&mut self, now: u64) {
+        for i in 0..self.ready.len() {
+            while self.ready[i].front().is_some_and(|m| m.expires_at_ms.is_some_and(|t| t <= now)) {
+                if let Some(m) = self.ready[i].pop_front() {
+                    self.ready_bytes -= m.msg.body.len() as u64;
+                    self.ready_len -= 1;
+                    self.dead.push((m.msg, Reason::Expired));
+                }
+            }
+        }
+    }
+
+    /// Over a limit once a message of `incoming` bytes is added (0: already over).
+    fn is_full(&self, a: &QueueArgs, incoming: u64) -> bool {
+        let extra = (incoming > 0) as u64;
+        a.max_length.is_some_and(|m| self.ready_len as u64 + extra > m) || a.max_length_bytes.is_some_and(|m| self.ready_bytes + incoming > m)
+    }
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Queue({})", self.name)
+    }
+}
+
+/// Checks if a consumer may take another delivery under its own prefetch.
+pub fn consumer_has_credit(c: &Consumer) -> bool {
+    c.no_ack || c.prefetch == 0 || c.unacked.load(Ordering::Relaxed) < c.prefetch as u32
+}

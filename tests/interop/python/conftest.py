@@ -1,0 +1,187 @@
+"""Broker fixtures for the Warren interop suite.
+
+* WARREN_BIN set: start `$WARREN_BIN server --amqp-port P --http-port H --data-dir DIR` once per
+  session (and once per test for `fresh_broker`), on free loopback ports, and stop it afterwards.
+* Otherwise: use AMQP_URL (default: the reference RabbitMQ 3.10 on 127.0.0.1:5673) and start nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pika
+import pytest
+
+from helpers import connect, safe_close, uname
+
+DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5673/%2f"
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class WarrenProcess:
+    def __init__(self, binary: str):
+        self.binary = binary
+        self.dir = tempfile.mkdtemp(prefix="warren-interop-")
+        self.amqp_port = _free_port()
+        self.http_port = _free_port()
+        while self.http_port == self.amqp_port:
+            self.http_port = _free_port()
+        self.data_dir = os.path.join(self.dir, "data")
+        os.makedirs(self.data_dir)
+        self.stdout_path = os.path.join(self.dir, "stdout.log")
+        self.stderr_path = os.path.join(self.dir, "stderr.log")
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2f"
+
+    def _stderr(self) -> str:
+        try:
+            with open(self.stderr_path, "rb") as f:
+                return f.read()[-8000:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def start(self) -> None:
+        cmd = [self.binary, "server", "--amqp-port", str(self.amqp_port),
+               "--http-port", str(self.http_port), "--data-dir", self.data_dir]
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise RuntimeError(f"warren exited with status {rc} before accepting connections: "
+                                   f"{' '.join(cmd)}\n--- stderr ---\n{self._stderr()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.amqp_port), timeout=0.5):
+                    return
+            except OSError:
+                pass
+            if time.monotonic() >= deadline:
+                self.stop()
+                raise RuntimeError(f"warren did not accept AMQP connections on port {self.amqp_port} "
+                                   f"within {START_TIMEOUT}s\n--- stderr ---\n{self._stderr()}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_TIMEOUT)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _external_url() -> str:
+    return os.environ.get("AMQP_URL") or DEFAULT_URL
+
+
+@pytest.fixture(scope="session")
+def amqp_url():
+    """URL of the broker under test (session-wide)."""
+    binary = os.environ.get("WARREN_BIN")
+    if not binary:
+        yield _external_url()
+        return
+    w = WarrenProcess(binary)
+    w.start()
+    try:
+        yield w.url
+    finally:
+        w.stop()
+
+
+@pytest.fixture
+def fresh_broker():
+    """URL of a broker of this test's own. Only with WARREN_BIN; otherwise the shared AMQP_URL
+    broker is returned (tests using it must still use unique names)."""
+    binary = os.environ.get("WARREN_BIN")
+    if not binary:
+        yield _external_url()
+        return
+    w = WarrenProcess(binary)
+    w.start()
+    try:
+        yield w.url
+    finally:
+        w.stop()
+
+
+@pytest.fixture
+def conn(amqp_url):
+    c = connect(amqp_url)
+    yield c
+    safe_close(c)
+
+
+@pytest.fixture
+def ch(conn):
+    return conn.channel()
+
+
+class Resources:
+    """Names a test declares; whatever is left is deleted at teardown on a separate connection."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.queues: list[str] = []
+        self.exchanges: list[str] = []
+
+    def queue(self, prefix: str = "q") -> str:
+        name = uname(prefix)
+        self.queues.append(name)
+        return name
+
+    def exchange(self, prefix: str = "x") -> str:
+        name = uname(prefix)
+        self.exchanges.append(name)
+        return name
+
+    def track_queue(self, name: str) -> str:
+        self.queues.append(name)
+        return name
+
+    def cleanup(self) -> None:
+        if not self.queues and not self.exchanges:
+            return
+        c = None
+        try:
+            c = connect(self.url)
+            ch = c.channel()
+            for kind, names in (("queue", self.queues), ("exchange", self.exchanges)):
+                for n in names:
+                    try:
+                        if kind == "queue":
+                            ch.queue_delete(n)
+                        else:
+                            ch.exchange_delete(n)
+                    except pika.exceptions.ChannelClosed:
+                        ch = c.channel()  # e.g. still exclusively owned by a live connection
+        except Exception:
+            pass
+        finally:
+            safe_close(c)
+
+
+@pytest.fixture
+def res(amqp_url):
+    r = Resources(amqp_url)
+    yield r
+    r.cleanup()
