@@ -166,7 +166,7 @@ mod tests {
 
     #[test]
     fn fast_deliver_matches_generic_encoding() {
-        let msg = Message { exchange: "ex".into(), routing_key: "rk".into(), properties: Bytes::from_static(&[0, 0]), body: Bytes::new(), persistent: false };
+        let msg = Message { exchange: "ex".into(), routing_key: "rk".into(), properties: Bytes::from_static(&[0, 0]), body: Bytes::new(), persistent: false, priority: None, expiration_ms: None };
         let mut fast = BytesMut::new();
         write_deliver(&mut fast, 7, "ctag", 42, true, &msg);
         let mut slow = BytesMut::new();
@@ -177,7 +177,7 @@ mod tests {
 
     #[test]
     fn body_split_to_frame_max() {
-        let msg = Message { exchange: "".into(), routing_key: "q".into(), properties: Bytes::from_static(&[0, 0]), body: Bytes::from(vec![7u8; 10_000]), persistent: false };
+        let msg = Message { exchange: "".into(), routing_key: "q".into(), properties: Bytes::from_static(&[0, 0]), body: Bytes::from(vec![7u8; 10_000]), persistent: false, priority: None, expiration_ms: None };
         let mut b = BytesMut::new();
         write_content(&mut b, 1, 4096, &msg);
         let dec = warren_protocol::FrameDecoder::new(4096);
