@@ -66,6 +66,7 @@ struct Conn {
     last_read: Instant,
     last_writes: u64,
     deadline: Instant,
+    heartbeat_tick: Option<Instant>,
     reason: String,
 }
 
@@ -112,6 +113,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
         last_read: Instant::now(),
         last_writes: 0,
         deadline: Instant::now() + handshake,
+        heartbeat_tick: None,
         reason: String::new(),
     };
     conn.send_start();
@@ -198,17 +200,24 @@ impl Conn {
         }
     }
 
-    fn next_tick(&self) -> Instant {
-        let period = match self.phase {
-            Phase::Open if self.heartbeat_s > 0 => Duration::from_millis(self.heartbeat_s as u64 * 500),
-            Phase::Open => Duration::from_secs(3600),
-            _ => return self.deadline,
-        };
-        Instant::now() + period
+    /// When the timer next fires: the handshake or close deadline, or the next heartbeat check.
+    /// Stored rather than recomputed per loop turn, so steady reads cannot postpone it forever.
+    fn next_tick(&mut self) -> Instant {
+        match self.phase {
+            Phase::Open => {
+                if self.heartbeat_tick.is_none() {
+                    let period = if self.heartbeat_s > 0 { Duration::from_millis(self.heartbeat_s as u64 * 500) } else { Duration::from_secs(3600) };
+                    self.heartbeat_tick = Some(Instant::now() + period);
+                }
+                self.heartbeat_tick.unwrap_or(self.deadline)
+            }
+            _ => self.deadline,
+        }
     }
 
     fn tick(&mut self) {
         let now = Instant::now();
+        self.heartbeat_tick = None;
         match self.phase {
             Phase::Open => {
                 if self.heartbeat_s == 0 {
