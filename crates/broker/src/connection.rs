@@ -37,6 +37,9 @@ enum Phase {
     Open,
     /// We sent connection.close and wait for close-ok (or the deadline).
     CloseSent,
+    /// The client closed and we answered close-ok: wait for it to close TCP (as RabbitMQ does),
+    /// so our close-ok is not lost to a reset.
+    Draining,
     Done,
 }
 
@@ -172,7 +175,7 @@ impl Conn {
             tokio::select! {
                 r = rd.read_buf(&mut buf) => match r {
                     Ok(0) => {
-                        if self.reason.is_empty() {
+                        if self.reason.is_empty() && self.phase != Phase::Draining {
                             self.reason = "client closed TCP connection".into();
                         }
                         return;
@@ -236,7 +239,7 @@ impl Conn {
                 self.last_writes = writes;
             }
             Phase::Done => {}
-            Phase::CloseSent => {
+            Phase::CloseSent | Phase::Draining => {
                 if now >= self.deadline {
                     self.phase = Phase::Done;
                 }
@@ -283,9 +286,14 @@ impl Conn {
         }
     }
 
+    fn drain(&mut self) {
+        self.phase = Phase::Draining;
+        self.deadline = Instant::now() + Duration::from_millis(limits::CLOSE_OK_TIMEOUT_MS);
+    }
+
     /// Sends connection.close and waits for close-ok.
     fn close_connection(&mut self, e: AmqpError) {
-        if matches!(self.phase, Phase::CloseSent | Phase::Done) {
+        if matches!(self.phase, Phase::CloseSent | Phase::Done | Phase::Draining) {
             return;
         }
         tracing::info!(peer = %self.peer, conn = self.id, code = e.code, text = %e.text, "closing connection on error");
@@ -331,7 +339,7 @@ impl Conn {
             FrameKind::Heartbeat => !frame.payload.is_empty(),
             _ => false,
         };
-        if malformed && self.phase != Phase::CloseSent {
+        if malformed && !matches!(self.phase, Phase::CloseSent | Phase::Draining) {
             return Err(Self::odd_frame(reply::FRAME_ERROR, &frame));
         }
         match self.phase {
@@ -349,7 +357,7 @@ impl Conn {
                 }
                 Ok(())
             }
-            Phase::Done => Ok(()),
+            Phase::Done | Phase::Draining => Ok(()),
             _ => self.handle_handshake_frame(frame),
         }
     }
@@ -379,7 +387,7 @@ impl Conn {
             (_, Method::ConnectionClose(_)) => {
                 self.outbox.method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
                 self.reason = "client closed during handshake".into();
-                self.phase = Phase::Done;
+                self.drain();
                 Ok(())
             }
             (_, m) => Err(AmqpError::command_invalid(format!("unexpected {} during the handshake", m.name())).on(m.class_id(), m.method_id())),
@@ -471,7 +479,7 @@ impl Conn {
                     Method::ConnectionClose(_) => {
                         self.outbox.method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
                         self.reason = "client closed connection".into();
-                        self.phase = Phase::Done;
+                        self.drain();
                         Ok(())
                     }
                     Method::ConnectionUpdateSecret(_) => {
