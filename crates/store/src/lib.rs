@@ -1,0 +1,17 @@
+//! Warren's storage: one append-only log per durable queue, and atomic snapshot files.
+//!
+//! Layout:
+//! - [`record`]: the on-disk record (magic, length, CRC-32, payload) and its scanner.
+//! - [`log`]: [`QueueLog`], a queue's segments: buffered appends written in groups, acks,
+//!   reclamation of fully acked segments, recovery that truncates a torn tail and skips a corrupt
+//!   record in the middle.
+//! - [`snapshot`]: a small file replaced atomically (write, fsync, rename, fsync dir).
+//!
+//! Invariant: this crate knows record bytes, sequence numbers and files, never AMQP methods.
+//! It does no fsync scheduling: callers decide when to sync (group commit lives in the broker).
+
+pub mod log;
+pub mod record;
+pub mod snapshot;
+
+pub use log::{QueueLog, Recovered};
