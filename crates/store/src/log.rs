@@ -299,7 +299,7 @@ mod tests {
         let mut half = BytesMut::new();
         record::encode(&mut half, KIND_ENQUEUE, 4, b"torn");
         let len = fs::metadata(&seg).expect("meta").len();
-        OpenOptions::new().append(true).open(&seg).expect("open").write_all(&half[..half.len() - 3]).unwrap_or_else(|(e, _)| panic!("write: {e}"));
+        OpenOptions::new().append(true).open(&seg).expect("open").write_all(&half[..half.len() - 3]).expect("write");
         let (mut log, rec) = QueueLog::<()>::open(&dir).expect("reopen");
         assert_eq!(rec.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 3]);
         assert_eq!(fs::metadata(&seg).expect("meta").len(), len, "tail truncated");
@@ -323,7 +323,7 @@ mod tests {
         let mut bytes = fs::read(&seg).expect("read");
         let first = record::HEADER_BYTES + 9 + data(1).len();
         bytes[first + record::HEADER_BYTES + 12] ^= 0xff; // inside record 2's payload
-        fs::write(&seg, &bytes).unwrap_or_else(|(e, _)| panic!("write: {e}"));
+        fs::write(&seg, &bytes).expect("write");
         let (_, rec) = QueueLog::<()>::open(&dir).expect("reopen");
         assert_eq!(rec.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 3]);
     }
