@@ -15,6 +15,7 @@ use warren_protocol::method::*;
 use warren_protocol::properties::{self, BasicProperties, ContentHeader};
 use warren_protocol::{frame, reply, ByteString, Method};
 
+use crate::confirm::Confirms;
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
 use crate::outbox::{self, Outbox};
@@ -166,7 +167,7 @@ fn finish(taken: Vec<Unacked>, how: Settle) {
         }
         let msgs = taken[i..j].iter().map(|u| u.msg.clone());
         match how {
-            Settle::Ack => q.settle(j - i),
+            Settle::Ack => q.settle(msgs),
             Settle::Requeue => q.requeue(msgs),
             Settle::Discard => q.discard(msgs),
         }
@@ -225,8 +226,8 @@ pub struct Channel {
     last_queue: Option<ByteString>,
     confirm: bool,
     next_publish_seq: u64,
-    /// Confirms to send at the end of the read batch: (seq, ack?).
-    pending_confirms: Vec<(u64, bool)>,
+    /// Confirm bookkeeping, shared with durable queues that confirm after their fsync.
+    confirms: Arc<Confirms>,
     tx: Option<Vec<TxOp>>,
     route_buf: Vec<Arc<Queue>>,
     /// The name of this channel's direct reply-to pseudo-queue, once it consumes from it.
@@ -236,14 +237,14 @@ pub struct Channel {
 impl Channel {
     pub fn new(id: u16, outbox: Arc<Outbox>) -> Channel {
         Channel {
-            shared: ChannelShared::new(id, outbox),
+            shared: ChannelShared::new(id, outbox.clone()),
+            confirms: Confirms::new(id, outbox),
             publish: PublishState::Idle,
             consumers: HashMap::new(),
             consumer_prefetch: 0,
             last_queue: None,
             confirm: false,
             next_publish_seq: 1,
-            pending_confirms: Vec::new(),
             tx: None,
             route_buf: Vec::new(),
             direct_reply: None,
@@ -672,45 +673,43 @@ impl Channel {
                 });
             }
         }
-        let mut accepted = true;
         if !targets.is_empty() {
             let msg = Arc::new(msg);
+            // Durable queues that store it each owe the confirm a write; the last wait is ours,
+            // released once every queue has answered.
+            let stores = targets.iter().filter(|q| q.stores(&msg)).count();
+            let handle = match seq {
+                Some(seq) if stores > 0 => Some(self.confirms.pending(seq, stores + 1)),
+                _ => None,
+            };
+            let mut accepted = true;
             for q in targets.drain(..) {
-                accepted &= q.publish(msg.clone()) != Enqueued::Rejected;
+                let storing = q.stores(&msg);
+                let r = q.publish(msg.clone(), if storing { handle.as_ref() } else { None });
+                accepted &= r != Enqueued::Rejected;
+                if storing && r != Enqueued::Accepted {
+                    if let Some(h) = &handle {
+                        h.done(r == Enqueued::Gone);
+                    }
+                }
             }
+            match (&handle, seq) {
+                (Some(h), _) => {
+                    h.done(accepted);
+                }
+                (None, Some(seq)) => self.confirms.settled(seq, accepted),
+                (None, None) => {}
+            }
+        } else if let Some(seq) = seq {
+            self.confirms.settled(seq, true);
         }
         self.route_buf = targets;
-        if let Some(seq) = seq {
-            self.pending_confirms.push((seq, accepted));
-        }
         Ok(())
     }
 
-    /// Sends the confirms gathered during a read batch, merging runs into `multiple` acks.
+    /// Sends the confirms that are ready, merging runs into `multiple` acks.
     pub fn flush_confirms(&mut self) {
-        if self.pending_confirms.is_empty() {
-            return;
-        }
-        let id = self.id();
-        let pending = std::mem::take(&mut self.pending_confirms);
-        self.shared.outbox.push(|b| {
-            let mut i = 0;
-            while i < pending.len() {
-                let ack = pending[i].1;
-                let mut j = i;
-                while j + 1 < pending.len() && pending[j + 1].1 == ack && pending[j + 1].0 == pending[j].0 + 1 {
-                    j += 1;
-                }
-                let (tag, multiple) = (pending[j].0, j > i);
-                let m = if ack {
-                    Method::BasicAck(BasicAck { delivery_tag: tag, multiple })
-                } else {
-                    Method::BasicNack(BasicNack { delivery_tag: tag, multiple, requeue: false })
-                };
-                frame::write_method(b, id, &m);
-                i = j + 1;
-            }
-        });
+        self.confirms.flush();
     }
 
     /// Releases everything the channel holds: unacked messages go back to their queues,

@@ -8,16 +8,21 @@
 //! - [`vhost`]: exchanges, queues and the routing snapshot publishers read without a lock.
 //! - [`queue`]: one queue: ready messages, consumers, dispatch; one mutex per queue.
 //! - [`outbox`]: a connection's pending output, written by its writer task in batches.
+//! - [`confirm`]: publisher confirms; [`persist`]: group commit of durable queue logs;
+//!   [`definitions`]: the durable definitions file.
 //! - [`config`], [`limits`], [`error`], [`auth`].
 
 pub mod auth;
 pub mod channel;
 pub mod config;
+pub mod confirm;
 pub mod connection;
+pub mod definitions;
 pub mod error;
 pub mod limits;
 pub mod message;
 pub mod outbox;
+pub mod persist;
 pub mod queue;
 pub mod server;
 pub mod vhost;

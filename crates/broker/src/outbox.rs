@@ -75,6 +75,11 @@ impl Outbox {
         self.push(|b| frame::write_method(b, channel, m));
     }
 
+    #[cfg(test)]
+    pub fn take_for_test(&self, into: &mut BytesMut) {
+        into.extend_from_slice(&self.inner.lock().buf.split());
+    }
+
     /// Registers a queue to be woken when this outbox drains.
     pub fn wait_for_space(&self, q: &Arc<Queue>) {
         let mut g = self.inner.lock();

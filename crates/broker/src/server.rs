@@ -13,20 +13,30 @@ use crate::auth::Users;
 use crate::config::Config;
 use crate::connection;
 use crate::limits;
-use crate::vhost::VHost;
+use crate::persist::Persister;
+use crate::vhost::{Storage, VHost};
 
 pub struct Broker {
     pub config: Config,
     pub users: Users,
     vhosts: HashMap<String, Arc<VHost>>,
     next_connection_id: AtomicU64,
+    pub persister: Arc<Persister>,
 }
 
 impl Broker {
-    pub fn new(config: Config) -> Arc<Broker> {
+    /// Opens the data directory (recovering durable definitions and messages) and builds the
+    /// broker. Vhost `v` lives in `<data_dir>/vhosts/<hex of v>`.
+    pub fn new(config: Config) -> std::io::Result<Arc<Broker>> {
         let users = Users::from_config(&config);
-        let vhosts = config.vhosts.iter().map(|v| (v.clone(), VHost::new(v))).collect();
-        Arc::new(Broker { config, users, vhosts, next_connection_id: AtomicU64::new(1) })
+        let persister = Persister::start();
+        let mut vhosts = HashMap::new();
+        for v in &config.vhosts {
+            let hex: String = v.bytes().map(|b| format!("{b:02x}")).collect();
+            let dir = config.data_dir.join("vhosts").join(if hex.is_empty() { "00".to_string() } else { hex });
+            vhosts.insert(v.clone(), VHost::open(v, Storage { dir, persister: persister.clone() })?);
+        }
+        Ok(Arc::new(Broker { config, users, vhosts, next_connection_id: AtomicU64::new(1), persister }))
     }
 
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
@@ -80,5 +90,7 @@ impl Broker {
             tracing::info!(connections = n, "closing client connections");
         }
         let _ = tokio::time::timeout(Duration::from_secs(10), async { while conns.join_next().await.is_some() {} }).await;
+        let p = self.persister.clone();
+        let _ = tokio::task::spawn_blocking(move || p.stop()).await;
     }
 }

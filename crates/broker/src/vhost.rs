@@ -10,7 +10,13 @@ use parking_lot::Mutex;
 use warren_protocol::{FieldTable, FieldValue};
 use warren_routing::{Binding, Destination, Exchange, ExchangeKind, Table};
 
+use std::path::PathBuf;
+
+use warren_protocol::method::{ExchangeBind, ExchangeDeclare, QueueBind, QueueDeclare};
+
+use crate::definitions::{self, Definition};
 use crate::error::{AmqpError, AmqpResult};
+use crate::persist::Persister;
 use crate::queue::{Consumer, Queue, QueueArgs, QueueOptions};
 
 #[derive(Clone, Default)]
@@ -26,6 +32,15 @@ pub struct VHost {
     defs: Mutex<Snapshot>,
     /// Direct reply-to pseudo-queues (`amq.rabbitmq.reply-to.<token>`), one per consuming channel.
     direct_reply: Mutex<HashMap<Arc<str>, Arc<Queue>>>,
+    /// Where durable definitions and queue logs live; `None` keeps everything in memory.
+    storage: Option<Storage>,
+    /// Set while the definitions file is replayed at boot, so replaying does not rewrite it.
+    loading: std::sync::atomic::AtomicBool,
+}
+
+pub struct Storage {
+    pub dir: PathBuf,
+    pub persister: Arc<Persister>,
 }
 
 /// The pseudo-queue RPC clients consume from for direct reply-to.
@@ -118,6 +133,48 @@ fn inequivalent(what: &str, arg: &str, name: &str, vhost: &str, got: impl std::f
 
 impl VHost {
     pub fn new(name: &str) -> Arc<VHost> {
+        Self::with_storage(name, None)
+    }
+
+    /// A vhost whose durable definitions and messages live under `storage.dir`; what is there
+    /// from an earlier run is loaded.
+    pub fn open(name: &str, storage: Storage) -> std::io::Result<Arc<VHost>> {
+        std::fs::create_dir_all(storage.dir.join("queues"))?;
+        let file = storage.dir.join("definitions");
+        let v = Self::with_storage(name, Some(storage));
+        v.loading.store(true, std::sync::atomic::Ordering::Relaxed);
+        let defs = warren_store::snapshot::read(&file)?.map(definitions::decode).unwrap_or_default();
+        let (mut queues, mut messages) = (0usize, 0u64);
+        for d in defs {
+            let r = match d {
+                Definition::Exchange(x) => v.declare_exchange(&ExchangeSpec {
+                    name: &x.exchange,
+                    kind: &x.kind,
+                    passive: false,
+                    durable: true,
+                    auto_delete: x.auto_delete,
+                    internal: x.internal,
+                    arguments: &x.arguments,
+                }),
+                Definition::Queue(id, q) => v.restore_queue(id, &q).map(|n| {
+                    queues += 1;
+                    messages += n;
+                }),
+                Definition::QueueBind(b) => v.bind_queue(&b.queue, &b.exchange, &b.routing_key, &b.arguments, true),
+                Definition::ExchangeBind(b) => v.bind_exchange(&b.destination, &b.source, &b.routing_key, &b.arguments, true),
+            };
+            if let Err(e) = r {
+                tracing::warn!(vhost = name, error = %e.text, "skipping a stored definition");
+            }
+        }
+        v.loading.store(false, std::sync::atomic::Ordering::Relaxed);
+        v.remove_orphan_logs();
+        v.save(&v.defs.lock());
+        tracing::info!(vhost = name, queues, messages, "vhost recovered");
+        Ok(v)
+    }
+
+    fn with_storage(name: &str, storage: Option<Storage>) -> Arc<VHost> {
         let mut s = Snapshot::default();
         let mk = |n: &str, kind| {
             let n: Arc<str> = n.into();
@@ -134,7 +191,14 @@ impl VHost {
             let (n, x) = mk(n, k);
             s.table.exchanges.insert(n, x);
         }
-        Arc::new(VHost { name: name.into(), snapshot: ArcSwap::from_pointee(s.clone()), defs: Mutex::new(s), direct_reply: Mutex::new(HashMap::new()) })
+        Arc::new(VHost {
+            name: name.into(),
+            snapshot: ArcSwap::from_pointee(s.clone()),
+            defs: Mutex::new(s),
+            direct_reply: Mutex::new(HashMap::new()),
+            storage,
+            loading: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
@@ -143,6 +207,113 @@ impl VHost {
 
     fn publish(&self, defs: &Snapshot) {
         self.snapshot.store(Arc::new(defs.clone()));
+    }
+
+    /// Publishes the new snapshot and, if a durable definition changed, rewrites the file.
+    fn changed(&self, defs: &Snapshot, durable: bool) {
+        self.publish(defs);
+        if durable {
+            self.save(defs);
+        }
+    }
+
+    /// Queues whose definition is kept across restarts (RabbitMQ drops exclusive ones).
+    fn kept(q: &Queue) -> bool {
+        q.options.durable && q.options.exclusive_owner.is_none()
+    }
+
+    fn save(&self, defs: &Snapshot) {
+        let Some(storage) = &self.storage else { return };
+        if self.loading.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let mut out = Vec::new();
+        let mut xs: Vec<_> = defs.table.exchanges.values().filter(|x| x.durable && !x.name.is_empty() && !x.name.starts_with("amq.")).collect();
+        xs.sort_by(|a, b| a.name.cmp(&b.name));
+        for x in xs {
+            out.push(Definition::Exchange(ExchangeDeclare {
+                exchange: (&*x.name).into(),
+                kind: x.kind.as_str().into(),
+                durable: true,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: x.arguments.clone(),
+                ..Default::default()
+            }));
+        }
+        let mut qs: Vec<_> = defs.queues.values().filter(|q| Self::kept(q)).collect();
+        qs.sort_by(|a, b| a.name.cmp(&b.name));
+        for q in qs {
+            let Some(id) = q.store_id else { continue };
+            out.push(Definition::Queue(
+                id,
+                QueueDeclare { queue: (&*q.name).into(), durable: true, auto_delete: q.options.auto_delete, arguments: q.options.arguments.clone(), ..Default::default() },
+            ));
+        }
+        let mut names: Vec<_> = defs.table.exchanges.keys().collect();
+        names.sort();
+        for name in names {
+            let x = &defs.table.exchanges[name];
+            if !x.durable {
+                continue;
+            }
+            for b in &x.bindings {
+                let (k, a) = ((&*b.routing_key).into(), b.arguments.clone());
+                match &b.destination {
+                    Destination::Queue(q) if Self::kept(q) => {
+                        out.push(Definition::QueueBind(QueueBind { queue: (&*q.name).into(), exchange: (&**name).into(), routing_key: k, arguments: a, ..Default::default() }))
+                    }
+                    Destination::Exchange(d) if defs.table.exchanges.get(d).is_some_and(|dx| dx.durable) => out.push(Definition::ExchangeBind(ExchangeBind {
+                        destination: (&**d).into(),
+                        source: (&**name).into(),
+                        routing_key: k,
+                        arguments: a,
+                        ..Default::default()
+                    })),
+                    _ => {}
+                }
+            }
+        }
+        if let Err(e) = warren_store::snapshot::write_atomic(&storage.dir.join("definitions"), &definitions::encode(&out)) {
+            tracing::error!(vhost = %self.name, error = %e, "cannot write the definitions file");
+        }
+    }
+
+    fn open_log(&self, id: u64) -> Option<std::io::Result<(crate::queue::Log, Vec<warren_store::Recovered>, Arc<Persister>)>> {
+        let storage = self.storage.as_ref()?;
+        let dir = storage.dir.join("queues").join(format!("{id:016x}"));
+        Some(crate::queue::Log::open(&dir).map(|(log, rec)| (log, rec, storage.persister.clone())))
+    }
+
+    /// Recreates a durable queue from the definitions file with the messages in its log.
+    fn restore_queue(self: &Arc<Self>, id: u64, d: &QueueDeclare) -> AmqpResult<u64> {
+        let args = QueueArgs::parse(&d.arguments, &format!("queue '{}' in vhost '{}'", d.queue, self.name))?;
+        let opts = QueueOptions { durable: true, exclusive_owner: None, auto_delete: d.auto_delete, arguments: d.arguments.clone(), args };
+        let log = match self.open_log(id) {
+            Some(Ok((log, rec, p))) => Some((id, log, p, rec)),
+            Some(Err(e)) => return Err(AmqpError::internal_error(format!("cannot open the log of queue '{}': {e}", d.queue))),
+            None => None,
+        };
+        let n = log.as_ref().map_or(0, |l| l.3.len() as u64);
+        let name: Arc<str> = (&*d.queue).into();
+        let q = Queue::with_log(name.clone(), self.name.clone(), opts, Arc::downgrade(self), log);
+        let mut defs = self.defs.lock();
+        defs.queues.insert(name, q);
+        self.publish(&defs);
+        Ok(n)
+    }
+
+    /// Deletes queue log directories that no durable queue owns (left by non-durable state or
+    /// a crash between creating a log and recording its queue).
+    fn remove_orphan_logs(&self) {
+        let Some(storage) = &self.storage else { return };
+        let owned: std::collections::HashSet<String> = self.defs.lock().queues.values().filter_map(|q| q.store_id).map(|id| format!("{id:016x}")).collect();
+        let Ok(entries) = std::fs::read_dir(storage.dir.join("queues")) else { return };
+        for e in entries.flatten() {
+            if !owned.contains(e.file_name().to_string_lossy().as_ref()) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
     }
 
     fn no_exchange(&self, name: &str) -> AmqpError {
@@ -198,7 +369,7 @@ impl VHost {
             alternate: spec.arguments.get("alternate-exchange").and_then(|v| v.as_str()).map(Arc::from),
         };
         defs.table.exchanges.insert(name, Arc::new(x));
-        self.publish(&defs);
+        self.changed(&defs, spec.durable);
         tracing::info!(vhost = %self.name, exchange = spec.name, kind = spec.kind, "exchange declared");
         Ok(())
     }
@@ -215,9 +386,10 @@ impl VHost {
         if if_unused && !x.bindings.is_empty() {
             return Err(AmqpError::precondition_failed(format!("exchange '{name}' in vhost '{}' in use", self.name)));
         }
+        let durable = x.durable;
         defs.table.exchanges.remove(name);
         Self::remove_bindings_to(&mut defs, &|d| matches!(d, Destination::Exchange(e) if &**e == name));
-        self.publish(&defs);
+        self.changed(&defs, durable);
         tracing::info!(vhost = %self.name, exchange = name, "exchange deleted");
         Ok(())
     }
@@ -267,6 +439,11 @@ impl VHost {
         if add && x.kind == ExchangeKind::Headers {
             validate_x_match(args)?;
         }
+        let durable = x.durable
+            && match &dest {
+                Destination::Queue(q) => Self::kept(q),
+                Destination::Exchange(_) => true,
+            };
         let exists = x.bindings.iter().position(|b| Self::same_binding(b, &dest, key, args));
         match (add, exists) {
             (true, None) => Arc::make_mut(x).bindings.push(Binding { destination: dest, routing_key: key.into(), arguments: args.clone() }),
@@ -281,7 +458,7 @@ impl VHost {
             }
             _ => return Ok(()),
         }
-        self.publish(&defs);
+        self.changed(&defs, durable);
         Ok(())
     }
 
@@ -346,20 +523,27 @@ impl VHost {
         }
         let args = QueueArgs::parse(spec.arguments, &format!("queue '{}' in vhost '{}'", spec.name, self.name))?;
         let name: Arc<str> = spec.name.into();
-        let q = Queue::new(
-            name.clone(),
-            self.name.clone(),
-            QueueOptions {
-                durable: spec.durable,
-                exclusive_owner: spec.exclusive.then_some(spec.conn_id),
-                auto_delete: spec.auto_delete,
-                arguments: spec.arguments.clone(),
-                args,
-            },
-            Arc::downgrade(self),
-        );
+        let options = QueueOptions {
+            durable: spec.durable,
+            exclusive_owner: spec.exclusive.then_some(spec.conn_id),
+            auto_delete: spec.auto_delete,
+            arguments: spec.arguments.clone(),
+            args,
+        };
+        // Exclusive queues die with their connection, so their messages are never written.
+        let log = if spec.durable && !spec.exclusive {
+            let id: u64 = rand::random();
+            match self.open_log(id) {
+                Some(Ok((log, _, p))) => Some((id, log, p, Vec::new())),
+                Some(Err(e)) => return Err(AmqpError::internal_error(format!("cannot create the log of queue '{}': {e}", spec.name))),
+                None => None,
+            }
+        } else {
+            None
+        };
+        let q = Queue::with_log(name.clone(), self.name.clone(), options, Arc::downgrade(self), log);
         defs.queues.insert(name, q.clone());
-        self.publish(&defs);
+        self.changed(&defs, Self::kept(&q));
         tracing::info!(vhost = %self.name, queue = spec.name, durable = spec.durable, exclusive = spec.exclusive, auto_delete = spec.auto_delete, "queue declared");
         Ok(q)
     }
@@ -448,7 +632,7 @@ impl VHost {
         }
         defs.queues.remove(name);
         Self::remove_bindings_to(&mut defs, &|d| matches!(d, Destination::Queue(x) if Arc::ptr_eq(x, &q)));
-        self.publish(&defs);
+        self.changed(&defs, Self::kept(&q));
         drop(defs);
         let (message_count, consumers) = q.mark_deleted();
         tracing::info!(vhost = %self.name, queue = name, "queue deleted");

@@ -91,7 +91,7 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         let addr = std::net::SocketAddr::new(config.amqp_bind, config.amqp_port);
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen for AMQP on {addr}"))?;
         tracing::info!(%addr, data_dir = %config.data_dir.display(), version = env!("CARGO_PKG_VERSION"), "warren listening for AMQP 0-9-1");
-        let broker = Broker::new(config);
+        let broker = Broker::new(config).context("cannot open the data directory")?;
         let (tx, rx) = tokio::sync::watch::channel(false);
         let server = tokio::spawn(broker.serve(listener, rx));
         wait_for_signal().await;

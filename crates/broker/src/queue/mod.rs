@@ -21,7 +21,11 @@ use warren_protocol::{ByteString, FieldTable};
 pub use args::{display_value, type_name, Overflow, QueueArgs};
 use dead_letter::Reason;
 
+use warren_store::{QueueLog, Recovered};
+
 use crate::channel::{ChannelShared, Offer};
+use crate::confirm::ConfirmHandle;
+use crate::persist::Persister;
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
 use crate::vhost::VHost;
@@ -34,6 +38,8 @@ pub struct QueuedMessage {
     pub redelivered: bool,
     /// Deadline from `x-message-ttl` or the message's `expiration`, in [`now_ms`] time.
     pub expires_at_ms: Option<u64>,
+    /// Written to (or buffered for) this queue's log: leaving the queue must record an ack.
+    pub logged: bool,
 }
 
 /// A consumer: lives in its queue's consumer list and in its channel's consumer map.
@@ -80,8 +86,16 @@ pub struct Queue {
     vhost_ref: Weak<VHost>,
     /// Set once a message with a deadline is enqueued; the vhost sweeper only visits these queues.
     pub may_expire: AtomicBool,
+    /// Durable queues: the group-commit thread, and whether this queue is already in its batch.
+    persister: Option<Arc<Persister>>,
+    in_batch: AtomicBool,
+    /// The log's directory id, recorded in the definitions file.
+    pub store_id: Option<u64>,
     state: Mutex<State>,
 }
+
+/// The log a durable queue writes persistent messages to, with the confirms they owe.
+pub type Log = QueueLog<Arc<ConfirmHandle>>;
 
 #[derive(Default)]
 struct State {
@@ -101,6 +115,11 @@ struct State {
     had_consumer: bool,
     /// Dead letters gathered under the lock, published once it is released.
     dead: Vec<(Arc<Message>, Reason)>,
+    log: Option<Log>,
+    /// Confirms settled under the lock (message left before it was written), sent after it.
+    confirmed: Vec<Arc<ConfirmHandle>>,
+    /// The log has records to write.
+    log_dirty: bool,
 }
 
 pub struct RemovedConsumer {
@@ -116,9 +135,50 @@ pub fn now_ms() -> u64 {
 
 impl Queue {
     pub fn new(name: Arc<str>, vhost: Arc<str>, options: QueueOptions, vhost_ref: Weak<VHost>) -> Arc<Queue> {
+        Self::with_log(name, vhost, options, vhost_ref, None)
+    }
+
+    /// A durable queue backed by `log` (id, log, persister), holding `recovered` messages.
+    pub fn with_log(name: Arc<str>, vhost: Arc<str>, options: QueueOptions, vhost_ref: Weak<VHost>, log: Option<(u64, Log, Arc<Persister>, Vec<Recovered>)>) -> Arc<Queue> {
         let levels = options.args.max_priority.map_or(1, |p| p as usize + 1);
-        let state = State { ready: (0..levels).map(|_| VecDeque::new()).collect(), ..Default::default() };
-        Arc::new(Queue { name, vhost, options, vhost_ref, may_expire: AtomicBool::new(false), state: Mutex::new(state) })
+        let mut state = State { ready: (0..levels).map(|_| VecDeque::new()).collect(), ..Default::default() };
+        let (store_id, persister) = match log {
+            None => (None, None),
+            Some((id, log, persister, recovered)) => {
+                state.log = Some(log);
+                for r in recovered {
+                    let Some(msg) = crate::persist::decode_message(&r.data) else {
+                        tracing::warn!(queue = %name, seq = r.seq, "skipping a stored message that does not decode");
+                        continue;
+                    };
+                    let level = options.args.max_priority.map_or(0, |max| msg.priority.unwrap_or(0).min(max) as usize);
+                    state.next_seq = r.seq + 1;
+                    state.ready_bytes += msg.body.len() as u64;
+                    state.ready_len += 1;
+                    // It may have been delivered before the restart: say so, as RabbitMQ does.
+                    state.ready[level].push_back(QueuedMessage { seq: r.seq, msg: Arc::new(msg), redelivered: true, expires_at_ms: None, logged: true });
+                }
+                (Some(id), Some(persister))
+            }
+        };
+        Arc::new(Queue { name, vhost, options, vhost_ref, may_expire: AtomicBool::new(false), persister, in_batch: AtomicBool::new(false), store_id, state: Mutex::new(state) })
+    }
+
+    /// Joins the persister's next batch; false if already in it.
+    pub fn mark_dirty(&self) -> bool {
+        !self.in_batch.swap(true, Ordering::AcqRel)
+    }
+
+    /// Called by the persister: writes the buffered records (the caller fsyncs the files).
+    #[allow(clippy::type_complexity)]
+    pub fn write_log(&self) -> Result<(Vec<Arc<ConfirmHandle>>, Vec<Arc<std::fs::File>>), (std::io::Error, Vec<Arc<ConfirmHandle>>)> {
+        self.in_batch.store(false, Ordering::Release);
+        let mut st = self.state.lock();
+        st.log_dirty = false;
+        match &mut st.log {
+            Some(log) => log.write_pending(),
+            None => Ok((Vec::new(), Vec::new())),
+        }
     }
 
     pub fn describe(&self) -> String {
@@ -130,15 +190,39 @@ impl Queue {
         let mut st = self.state.lock();
         let r = f(self, &mut st);
         let dead = if st.dead.is_empty() { Vec::new() } else { std::mem::take(&mut st.dead) };
+        let confirmed = if st.confirmed.is_empty() { Vec::new() } else { std::mem::take(&mut st.confirmed) };
+        let dirty = std::mem::take(&mut st.log_dirty);
         drop(st);
+        if dirty {
+            if let Some(p) = &self.persister {
+                p.mark_dirty(self);
+            }
+        }
+        let mut trackers: Vec<Arc<crate::confirm::Confirms>> = Vec::new();
+        for h in confirmed {
+            if let Some(t) = h.done(true) {
+                if !trackers.iter().any(|x| Arc::ptr_eq(x, &t)) {
+                    trackers.push(t);
+                }
+            }
+        }
+        for t in trackers {
+            t.flush();
+        }
         if !dead.is_empty() {
             self.publish_dead(dead);
         }
         r
     }
 
-    /// Enqueues and dispatches, applying TTL and the length limits.
-    pub fn publish(self: &Arc<Self>, msg: Arc<Message>) -> Enqueued {
+    /// True if a persistent message published here is written to disk (and its confirm waits).
+    pub fn stores(&self, msg: &Message) -> bool {
+        msg.persistent && self.persister.is_some()
+    }
+
+    /// Enqueues and dispatches, applying TTL and the length limits. A message this queue
+    /// [`stores`](Self::stores) carries `confirm`, completed once written or once it left.
+    pub fn publish(self: &Arc<Self>, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Enqueued {
         self.locked(|q, st| {
             if st.deleted {
                 return Enqueued::Gone;
@@ -163,9 +247,16 @@ impl Queue {
             let seq = st.next_seq;
             st.next_seq += 1;
             let level = q.level(&msg);
+            let logged = q.stores(&msg);
+            if logged {
+                if let Some(log) = &mut st.log {
+                    log.enqueue(seq, crate::persist::encode_message(&msg), confirm.cloned());
+                    st.log_dirty = true;
+                }
+            }
             st.ready_bytes += size;
             st.ready_len += 1;
-            st.ready[level].push_back(QueuedMessage { seq, msg, redelivered: false, expires_at_ms });
+            st.ready[level].push_back(QueuedMessage { seq, msg, redelivered: false, expires_at_ms, logged });
             q.dispatch_locked(st);
             if expires_at_ms.is_some() {
                 st.expire(now);
@@ -173,6 +264,7 @@ impl Queue {
             if a.overflow == Overflow::DropHead {
                 while st.is_full(a, 0) {
                     if let Some(m) = st.pop_ready() {
+                        st.forget(&m);
                         st.dead.push((m.msg, Reason::MaxLen));
                     }
                 }
@@ -215,10 +307,14 @@ impl Queue {
                     let c = &st.consumers[idx];
                     match c.channel.offer(c, self, front) {
                         Offer::Delivered => {
-                            if !c.no_ack {
-                                st.unacked += 1;
+                            let no_ack = c.no_ack;
+                            if let Some(m) = st.pop_ready() {
+                                if no_ack {
+                                    st.forget(&m);
+                                } else {
+                                    st.unacked += 1;
+                                }
                             }
-                            st.pop_ready();
                             st.rr = st.rr.wrapping_add(k + 1);
                             continue 'messages;
                         }
@@ -239,16 +335,21 @@ impl Queue {
             let Some(m) = st.pop_ready() else { return false };
             if ack_mode {
                 st.unacked += 1;
+            } else {
+                st.forget(&m);
             }
             take(&m, st.ready_len as u32);
             true
         })
     }
 
-    /// Settles `n` unacked messages (acked) and dispatches.
-    pub fn settle(self: &Arc<Self>, n: usize) {
+    /// Settles acked messages and dispatches.
+    pub fn settle(self: &Arc<Self>, msgs: impl IntoIterator<Item = QueuedMessage>) {
         self.locked(|q, st| {
-            st.unacked = st.unacked.saturating_sub(n);
+            for m in msgs {
+                st.unacked = st.unacked.saturating_sub(1);
+                st.forget(&m);
+            }
             q.dispatch_locked(st);
         })
     }
@@ -258,6 +359,7 @@ impl Queue {
         self.locked(|q, st| {
             for m in msgs {
                 st.unacked = st.unacked.saturating_sub(1);
+                st.forget(&m);
                 st.dead.push((m.msg, Reason::Rejected));
             }
             q.dispatch_locked(st);
@@ -320,20 +422,26 @@ impl Queue {
         self.state.lock().consumers.len() as u32
     }
 
-    pub fn purge(&self) -> u32 {
-        let mut st = self.state.lock();
-        let n = st.ready_len as u32;
-        st.clear_ready();
-        n
+    pub fn purge(self: &Arc<Self>) -> u32 {
+        self.locked(|_, st| {
+            let n = st.ready_len as u32;
+            st.clear_ready();
+            n
+        })
     }
 
-    /// Marks the queue deleted; returns its ready count and consumers (to be told of the cancel).
-    pub fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>) {
-        let mut st = self.state.lock();
-        st.deleted = true;
-        let n = st.ready_len as u32;
-        st.clear_ready();
-        (n, std::mem::take(&mut st.consumers))
+    /// Marks the queue deleted (its log is removed); returns its ready count and consumers (to
+    /// be told of the cancel).
+    pub fn mark_deleted(self: &Arc<Self>) -> (u32, Vec<Arc<Consumer>>) {
+        self.locked(|_, st| {
+            st.deleted = true;
+            let n = st.ready_len as u32;
+            st.clear_ready();
+            if let Some(log) = st.log.take() {
+                st.confirmed.extend(log.destroy());
+            }
+            (n, std::mem::take(&mut st.consumers))
+        })
     }
 
     pub fn is_deleted(&self) -> bool {
@@ -354,7 +462,7 @@ impl Queue {
             }
             let m = Arc::new(m);
             for q in targets.drain(..) {
-                q.publish(m.clone());
+                q.publish(m.clone(), None);
             }
         }
     }
@@ -373,11 +481,26 @@ impl State {
     }
 
     fn clear_ready(&mut self) {
-        for l in &mut self.ready {
-            l.clear();
+        let lanes = std::mem::take(&mut self.ready);
+        for m in lanes.iter().flatten() {
+            self.forget(m);
         }
+        self.ready = lanes.into_iter().map(|_| VecDeque::new()).collect();
         self.ready_len = 0;
         self.ready_bytes = 0;
+    }
+
+    /// A message left the queue for good: record it in the log (or cancel its buffered write).
+    fn forget(&mut self, m: &QueuedMessage) {
+        if !m.logged {
+            return;
+        }
+        if let Some(log) = &mut self.log {
+            if let Some(h) = log.ack(m.seq) {
+                self.confirmed.push(h);
+            }
+            self.log_dirty = true;
+        }
     }
 
     /// Expires from the head of each lane only, as RabbitMQ does.
@@ -387,6 +510,7 @@ impl State {
                 if let Some(m) = self.ready[i].pop_front() {
                     self.ready_bytes -= m.msg.body.len() as u64;
                     self.ready_len -= 1;
+                    self.forget(&m);
                     self.dead.push((m.msg, Reason::Expired));
                 }
             }

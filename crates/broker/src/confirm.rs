@@ -1,0 +1,157 @@
+//! Publisher confirms. A channel in confirm mode numbers its publishes; each is confirmed once
+//! every durable queue it reached has it on disk (or already let it go: consumed and acked,
+//! expired, purged, deleted). Transient publishes are confirmed at once. [`Confirms::flush`]
+//! merges what is ready into `multiple=true` acks where no earlier publish is still pending.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use warren_protocol::frame;
+use warren_protocol::method::{BasicAck, BasicNack};
+use warren_protocol::Method;
+
+use crate::outbox::Outbox;
+
+#[derive(Default)]
+struct State {
+    /// Publishes waiting for a durable write.
+    outstanding: BTreeSet<u64>,
+    acks: Vec<u64>,
+    nacks: Vec<u64>,
+}
+
+/// A channel's confirm bookkeeping, shared with the persister thread.
+pub struct Confirms {
+    channel: u16,
+    outbox: Arc<Outbox>,
+    state: Mutex<State>,
+}
+
+impl Confirms {
+    pub fn new(channel: u16, outbox: Arc<Outbox>) -> Arc<Confirms> {
+        Arc::new(Confirms { channel, outbox, state: Mutex::new(State::default()) })
+    }
+
+    /// A publish whose outcome is already known.
+    pub fn settled(&self, seq: u64, ok: bool) {
+        let mut st = self.state.lock();
+        if ok {
+            st.acks.push(seq)
+        } else {
+            st.nacks.push(seq)
+        }
+    }
+
+    /// A publish that waits for `waits` durable writes; returns the handle each write completes.
+    pub fn pending(self: &Arc<Self>, seq: u64, waits: usize) -> Arc<ConfirmHandle> {
+        self.state.lock().outstanding.insert(seq);
+        Arc::new(ConfirmHandle { confirms: self.clone(), seq, remaining: AtomicUsize::new(waits), failed: AtomicUsize::new(0) })
+    }
+
+    fn finish(&self, seq: u64, ok: bool) {
+        let mut st = self.state.lock();
+        st.outstanding.remove(&seq);
+        if ok {
+            st.acks.push(seq)
+        } else {
+            st.nacks.push(seq)
+        }
+    }
+
+    /// Sends what is ready: nacks one by one, then acks below the oldest outstanding publish as
+    /// one `multiple` ack, and any later ones singly.
+    pub fn flush(&self) {
+        let mut st = self.state.lock();
+        if st.acks.is_empty() && st.nacks.is_empty() {
+            return;
+        }
+        let low = st.outstanding.first().copied().unwrap_or(u64::MAX);
+        let mut acks = std::mem::take(&mut st.acks);
+        let nacks = std::mem::take(&mut st.nacks);
+        acks.sort_unstable();
+        let split = acks.partition_point(|&t| t < low);
+        let id = self.channel;
+        self.outbox.push(|b| {
+            for &tag in &nacks {
+                frame::write_method(b, id, &Method::BasicNack(BasicNack { delivery_tag: tag, multiple: false, requeue: false }));
+            }
+            if split > 0 {
+                frame::write_method(b, id, &Method::BasicAck(BasicAck { delivery_tag: acks[split - 1], multiple: split > 1 }));
+            }
+            for &tag in &acks[split..] {
+                frame::write_method(b, id, &Method::BasicAck(BasicAck { delivery_tag: tag, multiple: false }));
+            }
+        });
+    }
+}
+
+/// One confirmed publish waiting on durable queues.
+pub struct ConfirmHandle {
+    confirms: Arc<Confirms>,
+    seq: u64,
+    remaining: AtomicUsize,
+    failed: AtomicUsize,
+}
+
+impl ConfirmHandle {
+    /// One queue is done with it; `ok` false means it could not be stored (the publisher gets a
+    /// nack). Returns the tracker to flush when this was the last queue.
+    pub fn done(&self, ok: bool) -> Option<Arc<Confirms>> {
+        if !ok {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.confirms.finish(self.seq, self.failed.load(Ordering::Relaxed) == 0);
+            return Some(self.confirms.clone());
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use warren_protocol::{FrameDecoder, Method};
+
+    fn drain(o: &Arc<Outbox>) -> Vec<Method> {
+        let mut buf = BytesMut::new();
+        o.take_for_test(&mut buf);
+        let dec = FrameDecoder::new(0);
+        let mut out = Vec::new();
+        while let Some(f) = dec.decode(&mut buf).expect("frames") {
+            out.push(Method::decode(&f.payload).expect("method"));
+        }
+        out
+    }
+
+    #[test]
+    fn multiple_only_below_the_oldest_outstanding() {
+        let o = Outbox::new(0);
+        let c = Confirms::new(1, o.clone());
+        c.settled(1, true);
+        let h2 = c.pending(2, 1);
+        c.settled(3, true);
+        c.settled(4, true);
+        c.flush();
+        assert_eq!(
+            drain(&o),
+            vec![
+                Method::BasicAck(BasicAck { delivery_tag: 1, multiple: false }),
+                Method::BasicAck(BasicAck { delivery_tag: 3, multiple: false }),
+                Method::BasicAck(BasicAck { delivery_tag: 4, multiple: false }),
+            ]
+        );
+        assert!(h2.done(true).is_some());
+        c.settled(5, true);
+        c.flush();
+        assert_eq!(drain(&o), vec![Method::BasicAck(BasicAck { delivery_tag: 5, multiple: true })]);
+        let h6 = c.pending(6, 2);
+        assert!(h6.done(true).is_none());
+        assert!(h6.done(false).is_some());
+        c.flush();
+        assert_eq!(drain(&o), vec![Method::BasicNack(BasicNack { delivery_tag: 6, multiple: false, requeue: false })]);
+    }
+}
