@@ -232,6 +232,8 @@ pub struct Channel {
     route_buf: Vec<Arc<Queue>>,
     /// The name of this channel's direct reply-to pseudo-queue, once it consumes from it.
     direct_reply: Option<Arc<str>>,
+    /// Queues this read batch published into that asked publishers to slow down.
+    pub pressured: Vec<Arc<Queue>>,
 }
 
 impl Channel {
@@ -248,6 +250,7 @@ impl Channel {
             tx: None,
             route_buf: Vec::new(),
             direct_reply: None,
+            pressured: Vec::new(),
         }
     }
 
@@ -686,6 +689,9 @@ impl Channel {
             for q in targets.drain(..) {
                 let storing = q.stores(&msg);
                 let r = q.publish(msg.clone(), if storing { handle.as_ref() } else { None });
+                if q.pressured() && !self.pressured.iter().any(|x| Arc::ptr_eq(x, &q)) {
+                    self.pressured.push(q.clone());
+                }
                 accepted &= r != Enqueued::Rejected;
                 if storing && r != Enqueued::Accepted {
                     if let Some(h) = &handle {

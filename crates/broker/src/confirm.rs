@@ -87,6 +87,21 @@ impl Confirms {
     }
 }
 
+/// Completes `handles` (one durable write each) and flushes every channel that became ready.
+pub fn complete_all(handles: impl IntoIterator<Item = (Arc<ConfirmHandle>, bool)>) {
+    let mut ready: Vec<Arc<Confirms>> = Vec::new();
+    for (h, ok) in handles {
+        if let Some(c) = h.done(ok) {
+            if !ready.iter().any(|x| Arc::ptr_eq(x, &c)) {
+                ready.push(c);
+            }
+        }
+    }
+    for c in ready {
+        c.flush();
+    }
+}
+
 /// One confirmed publish waiting on durable queues.
 pub struct ConfirmHandle {
     confirms: Arc<Confirms>,

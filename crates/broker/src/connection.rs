@@ -182,7 +182,12 @@ impl Conn {
                     }
                     Ok(_) => {
                         self.last_read = Instant::now();
-                        self.process(&mut buf);
+                        let pressured = self.process(&mut buf);
+                        // Credit: a queue whose consumers fall behind holds this publisher's
+                        // next read back (bounded), so TCP pushes back on the client.
+                        for q in pressured {
+                            q.stall(Duration::from_millis(limits::PUBLISH_STALL_MS)).await;
+                        }
                     }
                     Err(e) => {
                         self.reason = format!("read error: {e}");
@@ -253,8 +258,11 @@ impl Conn {
         }
     }
 
-    /// Handles every whole frame in `buf`, then flushes confirms.
-    fn process(&mut self, buf: &mut BytesMut) {
+    /// Handles every whole frame in `buf`, then flushes confirms. Returns the queues that asked
+    /// this connection's publishers to slow down.
+    fn process(&mut self, buf: &mut BytesMut) -> Vec<Arc<Queue>> {
+        let mut pressured = Vec::new();
+        crate::outbox::begin_batch();
         while self.phase != Phase::Done {
             match self.decoder.decode(buf) {
                 Ok(Some(frame)) => {
@@ -282,8 +290,11 @@ impl Conn {
         for id in std::mem::take(&mut self.dirty) {
             if let Some(Slot::Open(ch)) = self.channels.get_mut(&id) {
                 ch.flush_confirms();
+                pressured.append(&mut ch.pressured);
             }
         }
+        crate::outbox::end_batch();
+        pressured
     }
 
     fn drain(&mut self) {

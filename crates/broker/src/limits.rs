@@ -14,6 +14,18 @@ pub const CLOSE_OK_TIMEOUT_MS: u64 = 3_000;
 pub const MESSAGE_SIZE_MAX_BYTES: u64 = 128 * 1024 * 1024;
 /// Read buffer granted per socket read.
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// A queue with consumers that holds more ready messages (or bytes) than this is falling
+/// behind: connections publishing into it stall their reads (bounded, see `PUBLISH_STALL_MS`).
+pub const QUEUE_PRESSURE_MSGS: usize = 2_000;
+pub const QUEUE_PRESSURE_BYTES: u64 = 8 * 1024 * 1024;
+/// A pressured queue is relieved once it holds fewer ready messages than this.
+pub const QUEUE_RELIEF_MSGS: usize = 1_000;
+/// The longest a publishing connection waits for a pressured queue per read batch. Bounded, so
+/// a connection that also consumes (and must read its acks) cannot deadlock itself.
+pub const PUBLISH_STALL_MS: u64 = 10;
+
+const _: () = assert!(QUEUE_RELIEF_MSGS < QUEUE_PRESSURE_MSGS);
+
 /// How often queues holding messages with a TTL are checked for expired heads.
 pub const TTL_SWEEP_MS: u64 = 50;
 /// A connection's unsent output above which queues stop dispatching to its consumers.

@@ -1,6 +1,8 @@
 //! A connection's pending output. Any task may append frames (a queue dispatching to a consumer
-//! on this connection, the connection's own replies); the connection's writer task takes the
-//! whole buffer at once and writes it with one syscall, so deliveries are coalesced.
+//! on this connection, the connection's own replies). A connection task that produced output for
+//! outboxes during a read batch flushes them at the end of the batch, writing straight to each
+//! socket whose writer is idle; otherwise the connection's writer task takes the whole buffer at
+//! once. Either way many frames go out per syscall.
 //!
 //! Bounded: past `OUTBOX_HIGH_BYTES` queues stop dispatching to this connection's consumers and
 //! register to be woken once the writer has drained below `OUTBOX_LOW_BYTES`.
@@ -8,9 +10,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use bytes::{BufMut, BytesMut};
+use std::cell::RefCell;
+
+use bytes::{Buf, BufMut, BytesMut};
 use parking_lot::Mutex;
-use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 use warren_protocol::frame::{self, FRAME_END, FRAME_OVERHEAD};
 use warren_protocol::Method;
@@ -26,6 +30,9 @@ struct Inner {
     waiting: Vec<Weak<Queue>>,
     /// No more output is accepted; the writer flushes and stops.
     closed: bool,
+    /// The writer task holds a taken buffer: nobody else may write to the socket meanwhile.
+    writing: bool,
+    sock: Option<Arc<OwnedWriteHalf>>,
 }
 
 pub struct Outbox {
@@ -37,6 +44,27 @@ pub struct Outbox {
     pub writes: AtomicU64,
     /// Negotiated frame_max, for splitting bodies.
     pub frame_max: std::sync::atomic::AtomicU32,
+}
+
+thread_local! {
+    /// Outboxes that received output during the current read batch of the connection running on
+    /// this thread; flushed once at the end of the batch (nats-server's `flushClients`).
+    static BATCH: RefCell<Option<Vec<Arc<Outbox>>>> = const { RefCell::new(None) };
+}
+
+/// Starts collecting outboxes to flush at [`end_batch`] instead of waking their writers one by
+/// one. Only for synchronous code: nothing may await between the two calls.
+pub fn begin_batch() {
+    BATCH.with(|b| *b.borrow_mut() = Some(Vec::new()));
+}
+
+/// Flushes every outbox written during the batch: straight to its socket when its writer is
+/// idle (no task wake-up, one syscall for all the batch's frames), else through the writer.
+pub fn end_batch() {
+    let list = BATCH.with(|b| b.borrow_mut().take()).unwrap_or_default();
+    for o in list {
+        o.flush_now();
+    }
 }
 
 impl Outbox {
@@ -54,25 +82,73 @@ impl Outbox {
         self.full.load(Ordering::Relaxed)
     }
 
-    /// Appends output under the lock; wakes the writer if the buffer was empty.
-    pub fn push(&self, f: impl FnOnce(&mut BytesMut)) {
+    /// Appends output under the lock. If the writer is idle and the buffer was empty, the output
+    /// is flushed at the end of the current read batch, or the writer is woken.
+    pub fn push(self: &Arc<Self>, f: impl FnOnce(&mut BytesMut)) {
         let mut g = self.inner.lock();
         if g.closed {
             return;
         }
-        let was_empty = g.buf.is_empty();
+        let kick = g.buf.is_empty() && !g.writing;
         f(&mut g.buf);
         if g.buf.len() >= OUTBOX_HIGH_BYTES {
             self.full.store(true, Ordering::Relaxed);
         }
         drop(g);
-        if was_empty {
-            self.notify.notify_one();
+        if kick {
+            let batched = BATCH.with(|b| match &mut *b.borrow_mut() {
+                Some(list) => {
+                    if !list.iter().any(|o| Arc::ptr_eq(o, self)) {
+                        list.push(self.clone());
+                    }
+                    true
+                }
+                None => false,
+            });
+            if !batched {
+                self.notify.notify_one();
+            }
         }
     }
 
-    pub fn method(&self, channel: u16, m: &Method) {
+    pub fn method(self: &Arc<Self>, channel: u16, m: &Method) {
         self.push(|b| frame::write_method(b, channel, m));
+    }
+
+    /// Writes the buffer to the socket now if the writer is idle; what does not fit goes to
+    /// the writer.
+    fn flush_now(&self) {
+        let mut g = self.inner.lock();
+        if g.writing || g.buf.is_empty() {
+            return;
+        }
+        let Some(sock) = g.sock.clone() else {
+            drop(g);
+            self.notify.notify_one();
+            return;
+        };
+        match sock.try_write(&g.buf) {
+            Ok(n) => {
+                g.buf.advance(n);
+                self.writes.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => {} // the writer meets the error and ends the connection
+        }
+        let rest = !g.buf.is_empty();
+        let waiting = if self.full.load(Ordering::Relaxed) && g.buf.len() < OUTBOX_LOW_BYTES {
+            self.full.store(false, Ordering::Relaxed);
+            std::mem::take(&mut g.waiting)
+        } else {
+            Vec::new()
+        };
+        drop(g);
+        if rest {
+            self.notify.notify_one();
+        }
+        for q in waiting.into_iter().filter_map(|w| w.upgrade()) {
+            q.dispatch();
+        }
     }
 
     #[cfg(test)]
@@ -95,13 +171,24 @@ impl Outbox {
     }
 
     /// The writer loop: takes everything buffered, writes it, repeats. Returns when closed and
-    /// drained, or on a write error.
-    pub async fn run_writer<W: tokio::io::AsyncWrite + Unpin>(self: Arc<Self>, mut sock: W) -> std::io::Result<()> {
+    /// drained, or on a write error; then the socket's write half is shut.
+    pub async fn run_writer(self: Arc<Self>, sock: OwnedWriteHalf) -> std::io::Result<()> {
+        let sock = Arc::new(sock);
+        self.inner.lock().sock = Some(sock.clone());
+        let r = self.write_loop(&sock).await;
+        let mut g = self.inner.lock();
+        g.sock = None;
+        g.closed = true;
+        r
+    }
+
+    async fn write_loop(&self, sock: &OwnedWriteHalf) -> std::io::Result<()> {
         let mut spare = BytesMut::with_capacity(64 * 1024);
         loop {
             let (closed, waiting) = {
                 let mut g = self.inner.lock();
                 std::mem::swap(&mut g.buf, &mut spare);
+                g.writing = !spare.is_empty();
                 let waiting = if self.full.load(Ordering::Relaxed) && g.buf.len() < OUTBOX_LOW_BYTES {
                     self.full.store(false, Ordering::Relaxed);
                     std::mem::take(&mut g.waiting)
@@ -115,13 +202,20 @@ impl Outbox {
             }
             if spare.is_empty() {
                 if closed {
-                    let _ = sock.flush().await;
                     return Ok(());
                 }
                 self.notify.notified().await;
                 continue;
             }
-            sock.write_all(&spare).await?;
+            let mut at = 0;
+            while at < spare.len() {
+                sock.writable().await?;
+                match sock.try_write(&spare[at..]) {
+                    Ok(n) => at += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
             self.writes.fetch_add(1, Ordering::Relaxed);
             spare.clear();
             if spare.capacity() > 4 * 1024 * 1024 {

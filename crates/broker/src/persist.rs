@@ -13,7 +13,7 @@ use parking_lot::{Condvar, Mutex};
 use warren_protocol::properties::BasicProperties;
 use warren_protocol::ByteString;
 
-use crate::confirm::Confirms;
+use crate::confirm::complete_all;
 use crate::message::Message;
 use crate::queue::Queue;
 
@@ -106,17 +106,7 @@ impl Persister {
                 }
             }
         }
-        let mut trackers: Vec<Arc<Confirms>> = Vec::new();
-        for (h, ok) in written.into_iter().map(|h| (h, synced)).chain(failed.into_iter().map(|h| (h, false))) {
-            if let Some(t) = h.done(ok) {
-                if !trackers.iter().any(|x| Arc::ptr_eq(x, &t)) {
-                    trackers.push(t);
-                }
-            }
-        }
-        for t in trackers {
-            t.flush();
-        }
+        complete_all(written.into_iter().map(|h| (h, synced)).chain(failed.into_iter().map(|h| (h, false))));
     }
 }
 

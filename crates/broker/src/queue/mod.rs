@@ -27,6 +27,7 @@ use crate::channel::{ChannelShared, Offer};
 use crate::confirm::ConfirmHandle;
 use crate::persist::Persister;
 use crate::error::{AmqpError, AmqpResult};
+use crate::limits;
 use crate::message::Message;
 use crate::vhost::VHost;
 
@@ -91,6 +92,10 @@ pub struct Queue {
     in_batch: AtomicBool,
     /// The log's directory id, recorded in the definitions file.
     pub store_id: Option<u64>,
+    /// Set while consumers fall behind (see `limits::QUEUE_PRESSURE_MSGS`); publishers stall on
+    /// `relieved` for a bounded time. This is the queue's credit to its publishers.
+    pressure: AtomicBool,
+    relieved: tokio::sync::Notify,
     state: Mutex<State>,
 }
 
@@ -161,7 +166,34 @@ impl Queue {
                 (Some(id), Some(persister))
             }
         };
-        Arc::new(Queue { name, vhost, options, vhost_ref, may_expire: AtomicBool::new(false), persister, in_batch: AtomicBool::new(false), store_id, state: Mutex::new(state) })
+        Arc::new(Queue {
+            name,
+            vhost,
+            options,
+            vhost_ref,
+            may_expire: AtomicBool::new(false),
+            persister,
+            in_batch: AtomicBool::new(false),
+            store_id,
+            pressure: AtomicBool::new(false),
+            relieved: tokio::sync::Notify::new(),
+            state: Mutex::new(state),
+        })
+    }
+
+    /// True while consumers fall behind; publishers should stall (see [`Queue::stall`]).
+    pub fn pressured(&self) -> bool {
+        self.pressure.load(Ordering::Relaxed)
+    }
+
+    /// Waits until the queue is relieved, for at most `max`.
+    pub async fn stall(&self, max: std::time::Duration) {
+        let relieved = self.relieved.notified();
+        tokio::pin!(relieved);
+        relieved.as_mut().enable();
+        if self.pressured() {
+            let _ = tokio::time::timeout(max, relieved).await;
+        }
     }
 
     /// Joins the persister's next batch; false if already in it.
@@ -189,6 +221,10 @@ impl Queue {
     fn locked<R>(self: &Arc<Self>, f: impl FnOnce(&Arc<Self>, &mut State) -> R) -> R {
         let mut st = self.state.lock();
         let r = f(self, &mut st);
+        if self.pressure.load(Ordering::Relaxed) && (st.ready_len < limits::QUEUE_RELIEF_MSGS || st.consumers.is_empty() || st.deleted) {
+            self.pressure.store(false, Ordering::Relaxed);
+            self.relieved.notify_waiters();
+        }
         let dead = if st.dead.is_empty() { Vec::new() } else { std::mem::take(&mut st.dead) };
         let confirmed = if st.confirmed.is_empty() { Vec::new() } else { std::mem::take(&mut st.confirmed) };
         let dirty = std::mem::take(&mut st.log_dirty);
@@ -198,16 +234,8 @@ impl Queue {
                 p.mark_dirty(self);
             }
         }
-        let mut trackers: Vec<Arc<crate::confirm::Confirms>> = Vec::new();
-        for h in confirmed {
-            if let Some(t) = h.done(true) {
-                if !trackers.iter().any(|x| Arc::ptr_eq(x, &t)) {
-                    trackers.push(t);
-                }
-            }
-        }
-        for t in trackers {
-            t.flush();
+        if !confirmed.is_empty() {
+            crate::confirm::complete_all(confirmed.into_iter().map(|h| (h, true)));
         }
         if !dead.is_empty() {
             self.publish_dead(dead);
@@ -260,6 +288,9 @@ impl Queue {
             q.dispatch_locked(st);
             if expires_at_ms.is_some() {
                 st.expire(now);
+            }
+            if !st.consumers.is_empty() && (st.ready_len > limits::QUEUE_PRESSURE_MSGS || st.ready_bytes > limits::QUEUE_PRESSURE_BYTES) {
+                q.pressure.store(true, Ordering::Relaxed);
             }
             if a.overflow == Overflow::DropHead {
                 while st.is_full(a, 0) {

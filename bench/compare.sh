@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Warren vs RabbitMQ 3.10, side by side, with RabbitMQ's PerfTest (../shared/bench/perftest.sh):
+# each scenario runs on Warren then on RabbitMQ, ROUNDS times, and the medians and the ratios
+# Warren/RabbitMQ are printed as a markdown table. Loopback only; every run is bounded by DUR.
+#
+#   bench/compare.sh [SCENARIO ...]   default: S1 S4-1000 S4-5000 S4-10000 S4-20000 S4-40000 S4-80000
+#   env: ROUNDS (3), DUR (30; S4-* always run 15 s), WARREN_PORT (5672), SHARED (../shared),
+#        WARREN_BIN (default target/release/warren, built if missing),
+#        RESTART_WARREN (1: a fresh Warren and data dir for every scenario, so peak RSS is the
+#        scenario's own; 0: one Warren for the whole run)
+#
+# Scenarios are those of ../shared/bench/README.md. Raw PerfTest outputs, Warren's log and
+# summary.md go to bench/results/<UTC timestamp>/ (gitignored). The Warren started here is
+# stopped on exit; RabbitMQ (127.0.0.1:5673) is started if down and left running.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+SHARED=${SHARED:-$ROOT/../shared}
+BENCH=$SHARED/bench
+PORT=${WARREN_PORT:-5672}
+RMQ_URI=amqp://guest:guest@127.0.0.1:5673/%2f
+W_URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
+RESTART_WARREN=${RESTART_WARREN:-1}
+export ROUNDS=${ROUNDS:-3} DUR=${DUR:-30}
+SCENARIOS=("$@")
+[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=(S1 S4-1000 S4-5000 S4-10000 S4-20000 S4-40000 S4-80000)
+
+die() { echo "compare.sh: $*" >&2; exit 1; }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+[ -x "$BENCH/perftest.sh" ] || die "$BENCH/perftest.sh not found (set SHARED)"
+BIN=${WARREN_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/warren}
+if [ ! -x "$BIN" ]; then
+  echo "compare.sh: building $BIN" >&2
+  (cd "$ROOT" && cargo build --release -p warren) || die "cargo build failed"
+fi
+port_open "$PORT" && die "port $PORT is taken ($(ss -ltnpH "sport = :$PORT" 2>/dev/null | grep -o 'users:.*' || echo '?')); stop what listens there or set WARREN_PORT"
+
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+OUT=$HERE/results/$STAMP
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/warren-bench-XXXXXX)
+# A private copy, so a rebuild of target/ during the run cannot mix two builds in one run.
+cp "$BIN" "$WORK/warren"
+WPID=""
+stop_warren() {
+  if [ -n "$WPID" ]; then kill "$WPID" 2>/dev/null || true; wait "$WPID" 2>/dev/null || true; WPID=""; fi
+}
+trap 'stop_warren; rm -rf "$WORK"' EXIT
+trap 'exit 130' INT TERM
+
+N_START=0
+start_warren() {
+  N_START=$((N_START + 1))
+  local data="$WORK/data-$N_START"
+  mkdir -p "$data"
+  "$WORK/warren" server --amqp-port "$PORT" --http-port 0 --data-dir "$data" >>"$OUT/warren.log" 2>&1 &
+  WPID=$!
+  for _ in $(seq 1 100); do port_open "$PORT" && break; kill -0 "$WPID" 2>/dev/null || break; sleep 0.1; done
+  port_open "$PORT" && kill -0 "$WPID" 2>/dev/null || die "Warren did not start; see $OUT/warren.log"
+}
+
+if [ "$("$BENCH/rabbitmq.sh" status)" != up ]; then
+  "$BENCH/rabbitmq.sh" start >/dev/null || die "RabbitMQ did not start"
+fi
+RPID=$("$BENCH/rabbitmq.sh" pid)
+[ -n "$RPID" ] || die "no RabbitMQ pid"
+
+{
+  echo "# Warren vs RabbitMQ 3.10, PerfTest side by side ($STAMP)"
+  echo
+  echo "- command: \`ROUNDS=$ROUNDS DUR=$DUR RESTART_WARREN=$RESTART_WARREN bench/compare.sh ${SCENARIOS[*]}\`"
+  echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/{print $2}') GiB RAM, kernel $(uname -r); PerfTest runs on the same cores"
+  echo "- Warren: $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?'), binary $BIN built $(date -u -r "$BIN" '+%Y-%m-%d %H:%M UTC'), sha256 $(sha256sum "$BIN" | cut -c1-12); data dir on $(df -h "$WORK" | awk 'NR==2{print $1}')"
+  echo "- RabbitMQ: $(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo '?') on 127.0.0.1:5673, queues purged before each of its runs"
+  echo "- PerfTest: $(ls -d /opt/rabbitmq-perftest/lib-* 2>/dev/null | sed 's/.*lib-//' | tail -1), java $(java -version 2>&1 | head -1 | grep -o '"[^"]*"' | tr -d '"')"
+  echo
+} >"$OUT/header.md"
+cat "$OUT/header.md"
+
+start_warren
+first=1
+for s in "${SCENARIOS[@]}"; do
+  if [ "$RESTART_WARREN" = 1 ] && [ "$first" = 0 ]; then
+    stop_warren
+    for _ in $(seq 1 50); do port_open "$PORT" || break; sleep 0.1; done
+    start_warren
+  fi
+  first=0
+  echo "== $s (Warren pid $WPID, RabbitMQ pid $RPID)" | tee -a "$OUT/compare.log"
+  RESULTS_DIR=$OUT BROKER_PID_A=$WPID BROKER_PID_B=$RPID \
+    PURGE_B="$BENCH/rabbitmq.sh purge-all >/dev/null 2>&1" \
+    "$BENCH/perftest.sh" compare "$W_URI" "$RMQ_URI" "$s" 2>&1 | tee -a "$OUT/compare.log" || true
+  kill -0 "$WPID" 2>/dev/null || echo "compare.sh: Warren (pid $WPID) died during $s" | tee -a "$OUT/compare.log"
+done
+stop_warren
+
+{
+  cat "$OUT/header.md"
+  python3 "$HERE/summarize.py" "$OUT" "${SCENARIOS[@]}"
+  echo
+  echo "Raw results: \`bench/results/$STAMP/\` (\`<scenario>-A-<round>.txt\` = Warren, \`-B-\` = RabbitMQ)"
+} >"$OUT/summary.md"
+rm -f "$OUT/header.md"
+echo
+cat "$OUT/summary.md"
+echo "raw results: $OUT"
