@@ -547,6 +547,15 @@ impl Channel {
 
     /// The 505 for a content frame of kind `got` arriving where something else was due.
     pub fn out_of_order(&self, got: &str) -> Option<AmqpError> {
+        // Hot path (every header and body frame): compare states, build text only on error.
+        let expected = match self.publish {
+            PublishState::Idle => "method",
+            PublishState::AwaitingHeader(_) => "content header",
+            PublishState::AwaitingBody { .. } => "content body",
+        };
+        if expected == got {
+            return None;
+        }
         let want = self.expecting_content().unwrap_or("method frame");
         let short = want.split(" for").next().unwrap_or(want).trim_end_matches(" frame");
         if short == got {

@@ -263,11 +263,11 @@ impl Queue {
                 }
                 return Enqueued::Rejected;
             }
-            let now = now_ms();
             let ttl = match (a.message_ttl_ms, msg.expiration_ms) {
                 (Some(x), Some(y)) => Some(x.min(y)),
                 (x, y) => x.or(y),
             };
+            let now = if ttl.is_some() { now_ms() } else { 0 };
             let expires_at_ms = ttl.map(|t| now.saturating_add(t));
             if expires_at_ms.is_some() {
                 q.may_expire.store(true, Ordering::Relaxed);
