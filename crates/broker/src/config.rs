@@ -41,6 +41,12 @@ pub struct LimitsConfig {
     pub frame_max: u32,
     pub heartbeat_s: u16,
     pub message_size_max_bytes: u64,
+    /// Memory alarm at this fraction of RAM (RabbitMQ's vm_memory_high_watermark)...
+    pub memory_high_watermark: f64,
+    /// ...or at this many bytes of resident memory, if set.
+    pub memory_high_watermark_bytes: Option<u64>,
+    /// Disk alarm when the data dir's file system has less free space than this.
+    pub disk_free_limit_bytes: u64,
 }
 
 impl Default for LimitsConfig {
@@ -50,6 +56,9 @@ impl Default for LimitsConfig {
             frame_max: limits::FRAME_MAX,
             heartbeat_s: limits::HEARTBEAT_S,
             message_size_max_bytes: limits::MESSAGE_SIZE_MAX_BYTES,
+            memory_high_watermark: limits::MEMORY_HIGH_WATERMARK,
+            memory_high_watermark_bytes: None,
+            disk_free_limit_bytes: limits::DISK_FREE_LIMIT_BYTES,
         }
     }
 }
@@ -80,6 +89,9 @@ impl Config {
     pub fn validate(&self) -> Result<(), String> {
         if self.limits.frame_max != 0 && self.limits.frame_max < warren_protocol::frame::FRAME_MIN_SIZE {
             return Err(format!("limits.frame_max must be 0 or at least {}", warren_protocol::frame::FRAME_MIN_SIZE));
+        }
+        if !(self.limits.memory_high_watermark > 0.0 && self.limits.memory_high_watermark <= 1.0) {
+            return Err("limits.memory_high_watermark must be a fraction of RAM in (0, 1]".into());
         }
         if self.vhosts.is_empty() {
             return Err("at least one vhost must be configured".into());

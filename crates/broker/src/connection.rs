@@ -66,6 +66,12 @@ struct Conn {
     exclusive_queues: Vec<Arc<Queue>>,
     /// The client asked for connection.close 403 on failed auth rather than a dropped socket.
     auth_failure_close: bool,
+    /// The client handles connection.blocked/unblocked.
+    blocked_capability: bool,
+    /// This connection has published: resource alarms block its reads.
+    publisher: bool,
+    /// Reads are paused by a resource alarm (and connection.blocked was sent if supported).
+    blocked: bool,
     last_read: Instant,
     last_writes: u64,
     deadline: Instant,
@@ -113,6 +119,9 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
         dirty: Vec::new(),
         exclusive_queues: Vec::new(),
         auth_failure_close: false,
+        blocked_capability: false,
+        publisher: false,
+        blocked: false,
         last_read: Instant::now(),
         last_writes: 0,
         deadline: Instant::now() + handshake,
@@ -167,13 +176,17 @@ impl Conn {
     async fn run(&mut self, rd: &mut tokio::net::tcp::OwnedReadHalf, shutdown: &mut watch::Receiver<bool>) {
         let mut buf = BytesMut::with_capacity(limits::READ_BUFFER_BYTES);
         let mut shutting_down = false;
+        let mut alarms = self.broker.alarms.subscribe();
         while self.phase != Phase::Done {
+            self.apply_alarm(*alarms.borrow());
+            let paused = self.blocked;
             if buf.capacity() - buf.len() < 4096 {
                 buf.reserve(limits::READ_BUFFER_BYTES);
             }
             let tick = self.next_tick();
             tokio::select! {
-                r = rd.read_buf(&mut buf) => match r {
+                _ = alarms.changed() => {}
+                r = rd.read_buf(&mut buf), if !paused => match r {
                     Ok(0) => {
                         if self.reason.is_empty() && self.phase != Phase::Draining {
                             self.reason = "client closed TCP connection".into();
@@ -208,6 +221,20 @@ impl Conn {
         }
     }
 
+    /// Blocks or unblocks this connection's reads as the resource alarms say, telling the client.
+    fn apply_alarm(&mut self, state: crate::alarms::AlarmState) {
+        let block = self.publisher && state.any() && self.phase == Phase::Open;
+        if block == self.blocked {
+            return;
+        }
+        self.blocked = block;
+        if self.blocked_capability {
+            let m = if block { Method::ConnectionBlocked(ConnectionBlocked { reason: state.reason().into() }) } else { Method::ConnectionUnblocked(ConnectionUnblocked {}) };
+            self.outbox.method(0, &m);
+        }
+        tracing::info!(peer = %self.peer, conn = self.id, blocked = block, "publishing connection {}", if block { "blocked by a resource alarm" } else { "unblocked" });
+    }
+
     /// When the timer next fires: the handshake or close deadline, or the next heartbeat check.
     /// Stored rather than recomputed per loop turn, so steady reads cannot postpone it forever.
     fn next_tick(&mut self) -> Instant {
@@ -232,6 +259,10 @@ impl Conn {
                     return;
                 }
                 let hb = Duration::from_secs(self.heartbeat_s as u64);
+                if self.blocked {
+                    // We are not reading: the client's silence is ours (RabbitMQ does the same).
+                    self.last_read = now;
+                }
                 if now.duration_since(self.last_read) > hb * 2 {
                     self.reason = format!("missed heartbeats from client, timeout: {}s", self.heartbeat_s);
                     self.phase = Phase::Done;
@@ -417,6 +448,7 @@ impl Conn {
     fn start_ok(&mut self, s: ConnectionStartOk) -> Result<(), AmqpError> {
         if let Some(FieldValue::Table(caps)) = s.client_properties.get("capabilities") {
             self.auth_failure_close = caps.get("authentication_failure_close") == Some(&FieldValue::Bool(true));
+            self.blocked_capability = caps.get("connection.blocked") == Some(&FieldValue::Bool(true));
         }
         match self.broker.users.authenticate(&s.mechanism, &s.response, self.peer.ip()) {
             Ok(user) => {
@@ -543,6 +575,9 @@ impl Conn {
     }
 
     fn handle_channel_frame(&mut self, id: u16, frame: Frame) -> Result<(), AmqpError> {
+        if frame.kind == FrameKind::Method && frame.payload.starts_with(&[0, 60, 0, 40]) {
+            self.publisher = true;
+        }
         let Some(vhost) = self.vhost.clone() else { return Err(AmqpError::internal_error("no vhost")) };
         let user = self.user.as_ref().map(|u| u.name.clone()).unwrap_or_default();
         let max_size = self.broker.config.limits.message_size_max_bytes;

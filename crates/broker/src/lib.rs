@@ -12,6 +12,7 @@
 //!   [`definitions`]: the durable definitions file.
 //! - [`config`], [`limits`], [`error`], [`auth`].
 
+pub mod alarms;
 pub mod auth;
 pub mod channel;
 pub mod config;

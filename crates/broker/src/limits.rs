@@ -26,6 +26,12 @@ pub const PUBLISH_STALL_MS: u64 = 10;
 
 const _: () = assert!(QUEUE_RELIEF_MSGS < QUEUE_PRESSURE_MSGS);
 
+/// How often memory and disk are sampled for the resource alarms.
+pub const ALARM_CHECK_MS: u64 = 500;
+/// RabbitMQ's defaults: alarm at 0.4 of RAM, and below 50 MB of free disk.
+pub const MEMORY_HIGH_WATERMARK: f64 = 0.4;
+pub const DISK_FREE_LIMIT_BYTES: u64 = 50_000_000;
+
 /// How often queues holding messages with a TTL are checked for expired heads.
 pub const TTL_SWEEP_MS: u64 = 50;
 /// A connection's unsent output above which queues stop dispatching to its consumers.

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::alarms::{Alarms, Thresholds};
 use crate::auth::Users;
 use crate::config::Config;
 use crate::connection;
@@ -22,6 +23,7 @@ pub struct Broker {
     vhosts: HashMap<String, Arc<VHost>>,
     next_connection_id: AtomicU64,
     pub persister: Arc<Persister>,
+    pub alarms: Arc<Alarms>,
 }
 
 impl Broker {
@@ -36,7 +38,8 @@ impl Broker {
             let dir = config.data_dir.join("vhosts").join(if hex.is_empty() { "00".to_string() } else { hex });
             vhosts.insert(v.clone(), VHost::open(v, Storage { dir, persister: persister.clone() })?);
         }
-        Ok(Arc::new(Broker { config, users, vhosts, next_connection_id: AtomicU64::new(1), persister }))
+        let alarms = Alarms::new(Thresholds::from_limits(&config.limits), config.data_dir.clone());
+        Ok(Arc::new(Broker { config, users, vhosts, next_connection_id: AtomicU64::new(1), persister, alarms }))
     }
 
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
@@ -66,6 +69,7 @@ impl Broker {
     /// (connection.close 320) and waits for them, bounded.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
         let sweeper = tokio::spawn(self.clone().sweep_expired());
+        let alarms = tokio::spawn(self.alarms.clone().run());
         let mut conns = JoinSet::new();
         loop {
             tokio::select! {
@@ -85,6 +89,7 @@ impl Broker {
         }
         drop(listener);
         sweeper.abort();
+        alarms.abort();
         let n = conns.len();
         if n > 0 {
             tracing::info!(connections = n, "closing client connections");

@@ -85,6 +85,7 @@ fn main() -> std::process::ExitCode {
 
 fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     let config = load_config(&args)?;
+    let config_file = args.config.clone();
     std::fs::create_dir_all(&config.data_dir).with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
@@ -93,14 +94,33 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         tracing::info!(%addr, data_dir = %config.data_dir.display(), version = env!("CARGO_PKG_VERSION"), "warren listening for AMQP 0-9-1");
         let broker = Broker::new(config).context("cannot open the data directory")?;
         let (tx, rx) = tokio::sync::watch::channel(false);
-        let server = tokio::spawn(broker.serve(listener, rx));
+        let server = tokio::spawn(broker.clone().serve(listener, rx));
+        let reloader = tokio::spawn(reload_on_sighup(broker.clone(), config_file));
         wait_for_signal().await;
+        reloader.abort();
         tracing::info!("shutting down");
         let _ = tx.send(true);
         let _ = server.await;
         tracing::info!("stopped");
         Ok(())
     })
+}
+
+/// SIGHUP re-reads the config file's alarm thresholds (RabbitMQ changes them at runtime with
+/// `rabbitmqctl set_vm_memory_high_watermark` / `set_disk_free_limit`).
+async fn reload_on_sighup(broker: std::sync::Arc<Broker>, file: Option<PathBuf>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+    while hup.recv().await.is_some() {
+        let Some(path) = &file else {
+            tracing::info!("SIGHUP: no config file to reload");
+            continue;
+        };
+        match std::fs::read_to_string(path).map_err(|e| e.to_string()).and_then(|t| Config::from_toml(&t)) {
+            Ok(c) => broker.alarms.set_thresholds(warren_broker::alarms::Thresholds::from_limits(&c.limits)),
+            Err(e) => tracing::warn!(file = %path.display(), error = %e, "SIGHUP: config not reloaded"),
+        }
+    }
 }
 
 async fn wait_for_signal() {

@@ -38,6 +38,7 @@ class Node:
         self.port = _free_port()
         self.fsize_limit = fsize_limit
         self.proc: subprocess.Popen | None = None
+        self.extra_args: list[str] = []
         self.log = open(os.path.join(self.dir, "stderr.log"), "ab")
 
     @property
@@ -51,7 +52,7 @@ class Node:
             resource.setrlimit(resource.RLIMIT_FSIZE, (self.fsize_limit, resource.RLIM_INFINITY))
 
     def start(self) -> None:
-        cmd = [BIN, "server", "--amqp-port", str(self.port), "--http-port", str(_free_port()), "--data-dir", self.data]
+        cmd = [BIN, "server", "--amqp-port", str(self.port), "--http-port", str(_free_port()), "--data-dir", self.data] + self.extra_args
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, stdin=subprocess.DEVNULL, preexec_fn=self._preexec)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
