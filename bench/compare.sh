@@ -26,6 +26,22 @@ SCENARIOS=("$@")
 [ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=(S1 S4-1000 S4-5000 S4-10000 S4-20000 S4-40000 S4-80000)
 
 die() { echo "compare.sh: $*" >&2; exit 1; }
+DONE=()
+write_summary() {  # [note]
+  [ -f "$OUT/header.md" ] || return 0
+  {
+    cat "$OUT/header.md"
+    [ -z "${1:-}" ] || { echo "**$1**"; echo; }
+    if [ ${#DONE[@]} -gt 0 ]; then python3 "$HERE/summarize.py" "$OUT" "${DONE[@]}"; else echo "(no scenario completed)"; fi
+    echo
+    echo "Raw results: \`bench/results/$STAMP/\` (\`<scenario>-A-<round>.txt\` = Warren, \`-B-\` = RabbitMQ)"
+  } >"$OUT/summary.md"
+}
+abort() {
+  echo "compare.sh: ABORTED: $*" | tee -a "$OUT/compare.log" >&2
+  write_summary "ABORTED: $* -- scenarios after the last in the table were not run or are invalid"
+  rm -f "$OUT/header.md"; echo; cat "$OUT/summary.md"; exit 1
+}
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 [ -x "$BENCH/perftest.sh" ] || die "$BENCH/perftest.sh not found (set SHARED)"
@@ -50,16 +66,22 @@ trap 'stop_warren; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
 
 N_START=0
+# Our Warren is alive (not a zombie) and is the process listening on $PORT. Checked after each
+# start and before and after each scenario, so that a run against some other broker on the port
+# (another benchmark, a test) is never reported as Warren's.
+warren_ok() {
+  [ -n "$WPID" ] && [ -r "/proc/$WPID/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$WPID/status" \
+    && ss -ltnpH "sport = :$PORT" 2>/dev/null | grep -q "pid=$WPID,"
+}
 start_warren() {
   N_START=$((N_START + 1))
   local data="$WORK/data-$N_START"
   mkdir -p "$data"
   "$WORK/warren" server --amqp-port "$PORT" --http-port 0 --data-dir "$data" >>"$OUT/warren.log" 2>&1 &
   WPID=$!
-  for _ in $(seq 1 100); do port_open "$PORT" && break; kill -0 "$WPID" 2>/dev/null || break; sleep 0.1; done
-  port_open "$PORT" && kill -0 "$WPID" 2>/dev/null || die "Warren did not start; see $OUT/warren.log"
+  for _ in $(seq 1 100); do warren_ok && break; kill -0 "$WPID" 2>/dev/null || break; sleep 0.1; done
+  warren_ok || abort "Warren (pid $WPID) did not start or does not own port $PORT: $(tail -n 3 "$OUT/warren.log" | tr '\n' ' ')"
 }
-
 if [ "$("$BENCH/rabbitmq.sh" status)" != up ]; then
   "$BENCH/rabbitmq.sh" start >/dev/null || die "RabbitMQ did not start"
 fi
@@ -69,7 +91,7 @@ RPID=$("$BENCH/rabbitmq.sh" pid)
 {
   echo "# Warren vs RabbitMQ 3.10, PerfTest side by side ($STAMP)"
   echo
-  echo "- command: \`ROUNDS=$ROUNDS DUR=$DUR RESTART_WARREN=$RESTART_WARREN bench/compare.sh ${SCENARIOS[*]}\`"
+  echo "- command: \`ROUNDS=$ROUNDS DUR=$DUR RESTART_WARREN=$RESTART_WARREN WARREN_PORT=$PORT bench/compare.sh ${SCENARIOS[*]}\`"
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/{print $2}') GiB RAM, kernel $(uname -r); PerfTest runs on the same cores"
   echo "- Warren: $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?'), binary $BIN built $(date -u -r "$BIN" '+%Y-%m-%d %H:%M UTC'), sha256 $(sha256sum "$BIN" | cut -c1-12); data dir on $(df -h "$WORK" | awk 'NR==2{print $1}')"
@@ -88,20 +110,16 @@ for s in "${SCENARIOS[@]}"; do
     start_warren
   fi
   first=0
+  warren_ok || abort "Warren (pid $WPID) is gone or no longer owns port $PORT before $s"
   echo "== $s (Warren pid $WPID, RabbitMQ pid $RPID)" | tee -a "$OUT/compare.log"
   RESULTS_DIR=$OUT BROKER_PID_A=$WPID BROKER_PID_B=$RPID \
     PURGE_B="$BENCH/rabbitmq.sh purge-all >/dev/null 2>&1" \
     "$BENCH/perftest.sh" compare "$W_URI" "$RMQ_URI" "$s" 2>&1 | tee -a "$OUT/compare.log" || true
-  kill -0 "$WPID" 2>/dev/null || echo "compare.sh: Warren (pid $WPID) died during $s" | tee -a "$OUT/compare.log"
+  warren_ok || abort "Warren (pid $WPID) died or lost port $PORT during $s; its $s figures are not Warren's"
+  DONE+=("$s")
 done
 stop_warren
-
-{
-  cat "$OUT/header.md"
-  python3 "$HERE/summarize.py" "$OUT" "${SCENARIOS[@]}"
-  echo
-  echo "Raw results: \`bench/results/$STAMP/\` (\`<scenario>-A-<round>.txt\` = Warren, \`-B-\` = RabbitMQ)"
-} >"$OUT/summary.md"
+write_summary
 rm -f "$OUT/header.md"
 echo
 cat "$OUT/summary.md"

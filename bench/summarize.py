@@ -23,7 +23,8 @@ ps = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ps)
 
 KEYS = ["send", "recv", "lat_p50_us", "lat_p99_us", "confirm_p99_us", "rss_mb", "broker_cpu_s"]
-INTERVAL = re.compile(r"time ([\d.]+) s, sent: (\d+) msg/s, received: (\d+) msg/s")
+INTERVAL = re.compile(r"time ([\d.]+) s, sent: (\d+) msg/s, received: (\d+) msg/s"
+                      r"(?:, min/median/75th/95th/99th consumer latency: \d+/(\d+)/)?")
 
 
 def runs(d, s, side):
@@ -60,14 +61,22 @@ def troubles(path):
     r = ps.parse(path)
     if r["recv"] is None or r["recv"] == 0:
         out.append(f"receiving rate avg: {r['recv']}")
-    stalls = []
+    stalls, late = [], []
     body = txt.split("test stopped")[0]
     for m in INTERVAL.finditer(body):
         t, sent, recv = float(m.group(1)), int(m.group(2)), int(m.group(3))
+        p50 = int(m.group(4)) if m.group(4) else None
         if sent >= 1000 and recv < 0.05 * sent:
             stalls.append(f"t={t:.0f}s sent={sent} recv={recv}")
+        if p50 is not None and p50 >= 1_000_000:
+            late.append((t, sent, recv, p50))
     if stalls:
-        out.append(f"consumer stalled in {len(stalls)} interval(s): " + "; ".join(stalls))
+        out.append(f"consumer stalled (received < 5% of sent) in {len(stalls)} interval(s): " + "; ".join(stalls))
+    if late:
+        first, last = late[0], late[-1]
+        out.append(f"median consumer latency >= 1 s in {len(late)} interval(s), from t={first[0]:.0f}s "
+                   f"(sent={first[1]} recv={first[2]} p50={first[3] / 1e6:.1f} s) to t={last[0]:.0f}s "
+                   f"(sent={last[1]} recv={last[2]} p50={last[3] / 1e6:.1f} s)")
     return out
 
 
@@ -104,7 +113,7 @@ def main():
               f"| {n(a['broker_cpu_s'])} | {n(b['broker_cpu_s'])} | {ratio(a['broker_cpu_s'], b['broker_cpu_s'])} |")
     print()
     print("Trouble in the raw outputs (exceptions, no receive rate, 1 s intervals where the consumer "
-          "received under 5% of what was sent):")
+          "received under 5% of what was sent or where its median latency reached 1 s):")
     print()
     print("\n".join(problems) if problems else "- none")
 
