@@ -61,6 +61,7 @@ impl Broker {
                 for q in v.expiring_queues() {
                     q.expire();
                 }
+                v.delete_unused();
             }
         }
     }

@@ -501,6 +501,7 @@ impl VHost {
                     return Err(self.locked(spec.name));
                 }
             }
+            q.touch();
             if spec.passive {
                 return Ok(q.clone());
             }
@@ -594,6 +595,16 @@ impl VHost {
     /// Queues with messages that have deadlines, for the TTL sweeper.
     pub fn expiring_queues(&self) -> Vec<Arc<Queue>> {
         self.snapshot.load().queues.values().filter(|q| q.may_expire.load(std::sync::atomic::Ordering::Relaxed)).cloned().collect()
+    }
+
+    /// Deletes `x-expires` queues whose lease ran out.
+    pub fn delete_unused(&self) {
+        let now = crate::queue::now_ms();
+        let due: Vec<Arc<Queue>> = self.snapshot.load().queues.values().filter(|q| q.lease_expired(now)).cloned().collect();
+        for q in due {
+            tracing::info!(vhost = %self.name, queue = %q.name, "queue expired (x-expires)");
+            let _ = self.delete_queue(&q.name, false, false, None);
+        }
     }
 
     pub fn locked(&self, name: &str) -> AmqpError {

@@ -27,6 +27,10 @@ pub struct QueueArgs {
     pub max_priority: Option<u8>,
     pub dead_letter_exchange: Option<String>,
     pub dead_letter_routing_key: Option<String>,
+    /// `x-expires` in ms: the queue is deleted after being unused this long.
+    pub expires_ms: Option<u64>,
+    /// `x-single-active-consumer`: only one consumer receives at a time.
+    pub single_active_consumer: bool,
 }
 
 impl QueueArgs {
@@ -70,6 +74,17 @@ impl QueueArgs {
             max_priority,
             dead_letter_exchange: string("x-dead-letter-exchange")?,
             dead_letter_routing_key: string("x-dead-letter-routing-key")?,
+            expires_ms: match int("x-expires")? {
+                None => None,
+                Some(n) if n > 0 => Some(n as u64),
+                Some(0) => return Err(invalid("x-expires", "{value_zero,0}".to_string())),
+                Some(n) => return Err(invalid("x-expires", format!("{{value_negative,{n}}}"))),
+            },
+            single_active_consumer: match args.get("x-single-active-consumer") {
+                None => false,
+                Some(warren_protocol::FieldValue::Bool(b)) => *b,
+                Some(v) => return Err(invalid("x-single-active-consumer", format!("\"expected bool, got {}\"", type_name(v)))),
+            },
         })
     }
 }

@@ -118,6 +118,8 @@ struct State {
     deleted: bool,
     /// An auto-delete queue goes away when its last consumer leaves, not before its first.
     had_consumer: bool,
+    /// Last time the queue was used (declared, consumed from, got from), for `x-expires`.
+    last_used_ms: u64,
     /// Dead letters gathered under the lock, published once it is released.
     dead: Vec<(Arc<Message>, Reason)>,
     log: Option<Log>,
@@ -146,7 +148,7 @@ impl Queue {
     /// A durable queue backed by `log` (id, log, persister), holding `recovered` messages.
     pub fn with_log(name: Arc<str>, vhost: Arc<str>, options: QueueOptions, vhost_ref: Weak<VHost>, log: Option<(u64, Log, Arc<Persister>, Vec<Recovered>)>) -> Arc<Queue> {
         let levels = options.args.max_priority.map_or(1, |p| p as usize + 1);
-        let mut state = State { ready: (0..levels).map(|_| VecDeque::new()).collect(), ..Default::default() };
+        let mut state = State { ready: (0..levels).map(|_| VecDeque::new()).collect(), last_used_ms: now_ms(), ..Default::default() };
         let (store_id, persister) = match log {
             None => (None, None),
             Some((id, log, persister, recovered)) => {
@@ -194,6 +196,18 @@ impl Queue {
         if self.pressured() {
             let _ = tokio::time::timeout(max, relieved).await;
         }
+    }
+
+    /// Marks the queue as used now (a redeclare), for `x-expires`.
+    pub fn touch(&self) {
+        self.state.lock().last_used_ms = now_ms();
+    }
+
+    /// An `x-expires` queue unused for its lease: no consumers and no use since.
+    pub fn lease_expired(&self, now: u64) -> bool {
+        let Some(ms) = self.options.args.expires_ms else { return false };
+        let st = self.state.lock();
+        st.consumers.is_empty() && !st.deleted && now.saturating_sub(st.last_used_ms) >= ms
     }
 
     /// Joins the persister's next batch; false if already in it.
@@ -325,7 +339,8 @@ impl Queue {
             st.expire(now_ms());
         }
         'messages: while st.ready_len > 0 && !st.consumers.is_empty() {
-            let n = st.consumers.len();
+            // With a single active consumer only the first (oldest of the highest priority) receives.
+            let n = if self.options.args.single_active_consumer { 1 } else { st.consumers.len() };
             let mut start = 0;
             // Priority groups, highest first; round-robin inside a group.
             while start < n {
@@ -362,7 +377,8 @@ impl Queue {
     /// basic.get: takes the head message. `ack_mode` counts it as unacked.
     pub fn get(self: &Arc<Self>, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> bool {
         self.locked(|_, st| {
-            st.expire(now_ms());
+            st.last_used_ms = now_ms();
+            st.expire(st.last_used_ms);
             let Some(m) = st.pop_ready() else { return false };
             if ack_mode {
                 st.unacked += 1;
@@ -436,10 +452,14 @@ impl Queue {
         })
     }
 
-    pub fn remove_consumer(&self, c: &Arc<Consumer>) -> RemovedConsumer {
-        let mut st = self.state.lock();
-        st.consumers.retain(|x| !Arc::ptr_eq(x, c));
-        RemovedConsumer { auto_delete_now: self.options.auto_delete && st.had_consumer && st.consumers.is_empty() && !st.deleted }
+    pub fn remove_consumer(self: &Arc<Self>, c: &Arc<Consumer>) -> RemovedConsumer {
+        self.locked(|q, st| {
+            st.consumers.retain(|x| !Arc::ptr_eq(x, c));
+            st.last_used_ms = now_ms();
+            // The next consumer may have become the active one.
+            q.dispatch_locked(st);
+            RemovedConsumer { auto_delete_now: q.options.auto_delete && st.had_consumer && st.consumers.is_empty() && !st.deleted }
+        })
     }
 
     pub fn message_count(self: &Arc<Self>) -> u32 {

@@ -1,0 +1,70 @@
+"""x-expires and x-single-active-consumer, as RabbitMQ 3.10 answers them."""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pytest
+
+from helpers import channel_closed, connect, safe_close, uname, wait_until
+
+
+def test_x_expires_deletes_an_unused_queue(conn, ch):
+    q = uname("exp")
+    ch.queue_declare(q, arguments={"x-expires": 300})
+    ch.basic_publish("", q, b"m")  # messages do not keep it alive
+    def gone():
+        c = conn.channel()
+        try:
+            c.queue_declare(q, passive=True)
+            c.close()
+            return False
+        except pika.exceptions.ChannelClosedByBroker as e:
+            assert e.reply_code == 404
+            return True
+    # Passive declares reset the lease, so poll slower than the lease would allow... first wait.
+    time.sleep(0.6)
+    assert wait_until(gone, timeout=10, interval=0.5)
+
+
+def test_x_expires_is_held_off_by_a_consumer(conn, ch):
+    q = uname("exp")
+    ch.queue_declare(q, arguments={"x-expires": 200})
+    tag = ch.basic_consume(q, lambda *a: None, auto_ack=True)
+    conn.sleep(0.6)
+    ch.queue_declare(q, passive=True)  # still there
+    ch.basic_cancel(tag)
+    time.sleep(0.6)
+    with channel_closed(404, "NOT_FOUND"):
+        conn.channel().queue_declare(q, passive=True)
+    ch = conn.channel()
+
+
+@pytest.mark.parametrize("value,text", [(0, "{value_zero,0}"), (-5, "{value_negative,-5}")])
+def test_x_expires_must_be_positive(ch, value, text):
+    q = uname("exp")
+    with channel_closed(406, f"PRECONDITION_FAILED - invalid arg 'x-expires' for queue '{q}' in vhost '/': {text}"):
+        ch.queue_declare(q, arguments={"x-expires": value})
+
+
+def test_single_active_consumer_delivers_to_one_then_fails_over(amqp_url, conn, ch):
+    q = uname("sac")
+    ch.queue_declare(q, arguments={"x-single-active-consumer": True})
+    try:
+        got: dict[str, list[bytes]] = {"a": [], "b": []}
+        ca = conn.channel()
+        cb = conn.channel()
+        ta = ca.basic_consume(q, lambda c, m, p, body: got["a"].append(body), auto_ack=True)
+        cb.basic_consume(q, lambda c, m, p, body: got["b"].append(body), auto_ack=True)
+        for i in range(6):
+            ch.basic_publish("", q, b"%d" % i)
+        assert wait_until(lambda: (conn.process_data_events(0.05), len(got["a"]) == 6)[1], timeout=10)
+        assert got["b"] == []
+        ca.basic_cancel(ta)
+        for i in range(6, 9):
+            ch.basic_publish("", q, b"%d" % i)
+        assert wait_until(lambda: (conn.process_data_events(0.05), len(got["b"]) == 3)[1], timeout=10)
+        assert got["b"] == [b"6", b"7", b"8"]
+    finally:
+        conn.channel().queue_delete(q)
