@@ -12,6 +12,8 @@ pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 pub const CLOSE_OK_TIMEOUT_MS: u64 = 3_000;
 /// Largest accepted message body (RabbitMQ 3.10: 128 MiB).
 pub const MESSAGE_SIZE_MAX_BYTES: u64 = 128 * 1024 * 1024;
+/// Kernel receive buffer of client sockets (RabbitMQ recommends 192 KiB for `recbuf`).
+pub const SOCKET_RECV_BUFFER_BYTES: u32 = 192 * 1024;
 /// Read buffer granted per socket read.
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// A queue with consumers that holds more ready messages (or bytes) than this is falling

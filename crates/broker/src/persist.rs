@@ -21,8 +21,9 @@ pub struct Persister {
     dirty: Mutex<Vec<Arc<Queue>>>,
     wake: Condvar,
     stop: AtomicBool,
-    /// fsync calls made, for benchmarks (fsyncs per second).
+    /// fsync calls made and bytes written, for benchmarks (logged at shutdown).
     pub fsyncs: AtomicU64,
+    pub bytes: AtomicU64,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -33,6 +34,7 @@ impl Persister {
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
             fsyncs: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
             thread: Mutex::new(None),
         });
         let runner = p.clone();
@@ -61,6 +63,7 @@ impl Persister {
         if let Some(h) = self.thread.lock().take() {
             let _ = h.join();
         }
+        tracing::info!(fsyncs = self.fsyncs.load(Ordering::Relaxed), bytes_written = self.bytes.load(Ordering::Relaxed), "persister stopped");
     }
 
     fn run(self: Arc<Self>) {

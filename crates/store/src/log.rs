@@ -51,6 +51,8 @@ pub struct QueueLog<T> {
     /// Files written since the last `write_pending` returned them (rotated ones included).
     unsynced: Vec<Arc<File>>,
     buf: BytesMut,
+    /// Bytes written since the log was opened, for the persister's statistics.
+    pub bytes_written: u64,
 }
 
 fn segment_path(dir: &Path, id: u64) -> PathBuf {
@@ -142,6 +144,7 @@ impl<T> QueueLog<T> {
             pending_acks: Vec::new(),
             unsynced: Vec::new(),
             buf: BytesMut::new(),
+            bytes_written: 0,
         };
         log.reclaim();
         Ok((log, recovered))
@@ -209,6 +212,7 @@ impl<T> QueueLog<T> {
                 return Err((e, tokens));
             }
             self.size += self.buf.len() as u64;
+            self.bytes_written += self.buf.len() as u64;
             if !self.unsynced.iter().any(|f| Arc::ptr_eq(f, &self.file)) {
                 self.unsynced.push(self.file.clone());
             }

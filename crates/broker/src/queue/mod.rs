@@ -222,7 +222,14 @@ impl Queue {
         let mut st = self.state.lock();
         st.log_dirty = false;
         match &mut st.log {
-            Some(log) => log.write_pending(),
+            Some(log) => {
+                let before = log.bytes_written;
+                let r = log.write_pending();
+                if let Some(p) = &self.persister {
+                    p.bytes.fetch_add(log.bytes_written - before, Ordering::Relaxed);
+                }
+                r
+            }
             None => Ok((Vec::new(), Vec::new())),
         }
     }
