@@ -56,7 +56,7 @@ fi
 # RabbitMQ (whose queues each run purges), and both would report garbage.
 exec 9>/tmp/warren-bench-compare.lock
 flock -n 9 || die "another bench/compare.sh is running (lock /tmp/warren-bench-compare.lock held); wait for it"
-foreign_perftest() { pgrep -f 'com\.rabbitmq\.perf\.PerfTest' 2>/dev/null | tr '\n' ' '; }
+foreign_perftest() { pgrep -f 'com\.rabbitmq\.perf\.PerfTest' 2>/dev/null | tr '\n' ' ' || true; }
 [ -z "$(foreign_perftest)" ] || [ "${ALLOW_CONCURRENT:-0}" = 1 ] \
   || die "PerfTest is already running here (pids $(foreign_perftest)); its load would skew both brokers' figures (ALLOW_CONCURRENT=1 to run anyway)"
 port_open "$PORT" && die "port $PORT is taken ($(ss -ltnpH "sport = :$PORT" 2>/dev/null | grep -o 'users:.*' || echo '?')); stop what listens there or set WARREN_PORT"
