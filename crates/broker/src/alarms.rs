@@ -43,8 +43,13 @@ pub struct Thresholds {
 impl Thresholds {
     pub fn from_limits(l: &LimitsConfig) -> Thresholds {
         let ram = total_memory_bytes().unwrap_or(u64::MAX / 2);
-        let memory_bytes = l.memory_high_watermark_bytes.unwrap_or((ram as f64 * l.memory_high_watermark) as u64);
-        Thresholds { memory_bytes, disk_free_bytes: l.disk_free_limit_bytes }
+        let memory_bytes = l
+            .memory_high_watermark_bytes
+            .unwrap_or((ram as f64 * l.memory_high_watermark) as u64);
+        Thresholds {
+            memory_bytes,
+            disk_free_bytes: l.disk_free_limit_bytes,
+        }
     }
 }
 
@@ -57,7 +62,11 @@ pub struct Alarms {
 impl Alarms {
     pub fn new(thresholds: Thresholds, data_dir: PathBuf) -> Arc<Alarms> {
         let (tx, _) = watch::channel(AlarmState::default());
-        let a = Arc::new(Alarms { tx, thresholds: Mutex::new(thresholds), data_dir });
+        let a = Arc::new(Alarms {
+            tx,
+            thresholds: Mutex::new(thresholds),
+            data_dir,
+        });
         a.check();
         a
     }
@@ -67,7 +76,11 @@ impl Alarms {
     }
 
     pub fn set_thresholds(&self, t: Thresholds) {
-        tracing::info!(memory_high_watermark_bytes = t.memory_bytes, disk_free_limit_bytes = t.disk_free_bytes, "alarm thresholds set");
+        tracing::info!(
+            memory_high_watermark_bytes = t.memory_bytes,
+            disk_free_limit_bytes = t.disk_free_bytes,
+            "alarm thresholds set"
+        );
         *self.thresholds.lock() = t;
         self.check();
     }
@@ -77,23 +90,42 @@ impl Alarms {
         let t = *self.thresholds.lock();
         let rss = resident_bytes().unwrap_or(0);
         let free = disk_free_bytes(&self.data_dir).unwrap_or(u64::MAX);
-        let now = AlarmState { memory: rss > t.memory_bytes, disk: free < t.disk_free_bytes };
+        let now = AlarmState {
+            memory: rss > t.memory_bytes,
+            disk: free < t.disk_free_bytes,
+        };
         let before = *self.tx.borrow();
         if now == before {
             return;
         }
         if now.memory != before.memory {
             if now.memory {
-                tracing::warn!(rss_bytes = rss, limit_bytes = t.memory_bytes, "memory alarm set: publishers blocked");
+                tracing::warn!(
+                    rss_bytes = rss,
+                    limit_bytes = t.memory_bytes,
+                    "memory alarm set: publishers blocked"
+                );
             } else {
-                tracing::info!(rss_bytes = rss, limit_bytes = t.memory_bytes, "memory alarm cleared");
+                tracing::info!(
+                    rss_bytes = rss,
+                    limit_bytes = t.memory_bytes,
+                    "memory alarm cleared"
+                );
             }
         }
         if now.disk != before.disk {
             if now.disk {
-                tracing::warn!(free_bytes = free, limit_bytes = t.disk_free_bytes, "disk alarm set: publishers blocked");
+                tracing::warn!(
+                    free_bytes = free,
+                    limit_bytes = t.disk_free_bytes,
+                    "disk alarm set: publishers blocked"
+                );
             } else {
-                tracing::info!(free_bytes = free, limit_bytes = t.disk_free_bytes, "disk alarm cleared");
+                tracing::info!(
+                    free_bytes = free,
+                    limit_bytes = t.disk_free_bytes,
+                    "disk alarm cleared"
+                );
             }
         }
         self.tx.send_replace(now);
@@ -120,7 +152,12 @@ fn resident_bytes() -> Option<u64> {
 
 fn kb_field(text: &str, key: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with(key))?;
-    let kb: u64 = line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+    let kb: u64 = line[key.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
     Some(kb * 1024)
 }
 
@@ -143,13 +180,25 @@ mod tests {
 
     #[test]
     fn thresholds_trip_and_clear() {
-        let a = Alarms::new(Thresholds { memory_bytes: u64::MAX, disk_free_bytes: 0 }, PathBuf::from("/"));
+        let a = Alarms::new(
+            Thresholds {
+                memory_bytes: u64::MAX,
+                disk_free_bytes: 0,
+            },
+            PathBuf::from("/"),
+        );
         let rx = a.subscribe();
         assert!(!rx.borrow().any());
-        a.set_thresholds(Thresholds { memory_bytes: 1, disk_free_bytes: 0 });
+        a.set_thresholds(Thresholds {
+            memory_bytes: 1,
+            disk_free_bytes: 0,
+        });
         assert!(rx.borrow().memory);
         assert_eq!(rx.borrow().reason(), "low on memory");
-        a.set_thresholds(Thresholds { memory_bytes: u64::MAX, disk_free_bytes: u64::MAX });
+        a.set_thresholds(Thresholds {
+            memory_bytes: u64::MAX,
+            disk_free_bytes: u64::MAX,
+        });
         assert!(!rx.borrow().memory && rx.borrow().disk);
     }
 }

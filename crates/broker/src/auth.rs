@@ -28,27 +28,57 @@ pub enum AuthError {
     UnknownMechanism,
     /// The response could not be parsed.
     Malformed,
-    BadCredentials { user: String },
-    LoopbackOnly { user: String },
+    BadCredentials {
+        user: String,
+    },
+    LoopbackOnly {
+        user: String,
+    },
 }
 
 impl Users {
     pub fn from_config(c: &Config) -> Users {
         Users {
-            users: c.users.iter().map(|u| (u.name.clone(), User { name: u.name.clone(), password: u.password.clone(), tags: u.tags.clone() })).collect(),
+            users: c
+                .users
+                .iter()
+                .map(|u| {
+                    (
+                        u.name.clone(),
+                        User {
+                            name: u.name.clone(),
+                            password: u.password.clone(),
+                            tags: u.tags.clone(),
+                        },
+                    )
+                })
+                .collect(),
             loopback_only: c.loopback_users.clone(),
         }
     }
 
-    pub fn authenticate(&self, mechanism: &str, response: &Bytes, peer: IpAddr) -> Result<User, AuthError> {
+    pub fn authenticate(
+        &self,
+        mechanism: &str,
+        response: &Bytes,
+        peer: IpAddr,
+    ) -> Result<User, AuthError> {
         let (name, password) = match mechanism {
             "PLAIN" => parse_plain(response).ok_or(AuthError::Malformed)?,
             "AMQPLAIN" => parse_amqplain(response).ok_or(AuthError::Malformed)?,
             _ => return Err(AuthError::UnknownMechanism),
         };
-        let Some(user) = self.users.get(&name) else { return Err(AuthError::BadCredentials { user: name }) };
+        let Some(user) = self.users.get(&name) else {
+            return Err(AuthError::BadCredentials { user: name });
+        };
         // Constant-time enough for a password compare: no early exit on the first differing byte.
-        let ok = user.password.len() == password.len() && user.password.bytes().zip(password.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+        let ok = user.password.len() == password.len()
+            && user
+                .password
+                .bytes()
+                .zip(password.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
         if !ok {
             return Err(AuthError::BadCredentials { user: name });
         }
@@ -87,9 +117,21 @@ mod tests {
     fn plain_and_amqplain() {
         let users = Users::from_config(&Config::default());
         let lo = IpAddr::from([127, 0, 0, 1]);
-        assert!(users.authenticate("PLAIN", &Bytes::from_static(b"\0guest\0guest"), lo).is_ok());
-        assert!(matches!(users.authenticate("PLAIN", &Bytes::from_static(b"\0guest\0nope"), lo), Err(AuthError::BadCredentials { .. })));
-        assert!(matches!(users.authenticate("PLAIN", &Bytes::from_static(b"\0guest\0guest"), IpAddr::from([10, 0, 0, 1])), Err(AuthError::LoopbackOnly { .. })));
+        assert!(users
+            .authenticate("PLAIN", &Bytes::from_static(b"\0guest\0guest"), lo)
+            .is_ok());
+        assert!(matches!(
+            users.authenticate("PLAIN", &Bytes::from_static(b"\0guest\0nope"), lo),
+            Err(AuthError::BadCredentials { .. })
+        ));
+        assert!(matches!(
+            users.authenticate(
+                "PLAIN",
+                &Bytes::from_static(b"\0guest\0guest"),
+                IpAddr::from([10, 0, 0, 1])
+            ),
+            Err(AuthError::LoopbackOnly { .. })
+        ));
         let mut t = FieldTable::new();
         t.insert("LOGIN", FieldValue::str("guest"));
         t.insert("PASSWORD", FieldValue::str("guest"));
@@ -97,7 +139,13 @@ mod tests {
         t.encode(&mut b);
         let resp = b.freeze().slice(4..);
         assert!(users.authenticate("AMQPLAIN", &resp, lo).is_ok());
-        assert!(matches!(users.authenticate("EXTERNAL", &resp, lo), Err(AuthError::UnknownMechanism)));
-        assert!(matches!(users.authenticate("PLAIN", &Bytes::from_static(b"junk"), lo), Err(AuthError::Malformed)));
+        assert!(matches!(
+            users.authenticate("EXTERNAL", &resp, lo),
+            Err(AuthError::UnknownMechanism)
+        ));
+        assert!(matches!(
+            users.authenticate("PLAIN", &Bytes::from_static(b"junk"), lo),
+            Err(AuthError::Malformed)
+        ));
     }
 }

@@ -61,7 +61,14 @@ pub struct ChannelShared {
 
 impl ChannelShared {
     pub fn new(id: u16, outbox: Arc<Outbox>) -> Arc<ChannelShared> {
-        Arc::new(ChannelShared { id, outbox, deliveries: Mutex::new(Deliveries { next_tag: 1, ..Default::default() }) })
+        Arc::new(ChannelShared {
+            id,
+            outbox,
+            deliveries: Mutex::new(Deliveries {
+                next_tag: 1,
+                ..Default::default()
+            }),
+        })
     }
 
     /// Called by a queue (under its lock) to hand `m` to consumer `c`.
@@ -89,7 +96,12 @@ impl ChannelShared {
         if !c.no_ack {
             c.unacked.fetch_add(1, Ordering::Relaxed);
             d.global_unacked += 1;
-            d.unacked.push_back(Unacked { tag, queue: q.clone(), msg: m.clone(), consumer: Some(c.clone()) });
+            d.unacked.push_back(Unacked {
+                tag,
+                queue: q.clone(),
+                msg: m.clone(),
+                consumer: Some(c.clone()),
+            });
         }
         Offer::Delivered
     }
@@ -112,7 +124,12 @@ impl ChannelShared {
             outbox::write_content(b, self.id, frame_max, &m.msg);
         });
         if !no_ack {
-            d.unacked.push_back(Unacked { tag, queue: q.clone(), msg: m.clone(), consumer: None });
+            d.unacked.push_back(Unacked {
+                tag,
+                queue: q.clone(),
+                msg: m.clone(),
+                consumer: None,
+            });
         }
     }
 
@@ -123,10 +140,17 @@ impl ChannelShared {
             if tag != 0 && !d.unacked.iter().any(|u| u.tag == tag) {
                 return Err(unknown_tag(tag));
             }
-            let n = if tag == 0 { d.unacked.len() } else { d.unacked.partition_point(|u| u.tag <= tag) };
+            let n = if tag == 0 {
+                d.unacked.len()
+            } else {
+                d.unacked.partition_point(|u| u.tag <= tag)
+            };
             d.unacked.drain(..n).collect()
         } else {
-            let i = d.unacked.binary_search_by_key(&tag, |u| u.tag).map_err(|_| unknown_tag(tag))?;
+            let i = d
+                .unacked
+                .binary_search_by_key(&tag, |u| u.tag)
+                .map_err(|_| unknown_tag(tag))?;
             d.unacked.remove(i).into_iter().collect()
         };
         for u in &taken {
@@ -197,7 +221,11 @@ impl Settle {
 enum PublishState {
     Idle,
     AwaitingHeader(BasicPublish),
-    AwaitingBody { publish: BasicPublish, header: ContentHeader, body: BytesMut },
+    AwaitingBody {
+        publish: BasicPublish,
+        header: ContentHeader,
+        body: BytesMut,
+    },
 }
 
 /// Work a transaction holds until commit.
@@ -267,7 +295,9 @@ impl Channel {
         if !name.is_empty() {
             return Ok(name.clone());
         }
-        self.last_queue.clone().ok_or_else(|| AmqpError::not_found("no previously declared queue"))
+        self.last_queue
+            .clone()
+            .ok_or_else(|| AmqpError::not_found("no previously declared queue"))
     }
 
     /// While a publish is being assembled: what the next frame must be.
@@ -298,7 +328,10 @@ impl Channel {
             Method::BasicReject(r) => self.settle(r.delivery_tag, false, r.requeue, false)?,
             Method::BasicQos(q) => {
                 if q.prefetch_size != 0 {
-                    return Err(AmqpError::not_implemented(format!("prefetch_size!=0 ({})", q.prefetch_size)));
+                    return Err(AmqpError::not_implemented(format!(
+                        "prefetch_size!=0 ({})",
+                        q.prefetch_size
+                    )));
                 }
                 if q.global {
                     self.shared.deliveries.lock().global_prefetch = q.prefetch_count;
@@ -314,16 +347,22 @@ impl Channel {
                     remove_consumer(vhost, &consumer);
                 }
                 if !c.nowait {
-                    self.reply(BasicCancelOk { consumer_tag: c.consumer_tag });
+                    self.reply(BasicCancelOk {
+                        consumer_tag: c.consumer_tag,
+                    });
                 }
             }
             Method::BasicGet(g) => {
                 let name = self.queue_name(&g.queue)?;
                 let q = vhost.queue_for(&name, ctx.conn_id)?;
                 let shared = &self.shared;
-                let got = q.get(!g.no_ack, |m, remaining| shared.deliver_get(&q, m, remaining, g.no_ack));
+                let got = q.get(!g.no_ack, |m, remaining| {
+                    shared.deliver_get(&q, m, remaining, g.no_ack)
+                });
                 if !got {
-                    self.reply(BasicGetEmpty { reserved_1: "".into() });
+                    self.reply(BasicGetEmpty {
+                        reserved_1: "".into(),
+                    });
                 }
             }
             Method::BasicRecover(r) => {
@@ -352,20 +391,36 @@ impl Channel {
                 }
             }
             Method::ExchangeBind(b) => {
-                vhost.bind_exchange(&b.destination, &b.source, &b.routing_key, &b.arguments, true)?;
+                vhost.bind_exchange(
+                    &b.destination,
+                    &b.source,
+                    &b.routing_key,
+                    &b.arguments,
+                    true,
+                )?;
                 if !b.nowait {
                     self.reply(ExchangeBindOk {});
                 }
             }
             Method::ExchangeUnbind(b) => {
-                vhost.bind_exchange(&b.destination, &b.source, &b.routing_key, &b.arguments, false)?;
+                vhost.bind_exchange(
+                    &b.destination,
+                    &b.source,
+                    &b.routing_key,
+                    &b.arguments,
+                    false,
+                )?;
                 if !b.nowait {
                     self.reply(ExchangeUnbindOk {});
                 }
             }
             Method::QueueDeclare(d) => {
                 let server_named = d.queue.is_empty() && !d.passive;
-                let name = if server_named { ByteString::from(gen_name("amq.gen-")) } else { d.queue.clone() };
+                let name = if server_named {
+                    ByteString::from(gen_name("amq.gen-"))
+                } else {
+                    d.queue.clone()
+                };
                 let q = vhost.declare_queue(&QueueSpec {
                     name: &name,
                     passive: d.passive,
@@ -376,12 +431,18 @@ impl Channel {
                     conn_id: ctx.conn_id,
                     server_named,
                 })?;
-                if q.options.exclusive_owner == Some(ctx.conn_id) && !ctx.exclusive_queues.iter().any(|x| Arc::ptr_eq(x, &q)) {
+                if q.options.exclusive_owner == Some(ctx.conn_id)
+                    && !ctx.exclusive_queues.iter().any(|x| Arc::ptr_eq(x, &q))
+                {
                     ctx.exclusive_queues.push(q.clone());
                 }
                 self.last_queue = Some(name.clone());
                 if !d.nowait {
-                    self.reply(QueueDeclareOk { queue: name, message_count: q.message_count(), consumer_count: q.consumer_count() });
+                    self.reply(QueueDeclareOk {
+                        queue: name,
+                        message_count: q.message_count(),
+                        consumer_count: q.consumer_count(),
+                    });
                 }
             }
             Method::QueueBind(b) => {
@@ -410,16 +471,21 @@ impl Channel {
             }
             Method::QueueDelete(d) => {
                 let name = self.queue_name(&d.queue)?;
-                let deleted = vhost.delete_queue(&name, d.if_unused, d.if_empty, Some(ctx.conn_id))?;
+                let deleted =
+                    vhost.delete_queue(&name, d.if_unused, d.if_empty, Some(ctx.conn_id))?;
                 notify_cancelled(&deleted.consumers);
-                ctx.exclusive_queues.retain(|q| &*q.name != &*name);
+                ctx.exclusive_queues.retain(|q| *q.name != *name);
                 if !d.nowait {
-                    self.reply(QueueDeleteOk { message_count: deleted.message_count });
+                    self.reply(QueueDeleteOk {
+                        message_count: deleted.message_count,
+                    });
                 }
             }
             Method::ConfirmSelect(c) => {
                 if self.tx.is_some() {
-                    return Err(AmqpError::precondition_failed("cannot switch from tx to confirm mode"));
+                    return Err(AmqpError::precondition_failed(
+                        "cannot switch from tx to confirm mode",
+                    ));
                 }
                 self.confirm = true;
                 if !c.nowait {
@@ -428,7 +494,9 @@ impl Channel {
             }
             Method::TxSelect(_) => {
                 if self.confirm {
-                    return Err(AmqpError::precondition_failed("cannot switch from confirm to tx mode"));
+                    return Err(AmqpError::precondition_failed(
+                        "cannot switch from confirm to tx mode",
+                    ));
                 }
                 if self.tx.is_none() {
                     self.tx = Some(Vec::new());
@@ -436,7 +504,9 @@ impl Channel {
                 self.reply(TxSelectOk {});
             }
             Method::TxCommit(_) => {
-                let ops = self.tx.as_mut().ok_or_else(|| AmqpError::precondition_failed("channel is not transactional"))?;
+                let ops = self.tx.as_mut().ok_or_else(|| {
+                    AmqpError::precondition_failed("channel is not transactional")
+                })?;
                 let ops = std::mem::take(ops);
                 for op in ops {
                     match op {
@@ -447,7 +517,9 @@ impl Channel {
                 self.reply(TxCommitOk {});
             }
             Method::TxRollback(_) => {
-                let ops = self.tx.as_mut().ok_or_else(|| AmqpError::precondition_failed("channel is not transactional"))?;
+                let ops = self.tx.as_mut().ok_or_else(|| {
+                    AmqpError::precondition_failed("channel is not transactional")
+                })?;
                 for op in std::mem::take(ops).into_iter().rev() {
                     if let TxOp::Settle(taken, _) = op {
                         self.shared.untake(taken);
@@ -463,7 +535,10 @@ impl Channel {
             }
             Method::ChannelFlowOk(_) => {}
             other => {
-                return Err(AmqpError::command_invalid(format!("unexpected method {} on a channel", other.name())));
+                return Err(AmqpError::command_invalid(format!(
+                    "unexpected method {} on a channel",
+                    other.name()
+                )));
             }
         }
         Ok(())
@@ -472,7 +547,9 @@ impl Channel {
     fn consume(&mut self, c: BasicConsume, ctx: &mut Ctx<'_>) -> AmqpResult<()> {
         let q = if &*c.queue == DIRECT_REPLY_TO {
             if !c.no_ack {
-                return Err(AmqpError::precondition_failed("reply consumer cannot acknowledge"));
+                return Err(AmqpError::precondition_failed(
+                    "reply consumer cannot acknowledge",
+                ));
             }
             if self.direct_reply.is_some() {
                 return Err(AmqpError::precondition_failed("reply consumer already set"));
@@ -484,14 +561,27 @@ impl Channel {
             let name = self.queue_name(&c.queue)?;
             ctx.vhost.queue_for(&name, ctx.conn_id)?
         };
-        let tag = if c.consumer_tag.is_empty() { ByteString::from(gen_name("amq.ctag-")) } else { c.consumer_tag.clone() };
-        if self.consumers.get(&tag).is_some_and(|x| !x.cancelled.load(Ordering::Relaxed)) {
-            return Err(AmqpError::not_allowed(format!("attempt to reuse consumer tag '{tag}'")));
+        let tag = if c.consumer_tag.is_empty() {
+            ByteString::from(gen_name("amq.ctag-"))
+        } else {
+            c.consumer_tag.clone()
+        };
+        if self
+            .consumers
+            .get(&tag)
+            .is_some_and(|x| !x.cancelled.load(Ordering::Relaxed))
+        {
+            return Err(AmqpError::not_allowed(format!(
+                "attempt to reuse consumer tag '{tag}'"
+            )));
         }
         let priority = match c.arguments.get("x-priority") {
             None => 0,
             Some(v) => v.as_i64().ok_or_else(|| {
-                AmqpError::precondition_failed(format!("invalid arg 'x-priority' for consumer '{tag}': \"expected integer, got {}\"", crate::queue::type_name(v)))
+                AmqpError::precondition_failed(format!(
+                    "invalid arg 'x-priority' for consumer '{tag}': \"expected integer, got {}\"",
+                    crate::queue::type_name(v)
+                ))
             })?,
         };
         let consumer = Arc::new(Consumer {
@@ -508,7 +598,12 @@ impl Channel {
         let (outbox, id, nowait) = (&self.shared.outbox, self.id(), c.nowait);
         q.add_consumer(consumer.clone(), || {
             if !nowait {
-                outbox.method(id, &Method::BasicConsumeOk(BasicConsumeOk { consumer_tag: tag.clone() }));
+                outbox.method(
+                    id,
+                    &Method::BasicConsumeOk(BasicConsumeOk {
+                        consumer_tag: tag.clone(),
+                    }),
+                );
             }
         })?;
         self.consumers.insert(tag, consumer);
@@ -557,38 +652,70 @@ impl Channel {
             return None;
         }
         let want = self.expecting_content().unwrap_or("method frame");
-        let short = want.split(" for").next().unwrap_or(want).trim_end_matches(" frame");
+        let short = want
+            .split(" for")
+            .next()
+            .unwrap_or(want)
+            .trim_end_matches(" frame");
         if short == got {
             return None;
         }
-        let e = AmqpError::unexpected_frame(format!("expected {want}, got non {short} frame instead"));
-        Some(if short == "method" || got == "method" { e } else { e.on(60, 40) })
+        let e =
+            AmqpError::unexpected_frame(format!("expected {want}, got non {short} frame instead"));
+        Some(if short == "method" || got == "method" {
+            e
+        } else {
+            e.on(60, 40)
+        })
     }
 
     /// A content header frame arrived.
-    pub fn handle_header(&mut self, payload: &Bytes, max_size: u64) -> AmqpResult<Option<(BasicPublish, ContentHeader, Bytes)>> {
+    pub fn handle_header(
+        &mut self,
+        payload: &Bytes,
+        max_size: u64,
+    ) -> AmqpResult<Option<(BasicPublish, ContentHeader, Bytes)>> {
         if let Some(e) = self.out_of_order("content header") {
             return Err(e);
         }
-        let PublishState::AwaitingHeader(publish) = std::mem::replace(&mut self.publish, PublishState::Idle) else {
+        let PublishState::AwaitingHeader(publish) =
+            std::mem::replace(&mut self.publish, PublishState::Idle)
+        else {
             return Err(AmqpError::internal_error("publish state"));
         };
-        let header = ContentHeader::decode(payload).map_err(|e| AmqpError::frame_error(format!("cannot decode content header: {e}")).on(60, 40))?;
+        let header = ContentHeader::decode(payload).map_err(|e| {
+            AmqpError::frame_error(format!("cannot decode content header: {e}")).on(60, 40)
+        })?;
         if header.class_id != 60 {
-            return Err(AmqpError::unexpected_frame(format!("expected content header for class 60, got one for class {} instead", header.class_id)).on(60, 40));
+            return Err(AmqpError::unexpected_frame(format!(
+                "expected content header for class 60, got one for class {} instead",
+                header.class_id
+            ))
+            .on(60, 40));
         }
         if header.body_size > max_size {
-            return Err(AmqpError::precondition_failed(format!("message size {} is larger than configured max size {}", header.body_size, max_size)).on(60, 40));
+            return Err(AmqpError::precondition_failed(format!(
+                "message size {} is larger than configured max size {}",
+                header.body_size, max_size
+            ))
+            .on(60, 40));
         }
         if header.body_size == 0 {
             return Ok(Some((publish, header, Bytes::new())));
         }
-        self.publish = PublishState::AwaitingBody { publish, header, body: BytesMut::new() };
+        self.publish = PublishState::AwaitingBody {
+            publish,
+            header,
+            body: BytesMut::new(),
+        };
         Ok(None)
     }
 
     /// A body frame arrived; returns the whole message once complete.
-    pub fn handle_body(&mut self, payload: Bytes) -> AmqpResult<Option<(BasicPublish, ContentHeader, Bytes)>> {
+    pub fn handle_body(
+        &mut self,
+        payload: Bytes,
+    ) -> AmqpResult<Option<(BasicPublish, ContentHeader, Bytes)>> {
         if let Some(e) = self.out_of_order("content body") {
             return Err(e);
         }
@@ -597,13 +724,22 @@ impl Channel {
         };
         let have = body.len() as u64 + payload.len() as u64;
         if have > header.body_size {
-            return Err(AmqpError::frame_error(format!("body larger than the {} bytes its header declared", header.body_size)).on(60, 40));
+            return Err(AmqpError::frame_error(format!(
+                "body larger than the {} bytes its header declared",
+                header.body_size
+            ))
+            .on(60, 40));
         }
         if have < header.body_size {
             body.extend_from_slice(&payload);
             return Ok(None);
         }
-        let PublishState::AwaitingBody { publish, header, body } = std::mem::replace(&mut self.publish, PublishState::Idle) else {
+        let PublishState::AwaitingBody {
+            publish,
+            header,
+            body,
+        } = std::mem::replace(&mut self.publish, PublishState::Idle)
+        else {
             return Ok(None);
         };
         // A body in one frame stays a zero-copy slice of the read buffer.
@@ -618,19 +754,34 @@ impl Channel {
     }
 
     /// A whole message was received: check it, route it, confirm it.
-    pub fn publish(&mut self, publish: BasicPublish, header: ContentHeader, body: Bytes, ctx: &Ctx<'_>) -> AmqpResult<()> {
+    pub fn publish(
+        &mut self,
+        publish: BasicPublish,
+        header: ContentHeader,
+        body: Bytes,
+        ctx: &Ctx<'_>,
+    ) -> AmqpResult<()> {
         let mut raw = header.raw_properties;
         // user-id (flag bit 4) and reply-to (bit 9): decode the properties only when set.
         if raw.len() >= 2 && (raw[1] & 0x10 != 0 || raw[0] & 0x02 != 0) {
-            let mut props = BasicProperties::decode(&raw).map_err(|e| AmqpError::frame_error(format!("cannot decode properties: {e}")).on(60, 40))?;
+            let mut props = BasicProperties::decode(&raw).map_err(|e| {
+                AmqpError::frame_error(format!("cannot decode properties: {e}")).on(60, 40)
+            })?;
             if let Some(u) = &props.user_id {
                 if &**u != ctx.user {
-                    return Err(AmqpError::precondition_failed(format!("user_id property set to '{u}' but authenticated user was '{}'", ctx.user)).on(60, 40));
+                    return Err(AmqpError::precondition_failed(format!(
+                        "user_id property set to '{u}' but authenticated user was '{}'",
+                        ctx.user
+                    ))
+                    .on(60, 40));
                 }
             }
             if props.reply_to.as_deref() == Some(DIRECT_REPLY_TO) {
                 let Some(q) = &self.direct_reply else {
-                    return Err(AmqpError::precondition_failed("fast reply consumer does not exist").on(60, 40));
+                    return Err(AmqpError::precondition_failed(
+                        "fast reply consumer does not exist",
+                    )
+                    .on(60, 40));
                 };
                 props.reply_to = Some(ByteString::from(&**q));
                 raw = props.to_bytes();
@@ -640,25 +791,42 @@ impl Channel {
         // priority (flag bit 11) and expiration (bit 8): decode only when present.
         let (mut priority, mut expiration_ms) = (None, None);
         if raw.len() >= 2 && raw[0] & 0x09 != 0 {
-            let props = BasicProperties::decode(&raw).map_err(|e| AmqpError::frame_error(format!("cannot decode properties: {e}")).on(60, 40))?;
+            let props = BasicProperties::decode(&raw).map_err(|e| {
+                AmqpError::frame_error(format!("cannot decode properties: {e}")).on(60, 40)
+            })?;
             priority = props.priority;
             if let Some(e) = props.expiration {
                 expiration_ms = Some(parse_expiration(&e).map_err(|e| e.on(60, 40))?);
             }
         }
-        let msg = Message { exchange: publish.exchange, routing_key: publish.routing_key, properties: raw, body, persistent, priority, expiration_ms };
+        let msg = Message {
+            exchange: publish.exchange,
+            routing_key: publish.routing_key,
+            properties: raw,
+            body,
+            persistent,
+            priority,
+            expiration_ms,
+        };
         if let Some(ops) = &mut self.tx {
-            ctx.vhost.route(&msg.exchange, "", &Bytes::new(), &mut Vec::new())?;
+            ctx.vhost
+                .route(&msg.exchange, "", &Bytes::new(), &mut Vec::new())?;
             ops.push(TxOp::Publish(msg, publish.mandatory));
             return Ok(());
         }
-        self.route(msg, publish.mandatory, ctx.vhost).map_err(|e| e.on(60, 40))
+        self.route(msg, publish.mandatory, ctx.vhost)
+            .map_err(|e| e.on(60, 40))
     }
 
     fn route(&mut self, msg: Message, mandatory: bool, vhost: &Arc<VHost>) -> AmqpResult<()> {
         let mut targets = std::mem::take(&mut self.route_buf);
         targets.clear();
-        let routed = vhost.route(&msg.exchange, &msg.routing_key, &msg.properties, &mut targets);
+        let routed = vhost.route(
+            &msg.exchange,
+            &msg.routing_key,
+            &msg.properties,
+            &mut targets,
+        );
         if let Err(e) = routed {
             self.route_buf = targets;
             return Err(e);
@@ -669,21 +837,19 @@ impl Channel {
         } else {
             None
         };
-        if targets.is_empty() {
-            if mandatory {
-                let frame_max = self.shared.outbox.frame_max.load(Ordering::Relaxed);
-                let ret = Method::BasicReturn(BasicReturn {
-                    reply_code: reply::NO_ROUTE,
-                    reply_text: "NO_ROUTE".into(),
-                    exchange: msg.exchange.clone(),
-                    routing_key: msg.routing_key.clone(),
-                });
-                let id = self.id();
-                self.shared.outbox.push(|b| {
-                    frame::write_method(b, id, &ret);
-                    outbox::write_content(b, id, frame_max, &msg);
-                });
-            }
+        if targets.is_empty() && mandatory {
+            let frame_max = self.shared.outbox.frame_max.load(Ordering::Relaxed);
+            let ret = Method::BasicReturn(BasicReturn {
+                reply_code: reply::NO_ROUTE,
+                reply_text: "NO_ROUTE".into(),
+                exchange: msg.exchange.clone(),
+                routing_key: msg.routing_key.clone(),
+            });
+            let id = self.id();
+            self.shared.outbox.push(|b| {
+                frame::write_method(b, id, &ret);
+                outbox::write_content(b, id, frame_max, &msg);
+            });
         }
         if !targets.is_empty() {
             let msg = Arc::new(msg);
@@ -761,7 +927,13 @@ fn remove_consumer(vhost: &Arc<VHost>, c: &Arc<Consumer>) {
 pub fn notify_cancelled(consumers: &[Arc<Consumer>]) {
     for c in consumers {
         if !c.cancelled.swap(true, Ordering::Relaxed) {
-            c.channel.outbox.method(c.channel.id, &Method::BasicCancel(BasicCancel { consumer_tag: c.tag.clone(), nowait: true }));
+            c.channel.outbox.method(
+                c.channel.id,
+                &Method::BasicCancel(BasicCancel {
+                    consumer_tag: c.tag.clone(),
+                    nowait: true,
+                }),
+            );
         }
     }
 }
@@ -778,4 +950,3 @@ pub fn gen_name(prefix: &str) -> String {
     }
     s
 }
-

@@ -72,7 +72,11 @@ impl Default for Config {
             http_port: 15672,
             data_dir: PathBuf::from("./warren-data"),
             vhosts: vec!["/".to_string()],
-            users: vec![UserConfig { name: "guest".into(), password: "guest".into(), tags: vec!["administrator".into()] }],
+            users: vec![UserConfig {
+                name: "guest".into(),
+                password: "guest".into(),
+                tags: vec!["administrator".into()],
+            }],
             loopback_users: vec!["guest".into()],
             limits: LimitsConfig::default(),
         }
@@ -87,8 +91,13 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), String> {
-        if self.limits.frame_max != 0 && self.limits.frame_max < warren_protocol::frame::FRAME_MIN_SIZE {
-            return Err(format!("limits.frame_max must be 0 or at least {}", warren_protocol::frame::FRAME_MIN_SIZE));
+        if self.limits.frame_max != 0
+            && self.limits.frame_max < warren_protocol::frame::FRAME_MIN_SIZE
+        {
+            return Err(format!(
+                "limits.frame_max must be 0 or at least {}",
+                warren_protocol::frame::FRAME_MIN_SIZE
+            ));
         }
         if !(self.limits.memory_high_watermark > 0.0 && self.limits.memory_high_watermark <= 1.0) {
             return Err("limits.memory_high_watermark must be a fraction of RAM in (0, 1]".into());
@@ -106,7 +115,10 @@ mod tests {
 
     #[test]
     fn toml_overrides_defaults() {
-        let c = Config::from_toml("amqp_port = 6000\n[limits]\nheartbeat_s = 5\n[[users]]\nname='a'\npassword='b'\n").expect("valid");
+        let c = Config::from_toml(
+            "amqp_port = 6000\n[limits]\nheartbeat_s = 5\n[[users]]\nname='a'\npassword='b'\n",
+        )
+        .expect("valid");
         assert_eq!(c.amqp_port, 6000);
         assert_eq!(c.limits.heartbeat_s, 5);
         assert_eq!(c.limits.channel_max, limits::CHANNEL_MAX);

@@ -31,7 +31,11 @@ pub struct Confirms {
 
 impl Confirms {
     pub fn new(channel: u16, outbox: Arc<Outbox>) -> Arc<Confirms> {
-        Arc::new(Confirms { channel, outbox, state: Mutex::new(State::default()) })
+        Arc::new(Confirms {
+            channel,
+            outbox,
+            state: Mutex::new(State::default()),
+        })
     }
 
     /// A publish whose outcome is already known.
@@ -47,7 +51,12 @@ impl Confirms {
     /// A publish that waits for `waits` durable writes; returns the handle each write completes.
     pub fn pending(self: &Arc<Self>, seq: u64, waits: usize) -> Arc<ConfirmHandle> {
         self.state.lock().outstanding.insert(seq);
-        Arc::new(ConfirmHandle { confirms: self.clone(), seq, remaining: AtomicUsize::new(waits), failed: AtomicUsize::new(0) })
+        Arc::new(ConfirmHandle {
+            confirms: self.clone(),
+            seq,
+            remaining: AtomicUsize::new(waits),
+            failed: AtomicUsize::new(0),
+        })
     }
 
     fn finish(&self, seq: u64, ok: bool) {
@@ -75,13 +84,35 @@ impl Confirms {
         let id = self.channel;
         self.outbox.push(|b| {
             for &tag in &nacks {
-                frame::write_method(b, id, &Method::BasicNack(BasicNack { delivery_tag: tag, multiple: false, requeue: false }));
+                frame::write_method(
+                    b,
+                    id,
+                    &Method::BasicNack(BasicNack {
+                        delivery_tag: tag,
+                        multiple: false,
+                        requeue: false,
+                    }),
+                );
             }
             if split > 0 {
-                frame::write_method(b, id, &Method::BasicAck(BasicAck { delivery_tag: acks[split - 1], multiple: split > 1 }));
+                frame::write_method(
+                    b,
+                    id,
+                    &Method::BasicAck(BasicAck {
+                        delivery_tag: acks[split - 1],
+                        multiple: split > 1,
+                    }),
+                );
             }
             for &tag in &acks[split..] {
-                frame::write_method(b, id, &Method::BasicAck(BasicAck { delivery_tag: tag, multiple: false }));
+                frame::write_method(
+                    b,
+                    id,
+                    &Method::BasicAck(BasicAck {
+                        delivery_tag: tag,
+                        multiple: false,
+                    }),
+                );
             }
         });
     }
@@ -118,7 +149,8 @@ impl ConfirmHandle {
             self.failed.fetch_add(1, Ordering::Relaxed);
         }
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.confirms.finish(self.seq, self.failed.load(Ordering::Relaxed) == 0);
+            self.confirms
+                .finish(self.seq, self.failed.load(Ordering::Relaxed) == 0);
             return Some(self.confirms.clone());
         }
         None
@@ -154,19 +186,41 @@ mod tests {
         assert_eq!(
             drain(&o),
             vec![
-                Method::BasicAck(BasicAck { delivery_tag: 1, multiple: false }),
-                Method::BasicAck(BasicAck { delivery_tag: 3, multiple: false }),
-                Method::BasicAck(BasicAck { delivery_tag: 4, multiple: false }),
+                Method::BasicAck(BasicAck {
+                    delivery_tag: 1,
+                    multiple: false
+                }),
+                Method::BasicAck(BasicAck {
+                    delivery_tag: 3,
+                    multiple: false
+                }),
+                Method::BasicAck(BasicAck {
+                    delivery_tag: 4,
+                    multiple: false
+                }),
             ]
         );
         assert!(h2.done(true).is_some());
         c.settled(5, true);
         c.flush();
-        assert_eq!(drain(&o), vec![Method::BasicAck(BasicAck { delivery_tag: 5, multiple: true })]);
+        assert_eq!(
+            drain(&o),
+            vec![Method::BasicAck(BasicAck {
+                delivery_tag: 5,
+                multiple: true
+            })]
+        );
         let h6 = c.pending(6, 2);
         assert!(h6.done(true).is_none());
         assert!(h6.done(false).is_some());
         c.flush();
-        assert_eq!(drain(&o), vec![Method::BasicNack(BasicNack { delivery_tag: 6, multiple: false, requeue: false })]);
+        assert_eq!(
+            drain(&o),
+            vec![Method::BasicNack(BasicNack {
+                delivery_tag: 6,
+                multiple: false,
+                requeue: false
+            })]
+        );
     }
 }

@@ -17,7 +17,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use warren_protocol::frame::FrameDecoder;
 use warren_protocol::method::*;
-use warren_protocol::{reply, DecodeError, FieldTable, FieldValue, Frame, FrameKind, Method, PROTOCOL_HEADER};
+use warren_protocol::{
+    reply, DecodeError, FieldTable, FieldValue, Frame, FrameKind, Method, PROTOCOL_HEADER,
+};
 
 use crate::auth::{AuthError, User};
 use crate::channel::{notify_cancelled, Channel, Ctx};
@@ -80,7 +82,12 @@ struct Conn {
 }
 
 /// Serves one accepted socket until it closes.
-pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    broker: Arc<Broker>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
     let mut header = [0u8; 8];
@@ -156,8 +163,14 @@ impl Conn {
         let mut props = FieldTable::new();
         props.insert("capabilities", FieldValue::Table(caps));
         props.insert("cluster_name", FieldValue::str("warren"));
-        props.insert("copyright", FieldValue::str("Copyright (c) the Warren authors"));
-        props.insert("information", FieldValue::str("Warren, an AMQP 0-9-1 broker; see README.md"));
+        props.insert(
+            "copyright",
+            FieldValue::str("Copyright (c) the Warren authors"),
+        );
+        props.insert(
+            "information",
+            FieldValue::str("Warren, an AMQP 0-9-1 broker; see README.md"),
+        );
         props.insert("platform", FieldValue::str("Rust"));
         props.insert("product", FieldValue::str("Warren"));
         props.insert("version", FieldValue::str(env!("CARGO_PKG_VERSION")));
@@ -173,7 +186,11 @@ impl Conn {
         );
     }
 
-    async fn run(&mut self, rd: &mut tokio::net::tcp::OwnedReadHalf, shutdown: &mut watch::Receiver<bool>) {
+    async fn run(
+        &mut self,
+        rd: &mut tokio::net::tcp::OwnedReadHalf,
+        shutdown: &mut watch::Receiver<bool>,
+    ) {
         let mut buf = BytesMut::with_capacity(limits::READ_BUFFER_BYTES);
         let mut shutting_down = false;
         let mut alarms = self.broker.alarms.subscribe();
@@ -229,7 +246,13 @@ impl Conn {
         }
         self.blocked = block;
         if self.blocked_capability {
-            let m = if block { Method::ConnectionBlocked(ConnectionBlocked { reason: state.reason().into() }) } else { Method::ConnectionUnblocked(ConnectionUnblocked {}) };
+            let m = if block {
+                Method::ConnectionBlocked(ConnectionBlocked {
+                    reason: state.reason().into(),
+                })
+            } else {
+                Method::ConnectionUnblocked(ConnectionUnblocked {})
+            };
             self.outbox.method(0, &m);
         }
         tracing::info!(peer = %self.peer, conn = self.id, blocked = block, "publishing connection {}", if block { "blocked by a resource alarm" } else { "unblocked" });
@@ -241,7 +264,11 @@ impl Conn {
         match self.phase {
             Phase::Open => {
                 if self.heartbeat_tick.is_none() {
-                    let period = if self.heartbeat_s > 0 { Duration::from_millis(self.heartbeat_s as u64 * 500) } else { Duration::from_secs(3600) };
+                    let period = if self.heartbeat_s > 0 {
+                        Duration::from_millis(self.heartbeat_s as u64 * 500)
+                    } else {
+                        Duration::from_secs(3600)
+                    };
                     self.heartbeat_tick = Some(Instant::now() + period);
                 }
                 self.heartbeat_tick.unwrap_or(self.deadline)
@@ -264,7 +291,10 @@ impl Conn {
                     self.last_read = now;
                 }
                 if now.duration_since(self.last_read) > hb * 2 {
-                    self.reason = format!("missed heartbeats from client, timeout: {}s", self.heartbeat_s);
+                    self.reason = format!(
+                        "missed heartbeats from client, timeout: {}s",
+                        self.heartbeat_s
+                    );
                     self.phase = Phase::Done;
                     return;
                 }
@@ -305,7 +335,9 @@ impl Conn {
                 Err(e) => {
                     // The stream is out of step: answer, then stop reading.
                     let code = match e {
-                        DecodeError::BadFrameEnd(_) | DecodeError::FrameTooLarge { .. } => reply::FRAME_ERROR,
+                        DecodeError::BadFrameEnd(_) | DecodeError::FrameTooLarge { .. } => {
+                            reply::FRAME_ERROR
+                        }
                         _ => reply::SYNTAX_ERROR,
                     };
                     if self.phase == Phase::CloseSent {
@@ -340,7 +372,15 @@ impl Conn {
         }
         tracing::info!(peer = %self.peer, conn = self.id, code = e.code, text = %e.text, "closing connection on error");
         self.reason = e.text.clone();
-        self.outbox.method(0, &Method::ConnectionClose(ConnectionClose { reply_code: e.code, reply_text: e.text.into(), class_id: e.class_id, method_id: e.method_id }));
+        self.outbox.method(
+            0,
+            &Method::ConnectionClose(ConnectionClose {
+                reply_code: e.code,
+                reply_text: e.text.into(),
+                class_id: e.class_id,
+                method_id: e.method_id,
+            }),
+        );
         self.phase = Phase::CloseSent;
         self.deadline = Instant::now() + Duration::from_millis(limits::CLOSE_OK_TIMEOUT_MS);
     }
@@ -348,14 +388,23 @@ impl Conn {
     fn decode_method(frame: &Frame) -> Result<Method, AmqpError> {
         let p = &frame.payload;
         if p.len() < 4 {
-            return Err(AmqpError::frame_error(format!("type 1, all octets = {}: unknown_frame", erlang_binary(p))));
+            return Err(AmqpError::frame_error(format!(
+                "type 1, all octets = {}: unknown_frame",
+                erlang_binary(p)
+            )));
         }
         Method::decode(p).map_err(|e| {
-            let (c, m) = (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]));
+            let (c, m) = (
+                u16::from_be_bytes([p[0], p[1]]),
+                u16::from_be_bytes([p[2], p[3]]),
+            );
             match e {
                 // RabbitMQ drops the TCP connection here without a word; a clear close is kinder.
-                DecodeError::UnknownMethod { .. } => AmqpError::not_implemented(format!("unknown method {c}/{m}")).on(c, m),
-                _ => AmqpError::frame_error(format!("cannot decode {}", erlang_binary(&p[4..]))).on(c, m),
+                DecodeError::UnknownMethod { .. } => {
+                    AmqpError::not_implemented(format!("unknown method {c}/{m}")).on(c, m)
+                }
+                _ => AmqpError::frame_error(format!("cannot decode {}", erlang_binary(&p[4..])))
+                    .on(c, m),
             }
         })
     }
@@ -370,8 +419,16 @@ impl Conn {
             FrameKind::Other(t) => t,
         };
         let p = &frame.payload;
-        let octets = if p.len() > 16 { format!("first 16 octets = {}", erlang_binary(&p[..16])) } else { format!("all octets = {}", erlang_binary(p)) };
-        let suffix = if code == reply::FRAME_ERROR { ": unknown_frame" } else { "" };
+        let octets = if p.len() > 16 {
+            format!("first 16 octets = {}", erlang_binary(&p[..16]))
+        } else {
+            format!("all octets = {}", erlang_binary(p))
+        };
+        let suffix = if code == reply::FRAME_ERROR {
+            ": unknown_frame"
+        } else {
+            ""
+        };
         AmqpError::new(code, format!("type {t}, {octets}{suffix}"))
     }
 
@@ -391,7 +448,8 @@ impl Conn {
                     match Method::decode(&frame.payload) {
                         Ok(Method::ConnectionCloseOk(_)) => self.phase = Phase::Done,
                         Ok(Method::ConnectionClose(_)) => {
-                            self.outbox.method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
+                            self.outbox
+                                .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
                             self.phase = Phase::Done;
                         }
                         _ => {}
@@ -409,7 +467,9 @@ impl Conn {
             return Ok(());
         }
         if frame.kind != FrameKind::Method || frame.channel != 0 {
-            return Err(AmqpError::unexpected_frame("expected a connection method on channel 0 during the handshake"));
+            return Err(AmqpError::unexpected_frame(
+                "expected a connection method on channel 0 during the handshake",
+            ));
         }
         let m = Self::decode_method(&frame)?;
         match (self.phase, m) {
@@ -417,22 +477,36 @@ impl Conn {
             (Phase::AwaitTuneOk, Method::ConnectionTuneOk(t)) => self.tune_ok(t),
             (Phase::AwaitOpen, Method::ConnectionOpen(o)) => {
                 let Some(vhost) = self.broker.vhost(&o.virtual_host) else {
-                    return Err(AmqpError::not_allowed(format!("vhost {} not found", o.virtual_host)).on(10, 40));
+                    return Err(AmqpError::not_allowed(format!(
+                        "vhost {} not found",
+                        o.virtual_host
+                    ))
+                    .on(10, 40));
                 };
                 self.vhost = Some(vhost);
-                self.outbox.method(0, &Method::ConnectionOpenOk(ConnectionOpenOk { reserved_1: "".into() }));
+                self.outbox.method(
+                    0,
+                    &Method::ConnectionOpenOk(ConnectionOpenOk {
+                        reserved_1: "".into(),
+                    }),
+                );
                 self.phase = Phase::Open;
                 let user = self.user.as_ref().map(|u| u.name.as_str()).unwrap_or("");
                 tracing::info!(peer = %self.peer, conn = self.id, user, vhost = %o.virtual_host, "connection opened");
                 Ok(())
             }
             (_, Method::ConnectionClose(_)) => {
-                self.outbox.method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
+                self.outbox
+                    .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
                 self.reason = "client closed during handshake".into();
                 self.drain();
                 Ok(())
             }
-            (_, m) => Err(AmqpError::command_invalid(format!("unexpected {} during the handshake", m.name())).on(m.class_id(), m.method_id())),
+            (_, m) => Err(AmqpError::command_invalid(format!(
+                "unexpected {} during the handshake",
+                m.name()
+            ))
+            .on(m.class_id(), m.method_id())),
         }
     }
 
@@ -447,22 +521,41 @@ impl Conn {
 
     fn start_ok(&mut self, s: ConnectionStartOk) -> Result<(), AmqpError> {
         if let Some(FieldValue::Table(caps)) = s.client_properties.get("capabilities") {
-            self.auth_failure_close = caps.get("authentication_failure_close") == Some(&FieldValue::Bool(true));
-            self.blocked_capability = caps.get("connection.blocked") == Some(&FieldValue::Bool(true));
+            self.auth_failure_close =
+                caps.get("authentication_failure_close") == Some(&FieldValue::Bool(true));
+            self.blocked_capability =
+                caps.get("connection.blocked") == Some(&FieldValue::Bool(true));
         }
-        match self.broker.users.authenticate(&s.mechanism, &s.response, self.peer.ip()) {
+        match self
+            .broker
+            .users
+            .authenticate(&s.mechanism, &s.response, self.peer.ip())
+        {
             Ok(user) => {
                 self.user = Some(user);
                 let l = &self.broker.config.limits;
-                self.outbox.method(0, &Method::ConnectionTune(ConnectionTune { channel_max: l.channel_max, frame_max: l.frame_max, heartbeat: l.heartbeat_s }));
+                self.outbox.method(
+                    0,
+                    &Method::ConnectionTune(ConnectionTune {
+                        channel_max: l.channel_max,
+                        frame_max: l.frame_max,
+                        heartbeat: l.heartbeat_s,
+                    }),
+                );
                 self.phase = Phase::AwaitTuneOk;
                 Ok(())
             }
-            Err(AuthError::UnknownMechanism) => self.drop_in_handshake(format!("unknown authentication mechanism '{}'", s.mechanism)),
+            Err(AuthError::UnknownMechanism) => self.drop_in_handshake(format!(
+                "unknown authentication mechanism '{}'",
+                s.mechanism
+            )),
             Err(e) => {
                 let (user, why) = match e {
                     AuthError::BadCredentials { user } => (user, "invalid credentials".to_string()),
-                    AuthError::LoopbackOnly { user } => (user.clone(), format!("user '{user}' can only connect via localhost")),
+                    AuthError::LoopbackOnly { user } => (
+                        user.clone(),
+                        format!("user '{user}' can only connect via localhost"),
+                    ),
                     _ => (String::new(), "malformed SASL response".to_string()),
                 };
                 tracing::warn!(peer = %self.peer, user = %user, mechanism = %s.mechanism, why = %why, "authentication failed");
@@ -492,7 +585,11 @@ impl Conn {
     fn negotiate(&mut self, t: &ConnectionTuneOk) -> Result<(), String> {
         let l = &self.broker.config.limits;
         let fail = |field: &str, v: u64, detail: &str, lower: bool, bound: u64| {
-            let (s1, s2) = if lower { ("lower", "minimum") } else { ("higher", "maximum") };
+            let (s1, s2) = if lower {
+                ("lower", "minimum")
+            } else {
+                ("higher", "maximum")
+            };
             Err(format!("failed to negotiate connection parameters: negotiated {field} = {v}{detail} is {s1} than the {s2} allowed value ({bound})"))
         };
         let frame_min = warren_protocol::frame::FRAME_MIN_SIZE;
@@ -500,14 +597,34 @@ impl Conn {
             return fail("frame_max", t.frame_max as u64, "", true, frame_min as u64);
         }
         if l.frame_max != 0 && (t.frame_max == 0 || t.frame_max > l.frame_max) {
-            return fail("frame_max", t.frame_max as u64, if t.frame_max == 0 { " (no limit)" } else { "" }, false, l.frame_max as u64);
+            return fail(
+                "frame_max",
+                t.frame_max as u64,
+                if t.frame_max == 0 { " (no limit)" } else { "" },
+                false,
+                l.frame_max as u64,
+            );
         }
         if l.channel_max != 0 && (t.channel_max == 0 || t.channel_max > l.channel_max) {
-            return fail("channel_max", t.channel_max as u64, if t.channel_max == 0 { " (no limit)" } else { "" }, false, l.channel_max as u64);
+            return fail(
+                "channel_max",
+                t.channel_max as u64,
+                if t.channel_max == 0 {
+                    " (no limit)"
+                } else {
+                    ""
+                },
+                false,
+                l.channel_max as u64,
+            );
         }
         self.decoder.frame_max = t.frame_max;
         self.outbox.frame_max.store(t.frame_max, Ordering::Relaxed);
-        self.channel_max = if t.channel_max == 0 { u16::MAX } else { t.channel_max };
+        self.channel_max = if t.channel_max == 0 {
+            u16::MAX
+        } else {
+            t.channel_max
+        };
         self.heartbeat_s = t.heartbeat;
         self.phase = Phase::AwaitOpen;
         Ok(())
@@ -520,17 +637,24 @@ impl Conn {
                 FrameKind::Heartbeat => Ok(()),
                 FrameKind::Method => match Self::decode_method(&frame)? {
                     Method::ConnectionClose(_) => {
-                        self.outbox.method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
+                        self.outbox
+                            .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
                         self.reason = "client closed connection".into();
                         self.drain();
                         Ok(())
                     }
                     Method::ConnectionUpdateSecret(_) => {
-                        self.outbox.method(0, &Method::ConnectionUpdateSecretOk(ConnectionUpdateSecretOk {}));
+                        self.outbox.method(
+                            0,
+                            &Method::ConnectionUpdateSecretOk(ConnectionUpdateSecretOk {}),
+                        );
                         Ok(())
                     }
                     Method::ConnectionBlocked(_) | Method::ConnectionUnblocked(_) => Ok(()),
-                    m => Err(AmqpError::channel_error("unexpected method in connection state running").on(m.class_id(), m.method_id())),
+                    m => Err(AmqpError::channel_error(
+                        "unexpected method in connection state running",
+                    )
+                    .on(m.class_id(), m.method_id())),
                 },
                 _ => Err(Self::odd_frame(reply::UNEXPECTED_FRAME, &frame)),
             };
@@ -549,11 +673,20 @@ impl Conn {
                             let n = self.channels.len();
                             return Err(AmqpError::not_allowed(format!("number of channels opened ({n}) has reached the negotiated channel_max ({})", self.channel_max)).on(20, 10));
                         }
-                        self.channels.insert(id, Slot::Open(Box::new(Channel::new(id, self.outbox.clone()))));
-                        self.outbox.method(id, &Method::ChannelOpenOk(ChannelOpenOk { reserved_1: Bytes::new() }));
+                        self.channels.insert(
+                            id,
+                            Slot::Open(Box::new(Channel::new(id, self.outbox.clone()))),
+                        );
+                        self.outbox.method(
+                            id,
+                            &Method::ChannelOpenOk(ChannelOpenOk {
+                                reserved_1: Bytes::new(),
+                            }),
+                        );
                         Ok(())
                     }
-                    m => Err(AmqpError::channel_error("expected 'channel.open'").on(m.class_id(), m.method_id())),
+                    m => Err(AmqpError::channel_error("expected 'channel.open'")
+                        .on(m.class_id(), m.method_id())),
                 }
             }
             Some(Slot::Closing) => {
@@ -563,7 +696,8 @@ impl Conn {
                             self.channels.remove(&id);
                         }
                         Ok(Method::ChannelClose(_)) => {
-                            self.outbox.method(id, &Method::ChannelCloseOk(ChannelCloseOk {}));
+                            self.outbox
+                                .method(id, &Method::ChannelCloseOk(ChannelCloseOk {}));
                         }
                         _ => {}
                     }
@@ -578,11 +712,25 @@ impl Conn {
         if frame.kind == FrameKind::Method && frame.payload.starts_with(&[0, 60, 0, 40]) {
             self.publisher = true;
         }
-        let Some(vhost) = self.vhost.clone() else { return Err(AmqpError::internal_error("no vhost")) };
-        let user = self.user.as_ref().map(|u| u.name.clone()).unwrap_or_default();
+        let Some(vhost) = self.vhost.clone() else {
+            return Err(AmqpError::internal_error("no vhost"));
+        };
+        let user = self
+            .user
+            .as_ref()
+            .map(|u| u.name.clone())
+            .unwrap_or_default();
         let max_size = self.broker.config.limits.message_size_max_bytes;
-        let mut ctx = Ctx { conn_id: self.id, user: &user, vhost: &vhost, message_size_max_bytes: max_size, exclusive_queues: &mut self.exclusive_queues };
-        let Some(Slot::Open(ch)) = self.channels.get_mut(&id) else { return Ok(()) };
+        let mut ctx = Ctx {
+            conn_id: self.id,
+            user: &user,
+            vhost: &vhost,
+            message_size_max_bytes: max_size,
+            exclusive_queues: &mut self.exclusive_queues,
+        };
+        let Some(Slot::Open(ch)) = self.channels.get_mut(&id) else {
+            return Ok(());
+        };
         let result = match frame.kind {
             FrameKind::Method => {
                 let m = Self::decode_method(&frame)?;
@@ -593,12 +741,20 @@ impl Conn {
                     Method::ChannelClose(_) => {
                         ch.close(&vhost);
                         self.channels.remove(&id);
-                        self.outbox.method(id, &Method::ChannelCloseOk(ChannelCloseOk {}));
+                        self.outbox
+                            .method(id, &Method::ChannelCloseOk(ChannelCloseOk {}));
                         return Ok(());
                     }
                     Method::ChannelCloseOk(_) => return Ok(()),
-                    Method::ChannelOpen(_) => return Err(AmqpError::channel_error("second 'channel.open' seen").on(20, 10)),
-                    m if m.class_id() == 10 => return Err(AmqpError::command_invalid("unimplemented method").on(m.class_id(), m.method_id())),
+                    Method::ChannelOpen(_) => {
+                        return Err(
+                            AmqpError::channel_error("second 'channel.open' seen").on(20, 10)
+                        )
+                    }
+                    m if m.class_id() == 10 => {
+                        return Err(AmqpError::command_invalid("unimplemented method")
+                            .on(m.class_id(), m.method_id()))
+                    }
                     m => ch.handle_method(m, &mut ctx),
                 }
             }
@@ -612,7 +768,9 @@ impl Conn {
                 Ok(None) => Ok(()),
                 Err(e) => Err(e),
             },
-            FrameKind::Heartbeat | FrameKind::Other(_) => Err(Self::odd_frame(reply::UNEXPECTED_FRAME, &frame)),
+            FrameKind::Heartbeat | FrameKind::Other(_) => {
+                Err(Self::odd_frame(reply::UNEXPECTED_FRAME, &frame))
+            }
         };
         if !self.dirty.contains(&id) {
             self.dirty.push(id);
@@ -626,7 +784,15 @@ impl Conn {
                     ch.flush_confirms();
                     ch.close(&vhost);
                 }
-                self.outbox.method(id, &Method::ChannelClose(ChannelClose { reply_code: e.code, reply_text: e.text.into(), class_id: e.class_id, method_id: e.method_id }));
+                self.outbox.method(
+                    id,
+                    &Method::ChannelClose(ChannelClose {
+                        reply_code: e.code,
+                        reply_text: e.text.into(),
+                        class_id: e.class_id,
+                        method_id: e.method_id,
+                    }),
+                );
                 Ok(())
             }
         }
@@ -634,7 +800,9 @@ impl Conn {
 
     /// Releases channels and exclusive queues.
     fn cleanup(&mut self) {
-        let Some(vhost) = self.vhost.clone() else { return };
+        let Some(vhost) = self.vhost.clone() else {
+            return;
+        };
         for (_, slot) in self.channels.drain() {
             if let Slot::Open(mut ch) = slot {
                 ch.close(&vhost);

@@ -84,9 +84,27 @@ mod tests {
         let mut args = FieldTable::new();
         args.insert("x-max-length", FieldValue::I32(5));
         let defs = vec![
-            Definition::Exchange(ExchangeDeclare { exchange: "x".into(), kind: "topic".into(), durable: true, ..Default::default() }),
-            Definition::Queue(42, QueueDeclare { queue: "q".into(), durable: true, arguments: args, ..Default::default() }),
-            Definition::QueueBind(QueueBind { queue: "q".into(), exchange: "x".into(), routing_key: "a.#".into(), ..Default::default() }),
+            Definition::Exchange(ExchangeDeclare {
+                exchange: "x".into(),
+                kind: "topic".into(),
+                durable: true,
+                ..Default::default()
+            }),
+            Definition::Queue(
+                42,
+                QueueDeclare {
+                    queue: "q".into(),
+                    durable: true,
+                    arguments: args,
+                    ..Default::default()
+                },
+            ),
+            Definition::QueueBind(QueueBind {
+                queue: "q".into(),
+                exchange: "x".into(),
+                routing_key: "a.#".into(),
+                ..Default::default()
+            }),
         ];
         assert_eq!(decode(encode(&defs)), defs);
     }

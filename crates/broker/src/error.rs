@@ -13,7 +13,12 @@ pub struct AmqpError {
 
 impl AmqpError {
     pub fn new(code: u16, text: impl std::fmt::Display) -> Self {
-        AmqpError { code, text: format!("{} - {}", reply::name(code), text), class_id: 0, method_id: 0 }
+        AmqpError {
+            code,
+            text: format!("{} - {}", reply::name(code), text),
+            class_id: 0,
+            method_id: 0,
+        }
     }
     pub fn is_hard(&self) -> bool {
         reply::is_hard(self.code)

@@ -189,7 +189,8 @@ impl Outbox {
                 let mut g = self.inner.lock();
                 std::mem::swap(&mut g.buf, &mut spare);
                 g.writing = !spare.is_empty();
-                let waiting = if self.full.load(Ordering::Relaxed) && g.buf.len() < OUTBOX_LOW_BYTES {
+                let waiting = if self.full.load(Ordering::Relaxed) && g.buf.len() < OUTBOX_LOW_BYTES
+                {
                     self.full.store(false, Ordering::Relaxed);
                     std::mem::take(&mut g.waiting)
                 } else {
@@ -229,7 +230,11 @@ impl Outbox {
 /// header with the publisher's raw properties, and body frames split to frame_max.
 pub fn write_content(buf: &mut BytesMut, channel: u16, frame_max: u32, msg: &Message) {
     frame::write_content_header(buf, channel, 60, msg.body.len() as u64, &msg.properties);
-    let chunk = if frame_max == 0 { usize::MAX } else { frame_max as usize - FRAME_OVERHEAD };
+    let chunk = if frame_max == 0 {
+        usize::MAX
+    } else {
+        frame_max as usize - FRAME_OVERHEAD
+    };
     for part in msg.body.chunks(chunk) {
         frame::write_body_frame_header(buf, channel, part.len());
         buf.put_slice(part);
@@ -239,7 +244,14 @@ pub fn write_content(buf: &mut BytesMut, channel: u16, frame_max: u32, msg: &Mes
 
 /// basic.deliver written field by field: this is the hottest encode, and going through
 /// `Method::BasicDeliver` would clone three strings per message.
-pub fn write_deliver(buf: &mut BytesMut, channel: u16, consumer_tag: &str, delivery_tag: u64, redelivered: bool, msg: &Message) {
+pub fn write_deliver(
+    buf: &mut BytesMut,
+    channel: u16,
+    consumer_tag: &str,
+    delivery_tag: u64,
+    redelivered: bool,
+    msg: &Message,
+) {
     let at = frame::begin_frame(buf, frame::FRAME_METHOD, channel);
     buf.put_u16(60);
     buf.put_u16(60);
@@ -265,18 +277,40 @@ mod tests {
 
     #[test]
     fn fast_deliver_matches_generic_encoding() {
-        let msg = Message { exchange: "ex".into(), routing_key: "rk".into(), properties: Bytes::from_static(&[0, 0]), body: Bytes::new(), persistent: false, priority: None, expiration_ms: None };
+        let msg = Message {
+            exchange: "ex".into(),
+            routing_key: "rk".into(),
+            properties: Bytes::from_static(&[0, 0]),
+            body: Bytes::new(),
+            persistent: false,
+            priority: None,
+            expiration_ms: None,
+        };
         let mut fast = BytesMut::new();
         write_deliver(&mut fast, 7, "ctag", 42, true, &msg);
         let mut slow = BytesMut::new();
-        let m = Method::BasicDeliver(BasicDeliver { consumer_tag: "ctag".into(), delivery_tag: 42, redelivered: true, exchange: "ex".into(), routing_key: "rk".into() });
+        let m = Method::BasicDeliver(BasicDeliver {
+            consumer_tag: "ctag".into(),
+            delivery_tag: 42,
+            redelivered: true,
+            exchange: "ex".into(),
+            routing_key: "rk".into(),
+        });
         frame::write_method(&mut slow, 7, &m);
         assert_eq!(fast, slow);
     }
 
     #[test]
     fn body_split_to_frame_max() {
-        let msg = Message { exchange: "".into(), routing_key: "q".into(), properties: Bytes::from_static(&[0, 0]), body: Bytes::from(vec![7u8; 10_000]), persistent: false, priority: None, expiration_ms: None };
+        let msg = Message {
+            exchange: "".into(),
+            routing_key: "q".into(),
+            properties: Bytes::from_static(&[0, 0]),
+            body: Bytes::from(vec![7u8; 10_000]),
+            persistent: false,
+            priority: None,
+            expiration_ms: None,
+        };
         let mut b = BytesMut::new();
         write_content(&mut b, 1, 4096, &msg);
         let dec = warren_protocol::FrameDecoder::new(4096);

@@ -38,7 +38,10 @@ impl Persister {
             thread: Mutex::new(None),
         });
         let runner = p.clone();
-        match std::thread::Builder::new().name("warren-persister".into()).spawn(move || runner.run()) {
+        match std::thread::Builder::new()
+            .name("warren-persister".into())
+            .spawn(move || runner.run())
+        {
             Ok(h) => *p.thread.lock() = Some(h),
             Err(e) => tracing::error!(error = %e, "cannot start the persister thread"),
         }
@@ -63,7 +66,11 @@ impl Persister {
         if let Some(h) = self.thread.lock().take() {
             let _ = h.join();
         }
-        tracing::info!(fsyncs = self.fsyncs.load(Ordering::Relaxed), bytes_written = self.bytes.load(Ordering::Relaxed), "persister stopped");
+        tracing::info!(
+            fsyncs = self.fsyncs.load(Ordering::Relaxed),
+            bytes_written = self.bytes.load(Ordering::Relaxed),
+            "persister stopped"
+        );
     }
 
     fn run(self: Arc<Self>) {
@@ -109,13 +116,20 @@ impl Persister {
                 }
             }
         }
-        complete_all(written.into_iter().map(|h| (h, synced)).chain(failed.into_iter().map(|h| (h, false))));
+        complete_all(
+            written
+                .into_iter()
+                .map(|h| (h, synced))
+                .chain(failed.into_iter().map(|h| (h, false))),
+        );
     }
 }
 
 /// A message as stored in a queue log: exchange, routing key, raw properties, body.
 pub fn encode_message(m: &Message) -> Bytes {
-    let mut b = BytesMut::with_capacity(2 + m.exchange.len() + m.routing_key.len() + 4 + m.properties.len() + m.body.len());
+    let mut b = BytesMut::with_capacity(
+        2 + m.exchange.len() + m.routing_key.len() + 4 + m.properties.len() + m.body.len(),
+    );
     b.put_u8(m.exchange.len() as u8);
     b.put_slice(m.exchange.as_bytes());
     b.put_u8(m.routing_key.len() as u8);
@@ -130,7 +144,11 @@ pub fn decode_message(data: &Bytes) -> Option<Message> {
     let mut at = 0usize;
     let short = |at: &mut usize| -> Option<ByteString> {
         let n = *data.get(*at)? as usize;
-        let s = ByteString::try_from(data.get(*at + 1..*at + 1 + n).map(|_| data.slice(*at + 1..*at + 1 + n))?).ok()?;
+        let s = ByteString::try_from(
+            data.get(*at + 1..*at + 1 + n)
+                .map(|_| data.slice(*at + 1..*at + 1 + n))?,
+        )
+        .ok()?;
         *at += 1 + n;
         Some(s)
     };
@@ -142,7 +160,15 @@ pub fn decode_message(data: &Bytes) -> Option<Message> {
     let body = data.slice(at + n..);
     let props = BasicProperties::decode(&properties).ok()?;
     let expiration_ms = props.expiration.and_then(|e| e.parse().ok());
-    Some(Message { exchange, routing_key, properties, body, persistent: true, priority: props.priority, expiration_ms })
+    Some(Message {
+        exchange,
+        routing_key,
+        properties,
+        body,
+        persistent: true,
+        priority: props.priority,
+        expiration_ms,
+    })
 }
 
 #[cfg(test)]
@@ -151,10 +177,25 @@ mod tests {
 
     #[test]
     fn message_round_trip() {
-        let props = BasicProperties { delivery_mode: Some(2), priority: Some(3), ..Default::default() };
-        let m = Message { exchange: "x".into(), routing_key: "rk".into(), properties: props.to_bytes(), body: Bytes::from_static(b"body"), persistent: true, priority: Some(3), expiration_ms: None };
+        let props = BasicProperties {
+            delivery_mode: Some(2),
+            priority: Some(3),
+            ..Default::default()
+        };
+        let m = Message {
+            exchange: "x".into(),
+            routing_key: "rk".into(),
+            properties: props.to_bytes(),
+            body: Bytes::from_static(b"body"),
+            persistent: true,
+            priority: Some(3),
+            expiration_ms: None,
+        };
         let d = decode_message(&encode_message(&m)).expect("decodes");
-        assert_eq!((&*d.exchange, &*d.routing_key, &d.body[..], d.priority), ("x", "rk", &b"body"[..], Some(3)));
+        assert_eq!(
+            (&*d.exchange, &*d.routing_key, &d.body[..], d.priority),
+            ("x", "rk", &b"body"[..], Some(3))
+        );
         assert!(decode_message(&Bytes::from_static(&[5, b'a'])).is_none());
     }
 }

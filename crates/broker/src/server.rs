@@ -35,11 +35,34 @@ impl Broker {
         let mut vhosts = HashMap::new();
         for v in &config.vhosts {
             let hex: String = v.bytes().map(|b| format!("{b:02x}")).collect();
-            let dir = config.data_dir.join("vhosts").join(if hex.is_empty() { "00".to_string() } else { hex });
-            vhosts.insert(v.clone(), VHost::open(v, Storage { dir, persister: persister.clone() })?);
+            let dir = config.data_dir.join("vhosts").join(if hex.is_empty() {
+                "00".to_string()
+            } else {
+                hex
+            });
+            vhosts.insert(
+                v.clone(),
+                VHost::open(
+                    v,
+                    Storage {
+                        dir,
+                        persister: persister.clone(),
+                    },
+                )?,
+            );
         }
-        let alarms = Alarms::new(Thresholds::from_limits(&config.limits), config.data_dir.clone());
-        Ok(Arc::new(Broker { config, users, vhosts, next_connection_id: AtomicU64::new(1), persister, alarms }))
+        let alarms = Alarms::new(
+            Thresholds::from_limits(&config.limits),
+            config.data_dir.clone(),
+        );
+        Ok(Arc::new(Broker {
+            config,
+            users,
+            vhosts,
+            next_connection_id: AtomicU64::new(1),
+            persister,
+            alarms,
+        }))
     }
 
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
@@ -68,7 +91,11 @@ impl Broker {
 
     /// Accepts connections until `shutdown` turns true, then asks every connection to close
     /// (connection.close 320) and waits for them, bounded.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         let sweeper = tokio::spawn(self.clone().sweep_expired());
         let alarms = tokio::spawn(self.alarms.clone().run());
         let mut conns = JoinSet::new();
@@ -95,7 +122,10 @@ impl Broker {
         if n > 0 {
             tracing::info!(connections = n, "closing client connections");
         }
-        let _ = tokio::time::timeout(Duration::from_secs(10), async { while conns.join_next().await.is_some() {} }).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+            while conns.join_next().await.is_some() {}
+        })
+        .await;
         let p = self.persister.clone();
         let _ = tokio::task::spawn_blocking(move || p.stop()).await;
     }

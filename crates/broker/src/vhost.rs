@@ -108,7 +108,12 @@ const EQUIVALENT_QUEUE_ARGS: &[&str] = &[
     "x-single-active-consumer",
 ];
 
-fn check_args_equivalent(name: &str, vhost: &str, got: &FieldTable, cur: &FieldTable) -> AmqpResult<()> {
+fn check_args_equivalent(
+    name: &str,
+    vhost: &str,
+    got: &FieldTable,
+    cur: &FieldTable,
+) -> AmqpResult<()> {
     for key in EQUIVALENT_QUEUE_ARGS {
         let (a, b) = (got.get(key), cur.get(key));
         if a == b {
@@ -116,11 +121,24 @@ fn check_args_equivalent(name: &str, vhost: &str, got: &FieldTable, cur: &FieldT
         }
         let describe = |v: Option<&FieldValue>| match v {
             None => "none".to_string(),
-            Some(v) => format!("the value '{}' of type '{}'", crate::queue::display_value(v), crate::queue::type_name(v)),
+            Some(v) => format!(
+                "the value '{}' of type '{}'",
+                crate::queue::display_value(v),
+                crate::queue::type_name(v)
+            ),
         };
         let same_type = matches!((a, b), (Some(x), Some(y)) if std::mem::discriminant(x) == std::mem::discriminant(y));
         let (ga, gb) = if same_type {
-            (format!("'{}'", crate::queue::display_value(a.unwrap_or(&FieldValue::Void))), format!("'{}'", crate::queue::display_value(b.unwrap_or(&FieldValue::Void))))
+            (
+                format!(
+                    "'{}'",
+                    crate::queue::display_value(a.unwrap_or(&FieldValue::Void))
+                ),
+                format!(
+                    "'{}'",
+                    crate::queue::display_value(b.unwrap_or(&FieldValue::Void))
+                ),
+            )
         } else {
             (describe(a), describe(b))
         };
@@ -129,7 +147,14 @@ fn check_args_equivalent(name: &str, vhost: &str, got: &FieldTable, cur: &FieldT
     Ok(())
 }
 
-fn inequivalent(what: &str, arg: &str, name: &str, vhost: &str, got: impl std::fmt::Display, cur: impl std::fmt::Display) -> AmqpError {
+fn inequivalent(
+    what: &str,
+    arg: &str,
+    name: &str,
+    vhost: &str,
+    got: impl std::fmt::Display,
+    cur: impl std::fmt::Display,
+) -> AmqpError {
     AmqpError::precondition_failed(format!("inequivalent arg '{arg}' for {what} '{name}' in vhost '{vhost}': received '{got}' but current is '{cur}'"))
 }
 
@@ -145,7 +170,9 @@ impl VHost {
         let file = storage.dir.join("definitions");
         let v = Self::with_storage(name, Some(storage));
         v.loading.store(true, std::sync::atomic::Ordering::Relaxed);
-        let defs = warren_store::snapshot::read(&file)?.map(definitions::decode).unwrap_or_default();
+        let defs = warren_store::snapshot::read(&file)?
+            .map(definitions::decode)
+            .unwrap_or_default();
         let (mut queues, mut messages) = (0usize, 0u64);
         for d in defs {
             let r = match d {
@@ -162,8 +189,16 @@ impl VHost {
                     queues += 1;
                     messages += n;
                 }),
-                Definition::QueueBind(b) => v.bind_queue(&b.queue, &b.exchange, &b.routing_key, &b.arguments, true),
-                Definition::ExchangeBind(b) => v.bind_exchange(&b.destination, &b.source, &b.routing_key, &b.arguments, true),
+                Definition::QueueBind(b) => {
+                    v.bind_queue(&b.queue, &b.exchange, &b.routing_key, &b.arguments, true)
+                }
+                Definition::ExchangeBind(b) => v.bind_exchange(
+                    &b.destination,
+                    &b.source,
+                    &b.routing_key,
+                    &b.arguments,
+                    true,
+                ),
             };
             if let Err(e) = r {
                 tracing::warn!(vhost = name, error = %e.text, "skipping a stored definition");
@@ -180,7 +215,19 @@ impl VHost {
         let mut s = Snapshot::default();
         let mk = |n: &str, kind| {
             let n: Arc<str> = n.into();
-            (n.clone(), Arc::new(Exchange { name: n, kind, durable: true, auto_delete: false, internal: false, arguments: FieldTable::new(), bindings: Vec::new(), alternate: None }))
+            (
+                n.clone(),
+                Arc::new(Exchange {
+                    name: n,
+                    kind,
+                    durable: true,
+                    auto_delete: false,
+                    internal: false,
+                    arguments: FieldTable::new(),
+                    bindings: Vec::new(),
+                    alternate: None,
+                }),
+            )
         };
         for (n, k) in [
             ("", ExchangeKind::Direct),
@@ -230,7 +277,12 @@ impl VHost {
             return;
         }
         let mut out = Vec::new();
-        let mut xs: Vec<_> = defs.table.exchanges.values().filter(|x| x.durable && !x.name.is_empty() && !x.name.starts_with("amq.")).collect();
+        let mut xs: Vec<_> = defs
+            .table
+            .exchanges
+            .values()
+            .filter(|x| x.durable && !x.name.is_empty() && !x.name.starts_with("amq."))
+            .collect();
         xs.sort_by(|a, b| a.name.cmp(&b.name));
         for x in xs {
             out.push(Definition::Exchange(ExchangeDeclare {
@@ -249,7 +301,13 @@ impl VHost {
             let Some(id) = q.store_id else { continue };
             out.push(Definition::Queue(
                 id,
-                QueueDeclare { queue: (&*q.name).into(), durable: true, auto_delete: q.options.auto_delete, arguments: q.options.arguments.clone(), ..Default::default() },
+                QueueDeclare {
+                    queue: (&*q.name).into(),
+                    durable: true,
+                    auto_delete: q.options.auto_delete,
+                    arguments: q.options.arguments.clone(),
+                    ..Default::default()
+                },
             ));
         }
         let mut names: Vec<_> = defs.table.exchanges.keys().collect();
@@ -263,25 +321,47 @@ impl VHost {
                 let (k, a) = ((&*b.routing_key).into(), b.arguments.clone());
                 match &b.destination {
                     Destination::Queue(q) if Self::kept(q) => {
-                        out.push(Definition::QueueBind(QueueBind { queue: (&*q.name).into(), exchange: (&**name).into(), routing_key: k, arguments: a, ..Default::default() }))
+                        out.push(Definition::QueueBind(QueueBind {
+                            queue: (&*q.name).into(),
+                            exchange: (&**name).into(),
+                            routing_key: k,
+                            arguments: a,
+                            ..Default::default()
+                        }))
                     }
-                    Destination::Exchange(d) if defs.table.exchanges.get(d).is_some_and(|dx| dx.durable) => out.push(Definition::ExchangeBind(ExchangeBind {
-                        destination: (&**d).into(),
-                        source: (&**name).into(),
-                        routing_key: k,
-                        arguments: a,
-                        ..Default::default()
-                    })),
+                    Destination::Exchange(d)
+                        if defs.table.exchanges.get(d).is_some_and(|dx| dx.durable) =>
+                    {
+                        out.push(Definition::ExchangeBind(ExchangeBind {
+                            destination: (&**d).into(),
+                            source: (&**name).into(),
+                            routing_key: k,
+                            arguments: a,
+                            ..Default::default()
+                        }))
+                    }
                     _ => {}
                 }
             }
         }
-        if let Err(e) = warren_store::snapshot::write_atomic(&storage.dir.join("definitions"), &definitions::encode(&out)) {
+        if let Err(e) = warren_store::snapshot::write_atomic(
+            &storage.dir.join("definitions"),
+            &definitions::encode(&out),
+        ) {
             tracing::error!(vhost = %self.name, error = %e, "cannot write the definitions file");
         }
     }
 
-    fn open_log(&self, id: u64) -> Option<std::io::Result<(crate::queue::Log, Vec<warren_store::Recovered>, Arc<Persister>)>> {
+    fn open_log(
+        &self,
+        id: u64,
+    ) -> Option<
+        std::io::Result<(
+            crate::queue::Log,
+            Vec<warren_store::Recovered>,
+            Arc<Persister>,
+        )>,
+    > {
         let storage = self.storage.as_ref()?;
         let dir = storage.dir.join("queues").join(format!("{id:016x}"));
         Some(crate::queue::Log::open(&dir).map(|(log, rec)| (log, rec, storage.persister.clone())))
@@ -289,16 +369,36 @@ impl VHost {
 
     /// Recreates a durable queue from the definitions file with the messages in its log.
     fn restore_queue(self: &Arc<Self>, id: u64, d: &QueueDeclare) -> AmqpResult<u64> {
-        let args = QueueArgs::parse(&d.arguments, &format!("queue '{}' in vhost '{}'", d.queue, self.name))?;
-        let opts = QueueOptions { durable: true, exclusive_owner: None, auto_delete: d.auto_delete, arguments: d.arguments.clone(), args };
+        let args = QueueArgs::parse(
+            &d.arguments,
+            &format!("queue '{}' in vhost '{}'", d.queue, self.name),
+        )?;
+        let opts = QueueOptions {
+            durable: true,
+            exclusive_owner: None,
+            auto_delete: d.auto_delete,
+            arguments: d.arguments.clone(),
+            args,
+        };
         let log = match self.open_log(id) {
             Some(Ok((log, rec, p))) => Some((id, log, p, rec)),
-            Some(Err(e)) => return Err(AmqpError::internal_error(format!("cannot open the log of queue '{}': {e}", d.queue))),
+            Some(Err(e)) => {
+                return Err(AmqpError::internal_error(format!(
+                    "cannot open the log of queue '{}': {e}",
+                    d.queue
+                )))
+            }
             None => None,
         };
         let n = log.as_ref().map_or(0, |l| l.3.len() as u64);
         let name: Arc<str> = (&*d.queue).into();
-        let q = Queue::with_log(name.clone(), self.name.clone(), opts, Arc::downgrade(self), log);
+        let q = Queue::with_log(
+            name.clone(),
+            self.name.clone(),
+            opts,
+            Arc::downgrade(self),
+            log,
+        );
         let mut defs = self.defs.lock();
         defs.queues.insert(name, q);
         self.publish(&defs);
@@ -309,8 +409,17 @@ impl VHost {
     /// a crash between creating a log and recording its queue).
     fn remove_orphan_logs(&self) {
         let Some(storage) = &self.storage else { return };
-        let owned: std::collections::HashSet<String> = self.defs.lock().queues.values().filter_map(|q| q.store_id).map(|id| format!("{id:016x}")).collect();
-        let Ok(entries) = std::fs::read_dir(storage.dir.join("queues")) else { return };
+        let owned: std::collections::HashSet<String> = self
+            .defs
+            .lock()
+            .queues
+            .values()
+            .filter_map(|q| q.store_id)
+            .map(|id| format!("{id:016x}"))
+            .collect();
+        let Ok(entries) = std::fs::read_dir(storage.dir.join("queues")) else {
+            return;
+        };
         for e in entries.flatten() {
             if !owned.contains(e.file_name().to_string_lossy().as_ref()) {
                 let _ = std::fs::remove_dir_all(e.path());
@@ -328,36 +437,78 @@ impl VHost {
 
     pub fn declare_exchange(&self, spec: &ExchangeSpec<'_>) -> AmqpResult<()> {
         if spec.name.is_empty() {
-            return Err(AmqpError::access_refused("operation not permitted on the default exchange"));
+            return Err(AmqpError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
         }
         let mut defs = self.defs.lock();
         if spec.passive {
-            return if defs.table.exchanges.contains_key(spec.name) { Ok(()) } else { Err(self.no_exchange(spec.name)) };
+            return if defs.table.exchanges.contains_key(spec.name) {
+                Ok(())
+            } else {
+                Err(self.no_exchange(spec.name))
+            };
         }
         let Some(kind) = ExchangeKind::parse(spec.kind) else {
-            return Err(AmqpError::command_invalid(format!("unknown exchange type '{}'", spec.kind)));
+            return Err(AmqpError::command_invalid(format!(
+                "unknown exchange type '{}'",
+                spec.kind
+            )));
         };
         if spec.name.is_empty() {
-            return Err(AmqpError::access_refused("operation not permitted on the default exchange"));
+            return Err(AmqpError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
         }
         if let Some(x) = defs.table.exchanges.get(spec.name) {
             let (n, v) = (spec.name, &*self.name);
             if x.kind != kind {
-                return Err(inequivalent("exchange", "type", n, v, kind.as_str(), x.kind.as_str()));
+                return Err(inequivalent(
+                    "exchange",
+                    "type",
+                    n,
+                    v,
+                    kind.as_str(),
+                    x.kind.as_str(),
+                ));
             }
             if x.durable != spec.durable {
-                return Err(inequivalent("exchange", "durable", n, v, spec.durable, x.durable));
+                return Err(inequivalent(
+                    "exchange",
+                    "durable",
+                    n,
+                    v,
+                    spec.durable,
+                    x.durable,
+                ));
             }
             if x.auto_delete != spec.auto_delete {
-                return Err(inequivalent("exchange", "auto_delete", n, v, spec.auto_delete, x.auto_delete));
+                return Err(inequivalent(
+                    "exchange",
+                    "auto_delete",
+                    n,
+                    v,
+                    spec.auto_delete,
+                    x.auto_delete,
+                ));
             }
             if x.internal != spec.internal {
-                return Err(inequivalent("exchange", "internal", n, v, spec.internal, x.internal));
+                return Err(inequivalent(
+                    "exchange",
+                    "internal",
+                    n,
+                    v,
+                    spec.internal,
+                    x.internal,
+                ));
             }
             return Ok(());
         }
         if spec.name.starts_with("amq.") {
-            return Err(AmqpError::access_refused(format!("exchange name '{}' contains reserved prefix 'amq.*'", spec.name)));
+            return Err(AmqpError::access_refused(format!(
+                "exchange name '{}' contains reserved prefix 'amq.*'",
+                spec.name
+            )));
         }
         let name: Arc<str> = spec.name.into();
         let x = Exchange {
@@ -368,7 +519,11 @@ impl VHost {
             internal: spec.internal,
             arguments: spec.arguments.clone(),
             bindings: Vec::new(),
-            alternate: spec.arguments.get("alternate-exchange").and_then(|v| v.as_str()).map(Arc::from),
+            alternate: spec
+                .arguments
+                .get("alternate-exchange")
+                .and_then(|v| v.as_str())
+                .map(Arc::from),
         };
         defs.table.exchanges.insert(name, Arc::new(x));
         self.changed(&defs, spec.durable);
@@ -378,19 +533,32 @@ impl VHost {
 
     pub fn delete_exchange(&self, name: &str, if_unused: bool) -> AmqpResult<()> {
         if name.is_empty() {
-            return Err(AmqpError::access_refused("operation not permitted on the default exchange"));
+            return Err(AmqpError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
         }
         if name.starts_with("amq.") {
-            return Err(AmqpError::access_refused(format!("deletion of system exchange '{name}' in vhost '{}' not allowed", self.name)));
+            return Err(AmqpError::access_refused(format!(
+                "deletion of system exchange '{name}' in vhost '{}' not allowed",
+                self.name
+            )));
         }
         let mut defs = self.defs.lock();
-        let Some(x) = defs.table.exchanges.get(name) else { return Ok(()) };
+        let Some(x) = defs.table.exchanges.get(name) else {
+            return Ok(());
+        };
         if if_unused && !x.bindings.is_empty() {
-            return Err(AmqpError::precondition_failed(format!("exchange '{name}' in vhost '{}' in use", self.name)));
+            return Err(AmqpError::precondition_failed(format!(
+                "exchange '{name}' in vhost '{}' in use",
+                self.name
+            )));
         }
         let durable = x.durable;
         defs.table.exchanges.remove(name);
-        Self::remove_bindings_to(&mut defs, &|d| matches!(d, Destination::Exchange(e) if &**e == name));
+        Self::remove_bindings_to(
+            &mut defs,
+            &|d| matches!(d, Destination::Exchange(e) if &**e == name),
+        );
         self.changed(&defs, durable);
         tracing::info!(vhost = %self.name, exchange = name, "exchange deleted");
         Ok(())
@@ -411,11 +579,19 @@ impl VHost {
         }
         for name in emptied {
             defs.table.exchanges.remove(&name);
-            Self::remove_bindings_to(defs, &|d| matches!(d, Destination::Exchange(e) if *e == name));
+            Self::remove_bindings_to(
+                defs,
+                &|d| matches!(d, Destination::Exchange(e) if *e == name),
+            );
         }
     }
 
-    fn same_binding(b: &Binding<Arc<Queue>>, dest: &Destination<Arc<Queue>>, key: &str, args: &FieldTable) -> bool {
+    fn same_binding(
+        b: &Binding<Arc<Queue>>,
+        dest: &Destination<Arc<Queue>>,
+        key: &str,
+        args: &FieldTable,
+    ) -> bool {
         let same_dest = match (&b.destination, dest) {
             (Destination::Queue(a), Destination::Queue(c)) => Arc::ptr_eq(a, c),
             (Destination::Exchange(a), Destination::Exchange(c)) => a == c,
@@ -424,9 +600,19 @@ impl VHost {
         same_dest && &*b.routing_key == key && same_args(&b.arguments, args)
     }
 
-    fn bind(&self, source: &str, dest_name: &str, dest: impl FnOnce(&Snapshot) -> AmqpResult<Destination<Arc<Queue>>>, key: &str, args: &FieldTable, add: bool) -> AmqpResult<()> {
+    fn bind(
+        &self,
+        source: &str,
+        dest_name: &str,
+        dest: impl FnOnce(&Snapshot) -> AmqpResult<Destination<Arc<Queue>>>,
+        key: &str,
+        args: &FieldTable,
+        add: bool,
+    ) -> AmqpResult<()> {
         if source.is_empty() || (dest_name.is_empty() && add) {
-            return Err(AmqpError::access_refused("operation not permitted on the default exchange"));
+            return Err(AmqpError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
         }
         let mut defs = self.defs.lock();
         // Unbinding what does not exist is not an error in RabbitMQ.
@@ -436,7 +622,11 @@ impl VHost {
             Err(e) => return Err(e),
         };
         let Some(x) = defs.table.exchanges.get_mut(source) else {
-            return if add { Err(self.no_exchange(source)) } else { Ok(()) };
+            return if add {
+                Err(self.no_exchange(source))
+            } else {
+                Ok(())
+            };
         };
         if add && x.kind == ExchangeKind::Headers {
             validate_x_match(args)?;
@@ -446,16 +636,26 @@ impl VHost {
                 Destination::Queue(q) => Self::kept(q),
                 Destination::Exchange(_) => true,
             };
-        let exists = x.bindings.iter().position(|b| Self::same_binding(b, &dest, key, args));
+        let exists = x
+            .bindings
+            .iter()
+            .position(|b| Self::same_binding(b, &dest, key, args));
         match (add, exists) {
-            (true, None) => Arc::make_mut(x).bindings.push(Binding { destination: dest, routing_key: key.into(), arguments: args.clone() }),
+            (true, None) => Arc::make_mut(x).bindings.push(Binding {
+                destination: dest,
+                routing_key: key.into(),
+                arguments: args.clone(),
+            }),
             (false, Some(i)) => {
                 let xm = Arc::make_mut(x);
                 xm.bindings.remove(i);
                 if xm.auto_delete && xm.bindings.is_empty() {
                     let name = xm.name.clone();
                     defs.table.exchanges.remove(&name);
-                    Self::remove_bindings_to(&mut defs, &|d| matches!(d, Destination::Exchange(e) if *e == name));
+                    Self::remove_bindings_to(
+                        &mut defs,
+                        &|d| matches!(d, Destination::Exchange(e) if *e == name),
+                    );
                 }
             }
             _ => return Ok(()),
@@ -464,18 +664,38 @@ impl VHost {
         Ok(())
     }
 
-    pub fn bind_queue(&self, queue: &str, exchange: &str, key: &str, args: &FieldTable, add: bool) -> AmqpResult<()> {
+    pub fn bind_queue(
+        &self,
+        queue: &str,
+        exchange: &str,
+        key: &str,
+        args: &FieldTable,
+        add: bool,
+    ) -> AmqpResult<()> {
         self.bind(
             exchange,
             "queue",
-            |d| d.queues.get(queue).cloned().map(Destination::Queue).ok_or_else(|| self.no_queue(queue)),
+            |d| {
+                d.queues
+                    .get(queue)
+                    .cloned()
+                    .map(Destination::Queue)
+                    .ok_or_else(|| self.no_queue(queue))
+            },
             key,
             args,
             add,
         )
     }
 
-    pub fn bind_exchange(&self, destination: &str, source: &str, key: &str, args: &FieldTable, add: bool) -> AmqpResult<()> {
+    pub fn bind_exchange(
+        &self,
+        destination: &str,
+        source: &str,
+        key: &str,
+        args: &FieldTable,
+        add: bool,
+    ) -> AmqpResult<()> {
         self.bind(
             source,
             destination,
@@ -507,13 +727,27 @@ impl VHost {
             }
             let (n, v, o) = (spec.name, &*self.name, &q.options);
             if o.durable != spec.durable {
-                return Err(inequivalent("queue", "durable", n, v, spec.durable, o.durable));
+                return Err(inequivalent(
+                    "queue",
+                    "durable",
+                    n,
+                    v,
+                    spec.durable,
+                    o.durable,
+                ));
             }
             if o.exclusive_owner.is_some() != spec.exclusive {
                 return Err(self.locked(spec.name));
             }
             if o.auto_delete != spec.auto_delete {
-                return Err(inequivalent("queue", "auto_delete", n, v, spec.auto_delete, o.auto_delete));
+                return Err(inequivalent(
+                    "queue",
+                    "auto_delete",
+                    n,
+                    v,
+                    spec.auto_delete,
+                    o.auto_delete,
+                ));
             }
             check_args_equivalent(n, v, spec.arguments, &o.arguments)?;
             return Ok(q.clone());
@@ -522,9 +756,15 @@ impl VHost {
             return Err(self.no_queue(spec.name));
         }
         if spec.name.starts_with("amq.") && !spec.server_named {
-            return Err(AmqpError::access_refused(format!("queue name '{}' contains reserved prefix 'amq.*'", spec.name)));
+            return Err(AmqpError::access_refused(format!(
+                "queue name '{}' contains reserved prefix 'amq.*'",
+                spec.name
+            )));
         }
-        let args = QueueArgs::parse(spec.arguments, &format!("queue '{}' in vhost '{}'", spec.name, self.name))?;
+        let args = QueueArgs::parse(
+            spec.arguments,
+            &format!("queue '{}' in vhost '{}'", spec.name, self.name),
+        )?;
         let name: Arc<str> = spec.name.into();
         let options = QueueOptions {
             durable: spec.durable,
@@ -538,13 +778,24 @@ impl VHost {
             let id: u64 = rand::random();
             match self.open_log(id) {
                 Some(Ok((log, _, p))) => Some((id, log, p, Vec::new())),
-                Some(Err(e)) => return Err(AmqpError::internal_error(format!("cannot create the log of queue '{}': {e}", spec.name))),
+                Some(Err(e)) => {
+                    return Err(AmqpError::internal_error(format!(
+                        "cannot create the log of queue '{}': {e}",
+                        spec.name
+                    )))
+                }
                 None => None,
             }
         } else {
             None
         };
-        let q = Queue::with_log(name.clone(), self.name.clone(), options, Arc::downgrade(self), log);
+        let q = Queue::with_log(
+            name.clone(),
+            self.name.clone(),
+            options,
+            Arc::downgrade(self),
+            log,
+        );
         defs.queues.insert(name, q.clone());
         self.changed(&defs, Self::kept(&q));
         tracing::info!(vhost = %self.name, queue = spec.name, durable = spec.durable, exclusive = spec.exclusive, auto_delete = spec.auto_delete, "queue declared");
@@ -554,7 +805,13 @@ impl VHost {
     /// The queues a message published to `exchange` with `routing_key` reaches. Errors if the
     /// exchange is missing (404) or internal (403). `properties` is decoded only for a headers
     /// exchange.
-    pub fn route(&self, exchange: &str, routing_key: &str, properties: &bytes::Bytes, out: &mut Vec<Arc<Queue>>) -> AmqpResult<()> {
+    pub fn route(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        properties: &bytes::Bytes,
+        out: &mut Vec<Arc<Queue>>,
+    ) -> AmqpResult<()> {
         let snap = self.snapshot.load();
         if exchange.is_empty() {
             if let Some(q) = snap.queues.get(routing_key) {
@@ -569,10 +826,19 @@ impl VHost {
         }
         match snap.table.exchanges.get(exchange) {
             None => return Err(self.no_exchange(exchange)),
-            Some(x) if x.internal => return Err(AmqpError::access_refused(format!("cannot publish to internal exchange '{exchange}' in vhost '{}'", self.name))),
+            Some(x) if x.internal => {
+                return Err(AmqpError::access_refused(format!(
+                    "cannot publish to internal exchange '{exchange}' in vhost '{}'",
+                    self.name
+                )))
+            }
             Some(_) => {}
         }
-        let mut headers = || warren_protocol::properties::BasicProperties::decode(properties).ok().and_then(|p| p.headers);
+        let mut headers = || {
+            warren_protocol::properties::BasicProperties::decode(properties)
+                .ok()
+                .and_then(|p| p.headers)
+        };
         snap.table.route(exchange, routing_key, &mut headers, out);
         Ok(())
     }
@@ -580,7 +846,13 @@ impl VHost {
     /// Creates the private queue behind a channel's direct reply-to consumer.
     pub fn new_direct_reply_queue(self: &Arc<Self>) -> Arc<Queue> {
         let name: Arc<str> = crate::channel::gen_name(&format!("{DIRECT_REPLY_TO}.")).into();
-        let opts = QueueOptions { durable: false, exclusive_owner: None, auto_delete: false, arguments: FieldTable::new(), args: QueueArgs::default() };
+        let opts = QueueOptions {
+            durable: false,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments: FieldTable::new(),
+            args: QueueArgs::default(),
+        };
         let q = Queue::new(name.clone(), self.name.clone(), opts, Arc::downgrade(self));
         self.direct_reply.lock().insert(name, q.clone());
         q
@@ -594,13 +866,26 @@ impl VHost {
 
     /// Queues with messages that have deadlines, for the TTL sweeper.
     pub fn expiring_queues(&self) -> Vec<Arc<Queue>> {
-        self.snapshot.load().queues.values().filter(|q| q.may_expire.load(std::sync::atomic::Ordering::Relaxed)).cloned().collect()
+        self.snapshot
+            .load()
+            .queues
+            .values()
+            .filter(|q| q.may_expire.load(std::sync::atomic::Ordering::Relaxed))
+            .cloned()
+            .collect()
     }
 
     /// Deletes `x-expires` queues whose lease ran out.
     pub fn delete_unused(&self) {
         let now = crate::queue::now_ms();
-        let due: Vec<Arc<Queue>> = self.snapshot.load().queues.values().filter(|q| q.lease_expired(now)).cloned().collect();
+        let due: Vec<Arc<Queue>> = self
+            .snapshot
+            .load()
+            .queues
+            .values()
+            .filter(|q| q.lease_expired(now))
+            .cloned()
+            .collect();
         for q in due {
             tracing::info!(vhost = %self.name, queue = %q.name, "queue expired (x-expires)");
             let _ = self.delete_queue(&q.name, false, false, None);
@@ -629,26 +914,49 @@ impl VHost {
     }
 
     /// Deletes a queue. Missing is not an error (RabbitMQ answers delete-ok with 0).
-    pub fn delete_queue(&self, name: &str, if_unused: bool, if_empty: bool, conn_id: Option<u64>) -> AmqpResult<DeletedQueue> {
+    pub fn delete_queue(
+        &self,
+        name: &str,
+        if_unused: bool,
+        if_empty: bool,
+        conn_id: Option<u64>,
+    ) -> AmqpResult<DeletedQueue> {
         let mut defs = self.defs.lock();
-        let Some(q) = defs.queues.get(name).cloned() else { return Ok(DeletedQueue { message_count: 0, consumers: Vec::new() }) };
+        let Some(q) = defs.queues.get(name).cloned() else {
+            return Ok(DeletedQueue {
+                message_count: 0,
+                consumers: Vec::new(),
+            });
+        };
         if let (Some(owner), Some(me)) = (q.options.exclusive_owner, conn_id) {
             if owner != me {
                 return Err(self.locked(name));
             }
         }
         if if_unused && q.consumer_count() > 0 {
-            return Err(AmqpError::precondition_failed(format!("{} in use", q.describe())));
+            return Err(AmqpError::precondition_failed(format!(
+                "{} in use",
+                q.describe()
+            )));
         }
         if if_empty && q.message_count() > 0 {
-            return Err(AmqpError::precondition_failed(format!("{} not empty", q.describe())));
+            return Err(AmqpError::precondition_failed(format!(
+                "{} not empty",
+                q.describe()
+            )));
         }
         defs.queues.remove(name);
-        Self::remove_bindings_to(&mut defs, &|d| matches!(d, Destination::Queue(x) if Arc::ptr_eq(x, &q)));
+        Self::remove_bindings_to(
+            &mut defs,
+            &|d| matches!(d, Destination::Queue(x) if Arc::ptr_eq(x, &q)),
+        );
         self.changed(&defs, Self::kept(&q));
         drop(defs);
         let (message_count, consumers) = q.mark_deleted();
         tracing::info!(vhost = %self.name, queue = name, "queue deleted");
-        Ok(DeletedQueue { message_count, consumers })
+        Ok(DeletedQueue {
+            message_count,
+            consumers,
+        })
     }
 }

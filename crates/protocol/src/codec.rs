@@ -18,7 +18,12 @@ pub struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     pub fn new(buf: &'a Bytes) -> Self {
-        Reader { buf, pos: 0, bits: 0, bit_idx: 8 }
+        Reader {
+            buf,
+            pos: 0,
+            bits: 0,
+            bit_idx: 8,
+        }
     }
 
     pub fn remaining(&self) -> usize {
@@ -94,7 +99,11 @@ pub struct Writer<'a> {
 
 impl<'a> Writer<'a> {
     pub fn new(buf: &'a mut BytesMut) -> Self {
-        Writer { buf, bits: 0, bit_idx: 0 }
+        Writer {
+            buf,
+            bits: 0,
+            bit_idx: 0,
+        }
     }
     fn flush_bits(&mut self) {
         if self.bit_idx > 0 {

@@ -60,7 +60,10 @@ impl FrameDecoder {
         let channel = u16::from_be_bytes([buf[1], buf[2]]);
         let size = u32::from_be_bytes([buf[3], buf[4], buf[5], buf[6]]);
         if self.frame_max != 0 && size as u64 + FRAME_OVERHEAD as u64 > self.frame_max as u64 {
-            return Err(DecodeError::FrameTooLarge { size: size + FRAME_OVERHEAD as u32, max: self.frame_max });
+            return Err(DecodeError::FrameTooLarge {
+                size: size + FRAME_OVERHEAD as u32,
+                max: self.frame_max,
+            });
         }
         let total = 7 + size as usize + 1;
         if buf.len() < total {
@@ -74,7 +77,11 @@ impl FrameDecoder {
         buf.advance(7);
         let payload = buf.split_to(size as usize).freeze();
         buf.advance(1);
-        Ok(Some(Frame { kind, channel, payload }))
+        Ok(Some(Frame {
+            kind,
+            channel,
+            payload,
+        }))
     }
 }
 
@@ -106,7 +113,13 @@ pub fn write_heartbeat(buf: &mut BytesMut) {
 }
 
 /// Encodes a content header frame around raw property bytes (flags included), sent back verbatim.
-pub fn write_content_header(buf: &mut BytesMut, channel: u16, class_id: u16, body_size: u64, raw_properties: &[u8]) {
+pub fn write_content_header(
+    buf: &mut BytesMut,
+    channel: u16,
+    class_id: u16,
+    body_size: u64,
+    raw_properties: &[u8],
+) {
     let at = begin_frame(buf, FRAME_HEADER, channel);
     buf.put_u16(class_id);
     buf.put_u16(0);
@@ -137,19 +150,31 @@ mod tests {
     #[test]
     fn bad_end_octet() {
         let mut b = BytesMut::from(&[8u8, 0, 0, 0, 0, 0, 0, 0xCD][..]);
-        assert_eq!(FrameDecoder::new(0).decode(&mut b), Err(DecodeError::BadFrameEnd(0xCD)));
+        assert_eq!(
+            FrameDecoder::new(0).decode(&mut b),
+            Err(DecodeError::BadFrameEnd(0xCD))
+        );
     }
 
     #[test]
     fn too_large_rejected_before_buffered() {
         let mut b = BytesMut::from(&[3u8, 0, 1, 0, 1, 0, 0][..]);
-        assert!(matches!(FrameDecoder::new(4096).decode(&mut b), Err(DecodeError::FrameTooLarge { .. })));
+        assert!(matches!(
+            FrameDecoder::new(4096).decode(&mut b),
+            Err(DecodeError::FrameTooLarge { .. })
+        ));
     }
 
     #[test]
     fn unknown_type_is_framed_for_the_caller_to_refuse() {
         let mut b = BytesMut::from(&[9u8, 0, 0, 0, 0, 0, 0, 0xCE][..]);
-        assert_eq!(FrameDecoder::new(0).decode(&mut b).expect("framed").map(|f| f.kind), Some(FrameKind::Other(9)));
+        assert_eq!(
+            FrameDecoder::new(0)
+                .decode(&mut b)
+                .expect("framed")
+                .map(|f| f.kind),
+            Some(FrameKind::Other(9))
+        );
     }
 
     #[test]

@@ -149,7 +149,13 @@ methods! {
 impl Method {
     /// Methods followed by a content header and body frames.
     pub fn has_content(&self) -> bool {
-        matches!(self, Method::BasicPublish(_) | Method::BasicReturn(_) | Method::BasicDeliver(_) | Method::BasicGetOk(_))
+        matches!(
+            self,
+            Method::BasicPublish(_)
+                | Method::BasicReturn(_)
+                | Method::BasicDeliver(_)
+                | Method::BasicGetOk(_)
+        )
     }
 }
 

@@ -28,7 +28,11 @@ impl ContentHeader {
             return Err(DecodeError::Truncated("property flags"));
         }
         let raw_properties = r.raw(n, "properties")?;
-        Ok(ContentHeader { class_id, body_size, raw_properties })
+        Ok(ContentHeader {
+            class_id,
+            body_size,
+            raw_properties,
+        })
     }
 }
 
@@ -191,7 +195,13 @@ pub fn delivery_mode(raw: &[u8]) -> Option<u8> {
     }
     let flags = u16::from_be_bytes([raw[0], raw[1]]);
     if flags & DELIVERY_MODE == 0 || flags & 1 != 0 {
-        return if flags & 1 != 0 { BasicProperties::decode(&Bytes::copy_from_slice(raw)).ok()?.delivery_mode } else { None };
+        return if flags & 1 != 0 {
+            BasicProperties::decode(&Bytes::copy_from_slice(raw))
+                .ok()?
+                .delivery_mode
+        } else {
+            None
+        };
     }
     let mut pos = 2usize;
     for bit in [CONTENT_TYPE, CONTENT_ENCODING] {

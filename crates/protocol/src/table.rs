@@ -240,7 +240,10 @@ mod tests {
         inner.insert("n", FieldValue::I64(-5));
         let mut t = FieldTable::new();
         t.insert("a", FieldValue::str("x"));
-        t.insert("b", FieldValue::Array(vec![FieldValue::Bool(true), FieldValue::Void]));
+        t.insert(
+            "b",
+            FieldValue::Array(vec![FieldValue::Bool(true), FieldValue::Void]),
+        );
         t.insert("c", FieldValue::Table(inner));
         t.insert("d", FieldValue::Decimal(2, 314));
         let mut buf = BytesMut::new();
@@ -254,12 +257,18 @@ mod tests {
     #[test]
     fn unknown_tag_is_an_error() {
         let b = Bytes::from_static(&[0, 0, 0, 3, 1, b'k', b'?']);
-        assert_eq!(FieldTable::decode(&mut Reader::new(&b)), Err(DecodeError::BadFieldType(b'?')));
+        assert_eq!(
+            FieldTable::decode(&mut Reader::new(&b)),
+            Err(DecodeError::BadFieldType(b'?'))
+        );
     }
 
     #[test]
     fn truncated_table_is_an_error() {
         let b = Bytes::from_static(&[0, 0, 0, 9, 1, b'k']);
-        assert!(matches!(FieldTable::decode(&mut Reader::new(&b)), Err(DecodeError::Truncated(_))));
+        assert!(matches!(
+            FieldTable::decode(&mut Reader::new(&b)),
+            Err(DecodeError::Truncated(_))
+        ));
     }
 }

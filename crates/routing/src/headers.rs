@@ -5,7 +5,10 @@
 use warren_protocol::{FieldTable, FieldValue};
 
 pub fn matches(binding_args: &FieldTable, headers: Option<&FieldTable>) -> bool {
-    let mode = binding_args.get("x-match").and_then(|v| v.as_str()).unwrap_or("all");
+    let mode = binding_args
+        .get("x-match")
+        .and_then(|v| v.as_str())
+        .unwrap_or("all");
     let (any, with_x) = match mode {
         "any" => (true, false),
         "any-with-x" => (true, true),
@@ -39,7 +42,10 @@ fn values_equal(a: &FieldValue, b: &FieldValue) -> bool {
     match (a.as_i64(), b.as_i64()) {
         (Some(x), Some(y)) => x == y,
         _ => match (a, b) {
-            (FieldValue::LongStr(x) | FieldValue::Bytes(x), FieldValue::LongStr(y) | FieldValue::Bytes(y)) => x == y,
+            (
+                FieldValue::LongStr(x) | FieldValue::Bytes(x),
+                FieldValue::LongStr(y) | FieldValue::Bytes(y),
+            ) => x == y,
             _ => a == b,
         },
     }
@@ -61,16 +67,44 @@ mod tests {
     fn modes() {
         let s = FieldValue::str;
         let h = t(&[("a", s("1")), ("b", s("2")), ("x-k", s("x"))]);
-        assert!(matches(&t(&[("a", s("1")), ("b", s("2"))]), Some(&h)), "all by default");
+        assert!(
+            matches(&t(&[("a", s("1")), ("b", s("2"))]), Some(&h)),
+            "all by default"
+        );
         assert!(!matches(&t(&[("a", s("1")), ("b", s("9"))]), Some(&h)));
-        assert!(matches(&t(&[("x-match", s("any")), ("a", s("9")), ("b", s("2"))]), Some(&h)));
-        assert!(!matches(&t(&[("x-match", s("any")), ("a", s("9"))]), Some(&h)));
+        assert!(matches(
+            &t(&[("x-match", s("any")), ("a", s("9")), ("b", s("2"))]),
+            Some(&h)
+        ));
+        assert!(!matches(
+            &t(&[("x-match", s("any")), ("a", s("9"))]),
+            Some(&h)
+        ));
         // x- arguments are ignored unless -with-x
-        assert!(matches(&t(&[("x-match", s("all")), ("a", s("1")), ("x-k", s("nope"))]), Some(&h)));
-        assert!(!matches(&t(&[("x-match", s("all-with-x")), ("a", s("1")), ("x-k", s("nope"))]), Some(&h)));
-        assert!(matches(&t(&[("x-match", s("all-with-x")), ("x-k", s("x"))]), Some(&h)));
-        assert!(matches(&t(&[("x-match", s("any-with-x")), ("x-k", s("x")), ("z", s("0"))]), Some(&h)));
-        assert!(!matches(&t(&[("x-match", s("any")), ("x-k", s("x"))]), Some(&h)), "any over only x- args");
+        assert!(matches(
+            &t(&[("x-match", s("all")), ("a", s("1")), ("x-k", s("nope"))]),
+            Some(&h)
+        ));
+        assert!(!matches(
+            &t(&[
+                ("x-match", s("all-with-x")),
+                ("a", s("1")),
+                ("x-k", s("nope"))
+            ]),
+            Some(&h)
+        ));
+        assert!(matches(
+            &t(&[("x-match", s("all-with-x")), ("x-k", s("x"))]),
+            Some(&h)
+        ));
+        assert!(matches(
+            &t(&[("x-match", s("any-with-x")), ("x-k", s("x")), ("z", s("0"))]),
+            Some(&h)
+        ));
+        assert!(
+            !matches(&t(&[("x-match", s("any")), ("x-k", s("x"))]), Some(&h)),
+            "any over only x- args"
+        );
         // void matches presence; integers compare across widths
         assert!(matches(&t(&[("a", FieldValue::Void)]), Some(&h)));
         let hi = t(&[("n", FieldValue::I32(5))]);

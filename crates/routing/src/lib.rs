@@ -90,7 +90,9 @@ pub struct Table<Q> {
 
 impl<Q> Default for Table<Q> {
     fn default() -> Self {
-        Table { exchanges: HashMap::new() }
+        Table {
+            exchanges: HashMap::new(),
+        }
     }
 }
 
@@ -110,7 +112,13 @@ impl<Q: Clone + QueueKey> Table<Q> {
     /// Appends every queue that a message published to `exchange` reaches, each once. If nothing
     /// matched and the exchange names an alternate exchange, routes there instead (repeatedly).
     /// `headers` is needed only by headers exchanges, so it is a closure called at most once.
-    pub fn route(&self, exchange: &str, routing_key: &str, headers: &mut dyn FnMut() -> Option<FieldTable>, out: &mut Vec<Q>) {
+    pub fn route(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        headers: &mut dyn FnMut() -> Option<FieldTable>,
+        out: &mut Vec<Q>,
+    ) {
         let mut decoded: Option<Option<FieldTable>> = None;
         let mut tried: Vec<&str> = Vec::new();
         let mut current = exchange;
@@ -121,14 +129,25 @@ impl<Q: Clone + QueueKey> Table<Q> {
                 return;
             }
             tried.push(current);
-            match self.exchanges.get(current).and_then(|x| x.alternate.as_deref()) {
+            match self
+                .exchanges
+                .get(current)
+                .and_then(|x| x.alternate.as_deref())
+            {
                 Some(ae) if !tried.contains(&ae) => current = ae,
                 _ => return,
             }
         }
     }
 
-    fn route_from<'a>(&'a self, exchange: &'a str, routing_key: &str, headers: &mut dyn FnMut() -> Option<FieldTable>, decoded: &mut Option<Option<FieldTable>>, out: &mut Vec<Q>) {
+    fn route_from<'a>(
+        &'a self,
+        exchange: &'a str,
+        routing_key: &str,
+        headers: &mut dyn FnMut() -> Option<FieldTable>,
+        decoded: &mut Option<Option<FieldTable>>,
+        out: &mut Vec<Q>,
+    ) {
         let mut visited: Vec<&str> = Vec::new();
         let mut stack: Vec<&str> = vec![exchange];
         while let Some(name) = stack.pop() {
@@ -136,7 +155,9 @@ impl<Q: Clone + QueueKey> Table<Q> {
                 continue;
             }
             visited.push(name);
-            let Some(ex) = self.exchanges.get(name) else { continue };
+            let Some(ex) = self.exchanges.get(name) else {
+                continue;
+            };
             if ex.kind == ExchangeKind::Headers && decoded.is_none() {
                 *decoded = Some(headers());
             }
@@ -171,20 +192,51 @@ mod tests {
     }
 
     fn ex(name: &str, kind: ExchangeKind, bindings: Vec<Binding<Q>>) -> Exchange<Q> {
-        Exchange { name: name.into(), kind, durable: false, auto_delete: false, internal: false, arguments: FieldTable::new(), bindings, alternate: None }
+        Exchange {
+            name: name.into(),
+            kind,
+            durable: false,
+            auto_delete: false,
+            internal: false,
+            arguments: FieldTable::new(),
+            bindings,
+            alternate: None,
+        }
     }
     fn to_q(q: usize, key: &str) -> Binding<Q> {
-        Binding { destination: Destination::Queue(Q(q)), routing_key: key.into(), arguments: FieldTable::new() }
+        Binding {
+            destination: Destination::Queue(Q(q)),
+            routing_key: key.into(),
+            arguments: FieldTable::new(),
+        }
     }
     fn to_x(x: &str, key: &str) -> Binding<Q> {
-        Binding { destination: Destination::Exchange(x.into()), routing_key: key.into(), arguments: FieldTable::new() }
+        Binding {
+            destination: Destination::Exchange(x.into()),
+            routing_key: key.into(),
+            arguments: FieldTable::new(),
+        }
     }
 
     #[test]
     fn e2e_bindings_dedupe_and_cycles() {
         let mut t = Table::default();
-        t.exchanges.insert("a".into(), Arc::new(ex("a", ExchangeKind::Fanout, vec![to_q(1, ""), to_x("b", "")])));
-        t.exchanges.insert("b".into(), Arc::new(ex("b", ExchangeKind::Direct, vec![to_q(1, "k"), to_q(2, "k"), to_x("a", "k")])));
+        t.exchanges.insert(
+            "a".into(),
+            Arc::new(ex(
+                "a",
+                ExchangeKind::Fanout,
+                vec![to_q(1, ""), to_x("b", "")],
+            )),
+        );
+        t.exchanges.insert(
+            "b".into(),
+            Arc::new(ex(
+                "b",
+                ExchangeKind::Direct,
+                vec![to_q(1, "k"), to_q(2, "k"), to_x("a", "k")],
+            )),
+        );
         let mut out = Vec::new();
         t.route("a", "k", &mut || None, &mut out);
         assert_eq!(out, vec![Q(1), Q(2)]);
@@ -211,7 +263,9 @@ mod tests {
         out.clear();
         t.route("main", "other", &mut || None, &mut out);
         assert_eq!(out, vec![Q(2)]);
-        Arc::make_mut(t.exchanges.get_mut("ae").expect("ae")).bindings.clear();
+        Arc::make_mut(t.exchanges.get_mut("ae").expect("ae"))
+            .bindings
+            .clear();
         out.clear();
         t.route("main", "other", &mut || None, &mut out);
         assert!(out.is_empty(), "AE cycle terminates");

@@ -21,6 +21,10 @@ pub const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
 /// A fully acked current segment at least this big is replaced by a fresh one.
 pub const DRAINED_ROTATE_BYTES: u64 = 1024 * 1024;
 
+/// What a group write produced: the tokens of the enqueues written, and the files to fsync
+/// before acting on them. On error, the tokens of the enqueues that were not written.
+pub type Written<T> = Result<(Vec<T>, Vec<Arc<File>>), (std::io::Error, Vec<T>)>;
+
 /// A message found on disk at recovery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovered {
@@ -70,7 +74,12 @@ impl<T> QueueLog<T> {
         fs::create_dir_all(dir)?;
         let mut ids: Vec<u64> = fs::read_dir(dir)?
             .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".seg")).and_then(|h| u64::from_str_radix(h, 16).ok()))
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_suffix(".seg"))
+                    .and_then(|h| u64::from_str_radix(h, 16).ok())
+            })
             .collect();
         ids.sort_unstable();
         let mut live: BTreeMap<u64, Bytes> = BTreeMap::new();
@@ -79,7 +88,13 @@ impl<T> QueueLog<T> {
         for (i, id) in ids.into_iter().enumerate() {
             let path = segment_path(dir, id);
             let bytes = Bytes::from(fs::read(&path)?);
-            let mut seg = Segment { id, path: path.clone(), first_seq: u64::MAX, last_seq: 0, live: 0 };
+            let mut seg = Segment {
+                id,
+                path: path.clone(),
+                first_seq: u64::MAX,
+                last_seq: 0,
+                live: 0,
+            };
             let mut at = 0usize;
             while at < bytes.len() {
                 match record::scan(&bytes, at) {
@@ -93,17 +108,27 @@ impl<T> QueueLog<T> {
                             }
                             KIND_ACK => {
                                 if live.remove(&r.seq).is_some() {
-                                    if let Some(s) = segments.iter_mut().chain(std::iter::once(&mut seg)).find(|s| s.first_seq <= r.seq && r.seq <= s.last_seq) {
+                                    if let Some(s) = segments
+                                        .iter_mut()
+                                        .chain(std::iter::once(&mut seg))
+                                        .find(|s| s.first_seq <= r.seq && r.seq <= s.last_seq)
+                                    {
                                         s.live = s.live.saturating_sub(1);
                                     }
                                 }
                             }
-                            other => tracing::warn!(segment = %path.display(), kind = other, "skipping record of unknown kind"),
+                            other => {
+                                tracing::warn!(segment = %path.display(), kind = other, "skipping record of unknown kind")
+                            }
                         }
                         at = next;
                     }
                     found => {
-                        let next = if found == Scan::Corrupt { record::resync(&bytes, at) } else { None };
+                        let next = if found == Scan::Corrupt {
+                            record::resync(&bytes, at)
+                        } else {
+                            None
+                        };
                         match next {
                             Some(next) => {
                                 tracing::warn!(segment = %path.display(), offset = at, skipped = next - at, "corrupt record skipped");
@@ -112,7 +137,10 @@ impl<T> QueueLog<T> {
                             None => {
                                 tracing::warn!(segment = %path.display(), offset = at, dropped = bytes.len() - at, "torn tail truncated");
                                 if i + 1 == n {
-                                    OpenOptions::new().write(true).open(&path)?.set_len(at as u64)?;
+                                    OpenOptions::new()
+                                        .write(true)
+                                        .open(&path)?
+                                        .set_len(at as u64)?;
                                 }
                                 break;
                             }
@@ -122,7 +150,10 @@ impl<T> QueueLog<T> {
             }
             segments.push_back(seg);
         }
-        let recovered = live.into_iter().map(|(seq, data)| Recovered { seq, data }).collect();
+        let recovered = live
+            .into_iter()
+            .map(|(seq, data)| Recovered { seq, data })
+            .collect();
         let (file, size) = match segments.back() {
             Some(s) => {
                 let f = open_append(&s.path)?;
@@ -131,7 +162,13 @@ impl<T> QueueLog<T> {
             }
             None => {
                 let path = segment_path(dir, 0);
-                segments.push_back(Segment { id: 0, path: path.clone(), first_seq: u64::MAX, last_seq: 0, live: 0 });
+                segments.push_back(Segment {
+                    id: 0,
+                    path: path.clone(),
+                    first_seq: u64::MAX,
+                    last_seq: 0,
+                    live: 0,
+                });
                 (open_append(&path)?, 0)
             }
         };
@@ -152,17 +189,29 @@ impl<T> QueueLog<T> {
 
     /// Buffers an enqueue record. Seqs must be increasing.
     pub fn enqueue(&mut self, seq: u64, data: Bytes, token: Option<T>) {
-        debug_assert!(self.pending_enqueues.back().is_none_or(|(s, _, _)| *s < seq), "enqueue seqs must increase");
+        debug_assert!(
+            self.pending_enqueues
+                .back()
+                .is_none_or(|(s, _, _)| *s < seq),
+            "enqueue seqs must increase"
+        );
         self.pending_enqueues.push_back((seq, data, token));
     }
 
     /// Records that `seq` left the queue. If its enqueue is still buffered it is dropped unwritten
     /// and its token returned; otherwise an ack record is buffered.
     pub fn ack(&mut self, seq: u64) -> Option<T> {
-        if let Ok(i) = self.pending_enqueues.binary_search_by_key(&seq, |(s, _, _)| *s) {
+        if let Ok(i) = self
+            .pending_enqueues
+            .binary_search_by_key(&seq, |(s, _, _)| *s)
+        {
             return self.pending_enqueues.remove(i).and_then(|(_, _, t)| t);
         }
-        if let Some(s) = self.segments.iter_mut().find(|s| s.first_seq <= seq && seq <= s.last_seq) {
+        if let Some(s) = self
+            .segments
+            .iter_mut()
+            .find(|s| s.first_seq <= seq && seq <= s.last_seq)
+        {
             s.live = s.live.saturating_sub(1);
             self.pending_acks.push(seq);
         }
@@ -177,7 +226,7 @@ impl<T> QueueLog<T> {
     /// and the files the caller must fsync before acting on those tokens. On a write error (disk
     /// full) the file is cut back to its last good size and the tokens come back with the error:
     /// those enqueues are not durable and must not be confirmed.
-    pub fn write_pending(&mut self) -> Result<(Vec<T>, Vec<Arc<File>>), (std::io::Error, Vec<T>)> {
+    pub fn write_pending(&mut self) -> Written<T> {
         match self.try_write() {
             Ok(r) => Ok(r),
             Err((e, tokens)) => {
@@ -187,17 +236,24 @@ impl<T> QueueLog<T> {
         }
     }
 
-    fn try_write(&mut self) -> Result<(Vec<T>, Vec<Arc<File>>), (std::io::Error, Vec<T>)> {
+    fn try_write(&mut self) -> Written<T> {
         let mut tokens = Vec::new();
         if self.has_pending() {
             if self.size >= SEGMENT_BYTES {
                 if let Err(e) = self.rotate() {
-                    let tokens = self.pending_enqueues.drain(..).filter_map(|(_, _, t)| t).collect();
+                    let tokens = self
+                        .pending_enqueues
+                        .drain(..)
+                        .filter_map(|(_, _, t)| t)
+                        .collect();
                     return Err((e, tokens));
                 }
             }
             self.buf.clear();
-            let seg = self.segments.back_mut().expect("the current segment exists");
+            let seg = self
+                .segments
+                .back_mut()
+                .expect("the current segment exists");
             for (seq, data, token) in self.pending_enqueues.drain(..) {
                 record::encode(&mut self.buf, KIND_ENQUEUE, seq, &data);
                 seg.first_seq = seg.first_seq.min(seq);
@@ -236,7 +292,13 @@ impl<T> QueueLog<T> {
         let path = segment_path(&self.dir, id);
         self.file = Arc::new(open_append(&path)?);
         self.size = 0;
-        self.segments.push_back(Segment { id, path, first_seq: u64::MAX, last_seq: 0, live: 0 });
+        self.segments.push_back(Segment {
+            id,
+            path,
+            first_seq: u64::MAX,
+            last_seq: 0,
+            live: 0,
+        });
         Ok(())
     }
 
@@ -253,12 +315,20 @@ impl<T> QueueLog<T> {
 
     /// Bytes on disk, for accounting and tests.
     pub fn disk_bytes(&self) -> u64 {
-        self.segments.iter().filter_map(|s| fs::metadata(&s.path).ok()).map(|m| m.len()).sum()
+        self.segments
+            .iter()
+            .filter_map(|s| fs::metadata(&s.path).ok())
+            .map(|m| m.len())
+            .sum()
     }
 
     /// Removes the whole log (the queue was deleted); returns the tokens still buffered.
     pub fn destroy(mut self) -> Vec<T> {
-        let tokens = self.pending_enqueues.drain(..).filter_map(|(_, _, t)| t).collect();
+        let tokens = self
+            .pending_enqueues
+            .drain(..)
+            .filter_map(|(_, _, t)| t)
+            .collect();
         if let Err(e) = fs::remove_dir_all(&self.dir) {
             tracing::warn!(dir = %self.dir.display(), error = %e, "cannot remove queue log");
         }
@@ -288,12 +358,20 @@ mod tests {
         log.enqueue(1, data(1), Some(10));
         log.enqueue(2, data(2), Some(20));
         assert_eq!(log.ack(1), Some(10), "cancelled while buffered");
-        let (tokens, files) = log.write_pending().unwrap_or_else(|(e, _)| panic!("write: {e}"));
+        let (tokens, files) = log
+            .write_pending()
+            .unwrap_or_else(|(e, _)| panic!("write: {e}"));
         assert_eq!(tokens, vec![20]);
         assert_eq!(files.len(), 1);
         drop(log);
         let (_, rec) = QueueLog::<u64>::open(&dir).expect("reopen");
-        assert_eq!(rec, vec![Recovered { seq: 2, data: data(2) }]);
+        assert_eq!(
+            rec,
+            vec![Recovered {
+                seq: 2,
+                data: data(2)
+            }]
+        );
     }
 
     #[test]
@@ -303,21 +381,33 @@ mod tests {
         for i in 1..=3 {
             log.enqueue(i, data(i), None);
         }
-        log.write_pending().unwrap_or_else(|(e, _)| panic!("write: {e}"));
+        log.write_pending()
+            .unwrap_or_else(|(e, _)| panic!("write: {e}"));
         log.ack(2);
-        log.write_pending().unwrap_or_else(|(e, _)| panic!("write: {e}"));
+        log.write_pending()
+            .unwrap_or_else(|(e, _)| panic!("write: {e}"));
         drop(log);
         // Append half a record: a crash mid-write.
         let seg = segment_path(&dir, 0);
         let mut half = BytesMut::new();
         record::encode(&mut half, KIND_ENQUEUE, 4, b"torn");
         let len = fs::metadata(&seg).expect("meta").len();
-        OpenOptions::new().append(true).open(&seg).expect("open").write_all(&half[..half.len() - 3]).expect("write");
+        OpenOptions::new()
+            .append(true)
+            .open(&seg)
+            .expect("open")
+            .write_all(&half[..half.len() - 3])
+            .expect("write");
         let (mut log, rec) = QueueLog::<()>::open(&dir).expect("reopen");
         assert_eq!(rec.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 3]);
-        assert_eq!(fs::metadata(&seg).expect("meta").len(), len, "tail truncated");
+        assert_eq!(
+            fs::metadata(&seg).expect("meta").len(),
+            len,
+            "tail truncated"
+        );
         log.enqueue(5, data(5), None);
-        log.write_pending().unwrap_or_else(|(e, _)| panic!("write: {e}"));
+        log.write_pending()
+            .unwrap_or_else(|(e, _)| panic!("write: {e}"));
         drop(log);
         let (_, rec) = QueueLog::<()>::open(&dir).expect("reopen");
         assert_eq!(rec.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 3, 5]);
@@ -330,7 +420,8 @@ mod tests {
         for i in 1..=3 {
             log.enqueue(i, data(i), None);
         }
-        log.write_pending().unwrap_or_else(|(e, _)| panic!("write: {e}"));
+        log.write_pending()
+            .unwrap_or_else(|(e, _)| panic!("write: {e}"));
         drop(log);
         let seg = segment_path(&dir, 0);
         let mut bytes = fs::read(&seg).expect("read");
@@ -348,13 +439,15 @@ mod tests {
         let big = Bytes::from(vec![0u8; 1024 * 1024]);
         for i in 0..40 {
             log.enqueue(i, big.clone(), None);
-            log.write_pending().unwrap_or_else(|(e, _)| panic!("write: {e}"));
+            log.write_pending()
+                .unwrap_or_else(|(e, _)| panic!("write: {e}"));
         }
         assert!(log.segments.len() > 1);
         for i in 0..40 {
             log.ack(i);
         }
-        log.write_pending().unwrap_or_else(|(e, _)| panic!("write: {e}"));
+        log.write_pending()
+            .unwrap_or_else(|(e, _)| panic!("write: {e}"));
         assert_eq!(log.segments.len(), 1, "only the current segment is left");
         assert_eq!(log.disk_bytes(), 0, "a drained log takes no space");
         drop(log);

@@ -70,13 +70,21 @@ pub fn scan(file: &Bytes, at: usize) -> Scan {
     let mut seq = [0u8; 8];
     seq.copy_from_slice(&payload[1..9]);
     let start = at + HEADER_BYTES;
-    Scan::Record(Record { kind: payload[0], seq: u64::from_be_bytes(seq), data: file.slice(start + 9..start + len as usize) }, at + end)
+    Scan::Record(
+        Record {
+            kind: payload[0],
+            seq: u64::from_be_bytes(seq),
+            data: file.slice(start + 9..start + len as usize),
+        },
+        at + end,
+    )
 }
 
 /// The offset of the next plausible record header after a corrupt one, if any.
 pub fn resync(file: &Bytes, from: usize) -> Option<usize> {
     let magic = MAGIC.to_be_bytes();
-    (from + 1..file.len().saturating_sub(3)).find(|&i| file[i..i + 4] == magic && matches!(scan(file, i), Scan::Record(..)))
+    (from + 1..file.len().saturating_sub(3))
+        .find(|&i| file[i..i + 4] == magic && matches!(scan(file, i), Scan::Record(..)))
 }
 
 #[cfg(test)]
@@ -89,9 +97,17 @@ mod tests {
         encode(&mut b, KIND_ENQUEUE, 7, b"hello");
         encode(&mut b, KIND_ACK, 7, b"");
         let whole = b.freeze();
-        let Scan::Record(r, next) = scan(&whole, 0) else { panic!("first record") };
-        assert_eq!((r.kind, r.seq, &r.data[..]), (KIND_ENQUEUE, 7, &b"hello"[..]));
-        assert!(matches!(scan(&whole, next), Scan::Record(Record { kind: KIND_ACK, .. }, _)));
+        let Scan::Record(r, next) = scan(&whole, 0) else {
+            panic!("first record")
+        };
+        assert_eq!(
+            (r.kind, r.seq, &r.data[..]),
+            (KIND_ENQUEUE, 7, &b"hello"[..])
+        );
+        assert!(matches!(
+            scan(&whole, next),
+            Scan::Record(Record { kind: KIND_ACK, .. }, _)
+        ));
         assert_eq!(scan(&whole.slice(..next - 1), 0), Scan::Truncated);
         let mut flipped = whole.to_vec();
         flipped[HEADER_BYTES + 3] ^= 1;

@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand};
 use warren_broker::{Broker, Config};
 
 #[derive(Parser)]
-#[command(name = "warren", version, about = "An AMQP 0-9-1 message broker that speaks RabbitMQ's dialect")]
+#[command(
+    name = "warren",
+    version,
+    about = "An AMQP 0-9-1 message broker that speaks RabbitMQ's dialect"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -43,8 +47,10 @@ struct ServerArgs {
 fn load_config(args: &ServerArgs) -> anyhow::Result<Config> {
     let mut c = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
-            Config::from_toml(&text).map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read config file {}", path.display()))?;
+            Config::from_toml(&text)
+                .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?
         }
         None => Config::default(),
     };
@@ -69,7 +75,10 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WARREN_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WARREN_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
         .init();
     let result = match cli.command {
         Command::Server(args) => run_server(args),
@@ -86,8 +95,11 @@ fn main() -> std::process::ExitCode {
 fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     let config = load_config(&args)?;
     let config_file = args.config.clone();
-    std::fs::create_dir_all(&config.data_dir).with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let addr = std::net::SocketAddr::new(config.amqp_bind, config.amqp_port);
         let listener = listen(addr).with_context(|| format!("cannot listen for AMQP on {addr}"))?;
@@ -110,7 +122,11 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
 /// recommended `recbuf`) instead of autotuning up to several MB, so that when a queue holds a
 /// publisher back, what waits in our kernel buffers (and adds to its latency) stays small.
 fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
     socket.set_reuseaddr(true)?;
     socket.set_recv_buffer_size(warren_broker::limits::SOCKET_RECV_BUFFER_BYTES)?;
     socket.bind(addr)?;
@@ -121,15 +137,24 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener
 /// `rabbitmqctl set_vm_memory_high_watermark` / `set_disk_free_limit`).
 async fn reload_on_sighup(broker: std::sync::Arc<Broker>, file: Option<PathBuf>) {
     use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
     while hup.recv().await.is_some() {
         let Some(path) = &file else {
             tracing::info!("SIGHUP: no config file to reload");
             continue;
         };
-        match std::fs::read_to_string(path).map_err(|e| e.to_string()).and_then(|t| Config::from_toml(&t)) {
-            Ok(c) => broker.alarms.set_thresholds(warren_broker::alarms::Thresholds::from_limits(&c.limits)),
-            Err(e) => tracing::warn!(file = %path.display(), error = %e, "SIGHUP: config not reloaded"),
+        match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| Config::from_toml(&t))
+        {
+            Ok(c) => broker
+                .alarms
+                .set_thresholds(warren_broker::alarms::Thresholds::from_limits(&c.limits)),
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "SIGHUP: config not reloaded")
+            }
         }
     }
 }

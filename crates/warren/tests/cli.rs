@@ -10,7 +10,10 @@ fn bin() -> Command {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
 
 fn wait_for_port(port: u16) -> bool {
@@ -39,12 +42,22 @@ fn bad_config_is_a_clear_error() {
     let dir = tempdir();
     let cfg = dir.join("bad.toml");
     std::fs::write(&cfg, "amqp_prot = 1\n").expect("write");
-    let out = bin().args(["server", "--config"]).arg(&cfg).output().expect("runs");
+    let out = bin()
+        .args(["server", "--config"])
+        .arg(&cfg)
+        .output()
+        .expect("runs");
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("invalid config file") && err.contains("amqp_prot"), "{err}");
+    assert!(
+        err.contains("invalid config file") && err.contains("amqp_prot"),
+        "{err}"
+    );
 
-    let out = bin().args(["server", "--config", "/nonexistent/warren.toml"]).output().expect("runs");
+    let out = bin()
+        .args(["server", "--config", "/nonexistent/warren.toml"])
+        .output()
+        .expect("runs");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read config file"));
 }
@@ -54,7 +67,11 @@ fn port_in_use_is_a_clear_error() {
     let held = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = held.local_addr().expect("addr").port();
     let dir = tempdir();
-    let out = bin().args(["server", "--amqp-port", &port.to_string(), "--data-dir"]).arg(dir.join("d")).output().expect("runs");
+    let out = bin()
+        .args(["server", "--amqp-port", &port.to_string(), "--data-dir"])
+        .arg(dir.join("d"))
+        .output()
+        .expect("runs");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen for AMQP"));
 }
@@ -65,7 +82,14 @@ fn serves_amqp_and_stops_cleanly_on_sigterm() {
     let port = free_port();
     let data = dir.join("data");
     let mut child = bin()
-        .args(["server", "--amqp-port", &port.to_string(), "--http-port", &free_port().to_string(), "--data-dir"])
+        .args([
+            "server",
+            "--amqp-port",
+            &port.to_string(),
+            "--http-port",
+            &free_port().to_string(),
+            "--data-dir",
+        ])
         .arg(&data)
         .stderr(Stdio::piped())
         .spawn()
@@ -75,7 +99,8 @@ fn serves_amqp_and_stops_cleanly_on_sigterm() {
 
     // A wrong protocol header is answered with the one we speak, then the socket closes.
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
     s.write_all(b"HTTP/1.1").expect("write");
     let mut got = Vec::new();
     s.read_to_end(&mut got).expect("read until close");
@@ -85,24 +110,42 @@ fn serves_amqp_and_stops_cleanly_on_sigterm() {
     let mut idle = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     idle.write_all(b"AMQP\x00\x00\x09\x01").expect("write");
 
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(20);
     let exit = loop {
         if let Some(st) = child.try_wait().expect("wait") {
             break st;
         }
-        assert!(Instant::now() < deadline, "broker did not exit after SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "broker did not exit after SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(exit.success(), "exit status {exit:?}");
     let mut err = String::new();
-    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("read");
-    assert!(err.contains("shutting down") && err.contains("stopped"), "{err}");
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("read");
+    assert!(
+        err.contains("shutting down") && err.contains("stopped"),
+        "{err}"
+    );
 }
 
 fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("warren-cli-{}-{}", std::process::id(), rand_suffix()));
+    let d = std::env::temp_dir().join(format!(
+        "warren-cli-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
     std::fs::create_dir_all(&d).expect("mkdir");
     d
 }

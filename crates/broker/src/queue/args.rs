@@ -36,11 +36,15 @@ pub struct QueueArgs {
 impl QueueArgs {
     /// Parses and validates; `what` names the queue in errors ("queue 'q' in vhost '/'").
     pub fn parse(args: &FieldTable, what: &str) -> AmqpResult<QueueArgs> {
-        let invalid = |key: &str, why: String| AmqpError::precondition_failed(format!("invalid arg '{key}' for {what}: {why}"));
+        let invalid = |key: &str, why: String| {
+            AmqpError::precondition_failed(format!("invalid arg '{key}' for {what}: {why}"))
+        };
         let int = |key: &str| -> AmqpResult<Option<i64>> {
             match args.get(key) {
                 None => Ok(None),
-                Some(v) => v.as_i64().map(Some).ok_or_else(|| invalid(key, format!("\"expected integer, got {}\"", type_name(v)))),
+                Some(v) => v.as_i64().map(Some).ok_or_else(|| {
+                    invalid(key, format!("\"expected integer, got {}\"", type_name(v)))
+                }),
             }
         };
         let non_neg = |key: &str| -> AmqpResult<Option<u64>> {
@@ -52,19 +56,31 @@ impl QueueArgs {
         let string = |key: &str| -> AmqpResult<Option<String>> {
             match args.get(key) {
                 None => Ok(None),
-                Some(v) => v.as_str().map(|s| Some(s.to_string())).ok_or_else(|| invalid(key, format!("\"expected longstr, got {}\"", type_name(v)))),
+                Some(v) => v.as_str().map(|s| Some(s.to_string())).ok_or_else(|| {
+                    invalid(key, format!("\"expected longstr, got {}\"", type_name(v)))
+                }),
             }
         };
         let overflow = match string("x-overflow")?.as_deref() {
             None | Some("drop-head") => Overflow::DropHead,
             Some("reject-publish") => Overflow::RejectPublish,
             Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
-            Some(other) => return Err(invalid("x-overflow", format!("{{unknown_overflow_behaviour,<<\"{other}\">>}}"))),
+            Some(other) => {
+                return Err(invalid(
+                    "x-overflow",
+                    format!("{{unknown_overflow_behaviour,<<\"{other}\">>}}"),
+                ))
+            }
         };
         let max_priority = match int("x-max-priority")? {
             None => None,
             Some(n) if (0..=255).contains(&n) => Some(n as u8),
-            Some(n) => return Err(invalid("x-max-priority", format!("{{value_out_of_range,{n}}}"))),
+            Some(n) => {
+                return Err(invalid(
+                    "x-max-priority",
+                    format!("{{value_out_of_range,{n}}}"),
+                ))
+            }
         };
         Ok(QueueArgs {
             max_length: non_neg("x-max-length")?,
@@ -83,7 +99,12 @@ impl QueueArgs {
             single_active_consumer: match args.get("x-single-active-consumer") {
                 None => false,
                 Some(warren_protocol::FieldValue::Bool(b)) => *b,
-                Some(v) => return Err(invalid("x-single-active-consumer", format!("\"expected bool, got {}\"", type_name(v)))),
+                Some(v) => {
+                    return Err(invalid(
+                        "x-single-active-consumer",
+                        format!("\"expected bool, got {}\"", type_name(v)),
+                    ))
+                }
             },
         })
     }
@@ -93,8 +114,12 @@ impl QueueArgs {
 pub fn parse_expiration(s: &str) -> AmqpResult<u64> {
     match s.parse::<i64>() {
         Ok(n) if n >= 0 => Ok(n as u64),
-        Ok(n) => Err(AmqpError::precondition_failed(format!("invalid expiration '{s}': {{value_negative,{n}}}"))),
-        Err(_) => Err(AmqpError::precondition_failed(format!("invalid expiration '{s}': no_integer"))),
+        Ok(n) => Err(AmqpError::precondition_failed(format!(
+            "invalid expiration '{s}': {{value_negative,{n}}}"
+        ))),
+        Err(_) => Err(AmqpError::precondition_failed(format!(
+            "invalid expiration '{s}': no_integer"
+        ))),
     }
 }
 
@@ -148,14 +173,18 @@ mod tests {
     #[test]
     fn validation_texts() {
         let what = "queue 'q' in vhost '/'";
-        let e = QueueArgs::parse(&t("x-max-length", FieldValue::str("5")), what).expect_err("string");
+        let e =
+            QueueArgs::parse(&t("x-max-length", FieldValue::str("5")), what).expect_err("string");
         assert_eq!(e.text, "PRECONDITION_FAILED - invalid arg 'x-max-length' for queue 'q' in vhost '/': \"expected integer, got longstr\"");
         assert!(QueueArgs::parse(&t("x-max-length", FieldValue::I32(-1)), what).is_err());
         assert!(QueueArgs::parse(&t("x-max-priority", FieldValue::I32(256)), what).is_err());
         assert!(QueueArgs::parse(&t("x-overflow", FieldValue::str("nope")), what).is_err());
         let a = QueueArgs::parse(&t("x-message-ttl", FieldValue::I64(0)), what).expect("valid");
         assert_eq!(a.message_ttl_ms, Some(0));
-        assert_eq!(parse_expiration("soon").expect_err("bad").text, "PRECONDITION_FAILED - invalid expiration 'soon': no_integer");
+        assert_eq!(
+            parse_expiration("soon").expect_err("bad").text,
+            "PRECONDITION_FAILED - invalid expiration 'soon': no_integer"
+        );
         assert_eq!(parse_expiration("1500").expect("ok"), 1500);
     }
 }

@@ -25,10 +25,10 @@ use warren_store::{QueueLog, Recovered};
 
 use crate::channel::{ChannelShared, Offer};
 use crate::confirm::ConfirmHandle;
-use crate::persist::Persister;
 use crate::error::{AmqpError, AmqpResult};
 use crate::limits;
 use crate::message::Message;
+use crate::persist::Persister;
 use crate::vhost::VHost;
 
 /// A message in a queue, with its position so requeued messages go back where they were.
@@ -137,18 +137,36 @@ pub struct RemovedConsumer {
 /// Milliseconds on a monotonic clock shared by the process (TTL deadlines).
 pub fn now_ms() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
 }
 
 impl Queue {
-    pub fn new(name: Arc<str>, vhost: Arc<str>, options: QueueOptions, vhost_ref: Weak<VHost>) -> Arc<Queue> {
+    pub fn new(
+        name: Arc<str>,
+        vhost: Arc<str>,
+        options: QueueOptions,
+        vhost_ref: Weak<VHost>,
+    ) -> Arc<Queue> {
         Self::with_log(name, vhost, options, vhost_ref, None)
     }
 
     /// A durable queue backed by `log` (id, log, persister), holding `recovered` messages.
-    pub fn with_log(name: Arc<str>, vhost: Arc<str>, options: QueueOptions, vhost_ref: Weak<VHost>, log: Option<(u64, Log, Arc<Persister>, Vec<Recovered>)>) -> Arc<Queue> {
+    pub fn with_log(
+        name: Arc<str>,
+        vhost: Arc<str>,
+        options: QueueOptions,
+        vhost_ref: Weak<VHost>,
+        log: Option<(u64, Log, Arc<Persister>, Vec<Recovered>)>,
+    ) -> Arc<Queue> {
         let levels = options.args.max_priority.map_or(1, |p| p as usize + 1);
-        let mut state = State { ready: (0..levels).map(|_| VecDeque::new()).collect(), last_used_ms: now_ms(), ..Default::default() };
+        let mut state = State {
+            ready: (0..levels).map(|_| VecDeque::new()).collect(),
+            last_used_ms: now_ms(),
+            ..Default::default()
+        };
         let (store_id, persister) = match log {
             None => (None, None),
             Some((id, log, persister, recovered)) => {
@@ -158,12 +176,21 @@ impl Queue {
                         tracing::warn!(queue = %name, seq = r.seq, "skipping a stored message that does not decode");
                         continue;
                     };
-                    let level = options.args.max_priority.map_or(0, |max| msg.priority.unwrap_or(0).min(max) as usize);
+                    let level = options
+                        .args
+                        .max_priority
+                        .map_or(0, |max| msg.priority.unwrap_or(0).min(max) as usize);
                     state.next_seq = r.seq + 1;
                     state.ready_bytes += msg.body.len() as u64;
                     state.ready_len += 1;
                     // It may have been delivered before the restart: say so, as RabbitMQ does.
-                    state.ready[level].push_back(QueuedMessage { seq: r.seq, msg: Arc::new(msg), redelivered: true, expires_at_ms: None, logged: true });
+                    state.ready[level].push_back(QueuedMessage {
+                        seq: r.seq,
+                        msg: Arc::new(msg),
+                        redelivered: true,
+                        expires_at_ms: None,
+                        logged: true,
+                    });
                 }
                 (Some(id), Some(persister))
             }
@@ -205,7 +232,9 @@ impl Queue {
 
     /// An `x-expires` queue unused for its lease: no consumers and no use since.
     pub fn lease_expired(&self, now: u64) -> bool {
-        let Some(ms) = self.options.args.expires_ms else { return false };
+        let Some(ms) = self.options.args.expires_ms else {
+            return false;
+        };
         let st = self.state.lock();
         st.consumers.is_empty() && !st.deleted && now.saturating_sub(st.last_used_ms) >= ms
     }
@@ -216,8 +245,7 @@ impl Queue {
     }
 
     /// Called by the persister: writes the buffered records (the caller fsyncs the files).
-    #[allow(clippy::type_complexity)]
-    pub fn write_log(&self) -> Result<(Vec<Arc<ConfirmHandle>>, Vec<Arc<std::fs::File>>), (std::io::Error, Vec<Arc<ConfirmHandle>>)> {
+    pub fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>> {
         self.in_batch.store(false, Ordering::Release);
         let mut st = self.state.lock();
         st.log_dirty = false;
@@ -226,7 +254,8 @@ impl Queue {
                 let before = log.bytes_written;
                 let r = log.write_pending();
                 if let Some(p) = &self.persister {
-                    p.bytes.fetch_add(log.bytes_written - before, Ordering::Relaxed);
+                    p.bytes
+                        .fetch_add(log.bytes_written - before, Ordering::Relaxed);
                 }
                 r
             }
@@ -242,12 +271,22 @@ impl Queue {
     fn locked<R>(self: &Arc<Self>, f: impl FnOnce(&Arc<Self>, &mut State) -> R) -> R {
         let mut st = self.state.lock();
         let r = f(self, &mut st);
-        if self.pressure.load(Ordering::Relaxed) && (st.ready_len < limits::QUEUE_RELIEF_MSGS || st.consumers.is_empty() || st.deleted) {
+        if self.pressure.load(Ordering::Relaxed)
+            && (st.ready_len < limits::QUEUE_RELIEF_MSGS || st.consumers.is_empty() || st.deleted)
+        {
             self.pressure.store(false, Ordering::Relaxed);
             self.relieved.notify_waiters();
         }
-        let dead = if st.dead.is_empty() { Vec::new() } else { std::mem::take(&mut st.dead) };
-        let confirmed = if st.confirmed.is_empty() { Vec::new() } else { std::mem::take(&mut st.confirmed) };
+        let dead = if st.dead.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut st.dead)
+        };
+        let confirmed = if st.confirmed.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut st.confirmed)
+        };
         let dirty = std::mem::take(&mut st.log_dirty);
         drop(st);
         if dirty {
@@ -271,7 +310,11 @@ impl Queue {
 
     /// Enqueues and dispatches, applying TTL and the length limits. A message this queue
     /// [`stores`](Self::stores) carries `confirm`, completed once written or once it left.
-    pub fn publish(self: &Arc<Self>, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Enqueued {
+    pub fn publish(
+        self: &Arc<Self>,
+        msg: Arc<Message>,
+        confirm: Option<&Arc<ConfirmHandle>>,
+    ) -> Enqueued {
         self.locked(|q, st| {
             if st.deleted {
                 return Enqueued::Gone;
@@ -305,12 +348,21 @@ impl Queue {
             }
             st.ready_bytes += size;
             st.ready_len += 1;
-            st.ready[level].push_back(QueuedMessage { seq, msg, redelivered: false, expires_at_ms, logged });
+            st.ready[level].push_back(QueuedMessage {
+                seq,
+                msg,
+                redelivered: false,
+                expires_at_ms,
+                logged,
+            });
             q.dispatch_locked(st);
             if expires_at_ms.is_some() {
                 st.expire(now);
             }
-            if !st.consumers.is_empty() && (st.ready_len > limits::QUEUE_PRESSURE_MSGS || st.ready_bytes > limits::QUEUE_PRESSURE_BYTES) {
+            if !st.consumers.is_empty()
+                && (st.ready_len > limits::QUEUE_PRESSURE_MSGS
+                    || st.ready_bytes > limits::QUEUE_PRESSURE_BYTES)
+            {
                 q.pressure.store(true, Ordering::Relaxed);
             }
             if a.overflow == Overflow::DropHead {
@@ -347,16 +399,25 @@ impl Queue {
         }
         'messages: while st.ready_len > 0 && !st.consumers.is_empty() {
             // With a single active consumer only the first (oldest of the highest priority) receives.
-            let n = if self.options.args.single_active_consumer { 1 } else { st.consumers.len() };
+            let n = if self.options.args.single_active_consumer {
+                1
+            } else {
+                st.consumers.len()
+            };
             let mut start = 0;
             // Priority groups, highest first; round-robin inside a group.
             while start < n {
                 let p = st.consumers[start].priority;
-                let end = st.consumers[start..].iter().position(|c| c.priority != p).map_or(n, |i| start + i);
+                let end = st.consumers[start..]
+                    .iter()
+                    .position(|c| c.priority != p)
+                    .map_or(n, |i| start + i);
                 let len = end - start;
                 for k in 0..len {
                     let idx = start + (st.rr + k) % len;
-                    let Some(front) = st.front() else { break 'messages };
+                    let Some(front) = st.front() else {
+                        break 'messages;
+                    };
                     let c = &st.consumers[idx];
                     match c.channel.offer(c, self, front) {
                         Offer::Delivered => {
@@ -386,7 +447,9 @@ impl Queue {
         self.locked(|_, st| {
             st.last_used_ms = now_ms();
             st.expire(st.last_used_ms);
-            let Some(m) = st.pop_ready() else { return false };
+            let Some(m) = st.pop_ready() else {
+                return false;
+            };
             if ack_mode {
                 st.unacked += 1;
             } else {
@@ -442,13 +505,21 @@ impl Queue {
 
     /// Adds a consumer; `on_added` runs under the queue lock (it sends consume-ok), so no
     /// delivery can overtake the consume-ok.
-    pub fn add_consumer(self: &Arc<Self>, c: Arc<Consumer>, on_added: impl FnOnce()) -> AmqpResult<()> {
+    pub fn add_consumer(
+        self: &Arc<Self>,
+        c: Arc<Consumer>,
+        on_added: impl FnOnce(),
+    ) -> AmqpResult<()> {
         self.locked(|q, st| {
             if st.deleted {
                 return Err(AmqpError::not_found(format!("no {}", q.describe())));
             }
-            if st.consumers.iter().any(|x| x.exclusive) || (c.exclusive && !st.consumers.is_empty()) {
-                return Err(AmqpError::access_refused(format!("{} in exclusive use", q.describe())));
+            if st.consumers.iter().any(|x| x.exclusive) || (c.exclusive && !st.consumers.is_empty())
+            {
+                return Err(AmqpError::access_refused(format!(
+                    "{} in exclusive use",
+                    q.describe()
+                )));
             }
             let pos = st.consumers.partition_point(|x| x.priority >= c.priority);
             st.consumers.insert(pos, c);
@@ -465,7 +536,12 @@ impl Queue {
             st.last_used_ms = now_ms();
             // The next consumer may have become the active one.
             q.dispatch_locked(st);
-            RemovedConsumer { auto_delete_now: q.options.auto_delete && st.had_consumer && st.consumers.is_empty() && !st.deleted }
+            RemovedConsumer {
+                auto_delete_now: q.options.auto_delete
+                    && st.had_consumer
+                    && st.consumers.is_empty()
+                    && !st.deleted,
+            }
         })
     }
 
@@ -508,14 +584,28 @@ impl Queue {
 
     fn publish_dead(&self, dead: Vec<(Arc<Message>, Reason)>) {
         let a = &self.options.args;
-        let (Some(dlx), Some(vhost)) = (&a.dead_letter_exchange, self.vhost_ref.upgrade()) else { return };
-        let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let (Some(dlx), Some(vhost)) = (&a.dead_letter_exchange, self.vhost_ref.upgrade()) else {
+            return;
+        };
+        let now_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let mut targets = Vec::new();
         for (msg, reason) in dead {
-            let m = dead_letter::dead_lettered(&msg, &self.name, reason, dlx, a.dead_letter_routing_key.as_deref(), now_s);
+            let m = dead_letter::dead_lettered(
+                &msg,
+                &self.name,
+                reason,
+                dlx,
+                a.dead_letter_routing_key.as_deref(),
+                now_s,
+            );
             targets.clear();
             // A missing dead-letter exchange drops the message, as in RabbitMQ.
-            if vhost.route(&m.exchange, &m.routing_key, &m.properties, &mut targets).is_err() {
+            if vhost
+                .route(&m.exchange, &m.routing_key, &m.properties, &mut targets)
+                .is_err()
+            {
                 continue;
             }
             let m = Arc::new(m);
@@ -564,7 +654,10 @@ impl State {
     /// Expires from the head of each lane only, as RabbitMQ does.
     fn expire(&mut self, now: u64) {
         for i in 0..self.ready.len() {
-            while self.ready[i].front().is_some_and(|m| m.expires_at_ms.is_some_and(|t| t <= now)) {
+            while self.ready[i]
+                .front()
+                .is_some_and(|m| m.expires_at_ms.is_some_and(|t| t <= now))
+            {
                 if let Some(m) = self.ready[i].pop_front() {
                     self.ready_bytes -= m.msg.body.len() as u64;
                     self.ready_len -= 1;
@@ -578,7 +671,10 @@ impl State {
     /// Over a limit once a message of `incoming` bytes is added (0: already over).
     fn is_full(&self, a: &QueueArgs, incoming: u64) -> bool {
         let extra = (incoming > 0) as u64;
-        a.max_length.is_some_and(|m| self.ready_len as u64 + extra > m) || a.max_length_bytes.is_some_and(|m| self.ready_bytes + incoming > m)
+        a.max_length
+            .is_some_and(|m| self.ready_len as u64 + extra > m)
+            || a.max_length_bytes
+                .is_some_and(|m| self.ready_bytes + incoming > m)
     }
 }
 

@@ -22,14 +22,23 @@ fn bits_pack_into_one_octet() {
     let mut buf = BytesMut::new();
     m.encode_payload(&mut buf);
     // class, method, reserved short, "q", bits, empty table
-    assert_eq!(&buf[..], &[0, 50, 0, 10, 0, 0, 1, b'q', 0b11010, 0, 0, 0, 0]);
+    assert_eq!(
+        &buf[..],
+        &[0, 50, 0, 10, 0, 0, 1, b'q', 0b11010, 0, 0, 0, 0]
+    );
     round_trip(m);
 }
 
 #[test]
 fn unknown_method() {
     let b = Bytes::from_static(&[0, 60, 0, 99]);
-    assert_eq!(Method::decode(&b), Err(DecodeError::UnknownMethod { class_id: 60, method_id: 99 }));
+    assert_eq!(
+        Method::decode(&b),
+        Err(DecodeError::UnknownMethod {
+            class_id: 60,
+            method_id: 99
+        })
+    );
 }
 
 #[test]
@@ -42,10 +51,43 @@ fn truncated_method() {
 fn samples_round_trip() {
     let mut t = FieldTable::new();
     t.insert("x-match", FieldValue::str("any"));
-    round_trip(BasicDeliver { consumer_tag: "c".into(), delivery_tag: 7, redelivered: true, exchange: "e".into(), routing_key: "k".into() }.into());
-    round_trip(BasicNack { delivery_tag: u64::MAX, multiple: true, requeue: false }.into());
-    round_trip(ExchangeBind { destination: "d".into(), source: "s".into(), routing_key: "#".into(), nowait: true, arguments: t, ..Default::default() }.into());
-    round_trip(ConnectionTune { channel_max: 2047, frame_max: 131072, heartbeat: 60 }.into());
+    round_trip(
+        BasicDeliver {
+            consumer_tag: "c".into(),
+            delivery_tag: 7,
+            redelivered: true,
+            exchange: "e".into(),
+            routing_key: "k".into(),
+        }
+        .into(),
+    );
+    round_trip(
+        BasicNack {
+            delivery_tag: u64::MAX,
+            multiple: true,
+            requeue: false,
+        }
+        .into(),
+    );
+    round_trip(
+        ExchangeBind {
+            destination: "d".into(),
+            source: "s".into(),
+            routing_key: "#".into(),
+            nowait: true,
+            arguments: t,
+            ..Default::default()
+        }
+        .into(),
+    );
+    round_trip(
+        ConnectionTune {
+            channel_max: 2047,
+            frame_max: 131072,
+            heartbeat: 60,
+        }
+        .into(),
+    );
     round_trip(TxRollbackOk {}.into());
 }
 
@@ -54,23 +96,71 @@ fn samples_round_trip() {
 fn third_party_codec_agrees() {
     use amq_protocol::frame::{parse_frame, AMQPFrame};
     let methods: Vec<Method> = vec![
-        BasicPublish { exchange: "ex".into(), routing_key: "rk".into(), mandatory: true, ..Default::default() }.into(),
-        BasicDeliver { consumer_tag: "ctag".into(), delivery_tag: 99, redelivered: true, exchange: "ex".into(), routing_key: "rk".into() }.into(),
-        QueueDeclareOk { queue: "amq.gen-x".into(), message_count: 3, consumer_count: 1 }.into(),
+        BasicPublish {
+            exchange: "ex".into(),
+            routing_key: "rk".into(),
+            mandatory: true,
+            ..Default::default()
+        }
+        .into(),
+        BasicDeliver {
+            consumer_tag: "ctag".into(),
+            delivery_tag: 99,
+            redelivered: true,
+            exchange: "ex".into(),
+            routing_key: "rk".into(),
+        }
+        .into(),
+        QueueDeclareOk {
+            queue: "amq.gen-x".into(),
+            message_count: 3,
+            consumer_count: 1,
+        }
+        .into(),
         ExchangeUnbindOk {}.into(),
-        BasicGetOk { delivery_tag: 1, redelivered: false, exchange: "".into(), routing_key: "q".into(), message_count: 5 }.into(),
-        ConnectionClose { reply_code: 404, reply_text: "NOT_FOUND - x".into(), class_id: 50, method_id: 10 }.into(),
-        BasicNack { delivery_tag: 3, multiple: true, requeue: true }.into(),
+        BasicGetOk {
+            delivery_tag: 1,
+            redelivered: false,
+            exchange: "".into(),
+            routing_key: "q".into(),
+            message_count: 5,
+        }
+        .into(),
+        ConnectionClose {
+            reply_code: 404,
+            reply_text: "NOT_FOUND - x".into(),
+            class_id: 50,
+            method_id: 10,
+        }
+        .into(),
+        BasicNack {
+            delivery_tag: 3,
+            multiple: true,
+            requeue: true,
+        }
+        .into(),
         ConfirmSelectOk {}.into(),
     ];
     for m in methods {
         let mut buf = BytesMut::new();
         crate::frame::write_method(&mut buf, 1, &m);
-        let parsed = parse_frame(&buf[..]).unwrap_or_else(|e| panic!("{} rejected by amq-protocol: {e:?}", m.name()));
-        let AMQPFrame::Method(ch, class) = parsed.1 else { panic!("not a method frame") };
+        let parsed = parse_frame(&buf[..])
+            .unwrap_or_else(|e| panic!("{} rejected by amq-protocol: {e:?}", m.name()));
+        let AMQPFrame::Method(ch, class) = parsed.1 else {
+            panic!("not a method frame")
+        };
         assert_eq!(ch, 1);
         let dbg = format!("{class:?}").to_lowercase();
-        let short = m.name().split('.').nth(1).unwrap_or_default().replace('_', "");
-        assert!(dbg.replace('_', "").contains(&short), "{} decoded as {dbg}", m.name());
+        let short = m
+            .name()
+            .split('.')
+            .nth(1)
+            .unwrap_or_default()
+            .replace('_', "");
+        assert!(
+            dbg.replace('_', "").contains(&short),
+            "{} decoded as {dbg}",
+            m.name()
+        );
     }
 }
