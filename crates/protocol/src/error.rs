@@ -12,6 +12,9 @@ pub enum DecodeError {
     /// A field table value with an unknown type tag (502).
     #[error("unknown field value type {0:#04x}")]
     BadFieldType(u8),
+    /// Field tables or arrays nested deeper than `table::MAX_NESTING` (502).
+    #[error("field tables nested deeper than {} levels", crate::table::MAX_NESTING)]
+    TooDeep,
     /// A class/method id pair this server does not know (540 NOT_IMPLEMENTED).
     #[error("unknown method {class_id}/{method_id}")]
     UnknownMethod { class_id: u16, method_id: u16 },

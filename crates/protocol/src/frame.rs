@@ -13,6 +13,9 @@ pub const FRAME_HEARTBEAT: u8 = 8;
 pub const FRAME_END: u8 = 0xCE;
 /// Header (7) plus end octet (1).
 pub const FRAME_OVERHEAD: usize = 8;
+/// The most the decoder reserves ahead for a frame still arriving: a header alone must not make
+/// the broker allocate what its size field claims (up to 4 GiB with frame_max 0).
+pub const RESERVE_AHEAD_MAX: usize = 256 * 1024;
 /// The smallest frame_max a peer may negotiate (spec: 4096).
 pub const FRAME_MIN_SIZE: u32 = 4096;
 
@@ -61,13 +64,13 @@ impl FrameDecoder {
         let size = u32::from_be_bytes([buf[3], buf[4], buf[5], buf[6]]);
         if self.frame_max != 0 && size as u64 + FRAME_OVERHEAD as u64 > self.frame_max as u64 {
             return Err(DecodeError::FrameTooLarge {
-                size: size + FRAME_OVERHEAD as u32,
+                size: size.saturating_add(FRAME_OVERHEAD as u32),
                 max: self.frame_max,
             });
         }
         let total = 7 + size as usize + 1;
         if buf.len() < total {
-            buf.reserve(total - buf.len());
+            buf.reserve((total - buf.len()).min(RESERVE_AHEAD_MAX));
             return Ok(None);
         }
         let end = buf[total - 1];

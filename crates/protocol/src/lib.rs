@@ -8,6 +8,7 @@
 //! - [`properties`]: the content header; properties stay raw bytes and are decoded on demand.
 //! - [`codec`]: the primitive reader/writer (bit packing lives here).
 //! - [`reply`]: reply codes.
+//! - `invariants`: what the decoders hold for any input, checked by the fuzzers and tests.
 //!
 //! Invariant: no I/O, no async runtime, no clock. Strings are `ByteString` slices of the frame
 //! buffer, so decoding a `basic.publish` does not allocate.
@@ -17,9 +18,13 @@
 //! to send back verbatim (amq-protocol decodes them eagerly). The method table is checked against
 //! amq-protocol in the tests, so a third-party codec stands on the other side.
 
+#[cfg(test)]
+mod arb;
 pub mod codec;
 pub mod error;
 pub mod frame;
+#[doc(hidden)]
+pub mod invariants;
 pub mod method;
 pub mod properties;
 pub mod reply;

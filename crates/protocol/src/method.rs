@@ -66,6 +66,23 @@ macro_rules! methods {
             }
         }
 
+        /// Any method, with any field values (for the round-trip property).
+        #[cfg(test)]
+        pub(crate) fn any_method() -> proptest::strategy::BoxedStrategy<Method> {
+            use proptest::strategy::Strategy;
+            #[allow(unused_imports)]
+            use crate::arb::Arb;
+            proptest::strategy::Union::new(vec![
+                $(
+                    // A leading Just(()) so a method without fields is still a tuple.
+                    (proptest::strategy::Just(()), $(<$ty as Arb>::arb(),)*)
+                        .prop_map(|(_, $($field,)*)| Method::$variant($variant { $($field,)* }))
+                        .boxed(),
+                )*
+            ])
+            .boxed()
+        }
+
         /// The spec name of a class/method id pair, if known.
         pub fn method_name(class_id: u16, method_id: u16) -> Option<&'static str> {
             match (class_id, method_id) { $( ($class, $method) => Some($name), )* _ => None }

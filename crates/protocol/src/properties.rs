@@ -247,3 +247,26 @@ mod tests {
         assert!(BasicProperties::decode(&raw).is_err());
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Properties round-trip, inside a content header too, and the fast delivery_mode
+        /// reader agrees with the full decoder.
+        #[test]
+        fn any_properties_round_trip(p in crate::arb::properties(), size in any::<u64>()) {
+            let raw = p.to_bytes();
+            prop_assert_eq!(BasicProperties::decode(&raw).expect("decodes"), p.clone());
+            prop_assert_eq!(delivery_mode(&raw), p.delivery_mode);
+            let mut framed = BytesMut::new();
+            crate::frame::write_content_header(&mut framed, 1, 60, size, &raw);
+            let f = crate::FrameDecoder::new(0).decode(&mut framed).expect("frames").expect("whole");
+            let h = ContentHeader::decode(&f.payload).expect("decodes");
+            prop_assert_eq!((h.class_id, h.body_size), (60, size));
+            prop_assert_eq!(BasicProperties::decode(&h.raw_properties).expect("decodes"), p);
+        }
+    }
+}

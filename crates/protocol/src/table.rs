@@ -7,6 +7,11 @@ use bytestring::ByteString;
 use crate::codec::Reader;
 use crate::error::DecodeError;
 
+/// How deeply tables and arrays may nest. Decoding recurses, so without a bound a frame of
+/// nested `F` tags (6 octets a level) could overflow a worker's stack; real headers (x-death)
+/// nest three levels.
+pub const MAX_NESTING: usize = 64;
+
 /// A field table, in wire order. Tables are small, so a vector beats a map and keeps the order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldTable(pub Vec<(ByteString, FieldValue)>);
@@ -57,13 +62,20 @@ impl FieldTable {
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Self::decode_nested(r, 0)
+    }
+
+    fn decode_nested(r: &mut Reader<'_>, depth: usize) -> Result<Self, DecodeError> {
+        if depth >= MAX_NESTING {
+            return Err(DecodeError::TooDeep);
+        }
         let n = r.u32()? as usize;
         let raw = r.raw(n, "table")?;
         let mut inner = Reader::new(&raw);
         let mut entries = Vec::new();
         while inner.remaining() > 0 {
             let k = inner.short_str()?;
-            let v = FieldValue::decode(&mut inner)?;
+            let v = FieldValue::decode(&mut inner, depth)?;
             entries.push((k, v));
         }
         Ok(FieldTable(entries))
@@ -84,7 +96,8 @@ impl FieldTable {
 }
 
 impl FieldValue {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+    /// `depth`: how many tables and arrays enclose this value.
+    fn decode(r: &mut Reader<'_>, depth: usize) -> Result<Self, DecodeError> {
         let tag = r.u8()?;
         Ok(match tag {
             b't' => FieldValue::Bool(r.u8()? != 0),
@@ -101,17 +114,20 @@ impl FieldValue {
             b'D' => FieldValue::Decimal(r.u8()?, r.u32()?),
             b'S' => FieldValue::LongStr(r.long_bytes()?),
             b'A' => {
+                if depth + 1 >= MAX_NESTING {
+                    return Err(DecodeError::TooDeep);
+                }
                 let n = r.u32()? as usize;
                 let raw = r.raw(n, "array")?;
                 let mut inner = Reader::new(&raw);
                 let mut items = Vec::new();
                 while inner.remaining() > 0 {
-                    items.push(FieldValue::decode(&mut inner)?);
+                    items.push(FieldValue::decode(&mut inner, depth + 1)?);
                 }
                 FieldValue::Array(items)
             }
             b'T' => FieldValue::Timestamp(r.u64()?),
-            b'F' => FieldValue::Table(FieldTable::decode(r)?),
+            b'F' => FieldValue::Table(FieldTable::decode_nested(r, depth + 1)?),
             b'V' => FieldValue::Void,
             b'x' => FieldValue::Bytes(r.long_bytes()?),
             other => return Err(DecodeError::BadFieldType(other)),
@@ -270,5 +286,23 @@ mod tests {
             FieldTable::decode(&mut Reader::new(&b)),
             Err(DecodeError::Truncated(_))
         ));
+    }
+}
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_table_round_trips(t in crate::arb::table()) {
+            let mut buf = BytesMut::new();
+            t.encode(&mut buf);
+            let b = buf.freeze();
+            let mut r = Reader::new(&b);
+            prop_assert_eq!(FieldTable::decode(&mut r).expect("decodes"), t);
+            prop_assert_eq!(r.remaining(), 0);
+        }
     }
 }
