@@ -23,6 +23,17 @@ enum Command {
     /// Run the broker. Embedded defaults: one node, AMQP on 127.0.0.1:5672, HTTP port 15672,
     /// data in ./warren-data, user guest/guest allowed from loopback only.
     Server(ServerArgs),
+    /// Load generator with RabbitMQ PerfTest's flags (-x, -y, -u, -s, -r, -c, -q, -z, -h URI,
+    /// ...), against Warren or any AMQP 0-9-1 broker. `warren perf --help` lists them.
+    Perf(PerfArgs),
+}
+
+/// Everything after `perf` goes to warren-perf's own parser (PerfTest's `-h` is the URI).
+#[derive(Parser)]
+#[command(disable_help_flag = true)]
+struct PerfArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    args: Vec<std::ffi::OsString>,
 }
 
 #[derive(Parser)]
@@ -82,6 +93,9 @@ fn main() -> std::process::ExitCode {
         .init();
     let result = match cli.command {
         Command::Server(args) => run_server(args),
+        Command::Perf(args) => {
+            return std::process::ExitCode::from(warren_perf::main(args.args).clamp(0, 255) as u8)
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
