@@ -28,6 +28,15 @@ pub const PUBLISH_STALL_MS: u64 = 10;
 
 const _: () = assert!(QUEUE_RELIEF_MSGS < QUEUE_PRESSURE_MSGS);
 
+/// A queue holding more ready messages (or body bytes) in memory than this keeps the messages
+/// that arrive after on disk only (its log, or a scratch log for a non-durable queue), until
+/// consumers have taken everything in memory. RabbitMQ's classic queues keep a similar few
+/// thousand messages in memory.
+pub const PAGE_OUT_MSGS: usize = 16_384;
+pub const PAGE_OUT_BYTES: u64 = 8 * 1024 * 1024;
+/// How much is read back at a time: one large sequential read.
+pub const PAGE_IN_BYTES: usize = 1024 * 1024;
+
 /// How often memory and disk are sampled for the resource alarms.
 pub const ALARM_CHECK_MS: u64 = 500;
 /// RabbitMQ's defaults: alarm at 0.4 of RAM, and below 50 MB of free disk.

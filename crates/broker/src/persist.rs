@@ -125,11 +125,21 @@ impl Persister {
     }
 }
 
-/// A message as stored in a queue log: exchange, routing key, raw properties, body.
-pub fn encode_message(m: &Message) -> Bytes {
+/// A message as stored in a queue log: `flags u8 | [deadline u64] | exchange | routing key |
+/// properties | body`. Flag bit 0: a TTL deadline follows, in Unix milliseconds, so a message
+/// read back after paging or a restart still expires on time.
+pub fn encode_message(m: &Message, expires_at_ms: Option<u64>) -> Bytes {
     let mut b = BytesMut::with_capacity(
-        2 + m.exchange.len() + m.routing_key.len() + 4 + m.properties.len() + m.body.len(),
+        11 + m.exchange.len() + m.routing_key.len() + 4 + m.properties.len() + m.body.len(),
     );
+    match expires_at_ms {
+        Some(at) => {
+            b.put_u8(1);
+            let left = at.saturating_sub(crate::queue::now_ms());
+            b.put_u64(unix_ms().saturating_add(left));
+        }
+        None => b.put_u8(0),
+    }
     b.put_u8(m.exchange.len() as u8);
     b.put_slice(m.exchange.as_bytes());
     b.put_u8(m.routing_key.len() as u8);
@@ -140,35 +150,67 @@ pub fn encode_message(m: &Message) -> Bytes {
     b.freeze()
 }
 
-pub fn decode_message(data: &Bytes) -> Option<Message> {
-    let mut at = 0usize;
-    let short = |at: &mut usize| -> Option<ByteString> {
-        let n = *data.get(*at)? as usize;
-        let s = ByteString::try_from(
-            data.get(*at + 1..*at + 1 + n)
-                .map(|_| data.slice(*at + 1..*at + 1 + n))?,
-        )
-        .ok()?;
-        *at += 1 + n;
-        Some(s)
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Where the properties' length sits, and the deadline if there is one.
+fn header(data: &[u8]) -> Option<(usize, Option<u64>)> {
+    let flags = *data.first()?;
+    let (mut at, deadline) = if flags & 1 != 0 {
+        (9, Some(u64::from_be_bytes(data.get(1..9)?.try_into().ok()?)))
+    } else {
+        (1, None)
     };
-    let exchange = short(&mut at)?;
-    let routing_key = short(&mut at)?;
+    at += 1 + *data.get(at)? as usize;
+    at += 1 + *data.get(at)? as usize;
+    Some((at, deadline))
+}
+
+/// The body size of a stored message, without decoding it (queue accounting at recovery).
+pub fn stored_body_len(data: &[u8]) -> u64 {
+    header(data)
+        .and_then(|(at, _)| {
+            let n = u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?) as usize;
+            data.len().checked_sub(at + 4 + n)
+        })
+        .unwrap_or(0) as u64
+}
+
+/// Decodes a stored message and its deadline on the [`crate::queue::now_ms`] clock.
+pub fn decode_message(data: &Bytes) -> Option<(Message, Option<u64>)> {
+    let (props_at, deadline) = header(data)?;
+    let short = |at: usize| -> Option<ByteString> {
+        let n = *data.get(at)? as usize;
+        data.get(at + 1..at + 1 + n)?;
+        ByteString::try_from(data.slice(at + 1..at + 1 + n)).ok()
+    };
+    let x_at = if deadline.is_some() { 9 } else { 1 };
+    let exchange = short(x_at)?;
+    let routing_key = short(x_at + 1 + exchange.len())?;
+    let at = props_at;
     let n = u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?) as usize;
-    at += 4;
-    let properties = data.get(at..at + n).map(|_| data.slice(at..at + n))?;
-    let body = data.slice(at + n..);
+    let properties = data.get(at + 4..at + 4 + n).map(|_| data.slice(at + 4..at + 4 + n))?;
+    let body = data.slice(at + 4 + n..);
     let props = BasicProperties::decode(&properties).ok()?;
     let expiration_ms = props.expiration.and_then(|e| e.parse().ok());
-    Some(Message {
-        exchange,
-        routing_key,
-        properties,
-        body,
-        persistent: true,
-        priority: props.priority,
-        expiration_ms,
-    })
+    let expires_at = deadline.map(|d| {
+        crate::queue::now_ms().saturating_add(d.saturating_sub(unix_ms()))
+    });
+    Some((
+        Message {
+            exchange,
+            routing_key,
+            properties,
+            body,
+            persistent: props.delivery_mode == Some(2),
+            priority: props.priority,
+            expiration_ms,
+        },
+        expires_at,
+    ))
 }
 
 #[cfg(test)]
@@ -191,11 +233,19 @@ mod tests {
             priority: Some(3),
             expiration_ms: None,
         };
-        let d = decode_message(&encode_message(&m)).expect("decodes");
+        let stored = encode_message(&m, None);
+        assert_eq!(stored_body_len(&stored), 4);
+        let (d, deadline) = decode_message(&stored).expect("decodes");
         assert_eq!(
-            (&*d.exchange, &*d.routing_key, &d.body[..], d.priority),
-            ("x", "rk", &b"body"[..], Some(3))
+            (&*d.exchange, &*d.routing_key, &d.body[..], d.priority, d.persistent),
+            ("x", "rk", &b"body"[..], Some(3), true)
         );
-        assert!(decode_message(&Bytes::from_static(&[5, b'a'])).is_none());
+        assert_eq!(deadline, None);
+        assert!(decode_message(&Bytes::from_static(&[0, 5, b'a'])).is_none());
+        // A deadline 10 s out is still about 10 s out when read back.
+        let now = crate::queue::now_ms();
+        let (_, deadline) = decode_message(&encode_message(&m, Some(now + 10_000))).expect("decodes");
+        let left = deadline.expect("has a deadline").saturating_sub(now);
+        assert!((1_000..=10_100).contains(&left), "{left}");
     }
 }

@@ -17,7 +17,7 @@ use warren_protocol::method::{ExchangeBind, ExchangeDeclare, QueueBind, QueueDec
 use crate::definitions::{self, Definition};
 use crate::error::{AmqpError, AmqpResult};
 use crate::persist::Persister;
-use crate::queue::{Consumer, Queue, QueueArgs, QueueOptions};
+use crate::queue::{Backing, Consumer, Queue, QueueArgs, QueueOptions};
 
 #[derive(Clone, Default)]
 pub struct Snapshot {
@@ -167,6 +167,8 @@ impl VHost {
     /// from an earlier run is loaded.
     pub fn open(name: &str, storage: Storage) -> std::io::Result<Arc<VHost>> {
         std::fs::create_dir_all(storage.dir.join("queues"))?;
+        // Scratch logs hold non-durable queues' paged-out messages: nothing there outlives a run.
+        let _ = std::fs::remove_dir_all(storage.dir.join("scratch"));
         let file = storage.dir.join("definitions");
         let v = Self::with_storage(name, Some(storage));
         v.loading.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -352,19 +354,33 @@ impl VHost {
         }
     }
 
-    fn open_log(
-        &self,
-        id: u64,
-    ) -> Option<
-        std::io::Result<(
-            crate::queue::Log,
-            Vec<warren_store::Recovered>,
-            Arc<Persister>,
-        )>,
-    > {
+    /// What backs a new or recovered queue: a durable queue's log `id` (opened here, with what
+    /// it recovered), or a place for a scratch log. `None` without storage.
+    fn backing(&self, durable_id: Option<u64>) -> Option<std::io::Result<Backing>> {
         let storage = self.storage.as_ref()?;
-        let dir = storage.dir.join("queues").join(format!("{id:016x}"));
-        Some(crate::queue::Log::open(&dir).map(|(log, rec)| (log, rec, storage.persister.clone())))
+        let persister = storage.persister.clone();
+        Some(match durable_id {
+            Some(id) => {
+                let dir = storage.dir.join("queues").join(format!("{id:016x}"));
+                crate::queue::Log::open(&dir, crate::persist::stored_body_len).map(|(log, rec)| {
+                    Backing {
+                        persister,
+                        durable: Some((id, log, rec)),
+                        scratch_dir: None,
+                    }
+                })
+            }
+            None => Ok(Backing {
+                persister,
+                durable: None,
+                scratch_dir: Some(
+                    storage
+                        .dir
+                        .join("scratch")
+                        .join(format!("{:016x}", rand::random::<u64>())),
+                ),
+            }),
+        })
     }
 
     /// Recreates a durable queue from the definitions file with the messages in its log.
@@ -380,8 +396,8 @@ impl VHost {
             arguments: d.arguments.clone(),
             args,
         };
-        let log = match self.open_log(id) {
-            Some(Ok((log, rec, p))) => Some((id, log, p, rec)),
+        let backing = match self.backing(Some(id)) {
+            Some(Ok(b)) => Some(b),
             Some(Err(e)) => {
                 return Err(AmqpError::internal_error(format!(
                     "cannot open the log of queue '{}': {e}",
@@ -390,14 +406,17 @@ impl VHost {
             }
             None => None,
         };
-        let n = log.as_ref().map_or(0, |l| l.3.len() as u64);
+        let n = backing
+            .as_ref()
+            .and_then(|b| b.durable.as_ref())
+            .map_or(0, |(_, _, rec)| rec.live.len() as u64);
         let name: Arc<str> = (&*d.queue).into();
         let q = Queue::with_log(
             name.clone(),
             self.name.clone(),
             opts,
             Arc::downgrade(self),
-            log,
+            backing,
         );
         let mut defs = self.defs.lock();
         defs.queues.insert(name, q);
@@ -774,27 +793,23 @@ impl VHost {
             args,
         };
         // Exclusive queues die with their connection, so their messages are never written.
-        let log = if spec.durable && !spec.exclusive {
-            let id: u64 = rand::random();
-            match self.open_log(id) {
-                Some(Ok((log, _, p))) => Some((id, log, p, Vec::new())),
-                Some(Err(e)) => {
-                    return Err(AmqpError::internal_error(format!(
-                        "cannot create the log of queue '{}': {e}",
-                        spec.name
-                    )))
-                }
-                None => None,
+        let durable_id = (spec.durable && !spec.exclusive).then(rand::random::<u64>);
+        let backing = match self.backing(durable_id) {
+            Some(Ok(b)) => Some(b),
+            Some(Err(e)) => {
+                return Err(AmqpError::internal_error(format!(
+                    "cannot create the log of queue '{}': {e}",
+                    spec.name
+                )))
             }
-        } else {
-            None
+            None => None,
         };
         let q = Queue::with_log(
             name.clone(),
             self.name.clone(),
             options,
             Arc::downgrade(self),
-            log,
+            backing,
         );
         defs.queues.insert(name, q.clone());
         self.changed(&defs, Self::kept(&q));

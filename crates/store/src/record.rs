@@ -1,7 +1,9 @@
 //! A record: `magic u32 | len u32 | crc32 u32 | payload[len]`, big-endian. The checksum covers
 //! the payload. The magic lets recovery find the next record after a corrupt one.
 //!
-//! Payload: `kind u8 | seq u64 | data`. Kind 1 = enqueue (data is the message), 2 = ack.
+//! Payload: `kind u8 | seq u64 | data`. Kind 1 = enqueue (data is the message), 2 = ack,
+//! 3 = ack of every seq from `seq` to the u64 in `data` (a purge), 4 = volatile enqueue: a
+//! transient message paged out of memory, read back at run time and ignored by recovery.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -9,6 +11,8 @@ pub const MAGIC: u32 = 0x5752_4e31; // "WRN1"
 pub const HEADER_BYTES: usize = 12;
 pub const KIND_ENQUEUE: u8 = 1;
 pub const KIND_ACK: u8 = 2;
+pub const KIND_ACK_RANGE: u8 = 3;
+pub const KIND_VOLATILE: u8 = 4;
 /// No record is larger than this (a 128 MiB message plus its envelope); a larger length is corrupt.
 pub const MAX_PAYLOAD_BYTES: u32 = 256 * 1024 * 1024;
 

@@ -21,7 +21,7 @@ use warren_protocol::{ByteString, FieldTable};
 pub use args::{display_value, type_name, Overflow, QueueArgs};
 use dead_letter::Reason;
 
-use warren_store::{QueueLog, Recovered};
+use warren_store::{Cursor, QueueLog, Recovery};
 
 use crate::channel::{ChannelShared, Offer};
 use crate::confirm::ConfirmHandle;
@@ -87,9 +87,14 @@ pub struct Queue {
     vhost_ref: Weak<VHost>,
     /// Set once a message with a deadline is enqueued; the vhost sweeper only visits these queues.
     pub may_expire: AtomicBool,
-    /// Durable queues: the group-commit thread, and whether this queue is already in its batch.
+    /// The group-commit thread that writes this queue's log, and whether this queue is already
+    /// in its batch. Queues without one never page out.
     persister: Option<Arc<Persister>>,
     in_batch: AtomicBool,
+    /// Persistent messages are stored (a durable queue) and their confirms wait for the fsync.
+    durable_store: bool,
+    /// A non-durable queue makes a scratch log here when it pages out.
+    scratch_dir: Option<std::path::PathBuf>,
     /// The log's directory id, recorded in the definitions file.
     pub store_id: Option<u64>,
     /// Set while consumers fall behind (see `limits::QUEUE_PRESSURE_MSGS`); publishers stall on
@@ -101,6 +106,39 @@ pub struct Queue {
 
 /// The log a durable queue writes persistent messages to, with the confirms they owe.
 pub type Log = QueueLog<Arc<ConfirmHandle>>;
+
+/// What backs a queue on disk.
+pub struct Backing {
+    pub persister: Arc<Persister>,
+    /// A durable queue: its log's id, the log, and what it held at boot.
+    pub durable: Option<(u64, Log, Recovery)>,
+    /// A non-durable queue: where to make a scratch log if it must page out.
+    pub scratch_dir: Option<std::path::PathBuf>,
+}
+
+/// The tail of a long queue, on disk only (see `limits::PAGE_OUT_BYTES`). Every message
+/// enqueued while a queue pages out goes here, so memory holds the head and disk the rest, in
+/// order.
+struct Paged {
+    cursor: Cursor,
+    count: usize,
+    /// Body bytes.
+    bytes: u64,
+    /// Seqs recovered at boot not yet read back; an enqueue on disk at or below `recovered_max`
+    /// that is not among them had left the queue before the restart.
+    recovered: VecDeque<u64>,
+    recovered_max: Option<u64>,
+}
+
+impl Paged {
+    fn holds(&self, seq: u64) -> bool {
+        holds(&self.recovered, self.recovered_max, seq)
+    }
+}
+
+fn holds(recovered: &VecDeque<u64>, recovered_max: Option<u64>, seq: u64) -> bool {
+    recovered_max.is_none_or(|m| seq > m) || recovered.binary_search(&seq).is_ok()
+}
 
 #[derive(Default)]
 struct State {
@@ -120,6 +158,8 @@ struct State {
     had_consumer: bool,
     /// Last time the queue was used (declared, consumed from, got from), for `x-expires`.
     last_used_ms: u64,
+    /// A scratch log could not be made: do not try again on every publish.
+    scratch_failed: bool,
     /// Dead letters gathered under the lock, published once it is released.
     dead: Vec<(Arc<Message>, Reason)>,
     log: Option<Log>,
@@ -127,6 +167,8 @@ struct State {
     confirmed: Vec<Arc<ConfirmHandle>>,
     /// The log has records to write.
     log_dirty: bool,
+    /// Messages on disk only, after those in `ready` (single-lane queues).
+    paged: Option<Paged>,
 }
 
 pub struct RemovedConsumer {
@@ -153,13 +195,14 @@ impl Queue {
         Self::with_log(name, vhost, options, vhost_ref, None)
     }
 
-    /// A durable queue backed by `log` (id, log, persister), holding `recovered` messages.
+    /// A queue backed by `backing`; a durable one starts with the messages its log recovered,
+    /// which stay on disk until read back in order.
     pub fn with_log(
         name: Arc<str>,
         vhost: Arc<str>,
         options: QueueOptions,
         vhost_ref: Weak<VHost>,
-        log: Option<(u64, Log, Arc<Persister>, Vec<Recovered>)>,
+        backing: Option<Backing>,
     ) -> Arc<Queue> {
         let levels = options.args.max_priority.map_or(1, |p| p as usize + 1);
         let mut state = State {
@@ -167,42 +210,52 @@ impl Queue {
             last_used_ms: now_ms(),
             ..Default::default()
         };
-        let (store_id, persister) = match log {
-            None => (None, None),
-            Some((id, log, persister, recovered)) => {
-                state.log = Some(log);
-                for r in recovered {
-                    let Some(msg) = crate::persist::decode_message(&r.data) else {
-                        tracing::warn!(queue = %name, seq = r.seq, "skipping a stored message that does not decode");
-                        continue;
-                    };
-                    let level = options
-                        .args
-                        .max_priority
-                        .map_or(0, |max| msg.priority.unwrap_or(0).min(max) as usize);
-                    state.next_seq = r.seq + 1;
-                    state.ready_bytes += msg.body.len() as u64;
-                    state.ready_len += 1;
-                    // It may have been delivered before the restart: say so, as RabbitMQ does.
-                    state.ready[level].push_back(QueuedMessage {
-                        seq: r.seq,
-                        msg: Arc::new(msg),
-                        redelivered: true,
-                        expires_at_ms: None,
-                        logged: true,
-                    });
-                }
-                (Some(id), Some(persister))
+        let mut may_expire = false;
+        let (store_id, persister, scratch_dir) = match backing {
+            None => (None, None, None),
+            Some(b) => {
+                let id = b.durable.map(|(id, log, rec)| {
+                    state.next_seq = rec.max_seq.map_or(0, |m| m + 1);
+                    if let Some(&first) = rec.live.first() {
+                        state.ready_len = rec.live.len();
+                        state.ready_bytes = rec.bytes;
+                        state.paged = Some(Paged {
+                            cursor: log.cursor_at_start(first),
+                            count: rec.live.len(),
+                            bytes: rec.bytes,
+                            recovered: rec.live.into(),
+                            recovered_max: rec.max_seq,
+                        });
+                        // Recovered messages may carry deadlines; the sweeper finds out.
+                        may_expire = true;
+                    }
+                    state.log = Some(log);
+                    id
+                });
+                (id, Some(b.persister), b.scratch_dir)
             }
         };
+        if state.paged.is_some() && levels > 1 {
+            // A priority queue keeps everything in memory: read the recovered messages now.
+            while state.paged.is_some() {
+                state.page_in();
+            }
+            let max = options.args.max_priority.unwrap_or(0);
+            for m in std::mem::take(&mut state.ready[0]) {
+                let level = m.msg.priority.unwrap_or(0).min(max) as usize;
+                state.ready[level].push_back(m);
+            }
+        }
         Arc::new(Queue {
             name,
             vhost,
             options,
             vhost_ref,
-            may_expire: AtomicBool::new(false),
+            may_expire: AtomicBool::new(may_expire),
             persister,
             in_batch: AtomicBool::new(false),
+            durable_store: store_id.is_some(),
+            scratch_dir,
             store_id,
             pressure: AtomicBool::new(false),
             relieved: tokio::sync::Notify::new(),
@@ -305,7 +358,7 @@ impl Queue {
 
     /// True if a persistent message published here is written to disk (and its confirm waits).
     pub fn stores(&self, msg: &Message) -> bool {
-        msg.persistent && self.persister.is_some()
+        msg.persistent && self.durable_store
     }
 
     /// Enqueues and dispatches, applying TTL and the length limits. A message this queue
@@ -339,22 +392,36 @@ impl Queue {
             let seq = st.next_seq;
             st.next_seq += 1;
             let level = q.level(&msg);
-            let logged = q.stores(&msg);
-            if logged {
-                if let Some(log) = &mut st.log {
-                    log.enqueue(seq, crate::persist::encode_message(&msg), confirm.cloned());
-                    st.log_dirty = true;
-                }
-            }
+            let stored = q.stores(&msg);
             st.ready_bytes += size;
             st.ready_len += 1;
-            st.ready[level].push_back(QueuedMessage {
-                seq,
-                msg,
-                redelivered: false,
-                expires_at_ms,
-                logged,
-            });
+            let page_out = st.paged.is_some()
+                || (level == 0
+                    && q.options.args.max_priority.is_none()
+                    && (st.ready_len > limits::PAGE_OUT_MSGS
+                        || st.ready_bytes > limits::PAGE_OUT_BYTES)
+                    && q.start_paging(st, seq));
+            if let (true, Some(log), Some(p)) = (page_out, &mut st.log, &mut st.paged) {
+                let data = crate::persist::encode_message(&msg, expires_at_ms);
+                log.enqueue(seq, data, confirm.filter(|_| stored).cloned(), !stored);
+                p.count += 1;
+                p.bytes += size;
+                st.log_dirty = true;
+            } else {
+                let logged = stored && st.log.is_some();
+                if let (true, Some(log)) = (logged, &mut st.log) {
+                    let data = crate::persist::encode_message(&msg, expires_at_ms);
+                    log.enqueue(seq, data, confirm.cloned(), false);
+                    st.log_dirty = true;
+                }
+                st.ready[level].push_back(QueuedMessage {
+                    seq,
+                    msg,
+                    redelivered: false,
+                    expires_at_ms,
+                    logged,
+                });
+            }
             q.dispatch_locked(st);
             if expires_at_ms.is_some() {
                 st.expire(now);
@@ -375,6 +442,38 @@ impl Queue {
             }
             Enqueued::Accepted
         })
+    }
+
+    /// Starts keeping new messages on disk only, from `seq` on; false if this queue cannot.
+    fn start_paging(&self, st: &mut State, seq: u64) -> bool {
+        if self.persister.is_none() {
+            return false;
+        }
+        if st.log.is_none() {
+            let Some(dir) = self.scratch_dir.as_deref().filter(|_| !st.scratch_failed) else {
+                return false;
+            };
+            match Log::open(dir, crate::persist::stored_body_len) {
+                Ok((mut log, _)) => {
+                    log.set_scratch();
+                    st.log = Some(log);
+                }
+                Err(e) => {
+                    st.scratch_failed = true;
+                    tracing::warn!(queue = %self.name, vhost = %self.vhost, error = %e, "cannot page out: the queue keeps its backlog in memory");
+                    return false;
+                }
+            }
+        }
+        let Some(log) = &st.log else { return false };
+        st.paged = Some(Paged {
+            cursor: log.cursor_at_end(seq),
+            count: 0,
+            bytes: 0,
+            recovered: VecDeque::new(),
+            recovered_max: None,
+        });
+        true
     }
 
     fn level(&self, msg: &Message) -> usize {
@@ -398,6 +497,7 @@ impl Queue {
             st.expire(now_ms());
         }
         'messages: while st.ready_len > 0 && !st.consumers.is_empty() {
+            st.fill();
             // With a single active consumer only the first (oldest of the highest priority) receives.
             let n = if self.options.args.single_active_consumer {
                 1
@@ -621,7 +721,69 @@ impl State {
         self.ready.iter().rev().find_map(|l| l.front())
     }
 
+    /// Reads the next paged-out messages back once memory holds none.
+    fn fill(&mut self) {
+        if self.paged.is_some() && self.ready[0].is_empty() {
+            self.page_in();
+        }
+    }
+
+    /// Reads about `limits::PAGE_IN_BYTES` of paged-out messages into lane 0, in order.
+    fn page_in(&mut self) {
+        let (Some(p), Some(log)) = (&mut self.paged, &self.log) else {
+            self.paged = None;
+            return;
+        };
+        let (recovered, max) = (&p.recovered, p.recovered_max);
+        let got = match log.read(&mut p.cursor, limits::PAGE_IN_BYTES, |s| {
+            holds(recovered, max, s)
+        }) {
+            Ok(got) => got,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read paged-out messages back");
+                Vec::new()
+            }
+        };
+        let lost = got.is_empty();
+        for (seq, data) in got {
+            while p.recovered.front().is_some_and(|&s| s <= seq) {
+                p.recovered.pop_front();
+            }
+            let redelivered = p.recovered_max.is_some_and(|m| seq <= m);
+            let size = crate::persist::stored_body_len(&data);
+            p.count -= 1;
+            p.bytes = p.bytes.saturating_sub(size);
+            let Some((msg, expires_at_ms)) = crate::persist::decode_message(&data) else {
+                tracing::warn!(seq, "skipping a stored message that does not decode");
+                self.ready_len -= 1;
+                self.ready_bytes = self.ready_bytes.saturating_sub(size);
+                continue;
+            };
+            // Recovered at boot: it may have been delivered before the restart, so say so.
+            self.ready[0].push_back(QueuedMessage {
+                seq,
+                msg: Arc::new(msg),
+                redelivered,
+                expires_at_ms,
+                logged: true,
+            });
+        }
+        if lost && p.count > 0 {
+            tracing::error!(
+                messages = p.count,
+                "paged-out messages could not be read back and are dropped"
+            );
+            self.ready_len -= p.count;
+            self.ready_bytes = self.ready_bytes.saturating_sub(p.bytes);
+            p.count = 0;
+        }
+        if p.count == 0 {
+            self.paged = None;
+        }
+    }
+
     fn pop_ready(&mut self) -> Option<QueuedMessage> {
+        self.fill();
         let m = self.ready.iter_mut().rev().find_map(|l| l.pop_front())?;
         self.ready_bytes -= m.msg.body.len() as u64;
         self.ready_len -= 1;
@@ -634,6 +796,13 @@ impl State {
             self.forget(m);
         }
         self.ready = lanes.into_iter().map(|_| VecDeque::new()).collect();
+        if let (Some(p), Some(log)) = (self.paged.take(), &mut self.log) {
+            // What is on disk only goes with one record, without reading it back.
+            let last = self.next_seq.saturating_sub(1);
+            let cancelled = log.ack_range(p.cursor.next_seq, last, |s| p.holds(s));
+            self.confirmed.extend(cancelled);
+            self.log_dirty = true;
+        }
         self.ready_len = 0;
         self.ready_bytes = 0;
     }
@@ -654,15 +823,26 @@ impl State {
     /// Expires from the head of each lane only, as RabbitMQ does.
     fn expire(&mut self, now: u64) {
         for i in 0..self.ready.len() {
-            while self.ready[i]
-                .front()
-                .is_some_and(|m| m.expires_at_ms.is_some_and(|t| t <= now))
-            {
-                if let Some(m) = self.ready[i].pop_front() {
-                    self.ready_bytes -= m.msg.body.len() as u64;
-                    self.ready_len -= 1;
-                    self.forget(&m);
-                    self.dead.push((m.msg, Reason::Expired));
+            loop {
+                if i == 0 {
+                    self.fill();
+                }
+                let mut expired = false;
+                while self.ready[i]
+                    .front()
+                    .is_some_and(|m| m.expires_at_ms.is_some_and(|t| t <= now))
+                {
+                    if let Some(m) = self.ready[i].pop_front() {
+                        self.ready_bytes -= m.msg.body.len() as u64;
+                        self.ready_len -= 1;
+                        self.forget(&m);
+                        self.dead.push((m.msg, Reason::Expired));
+                        expired = true;
+                    }
+                }
+                // The whole head expired: the paged-out messages behind it may have too.
+                if !(expired && self.ready[i].is_empty() && self.paged.is_some()) {
+                    break;
                 }
             }
         }
