@@ -1,25 +1,19 @@
 //! Users and SASL. PLAIN (`\0user\0password`) and AMQPLAIN (a field table without its length
 //! prefix, with LOGIN and PASSWORD) as RabbitMQ accepts them.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use warren_protocol::codec::Reader;
 use warren_protocol::FieldTable;
 
-use crate::config::Config;
+use crate::access::Access;
+pub use crate::access::User;
 
-#[derive(Debug, Clone)]
-pub struct User {
-    pub name: String,
-    password: String,
-    pub tags: Vec<String>,
-}
-
-#[derive(Debug, Default)]
+/// Login checks: credentials from the [`Access`] registry, then the loopback rule.
 pub struct Users {
-    users: HashMap<String, User>,
+    pub access: Arc<Access>,
     loopback_only: Vec<String>,
 }
 
@@ -37,23 +31,10 @@ pub enum AuthError {
 }
 
 impl Users {
-    pub fn from_config(c: &Config) -> Users {
+    pub fn new(access: Arc<Access>, loopback_only: Vec<String>) -> Users {
         Users {
-            users: c
-                .users
-                .iter()
-                .map(|u| {
-                    (
-                        u.name.clone(),
-                        User {
-                            name: u.name.clone(),
-                            password: u.password.clone(),
-                            tags: u.tags.clone(),
-                        },
-                    )
-                })
-                .collect(),
-            loopback_only: c.loopback_users.clone(),
+            access,
+            loopback_only,
         }
     }
 
@@ -68,24 +49,13 @@ impl Users {
             "AMQPLAIN" => parse_amqplain(response).ok_or(AuthError::Malformed)?,
             _ => return Err(AuthError::UnknownMechanism),
         };
-        let Some(user) = self.users.get(&name) else {
+        let Some(user) = self.access.login(&name, &password) else {
             return Err(AuthError::BadCredentials { user: name });
         };
-        // Constant-time enough for a password compare: no early exit on the first differing byte.
-        let ok = user.password.len() == password.len()
-            && user
-                .password
-                .bytes()
-                .zip(password.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
-        if !ok {
-            return Err(AuthError::BadCredentials { user: name });
-        }
         if self.loopback_only.contains(&name) && !peer.is_loopback() {
             return Err(AuthError::LoopbackOnly { user: name });
         }
-        Ok(user.clone())
+        Ok(user)
     }
 }
 
@@ -115,7 +85,9 @@ mod tests {
 
     #[test]
     fn plain_and_amqplain() {
-        let users = Users::from_config(&Config::default());
+        let c = crate::config::Config::default();
+        let access = Access::from_file(Access::seed(&c), None).expect("seed");
+        let users = Users::new(Arc::new(access), c.loopback_users);
         let lo = IpAddr::from([127, 0, 0, 1]);
         assert!(users
             .authenticate("PLAIN", &Bytes::from_static(b"\0guest\0guest"), lo)

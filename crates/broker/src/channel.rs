@@ -15,6 +15,7 @@ use warren_protocol::method::*;
 use warren_protocol::properties::{self, BasicProperties, ContentHeader};
 use warren_protocol::{frame, reply, ByteString, Method};
 
+use crate::access::{exchange_resource, Access, Perm, PermCache, Resource};
 use crate::confirm::Confirms;
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
@@ -239,6 +240,7 @@ pub struct Ctx<'a> {
     pub conn_id: u64,
     pub user: &'a str,
     pub vhost: &'a Arc<VHost>,
+    pub access: &'a Access,
     pub message_size_max_bytes: u64,
     /// Exclusive queues declared on this connection, deleted when it closes.
     pub exclusive_queues: &'a mut Vec<Arc<Queue>>,
@@ -262,6 +264,8 @@ pub struct Channel {
     direct_reply: Option<Arc<str>>,
     /// Queues this read batch published into that asked publishers to slow down.
     pub pressured: Vec<Arc<Queue>>,
+    /// Permission decisions already granted, so publishing does no regex work.
+    perms: PermCache,
 }
 
 impl Channel {
@@ -279,11 +283,18 @@ impl Channel {
             route_buf: Vec::new(),
             direct_reply: None,
             pressured: Vec::new(),
+            perms: PermCache::default(),
         }
     }
 
     fn id(&self) -> u16 {
         self.shared.id
+    }
+
+    /// 403 unless the user holds `perm` on the named resource (where RabbitMQ checks it).
+    fn allow(&mut self, ctx: &Ctx<'_>, perm: Perm, kind: Resource, name: &str) -> AmqpResult<()> {
+        self.perms
+            .check(ctx.access, ctx.user, &ctx.vhost.name, perm, kind, name)
     }
 
     fn reply(&self, m: impl Into<Method>) {
@@ -354,6 +365,7 @@ impl Channel {
             }
             Method::BasicGet(g) => {
                 let name = self.queue_name(&g.queue)?;
+                self.allow(ctx, Perm::Read, Resource::Queue, &name)?;
                 let q = vhost.queue_for(&name, ctx.conn_id)?;
                 let shared = &self.shared;
                 let got = q.get(!g.no_ack, |m, remaining| {
@@ -371,6 +383,17 @@ impl Channel {
             }
             Method::BasicRecoverAsync(r) => self.recover(r.requeue)?,
             Method::ExchangeDeclare(x) => {
+                if !x.passive && !x.exchange.is_empty() {
+                    self.allow(ctx, Perm::Configure, Resource::Exchange, &x.exchange)?;
+                    if let Some(ae) = x
+                        .arguments
+                        .get("alternate-exchange")
+                        .and_then(|v| v.as_str())
+                    {
+                        self.allow(ctx, Perm::Read, Resource::Exchange, &x.exchange)?;
+                        self.allow(ctx, Perm::Write, Resource::Exchange, ae)?;
+                    }
+                }
                 vhost.declare_exchange(&ExchangeSpec {
                     name: &x.exchange,
                     kind: &x.kind,
@@ -385,12 +408,17 @@ impl Channel {
                 }
             }
             Method::ExchangeDelete(x) => {
+                if !x.exchange.is_empty() && !x.exchange.starts_with("amq.") {
+                    self.allow(ctx, Perm::Configure, Resource::Exchange, &x.exchange)?;
+                }
                 vhost.delete_exchange(&x.exchange, x.if_unused)?;
                 if !x.nowait {
                     self.reply(ExchangeDeleteOk {});
                 }
             }
             Method::ExchangeBind(b) => {
+                self.allow(ctx, Perm::Write, Resource::Exchange, &b.destination)?;
+                self.allow(ctx, Perm::Read, Resource::Exchange, &b.source)?;
                 vhost.bind_exchange(
                     &b.destination,
                     &b.source,
@@ -403,6 +431,8 @@ impl Channel {
                 }
             }
             Method::ExchangeUnbind(b) => {
+                self.allow(ctx, Perm::Write, Resource::Exchange, &b.destination)?;
+                self.allow(ctx, Perm::Read, Resource::Exchange, &b.source)?;
                 vhost.bind_exchange(
                     &b.destination,
                     &b.source,
@@ -421,6 +451,18 @@ impl Channel {
                 } else {
                     d.queue.clone()
                 };
+                // A client-chosen 'amq.' name gets the reserved-prefix refusal from the vhost.
+                if !d.passive && (server_named || !name.starts_with("amq.")) {
+                    self.allow(ctx, Perm::Configure, Resource::Queue, &name)?;
+                    if let Some(dlx) = d
+                        .arguments
+                        .get("x-dead-letter-exchange")
+                        .and_then(|v| v.as_str())
+                    {
+                        self.allow(ctx, Perm::Read, Resource::Queue, &name)?;
+                        self.allow(ctx, Perm::Write, Resource::Exchange, dlx)?;
+                    }
+                }
                 let q = vhost.declare_queue(&QueueSpec {
                     name: &name,
                     passive: d.passive,
@@ -431,6 +473,9 @@ impl Channel {
                     conn_id: ctx.conn_id,
                     server_named,
                 })?;
+                if !d.passive {
+                    crate::policy::apply(ctx.access, &q);
+                }
                 if q.options.exclusive_owner == Some(ctx.conn_id)
                     && !ctx.exclusive_queues.iter().any(|x| Arc::ptr_eq(x, &q))
                 {
@@ -447,6 +492,8 @@ impl Channel {
             }
             Method::QueueBind(b) => {
                 let name = self.queue_name(&b.queue)?;
+                self.allow(ctx, Perm::Write, Resource::Queue, &name)?;
+                self.allow(ctx, Perm::Read, Resource::Exchange, &b.exchange)?;
                 vhost.queue_for(&name, ctx.conn_id)?;
                 vhost.bind_queue(&name, &b.exchange, &b.routing_key, &b.arguments, true)?;
                 if !b.nowait {
@@ -455,6 +502,8 @@ impl Channel {
             }
             Method::QueueUnbind(b) => {
                 let name = self.queue_name(&b.queue)?;
+                self.allow(ctx, Perm::Write, Resource::Queue, &name)?;
+                self.allow(ctx, Perm::Read, Resource::Exchange, &b.exchange)?;
                 if vhost.queue(&name).is_some() {
                     vhost.queue_for(&name, ctx.conn_id)?;
                 }
@@ -463,6 +512,7 @@ impl Channel {
             }
             Method::QueuePurge(p) => {
                 let name = self.queue_name(&p.queue)?;
+                self.allow(ctx, Perm::Read, Resource::Queue, &name)?;
                 let q = vhost.queue_for(&name, ctx.conn_id)?;
                 let n = q.purge();
                 if !p.nowait {
@@ -471,6 +521,7 @@ impl Channel {
             }
             Method::QueueDelete(d) => {
                 let name = self.queue_name(&d.queue)?;
+                self.allow(ctx, Perm::Configure, Resource::Queue, &name)?;
                 let deleted =
                     vhost.delete_queue(&name, d.if_unused, d.if_empty, Some(ctx.conn_id))?;
                 notify_cancelled(&deleted.consumers);
@@ -559,6 +610,7 @@ impl Channel {
             q
         } else {
             let name = self.queue_name(&c.queue)?;
+            self.allow(ctx, Perm::Read, Resource::Queue, &name)?;
             ctx.vhost.queue_for(&name, ctx.conn_id)?
         };
         let tag = if c.consumer_tag.is_empty() {
@@ -799,6 +851,13 @@ impl Channel {
                 expiration_ms = Some(parse_expiration(&e).map_err(|e| e.on(60, 40))?);
             }
         }
+        self.allow(
+            ctx,
+            Perm::Write,
+            Resource::Exchange,
+            exchange_resource(&publish.exchange),
+        )
+        .map_err(|e| e.on(60, 40))?;
         let msg = Message {
             exchange: publish.exchange,
             routing_key: publish.routing_key,

@@ -22,6 +22,8 @@ pub struct Config {
     pub users: Vec<UserConfig>,
     /// Users that may only log in from a loopback address (RabbitMQ's `loopback_users`).
     pub loopback_users: Vec<String>,
+    /// Definitions (RabbitMQ's JSON) imported at boot, like RabbitMQ's `load_definitions`.
+    pub definitions_file: Option<PathBuf>,
     pub limits: LimitsConfig,
 }
 
@@ -78,6 +80,7 @@ impl Default for Config {
                 tags: vec!["administrator".into()],
             }],
             loopback_users: vec!["guest".into()],
+            definitions_file: None,
             limits: LimitsConfig::default(),
         }
     }

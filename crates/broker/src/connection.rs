@@ -66,6 +66,12 @@ struct Conn {
     /// Channels with confirms to flush at the end of the read batch.
     dirty: Vec<u16>,
     exclusive_queues: Vec<Arc<Queue>>,
+    /// Our end of the socket, for the connection's name.
+    local: Option<SocketAddr>,
+    /// The client's properties from start-ok, kept for the management API.
+    client_properties: FieldTable,
+    /// This connection in the broker's registry, once open.
+    info: Option<Arc<crate::tracking::ConnInfo>>,
     /// The client asked for connection.close 403 on failed auth rather than a dropped socket.
     auth_failure_close: bool,
     /// The client handles connection.blocked/unblocked.
@@ -89,6 +95,7 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().ok();
     let (mut rd, mut wr) = stream.into_split();
     let mut header = [0u8; 8];
     let handshake = Duration::from_millis(limits::HANDSHAKE_TIMEOUT_MS);
@@ -125,6 +132,9 @@ pub async fn serve(
         channels: ahash::AHashMap::new(),
         dirty: Vec::new(),
         exclusive_queues: Vec::new(),
+        local,
+        client_properties: FieldTable::new(),
+        info: None,
         auth_failure_close: false,
         blocked_capability: false,
         publisher: false,
@@ -201,7 +211,17 @@ impl Conn {
                 buf.reserve(limits::READ_BUFFER_BYTES);
             }
             let tick = self.next_tick();
+            let info = self.info.clone();
+            let forced = async move {
+                match info {
+                    Some(i) => i.closed().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                reason = forced => {
+                    self.close_connection(AmqpError::new(reply::CONNECTION_FORCED, reason));
+                }
                 _ = alarms.changed() => {}
                 r = rd.read_buf(&mut buf), if !paused => match r {
                     Ok(0) => {
@@ -350,6 +370,9 @@ impl Conn {
                 }
             }
         }
+        if let Some(i) = &self.info {
+            i.set_channels(self.channels.len());
+        }
         for id in std::mem::take(&mut self.dirty) {
             if let Some(Slot::Open(ch)) = self.channels.get_mut(&id) {
                 ch.flush_confirms();
@@ -483,6 +506,19 @@ impl Conn {
                     ))
                     .on(10, 40));
                 };
+                let user = self
+                    .user
+                    .as_ref()
+                    .map(|u| u.name.clone())
+                    .unwrap_or_default();
+                if !self.broker.access.can_open(&user, &o.virtual_host) {
+                    return Err(AmqpError::not_allowed(format!(
+                        "access to vhost '{}' refused for user '{user}'",
+                        o.virtual_host
+                    ))
+                    .on(10, 40));
+                }
+                self.register(user, o.virtual_host.to_string());
                 self.vhost = Some(vhost);
                 self.outbox.method(
                     0,
@@ -520,6 +556,7 @@ impl Conn {
     }
 
     fn start_ok(&mut self, s: ConnectionStartOk) -> Result<(), AmqpError> {
+        self.client_properties = s.client_properties.clone();
         if let Some(FieldValue::Table(caps)) = s.client_properties.get("capabilities") {
             self.auth_failure_close =
                 caps.get("authentication_failure_close") == Some(&FieldValue::Bool(true));
@@ -725,6 +762,7 @@ impl Conn {
             conn_id: self.id,
             user: &user,
             vhost: &vhost,
+            access: &self.broker.access,
             message_size_max_bytes: max_size,
             exclusive_queues: &mut self.exclusive_queues,
         };
@@ -798,8 +836,26 @@ impl Conn {
         }
     }
 
+    /// Enters the broker's connection registry (management API, forced closes).
+    fn register(&mut self, user: String, vhost: String) {
+        let local = self.local.unwrap_or(self.peer);
+        let props = crate::json::table_to_json(&self.client_properties);
+        let info = Arc::new(crate::tracking::ConnInfo::new(
+            self.id, self.peer, local, user, vhost, props,
+        ));
+        info.frame_max
+            .store(self.decoder.frame_max as u64, Ordering::Relaxed);
+        info.heartbeat_s
+            .store(self.heartbeat_s as u32, Ordering::Relaxed);
+        self.broker.connections.lock().insert(self.id, info.clone());
+        self.info = Some(info);
+    }
+
     /// Releases channels and exclusive queues.
     fn cleanup(&mut self) {
+        if self.info.take().is_some() {
+            self.broker.connections.lock().remove(&self.id);
+        }
         let Some(vhost) = self.vhost.clone() else {
             return;
         };

@@ -12,6 +12,7 @@
 //!   [`definitions`]: the durable definitions file.
 //! - [`config`], [`limits`], [`error`], [`auth`].
 
+pub mod access;
 pub mod alarms;
 pub mod auth;
 pub mod channel;
@@ -20,12 +21,17 @@ pub mod confirm;
 pub mod connection;
 pub mod definitions;
 pub mod error;
+pub mod export;
+pub mod http;
+pub mod json;
 pub mod limits;
 pub mod message;
 pub mod outbox;
 pub mod persist;
+pub mod policy;
 pub mod queue;
 pub mod server;
+pub mod tracking;
 pub mod vhost;
 
 pub use config::Config;

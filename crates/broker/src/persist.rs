@@ -160,7 +160,10 @@ fn unix_ms() -> u64 {
 fn header(data: &[u8]) -> Option<(usize, Option<u64>)> {
     let flags = *data.first()?;
     let (mut at, deadline) = if flags & 1 != 0 {
-        (9, Some(u64::from_be_bytes(data.get(1..9)?.try_into().ok()?)))
+        (
+            9,
+            Some(u64::from_be_bytes(data.get(1..9)?.try_into().ok()?)),
+        )
     } else {
         (1, None)
     };
@@ -192,13 +195,14 @@ pub fn decode_message(data: &Bytes) -> Option<(Message, Option<u64>)> {
     let routing_key = short(x_at + 1 + exchange.len())?;
     let at = props_at;
     let n = u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?) as usize;
-    let properties = data.get(at + 4..at + 4 + n).map(|_| data.slice(at + 4..at + 4 + n))?;
+    let properties = data
+        .get(at + 4..at + 4 + n)
+        .map(|_| data.slice(at + 4..at + 4 + n))?;
     let body = data.slice(at + 4 + n..);
     let props = BasicProperties::decode(&properties).ok()?;
     let expiration_ms = props.expiration.and_then(|e| e.parse().ok());
-    let expires_at = deadline.map(|d| {
-        crate::queue::now_ms().saturating_add(d.saturating_sub(unix_ms()))
-    });
+    let expires_at =
+        deadline.map(|d| crate::queue::now_ms().saturating_add(d.saturating_sub(unix_ms())));
     Some((
         Message {
             exchange,
@@ -237,14 +241,21 @@ mod tests {
         assert_eq!(stored_body_len(&stored), 4);
         let (d, deadline) = decode_message(&stored).expect("decodes");
         assert_eq!(
-            (&*d.exchange, &*d.routing_key, &d.body[..], d.priority, d.persistent),
+            (
+                &*d.exchange,
+                &*d.routing_key,
+                &d.body[..],
+                d.priority,
+                d.persistent
+            ),
             ("x", "rk", &b"body"[..], Some(3), true)
         );
         assert_eq!(deadline, None);
         assert!(decode_message(&Bytes::from_static(&[0, 5, b'a'])).is_none());
         // A deadline 10 s out is still about 10 s out when read back.
         let now = crate::queue::now_ms();
-        let (_, deadline) = decode_message(&encode_message(&m, Some(now + 10_000))).expect("decodes");
+        let (_, deadline) =
+            decode_message(&encode_message(&m, Some(now + 10_000))).expect("decodes");
         let left = deadline.expect("has a deadline").saturating_sub(now);
         assert!((1_000..=10_100).contains(&left), "{left}");
     }

@@ -9,18 +9,24 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::access::{Access, MgmtError, VhostDef};
 use crate::alarms::{Alarms, Thresholds};
 use crate::auth::Users;
 use crate::config::Config;
 use crate::connection;
 use crate::limits;
 use crate::persist::Persister;
+use crate::tracking::ConnInfo;
 use crate::vhost::{Storage, VHost};
 
 pub struct Broker {
     pub config: Config,
     pub users: Users,
-    vhosts: HashMap<String, Arc<VHost>>,
+    /// Users, permissions and policies (also reachable as `users.access`).
+    pub access: Arc<Access>,
+    vhosts: parking_lot::RwLock<HashMap<String, Arc<VHost>>>,
+    /// Open connections, for the management API and forced closes.
+    pub connections: parking_lot::Mutex<HashMap<u64, Arc<ConnInfo>>>,
     next_connection_id: AtomicU64,
     pub persister: Arc<Persister>,
     pub alarms: Arc<Alarms>,
@@ -30,43 +36,117 @@ impl Broker {
     /// Opens the data directory (recovering durable definitions and messages) and builds the
     /// broker. Vhost `v` lives in `<data_dir>/vhosts/<hex of v>`.
     pub fn new(config: Config) -> std::io::Result<Arc<Broker>> {
-        let users = Users::from_config(&config);
+        let access = Arc::new(Access::open(&config)?);
+        let users = Users::new(access.clone(), config.loopback_users.clone());
         let persister = Persister::start();
         let mut vhosts = HashMap::new();
-        for v in &config.vhosts {
-            let hex: String = v.bytes().map(|b| format!("{b:02x}")).collect();
-            let dir = config.data_dir.join("vhosts").join(if hex.is_empty() {
-                "00".to_string()
-            } else {
-                hex
-            });
-            vhosts.insert(
-                v.clone(),
-                VHost::open(
-                    v,
-                    Storage {
-                        dir,
-                        persister: persister.clone(),
-                    },
-                )?,
-            );
+        for v in access.vhost_names() {
+            let vh = VHost::open(&v, Self::storage(&config, &persister, &v))?;
+            vhosts.insert(v, vh);
         }
         let alarms = Alarms::new(
             Thresholds::from_limits(&config.limits),
             config.data_dir.clone(),
         );
-        Ok(Arc::new(Broker {
+        let b = Arc::new(Broker {
             config,
             users,
-            vhosts,
+            access,
+            vhosts: parking_lot::RwLock::new(vhosts),
+            connections: parking_lot::Mutex::new(HashMap::new()),
             next_connection_id: AtomicU64::new(1),
             persister,
             alarms,
-        }))
+        });
+        for v in b.vhosts() {
+            crate::policy::apply_all(&b, &v);
+        }
+        Ok(b)
+    }
+
+    /// Vhost `v` lives in `<data_dir>/vhosts/<hex of v>`.
+    fn vhost_dir(config: &Config, v: &str) -> std::path::PathBuf {
+        let hex: String = v.bytes().map(|b| format!("{b:02x}")).collect();
+        config.data_dir.join("vhosts").join(if hex.is_empty() {
+            "00".to_string()
+        } else {
+            hex
+        })
+    }
+
+    fn storage(config: &Config, persister: &Arc<Persister>, v: &str) -> Storage {
+        Storage {
+            dir: Self::vhost_dir(config, v),
+            persister: persister.clone(),
+        }
     }
 
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
-        self.vhosts.get(name).cloned()
+        self.vhosts.read().get(name).cloned()
+    }
+
+    /// Every vhost, sorted by name.
+    pub fn vhosts(&self) -> Vec<Arc<VHost>> {
+        let mut v: Vec<_> = self.vhosts.read().values().cloned().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Creates a vhost (a no-op if it exists); true if it is new.
+    pub fn add_vhost(&self, def: VhostDef) -> Result<bool, MgmtError> {
+        let name = def.name.clone();
+        if name.is_empty() {
+            return Err(MgmtError::BadRequest("vhost name must not be empty".into()));
+        }
+        let mut map = self.vhosts.write();
+        if map.contains_key(&name) {
+            self.access.add_vhost(def);
+            return Ok(false);
+        }
+        let vh = VHost::open(&name, Self::storage(&self.config, &self.persister, &name))
+            .map_err(|e| MgmtError::BadRequest(format!("cannot create vhost '{name}': {e}")))?;
+        map.insert(name.clone(), vh);
+        drop(map);
+        self.access.add_vhost(def);
+        tracing::info!(vhost = %name, "vhost created");
+        Ok(true)
+    }
+
+    /// Deletes a vhost: its connections are closed (320), its queues and exchanges deleted with
+    /// their stored messages, its permissions and policies forgotten.
+    pub fn delete_vhost(&self, name: &str) -> Result<(), MgmtError> {
+        let Some(vh) = self.vhosts.write().remove(name) else {
+            return Err(MgmtError::NotFound(format!("no vhost '{name}'")));
+        };
+        self.access.remove_vhost(name);
+        let reason = format!("vhost '{name}' is deleted");
+        for c in self.connections.lock().values() {
+            if c.vhost == name {
+                c.force_close(&reason);
+            }
+        }
+        for q in vh.snapshot().queues.keys().cloned().collect::<Vec<_>>() {
+            if let Ok(d) = vh.delete_queue(&q, false, false, None) {
+                crate::channel::notify_cancelled(&d.consumers);
+            }
+        }
+        let dir = Self::vhost_dir(&self.config, name);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(vhost = name, error = %e, "cannot remove the vhost's directory");
+            }
+        }
+        tracing::info!(vhost = name, "vhost deleted");
+        Ok(())
+    }
+
+    /// Closes every connection of `user` (deleted), as RabbitMQ does.
+    pub fn close_user_connections(&self, user: &str, reason: &str) {
+        for c in self.connections.lock().values() {
+            if c.user == user {
+                c.force_close(reason);
+            }
+        }
     }
 
     pub fn next_connection_id(&self) -> u64 {
@@ -80,7 +160,7 @@ impl Broker {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            for v in self.vhosts.values() {
+            for v in self.vhosts() {
                 for q in v.expiring_queues() {
                     q.expire();
                 }

@@ -7,6 +7,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use warren_broker::{Broker, Config};
 
+mod ctl;
+
 #[derive(Parser)]
 #[command(
     name = "warren",
@@ -23,6 +25,9 @@ enum Command {
     /// Run the broker. Embedded defaults: one node, AMQP on 127.0.0.1:5672, HTTP port 15672,
     /// data in ./warren-data, user guest/guest allowed from loopback only.
     Server(ServerArgs),
+    /// Manage a running broker through its HTTP API, with rabbitmqctl's command names
+    /// (add_user, set_permissions, list_queues name messages, export_definitions FILE, ...).
+    Ctl(ctl::CtlArgs),
     /// Load generator with RabbitMQ PerfTest's flags (-x, -y, -u, -s, -r, -c, -q, -z, -h URI,
     /// ...), against Warren or any AMQP 0-9-1 broker. `warren perf --help` lists them.
     Perf(PerfArgs),
@@ -47,9 +52,15 @@ struct ServerArgs {
     /// Address the AMQP listener binds [default: 127.0.0.1].
     #[arg(long, value_name = "ADDR")]
     amqp_bind: Option<IpAddr>,
-    /// TCP port reserved for the HTTP management API [default: 15672].
+    /// TCP port of the HTTP management API [default: 15672].
     #[arg(long, value_name = "PORT")]
     http_port: Option<u16>,
+    /// Address the management API binds [default: 127.0.0.1].
+    #[arg(long, value_name = "ADDR")]
+    http_bind: Option<IpAddr>,
+    /// Definitions (RabbitMQ's JSON format) to import at boot.
+    #[arg(long, value_name = "FILE")]
+    definitions: Option<PathBuf>,
     /// Directory for durable state [default: ./warren-data].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -74,6 +85,12 @@ fn load_config(args: &ServerArgs) -> anyhow::Result<Config> {
     if let Some(p) = args.http_port {
         c.http_port = p;
     }
+    if let Some(a) = args.http_bind {
+        c.http_bind = a;
+    }
+    if let Some(f) = &args.definitions {
+        c.definitions_file = Some(f.clone());
+    }
     if let Some(d) = &args.data_dir {
         c.data_dir = d.clone();
     }
@@ -93,6 +110,7 @@ fn main() -> std::process::ExitCode {
         .init();
     let result = match cli.command {
         Command::Server(args) => run_server(args),
+        Command::Ctl(args) => return std::process::ExitCode::from(ctl::main(args)),
         Command::Perf(args) => {
             return std::process::ExitCode::from(warren_perf::main(args.args).clamp(0, 255) as u8)
         }
@@ -118,8 +136,24 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         let addr = std::net::SocketAddr::new(config.amqp_bind, config.amqp_port);
         let listener = listen(addr).with_context(|| format!("cannot listen for AMQP on {addr}"))?;
         tracing::info!(%addr, data_dir = %config.data_dir.display(), version = env!("CARGO_PKG_VERSION"), "warren listening for AMQP 0-9-1");
+        let http_addr = std::net::SocketAddr::new(config.http_bind, config.http_port);
+        let http = tokio::net::TcpListener::bind(http_addr)
+            .await
+            .with_context(|| format!("cannot listen for HTTP on {http_addr}"))?;
+        let definitions = config.definitions_file.clone();
         let broker = Broker::new(config).context("cannot open the data directory")?;
+        if let Some(path) = definitions {
+            let text = std::fs::read(&path)
+                .with_context(|| format!("cannot read definitions file {}", path.display()))?;
+            let doc: serde_json::Value = serde_json::from_slice(&text)
+                .with_context(|| format!("invalid JSON in definitions file {}", path.display()))?;
+            warren_broker::export::import(&broker, &doc)
+                .map_err(|e| anyhow::anyhow!("cannot import definitions file {}: {e}", path.display()))?;
+            tracing::info!(file = %path.display(), "definitions loaded");
+        }
         let (tx, rx) = tokio::sync::watch::channel(false);
+        tracing::info!(addr = %http_addr, "management API listening");
+        let api = tokio::spawn(warren_broker::http::serve(broker.clone(), http, rx.clone()));
         let server = tokio::spawn(broker.clone().serve(listener, rx));
         let reloader = tokio::spawn(reload_on_sighup(broker.clone(), config_file));
         wait_for_signal().await;
@@ -127,6 +161,7 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down");
         let _ = tx.send(true);
         let _ = server.await;
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), api).await;
         tracing::info!("stopped");
         Ok(())
     })

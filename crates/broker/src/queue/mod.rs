@@ -83,6 +83,8 @@ pub struct Queue {
     pub name: Arc<str>,
     pub vhost: Arc<str>,
     pub options: QueueOptions,
+    /// The arguments in force: `options.args` merged with the applying policy (see `policy`).
+    effective: arc_swap::ArcSwap<QueueArgs>,
     /// Where dead letters are routed; weak so a vhost and its queues do not keep each other alive.
     vhost_ref: Weak<VHost>,
     /// Set once a message with a deadline is enqueued; the vhost sweeper only visits these queues.
@@ -249,6 +251,7 @@ impl Queue {
         Arc::new(Queue {
             name,
             vhost,
+            effective: arc_swap::ArcSwap::from_pointee(options.args.clone()),
             options,
             vhost_ref,
             may_expire: AtomicBool::new(may_expire),
@@ -261,6 +264,19 @@ impl Queue {
             relieved: tokio::sync::Notify::new(),
             state: Mutex::new(state),
         })
+    }
+
+    /// The arguments in force (declared, merged with a policy).
+    pub fn args(&self) -> arc_swap::Guard<Arc<QueueArgs>> {
+        self.effective.load()
+    }
+
+    /// Swaps the arguments in force when a policy changes (max-priority and single active
+    /// consumer are not policy-settable, so `options.args` keeps deciding those).
+    pub fn set_effective_args(&self, a: QueueArgs) {
+        if **self.effective.load() != a {
+            self.effective.store(Arc::new(a));
+        }
     }
 
     /// True while consumers fall behind; publishers should stall (see [`Queue::stall`]).
@@ -285,7 +301,7 @@ impl Queue {
 
     /// An `x-expires` queue unused for its lease: no consumers and no use since.
     pub fn lease_expired(&self, now: u64) -> bool {
-        let Some(ms) = self.options.args.expires_ms else {
+        let Some(ms) = self.args().expires_ms else {
             return false;
         };
         let st = self.state.lock();
@@ -372,7 +388,8 @@ impl Queue {
             if st.deleted {
                 return Enqueued::Gone;
             }
-            let a = &q.options.args;
+            let args = q.args();
+            let a = &*args;
             let size = msg.body.len() as u64;
             if a.overflow != Overflow::DropHead && st.is_full(a, size) {
                 if a.overflow == Overflow::RejectPublishDlx {
@@ -652,6 +669,11 @@ impl Queue {
         })
     }
 
+    /// Delivered and not yet settled (management API's messages_unacknowledged).
+    pub fn unacked_count(&self) -> u32 {
+        self.state.lock().unacked as u32
+    }
+
     pub fn consumer_count(&self) -> u32 {
         self.state.lock().consumers.len() as u32
     }
@@ -683,7 +705,8 @@ impl Queue {
     }
 
     fn publish_dead(&self, dead: Vec<(Arc<Message>, Reason)>) {
-        let a = &self.options.args;
+        let args = self.args();
+        let a = &*args;
         let (Some(dlx), Some(vhost)) = (&a.dead_letter_exchange, self.vhost_ref.upgrade()) else {
             return;
         };

@@ -1,0 +1,191 @@
+//! Definitions import and export as JSON in RabbitMQ's format (`GET/POST /api/definitions`,
+//! `warren ctl export_definitions/import_definitions`, `warren server --definitions FILE`).
+//! Users keep their `password_hash` and `hashing_algorithm`, so users exported from RabbitMQ
+//! log in to Warren with their passwords. Only durable queues and exchanges (and the bindings
+//! between them) are exported, as RabbitMQ does.
+
+use serde_json::{json, Value};
+use warren_routing::Destination;
+
+use crate::access::{PermissionDef, PolicyDef, UserDef, VhostDef};
+use crate::json::{json_to_table, table_to_json};
+use crate::server::Broker;
+use crate::vhost::{ExchangeSpec, QueueSpec};
+
+pub fn export(broker: &Broker) -> Value {
+    let a = broker.access.export();
+    let (mut queues, mut exchanges, mut bindings) = (Vec::new(), Vec::new(), Vec::new());
+    for v in broker.vhosts() {
+        let snap = v.snapshot();
+        let mut qs: Vec<_> = snap
+            .queues
+            .values()
+            .filter(|q| q.options.durable && q.options.exclusive_owner.is_none())
+            .collect();
+        qs.sort_by(|a, b| a.name.cmp(&b.name));
+        for q in qs {
+            queues.push(json!({
+                "name": &*q.name, "vhost": &*v.name, "durable": true,
+                "auto_delete": q.options.auto_delete,
+                "arguments": table_to_json(&q.options.arguments),
+            }));
+        }
+        let mut xs: Vec<_> = snap.table.exchanges.values().collect();
+        xs.sort_by(|a, b| a.name.cmp(&b.name));
+        for x in xs {
+            if !x.durable || x.name.is_empty() || x.name.starts_with("amq.") {
+                continue;
+            }
+            exchanges.push(json!({
+                "name": &*x.name, "vhost": &*v.name, "type": x.kind.as_str(), "durable": true,
+                "auto_delete": x.auto_delete, "internal": x.internal,
+                "arguments": table_to_json(&x.arguments),
+            }));
+        }
+        let mut xs: Vec<_> = snap
+            .table
+            .exchanges
+            .values()
+            .filter(|x| x.durable)
+            .collect();
+        xs.sort_by(|a, b| a.name.cmp(&b.name));
+        for x in xs {
+            for b in &x.bindings {
+                let (dest, kind) = match &b.destination {
+                    Destination::Queue(q)
+                        if q.options.durable && q.options.exclusive_owner.is_none() =>
+                    {
+                        (q.name.clone(), "queue")
+                    }
+                    Destination::Exchange(e)
+                        if snap.table.exchanges.get(e).is_some_and(|d| d.durable) =>
+                    {
+                        (e.clone(), "exchange")
+                    }
+                    _ => continue,
+                };
+                bindings.push(json!({
+                    "source": &*x.name, "vhost": &*v.name, "destination": &*dest,
+                    "destination_type": kind, "routing_key": &*b.routing_key,
+                    "arguments": table_to_json(&b.arguments),
+                }));
+            }
+        }
+    }
+    json!({
+        "rabbit_version": "3.10.8",
+        "rabbitmq_version": "3.10.8",
+        "product_name": "Warren",
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "users": a.users,
+        "vhosts": a.vhosts,
+        "permissions": a.permissions,
+        "topic_permissions": [],
+        "parameters": [],
+        "global_parameters": [],
+        "policies": a.policies,
+        "queues": queues,
+        "exchanges": exchanges,
+        "bindings": bindings,
+    })
+}
+
+fn list<T: serde::de::DeserializeOwned>(doc: &Value, key: &str) -> Result<Vec<T>, String> {
+    match doc.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(v) => serde_json::from_value(v.clone()).map_err(|e| format!("'{key}': {e}")),
+    }
+}
+
+fn field<'a>(o: &'a Value, k: &str) -> &'a str {
+    o.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+fn flag(o: &Value, k: &str, default: bool) -> bool {
+    o.get(k).and_then(Value::as_bool).unwrap_or(default)
+}
+
+/// Imports a definitions document. Users, vhosts, permissions and policies are created or
+/// replaced; queues, exchanges and bindings are declared (an existing queue or exchange with
+/// other properties is an error naming it). Stops at the first error.
+pub fn import(broker: &Broker, doc: &Value) -> Result<(), String> {
+    if !doc.is_object() {
+        return Err("definitions must be a JSON object".into());
+    }
+    let users: Vec<UserDef> = list(doc, "users")?;
+    let vhosts: Vec<VhostDef> = list(doc, "vhosts")?;
+    let perms: Vec<PermissionDef> = list(doc, "permissions")?;
+    let policies: Vec<PolicyDef> = list(doc, "policies")?;
+    let queues: Vec<Value> = list(doc, "queues")?;
+    let exchanges: Vec<Value> = list(doc, "exchanges")?;
+    let bindings: Vec<Value> = list(doc, "bindings")?;
+    for u in users {
+        broker.access.put_user(u).map_err(|e| e.to_string())?;
+    }
+    for v in vhosts {
+        broker.add_vhost(v).map_err(|e| e.to_string())?;
+    }
+    for p in perms {
+        broker
+            .access
+            .set_permissions(p)
+            .map_err(|e| e.to_string())?;
+    }
+    for p in policies {
+        crate::policy::put(broker, p).map_err(|e| e.to_string())?;
+    }
+    let vhost = |o: &Value| {
+        let name = field(o, "vhost");
+        broker
+            .vhost(name)
+            .ok_or_else(|| format!("vhost '{name}' does not exist"))
+    };
+    for x in &exchanges {
+        let v = vhost(x)?;
+        let args = json_to_table(x.get("arguments").unwrap_or(&Value::Null))?;
+        v.declare_exchange(&ExchangeSpec {
+            name: field(x, "name"),
+            kind: field(x, "type"),
+            passive: false,
+            durable: flag(x, "durable", true),
+            auto_delete: flag(x, "auto_delete", false),
+            internal: flag(x, "internal", false),
+            arguments: &args,
+        })
+        .map_err(|e| e.text)?;
+    }
+    for q in &queues {
+        let v = vhost(q)?;
+        let args = json_to_table(q.get("arguments").unwrap_or(&Value::Null))?;
+        let q = v
+            .declare_queue(&QueueSpec {
+                name: field(q, "name"),
+                passive: false,
+                durable: flag(q, "durable", true),
+                exclusive: false,
+                auto_delete: flag(q, "auto_delete", false),
+                arguments: &args,
+                conn_id: 0,
+                server_named: false,
+            })
+            .map_err(|e| e.text)?;
+        crate::policy::apply(&broker.access, &q);
+    }
+    for b in &bindings {
+        let v = vhost(b)?;
+        let args = json_to_table(b.get("arguments").unwrap_or(&Value::Null))?;
+        let (src, dst, key) = (
+            field(b, "source"),
+            field(b, "destination"),
+            field(b, "routing_key"),
+        );
+        let r = if field(b, "destination_type") == "exchange" {
+            v.bind_exchange(dst, src, key, &args, true)
+        } else {
+            v.bind_queue(dst, src, key, &args, true)
+        };
+        r.map_err(|e| e.text)?;
+    }
+    tracing::info!("definitions imported");
+    Ok(())
+}

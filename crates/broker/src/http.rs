@@ -1,0 +1,836 @@
+//! The HTTP management API: the subset of RabbitMQ's (same URLs, same JSON shapes, same error
+//! bodies) that `warren ctl` and scripts need. HTTP basic auth against the broker's users; any
+//! of the tags administrator, management, monitoring or policymaker may read, administrator may
+//! write (policymaker may also write policies). Loopback-only users stay loopback-only here.
+//! Figures are read on demand from the queues; nothing here sits on the message path.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use base64::Engine;
+use serde_json::{json, Value};
+use warren_routing::Destination;
+
+use crate::access::{parse_tags, MgmtError, PermissionDef, PolicyDef, User, UserDef, VhostDef};
+use crate::json::{json_to_table, table_to_json};
+use crate::queue::Queue;
+use crate::server::Broker;
+use crate::vhost::{ExchangeSpec, QueueSpec, VHost};
+
+type B = State<Arc<Broker>>;
+
+/// An API error with RabbitMQ's body shape.
+pub struct ApiError(StatusCode, Value);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.0, Json(self.1)).into_response();
+        if self.0 == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                "www-authenticate",
+                axum::http::HeaderValue::from_static("Basic realm=\"Warren Management\""),
+            );
+        }
+        r
+    }
+}
+
+fn not_found() -> ApiError {
+    ApiError(
+        StatusCode::NOT_FOUND,
+        json!({"error": "Object Not Found", "reason": "Not Found"}),
+    )
+}
+
+fn bad_request(reason: impl Into<String>) -> ApiError {
+    ApiError(
+        StatusCode::BAD_REQUEST,
+        json!({"error": "bad_request", "reason": reason.into()}),
+    )
+}
+
+impl From<MgmtError> for ApiError {
+    fn from(e: MgmtError) -> Self {
+        match e {
+            MgmtError::NotFound(_) => not_found(),
+            MgmtError::BadRequest(r) => bad_request(r),
+        }
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn ok_json(v: Value) -> ApiResult {
+    Ok(Json(v).into_response())
+}
+
+fn no_content() -> ApiResult {
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+fn created(new: bool) -> ApiResult {
+    Ok(if new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::NO_CONTENT
+    }
+    .into_response())
+}
+
+/// Serves the API on `listener` until `shutdown` turns true.
+pub async fn serve(
+    broker: Arc<Broker>,
+    listener: tokio::net::TcpListener,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let app = router(broker.clone());
+    let r = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = shutdown.wait_for(|v| *v).await;
+    })
+    .await;
+    if let Err(e) = r {
+        tracing::error!(error = %e, "management API stopped");
+    }
+}
+
+pub fn router(broker: Arc<Broker>) -> Router {
+    Router::new()
+        .route("/api/overview", get(overview))
+        .route("/api/whoami", get(whoami))
+        .route("/api/users", get(list_users))
+        .route(
+            "/api/users/{name}",
+            get(get_user).put(put_user).delete(delete_user),
+        )
+        .route("/api/users/{name}/permissions", get(user_permissions))
+        .route("/api/vhosts", get(list_vhosts))
+        .route(
+            "/api/vhosts/{name}",
+            get(get_vhost).put(put_vhost).delete(delete_vhost),
+        )
+        .route("/api/vhosts/{name}/permissions", get(vhost_permissions))
+        .route("/api/permissions", get(list_permissions))
+        .route(
+            "/api/permissions/{vhost}/{user}",
+            get(get_permission)
+                .put(put_permission)
+                .delete(delete_permission),
+        )
+        .route("/api/queues", get(list_queues))
+        .route("/api/queues/{vhost}", get(list_queues_in))
+        .route(
+            "/api/queues/{vhost}/{name}",
+            get(get_queue).put(put_queue).delete(delete_queue),
+        )
+        .route(
+            "/api/queues/{vhost}/{name}/contents",
+            axum::routing::delete(purge_queue),
+        )
+        .route("/api/exchanges", get(list_exchanges))
+        .route("/api/exchanges/{vhost}", get(list_exchanges_in))
+        .route(
+            "/api/exchanges/{vhost}/{name}",
+            get(get_exchange).put(put_exchange).delete(delete_exchange),
+        )
+        .route("/api/bindings", get(list_bindings))
+        .route("/api/bindings/{vhost}", get(list_bindings_in))
+        .route("/api/connections", get(list_connections))
+        .route(
+            "/api/connections/{name}",
+            get(get_connection).delete(close_connection),
+        )
+        .route("/api/policies", get(list_policies))
+        .route("/api/policies/{vhost}", get(list_policies_in))
+        .route(
+            "/api/policies/{vhost}/{name}",
+            get(get_policy).put(put_policy).delete(delete_policy),
+        )
+        .route(
+            "/api/definitions",
+            get(get_definitions).post(post_definitions),
+        )
+        .fallback(|| async { not_found() })
+        .layer(middleware::from_fn_with_state(broker.clone(), authenticate))
+        .with_state(broker)
+}
+
+/// Basic auth; the user goes into the request's extensions.
+async fn authenticate(
+    State(b): B,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let unauthorized = |reason: &str| {
+        ApiError(
+            StatusCode::UNAUTHORIZED,
+            json!({"error": "not_authorized", "reason": reason}),
+        )
+        .into_response()
+    };
+    let creds = req
+        .headers()
+        .get("authorization")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Basic "))
+        .and_then(|c| {
+            base64::engine::general_purpose::STANDARD
+                .decode(c.trim())
+                .ok()
+        })
+        .and_then(|c| String::from_utf8(c).ok());
+    let Some((name, password)) = creds.as_deref().and_then(|c| c.split_once(':')) else {
+        return unauthorized("Not_Authorized");
+    };
+    let Some(user) = b.access.login(name, password) else {
+        tracing::warn!(%peer, user = name, "management API login failed");
+        return unauthorized("Login failed");
+    };
+    if b.config.loopback_users.iter().any(|u| u == name) && !peer.ip().is_loopback() {
+        return unauthorized("User can only log in via localhost");
+    }
+    let tags = ["administrator", "management", "monitoring", "policymaker"];
+    if !user.tags.iter().any(|t| tags.contains(&t.as_str())) {
+        return ApiError(
+            StatusCode::UNAUTHORIZED,
+            json!({"error": "not_authorised", "reason": "Not management user"}),
+        )
+        .into_response();
+    }
+    let write = req.method() != Method::GET && req.method() != Method::HEAD;
+    let policy_write = req.uri().path().starts_with("/api/policies/")
+        && user.tags.iter().any(|t| t == "policymaker");
+    if write && !user.is_administrator() && !policy_write {
+        return ApiError(
+            StatusCode::UNAUTHORIZED,
+            json!({"error": "not_authorised", "reason": "Not administrator user"}),
+        )
+        .into_response();
+    }
+    req.extensions_mut().insert(user);
+    next.run(req).await
+}
+
+fn vhost_of(b: &Broker, name: &str) -> Result<Arc<VHost>, ApiError> {
+    b.vhost(name).ok_or_else(not_found)
+}
+
+fn body_object(body: &[u8]) -> Result<Value, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| bad_request(format!("invalid JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(bad_request("the body must be a JSON object"));
+    }
+    Ok(v)
+}
+
+fn str_field<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get(k).and_then(Value::as_str)
+}
+
+// ---- overview ----
+
+async fn overview(State(b): B) -> ApiResult {
+    let (mut queues, mut exchanges, mut consumers, mut ready, mut unacked) =
+        (0, 0, 0u64, 0u64, 0u64);
+    for v in b.vhosts() {
+        let s = v.snapshot();
+        queues += s.queues.len();
+        exchanges += s.table.exchanges.len();
+        for q in s.queues.values() {
+            consumers += q.consumer_count() as u64;
+            ready += q.message_count() as u64;
+            unacked += q.unacked_count() as u64;
+        }
+    }
+    let conns = b.connections.lock();
+    let channels: u64 = conns
+        .values()
+        .map(|c| c.channels.load(std::sync::atomic::Ordering::Relaxed) as u64)
+        .sum();
+    ok_json(json!({
+        "management_version": env!("CARGO_PKG_VERSION"),
+        "rabbitmq_version": "3.10.8",
+        "product_name": "Warren",
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "cluster_name": "warren",
+        "node": "warren@localhost",
+        "object_totals": {
+            "connections": conns.len(), "channels": channels, "exchanges": exchanges,
+            "queues": queues, "consumers": consumers,
+        },
+        "queue_totals": {
+            "messages": ready + unacked, "messages_ready": ready,
+            "messages_unacknowledged": unacked,
+        },
+        "listeners": [
+            {"node": "warren@localhost", "protocol": "amqp", "ip_address": b.config.amqp_bind.to_string(), "port": b.config.amqp_port},
+            {"node": "warren@localhost", "protocol": "http", "ip_address": b.config.http_bind.to_string(), "port": b.config.http_port},
+        ],
+    }))
+}
+
+async fn whoami(axum::Extension(u): axum::Extension<User>) -> ApiResult {
+    ok_json(json!({"name": u.name, "tags": u.tags}))
+}
+
+// ---- users ----
+
+fn user_json(u: &UserDef) -> Value {
+    json!({
+        "name": u.name, "password_hash": u.password_hash,
+        "hashing_algorithm": u.hashing_algorithm, "tags": u.tags, "limits": u.limits,
+    })
+}
+
+async fn list_users(State(b): B) -> ApiResult {
+    ok_json(Value::Array(
+        b.access.users().iter().map(user_json).collect(),
+    ))
+}
+
+async fn get_user(State(b): B, Path(name): Path<String>) -> ApiResult {
+    let u = b.access.user(&name).ok_or_else(not_found)?;
+    ok_json(user_json(&u))
+}
+
+async fn put_user(State(b): B, Path(name): Path<String>, body: axum::body::Bytes) -> ApiResult {
+    let v = body_object(&body)?;
+    let existing = b.access.user(&name);
+    let new = existing.is_none();
+    let tags = match v.get("tags") {
+        Some(Value::String(s)) => parse_tags(s),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|t| t.as_str().map(String::from))
+            .collect(),
+        None | Some(Value::Null) => existing
+            .as_ref()
+            .map(|u| u.tags.clone())
+            .unwrap_or_default(),
+        Some(_) => return Err(bad_request("tags must be a string or a list")),
+    };
+    let (hash, algo) = match (str_field(&v, "password"), str_field(&v, "password_hash")) {
+        (Some(p), _) => (
+            crate::access::hash_password(p),
+            crate::access::HASH_SHA256.to_string(),
+        ),
+        (None, Some(h)) => (
+            h.to_string(),
+            str_field(&v, "hashing_algorithm")
+                .unwrap_or(crate::access::HASH_SHA256)
+                .to_string(),
+        ),
+        // Tags only: the password stays as it was (a new user cannot log in with a password).
+        (None, None) => existing
+            .as_ref()
+            .map(|u| (u.password_hash.clone(), u.hashing_algorithm.clone()))
+            .unwrap_or_default(),
+    };
+    let algo = if algo.is_empty() {
+        crate::access::HASH_SHA256.to_string()
+    } else {
+        algo
+    };
+    b.access.put_user(UserDef {
+        name,
+        password_hash: hash,
+        hashing_algorithm: algo,
+        tags,
+        limits: existing.map(|u| u.limits).unwrap_or_default(),
+    })?;
+    created(new)
+}
+
+async fn delete_user(State(b): B, Path(name): Path<String>) -> ApiResult {
+    b.access.delete_user(&name)?;
+    b.close_user_connections(&name, &format!("user '{name}' is deleted"));
+    no_content()
+}
+
+async fn user_permissions(State(b): B, Path(name): Path<String>) -> ApiResult {
+    b.access.user(&name).ok_or_else(not_found)?;
+    let ps: Vec<_> = b
+        .access
+        .permissions()
+        .into_iter()
+        .filter(|p| p.user == name)
+        .collect();
+    ok_json(json!(ps))
+}
+
+// ---- vhosts ----
+
+fn vhost_json(b: &Broker, v: &VHost) -> Value {
+    let (mut ready, mut unacked) = (0u64, 0u64);
+    for q in v.snapshot().queues.values() {
+        ready += q.message_count() as u64;
+        unacked += q.unacked_count() as u64;
+    }
+    let description = b
+        .access
+        .vhost_def(&v.name)
+        .map(|d| d.description)
+        .unwrap_or_default();
+    json!({
+        "name": &*v.name, "description": description, "tags": [],
+        "metadata": {"description": description, "tags": []}, "tracing": false,
+        "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
+    })
+}
+
+async fn list_vhosts(State(b): B) -> ApiResult {
+    ok_json(Value::Array(
+        b.vhosts().iter().map(|v| vhost_json(&b, v)).collect(),
+    ))
+}
+
+async fn get_vhost(State(b): B, Path(name): Path<String>) -> ApiResult {
+    let v = vhost_of(&b, &name)?;
+    ok_json(vhost_json(&b, &v))
+}
+
+async fn put_vhost(
+    State(b): B,
+    axum::Extension(u): axum::Extension<User>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    let v = body_object(&body)?;
+    let description = str_field(&v, "description").unwrap_or("").to_string();
+    let new = b.add_vhost(VhostDef {
+        name: name.clone(),
+        description,
+    })?;
+    if new {
+        // As RabbitMQ's API does: whoever creates a vhost gets full permissions on it.
+        b.access
+            .set_permissions(crate::access::full_permissions(&u.name, &name))?;
+    }
+    created(new)
+}
+
+async fn delete_vhost(State(b): B, Path(name): Path<String>) -> ApiResult {
+    b.delete_vhost(&name)?;
+    no_content()
+}
+
+async fn vhost_permissions(State(b): B, Path(name): Path<String>) -> ApiResult {
+    vhost_of(&b, &name)?;
+    let ps: Vec<_> = b
+        .access
+        .permissions()
+        .into_iter()
+        .filter(|p| p.vhost == name)
+        .collect();
+    ok_json(json!(ps))
+}
+
+// ---- permissions ----
+
+async fn list_permissions(State(b): B) -> ApiResult {
+    ok_json(json!(b.access.permissions()))
+}
+
+async fn get_permission(State(b): B, Path((vhost, user)): Path<(String, String)>) -> ApiResult {
+    let p = b.access.permission(&user, &vhost).ok_or_else(not_found)?;
+    ok_json(json!(p))
+}
+
+async fn put_permission(
+    State(b): B,
+    Path((vhost, user)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    let v = body_object(&body)?;
+    if b.access.user(&user).is_none() || b.vhost(&vhost).is_none() {
+        return Err(bad_request("vhost_or_user_not_found"));
+    }
+    let field = |k: &str| -> Result<String, ApiError> {
+        str_field(&v, k)
+            .map(String::from)
+            .ok_or_else(|| bad_request(format!("[{{key_missing,{k}}}]")))
+    };
+    let new = b.access.permission(&user, &vhost).is_none();
+    b.access.set_permissions(PermissionDef {
+        user,
+        vhost,
+        configure: field("configure")?,
+        write: field("write")?,
+        read: field("read")?,
+    })?;
+    created(new)
+}
+
+async fn delete_permission(State(b): B, Path((vhost, user)): Path<(String, String)>) -> ApiResult {
+    b.access.clear_permissions(&user, &vhost)?;
+    no_content()
+}
+
+// ---- queues ----
+
+fn queue_json(b: &Broker, q: &Arc<Queue>) -> Value {
+    let ready = q.message_count();
+    let unacked = q.unacked_count();
+    let policy = crate::policy::matching(&b.access.policies_of(&q.vhost), &q.name, true).cloned();
+    json!({
+        "name": &*q.name, "vhost": &*q.vhost, "durable": q.options.durable,
+        "auto_delete": q.options.auto_delete, "exclusive": q.options.exclusive_owner.is_some(),
+        "arguments": table_to_json(&q.options.arguments),
+        "messages": ready + unacked, "messages_ready": ready,
+        "messages_unacknowledged": unacked, "consumers": q.consumer_count(),
+        "policy": policy.as_ref().map(|p| p.name.clone()),
+        "effective_policy_definition": policy.map(|p| Value::Object(p.definition)).unwrap_or(json!({})),
+        "state": "running", "type": "classic", "node": "warren@localhost",
+    })
+}
+
+fn queues_of(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Value {
+    let mut out = Vec::new();
+    for v in vhosts {
+        let s = v.snapshot();
+        let mut qs: Vec<_> = s.queues.values().collect();
+        qs.sort_by(|a, b| a.name.cmp(&b.name));
+        out.extend(qs.into_iter().map(|q| queue_json(b, q)));
+    }
+    Value::Array(out)
+}
+
+async fn list_queues(State(b): B) -> ApiResult {
+    ok_json(queues_of(&b, b.vhosts()))
+}
+
+async fn list_queues_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
+    let v = vhost_of(&b, &vhost)?;
+    ok_json(queues_of(&b, vec![v]))
+}
+
+async fn get_queue(State(b): B, Path((vhost, name)): Path<(String, String)>) -> ApiResult {
+    let q = vhost_of(&b, &vhost)?.queue(&name).ok_or_else(not_found)?;
+    ok_json(queue_json(&b, &q))
+}
+
+async fn put_queue(
+    State(b): B,
+    Path((vhost, name)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    let v = body_object(&body)?;
+    let vh = vhost_of(&b, &vhost)?;
+    let args = json_to_table(v.get("arguments").unwrap_or(&Value::Null)).map_err(bad_request)?;
+    let existed = vh.queue(&name).is_some();
+    let q = vh
+        .declare_queue(&QueueSpec {
+            name: &name,
+            passive: false,
+            durable: v.get("durable").and_then(Value::as_bool).unwrap_or(true),
+            exclusive: false,
+            auto_delete: v
+                .get("auto_delete")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            arguments: &args,
+            conn_id: 0,
+            server_named: false,
+        })
+        .map_err(|e| bad_request(e.text))?;
+    crate::policy::apply(&b.access, &q);
+    created(!existed)
+}
+
+async fn delete_queue(
+    State(b): B,
+    Path((vhost, name)): Path<(String, String)>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+) -> ApiResult {
+    let vh = vhost_of(&b, &vhost)?;
+    vh.queue(&name).ok_or_else(not_found)?;
+    let flag = |k: &str| q.get(k).is_some_and(|v| v == "true");
+    let d = vh
+        .delete_queue(&name, flag("if-unused"), flag("if-empty"), None)
+        .map_err(|e| bad_request(e.text))?;
+    crate::channel::notify_cancelled(&d.consumers);
+    no_content()
+}
+
+async fn purge_queue(State(b): B, Path((vhost, name)): Path<(String, String)>) -> ApiResult {
+    let q = vhost_of(&b, &vhost)?.queue(&name).ok_or_else(not_found)?;
+    let n = q.purge();
+    tracing::info!(vhost = %vhost, queue = %name, messages = n, "queue purged via the management API");
+    no_content()
+}
+
+// ---- exchanges ----
+
+fn exchange_json(vhost: &str, x: &warren_routing::Exchange<Arc<Queue>>) -> Value {
+    json!({
+        "name": &*x.name, "vhost": vhost, "type": x.kind.as_str(), "durable": x.durable,
+        "auto_delete": x.auto_delete, "internal": x.internal,
+        "arguments": table_to_json(&x.arguments),
+    })
+}
+
+fn exchanges_of(vhosts: Vec<Arc<VHost>>) -> Value {
+    let mut out = Vec::new();
+    for v in vhosts {
+        let s = v.snapshot();
+        let mut xs: Vec<_> = s.table.exchanges.values().collect();
+        xs.sort_by(|a, b| a.name.cmp(&b.name));
+        out.extend(xs.into_iter().map(|x| exchange_json(&v.name, x)));
+    }
+    Value::Array(out)
+}
+
+/// The URL name of the default exchange is `amq.default`.
+fn exchange_name(n: &str) -> &str {
+    if n == "amq.default" {
+        ""
+    } else {
+        n
+    }
+}
+
+async fn list_exchanges(State(b): B) -> ApiResult {
+    ok_json(exchanges_of(b.vhosts()))
+}
+
+async fn list_exchanges_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
+    ok_json(exchanges_of(vec![vhost_of(&b, &vhost)?]))
+}
+
+async fn get_exchange(State(b): B, Path((vhost, name)): Path<(String, String)>) -> ApiResult {
+    let v = vhost_of(&b, &vhost)?;
+    let s = v.snapshot();
+    let x = s
+        .table
+        .exchanges
+        .get(exchange_name(&name))
+        .ok_or_else(not_found)?;
+    ok_json(exchange_json(&v.name, x))
+}
+
+async fn put_exchange(
+    State(b): B,
+    Path((vhost, name)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    let v = body_object(&body)?;
+    let vh = vhost_of(&b, &vhost)?;
+    let args = json_to_table(v.get("arguments").unwrap_or(&Value::Null)).map_err(bad_request)?;
+    let existed = vh.snapshot().table.exchanges.contains_key(name.as_str());
+    vh.declare_exchange(&ExchangeSpec {
+        name: exchange_name(&name),
+        kind: str_field(&v, "type").unwrap_or("direct"),
+        passive: false,
+        durable: v.get("durable").and_then(Value::as_bool).unwrap_or(true),
+        auto_delete: v
+            .get("auto_delete")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        internal: v.get("internal").and_then(Value::as_bool).unwrap_or(false),
+        arguments: &args,
+    })
+    .map_err(|e| bad_request(e.text))?;
+    created(!existed)
+}
+
+async fn delete_exchange(
+    State(b): B,
+    Path((vhost, name)): Path<(String, String)>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+) -> ApiResult {
+    let vh = vhost_of(&b, &vhost)?;
+    if !vh
+        .snapshot()
+        .table
+        .exchanges
+        .contains_key(exchange_name(&name))
+    {
+        return Err(not_found());
+    }
+    vh.delete_exchange(
+        exchange_name(&name),
+        q.get("if-unused").is_some_and(|v| v == "true"),
+    )
+    .map_err(|e| bad_request(e.text))?;
+    no_content()
+}
+
+// ---- bindings ----
+
+fn bindings_of(vhosts: Vec<Arc<VHost>>) -> Value {
+    let mut out = Vec::new();
+    for v in vhosts {
+        let s = v.snapshot();
+        // The default exchange's implicit binding to every queue, listed as RabbitMQ lists it.
+        let mut qs: Vec<_> = s.queues.keys().collect();
+        qs.sort();
+        for q in qs {
+            out.push(json!({
+                "source": "", "vhost": &*v.name, "destination": &**q,
+                "destination_type": "queue", "routing_key": &**q, "arguments": {},
+                "properties_key": &**q,
+            }));
+        }
+        let mut xs: Vec<_> = s.table.exchanges.values().collect();
+        xs.sort_by(|a, b| a.name.cmp(&b.name));
+        for x in xs {
+            for b in &x.bindings {
+                let (dest, kind) = match &b.destination {
+                    Destination::Queue(q) => (q.name.clone(), "queue"),
+                    Destination::Exchange(e) => (e.clone(), "exchange"),
+                };
+                out.push(json!({
+                    "source": &*x.name, "vhost": &*v.name, "destination": &*dest,
+                    "destination_type": kind, "routing_key": &*b.routing_key,
+                    "arguments": table_to_json(&b.arguments),
+                    "properties_key": if b.routing_key.is_empty() { "~".to_string() } else { b.routing_key.to_string() },
+                }));
+            }
+        }
+    }
+    Value::Array(out)
+}
+
+async fn list_bindings(State(b): B) -> ApiResult {
+    ok_json(bindings_of(b.vhosts()))
+}
+
+async fn list_bindings_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
+    ok_json(bindings_of(vec![vhost_of(&b, &vhost)?]))
+}
+
+// ---- connections ----
+
+fn connection_json(c: &crate::tracking::ConnInfo) -> Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    json!({
+        "name": c.name, "node": "warren@localhost", "type": "network", "state": "running",
+        "protocol": "AMQP 0-9-1", "auth_mechanism": "PLAIN",
+        "user": c.user, "vhost": c.vhost,
+        "host": c.local.ip().to_string(), "port": c.local.port(),
+        "peer_host": c.peer.ip().to_string(), "peer_port": c.peer.port(),
+        "connected_at": c.connected_at_ms, "channels": c.channels.load(Relaxed),
+        "frame_max": c.frame_max.load(Relaxed), "timeout": c.heartbeat_s.load(Relaxed),
+        "client_properties": c.client_properties, "ssl": false,
+    })
+}
+
+async fn list_connections(State(b): B) -> ApiResult {
+    let mut cs: Vec<_> = b.connections.lock().values().cloned().collect();
+    cs.sort_by_key(|c| c.id);
+    ok_json(Value::Array(
+        cs.iter().map(|c| connection_json(c)).collect(),
+    ))
+}
+
+fn find_connection(b: &Broker, name: &str) -> Result<Arc<crate::tracking::ConnInfo>, ApiError> {
+    b.connections
+        .lock()
+        .values()
+        .find(|c| c.name == name)
+        .cloned()
+        .ok_or_else(not_found)
+}
+
+async fn get_connection(State(b): B, Path(name): Path<String>) -> ApiResult {
+    let c = find_connection(&b, &name)?;
+    ok_json(connection_json(&c))
+}
+
+async fn close_connection(State(b): B, Path(name): Path<String>, headers: HeaderMap) -> ApiResult {
+    let c = find_connection(&b, &name)?;
+    let reason = headers
+        .get("x-reason")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("Closed via management plugin");
+    tracing::info!(conn = c.id, name = %c.name, reason, "closing connection via the management API");
+    c.force_close(reason);
+    no_content()
+}
+
+// ---- policies ----
+
+async fn list_policies(State(b): B) -> ApiResult {
+    ok_json(json!(b.access.policies()))
+}
+
+async fn list_policies_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
+    vhost_of(&b, &vhost)?;
+    ok_json(json!(b.access.policies_of(&vhost)))
+}
+
+async fn get_policy(State(b): B, Path((vhost, name)): Path<(String, String)>) -> ApiResult {
+    let p = b
+        .access
+        .policies_of(&vhost)
+        .into_iter()
+        .find(|p| p.name == name)
+        .ok_or_else(not_found)?;
+    ok_json(json!(p))
+}
+
+async fn put_policy(
+    State(b): B,
+    Path((vhost, name)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    let v = body_object(&body)?;
+    vhost_of(&b, &vhost)?;
+    let Some(pattern) = str_field(&v, "pattern") else {
+        return Err(bad_request("[{key_missing,pattern}]"));
+    };
+    let Some(Value::Object(definition)) = v.get("definition") else {
+        return Err(bad_request("[{key_missing,definition}]"));
+    };
+    let priority = match v.get("priority") {
+        None | Some(Value::Null) => 0,
+        Some(p) => p
+            .as_i64()
+            .or_else(|| p.as_str().and_then(|s| s.parse().ok()))
+            .ok_or_else(|| bad_request("priority must be an integer"))?,
+    };
+    let new = !b.access.policies_of(&vhost).iter().any(|p| p.name == name);
+    crate::policy::put(
+        &b,
+        PolicyDef {
+            vhost,
+            name,
+            pattern: pattern.to_string(),
+            apply_to: str_field(&v, "apply-to").unwrap_or("all").to_string(),
+            definition: definition.clone(),
+            priority,
+        },
+    )?;
+    created(new)
+}
+
+async fn delete_policy(State(b): B, Path((vhost, name)): Path<(String, String)>) -> ApiResult {
+    crate::policy::delete(&b, &vhost, &name)?;
+    no_content()
+}
+
+// ---- definitions ----
+
+async fn get_definitions(State(b): B) -> ApiResult {
+    ok_json(crate::export::export(&b))
+}
+
+async fn post_definitions(State(b): B, body: axum::body::Bytes) -> ApiResult {
+    let v = body_object(&body)?;
+    crate::export::import(&b, &v).map_err(bad_request)?;
+    no_content()
+}

@@ -1,0 +1,298 @@
+//! Policies: named regexes over queue (and exchange) names that supply arguments. The
+//! highest-priority matching policy applies. For queues, as RabbitMQ's classic queue merges
+//! them: `message-ttl`, `expires`, `max-length` and `max-length-bytes` take the lower of the
+//! policy's and the queue argument's value; `dead-letter-exchange`, `dead-letter-routing-key`
+//! and `overflow` take the queue argument when it is set. Queues are re-evaluated whenever a
+//! policy changes and when they are declared.
+
+use regex::Regex;
+use serde_json::Value;
+
+use crate::access::{Access, PolicyDef};
+use crate::queue::{Overflow, Queue, QueueArgs};
+use crate::server::Broker;
+use crate::vhost::VHost;
+
+/// Keys RabbitMQ 3.10 (core and the default plugins) accepts in a policy definition. Those
+/// Warren does not act on are accepted and ignored, so definitions from RabbitMQ import.
+const IGNORED_KEYS: &[&str] = &[
+    "ha-mode",
+    "ha-params",
+    "ha-sync-mode",
+    "ha-sync-batch-size",
+    "ha-promote-on-shutdown",
+    "ha-promote-on-failure",
+    "queue-master-locator",
+    "queue-mode",
+    "delivery-limit",
+    "max-age",
+    "stream-max-segment-size-bytes",
+    "initial-cluster-size",
+    "dead-letter-strategy",
+    "queue-leader-locator",
+    "alternate-exchange",
+    "federation-upstream",
+    "federation-upstream-set",
+];
+
+fn validation_failed(why: String) -> String {
+    format!("Validation failed\n\n{why}\n")
+}
+
+/// Erlang's rendering of a JSON value in RabbitMQ's validation texts.
+fn erl(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("<<\"{s}\">>"),
+        other => other.to_string(),
+    }
+}
+
+/// Checks a policy as RabbitMQ does; the error is RabbitMQ's text.
+pub fn validate(p: &PolicyDef) -> Result<(), String> {
+    if p.definition.is_empty() {
+        return Err(validation_failed("no policy provided".into()));
+    }
+    if let Err(e) = Regex::new(&p.pattern) {
+        return Err(validation_failed(format!(
+            "pattern should be regular expression but is invalid: {e}"
+        )));
+    }
+    if !matches!(p.apply_to.as_str(), "queues" | "exchanges" | "all") {
+        return Err(validation_failed(format!(
+            "apply-to '{}' unrecognised; should be 'queues', 'exchanges' or 'all'",
+            p.apply_to
+        )));
+    }
+    let unknown: Vec<String> = p
+        .definition
+        .iter()
+        .filter(|(k, _)| !known(k))
+        .map(|(k, v)| format!("{{<<\"{k}\">>,{}}}", erl(v)))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(validation_failed(format!(
+            "[{}] are not recognised policy settings",
+            unknown.join(",")
+        )));
+    }
+    for (k, v) in &p.definition {
+        let non_neg = || v.as_i64().is_some_and(|n| n >= 0);
+        let bad = |what: &str| {
+            Err(validation_failed(format!(
+                "{} is not a valid {what}",
+                erl(v)
+            )))
+        };
+        match k.as_str() {
+            "message-ttl" if !non_neg() => return bad("message TTL"),
+            "expires" if !v.as_i64().is_some_and(|n| n >= 1) => return bad("queue expiry"),
+            "max-length" if !non_neg() => return bad("maximum length"),
+            "max-length-bytes" if !non_neg() => return bad("maximum length (in bytes)"),
+            "dead-letter-exchange" if !v.is_string() => return bad("dead letter exchange name"),
+            "dead-letter-routing-key" if !v.is_string() => {
+                return bad("dead letter exchange routing key")
+            }
+            "overflow"
+                if !matches!(
+                    v.as_str(),
+                    Some("drop-head" | "reject-publish" | "reject-publish-dlx")
+                ) =>
+            {
+                return bad("overflow value")
+            }
+            "alternate-exchange" if !v.is_string() => return bad("alternate exchange name"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn known(k: &str) -> bool {
+    matches!(
+        k,
+        "message-ttl"
+            | "expires"
+            | "max-length"
+            | "max-length-bytes"
+            | "overflow"
+            | "dead-letter-exchange"
+            | "dead-letter-routing-key"
+    ) || IGNORED_KEYS.contains(&k)
+}
+
+/// The policy that applies to a queue named `name` among `policies` (of its vhost): the
+/// highest priority among those whose pattern matches; ties go to the first name.
+pub fn matching<'a>(policies: &'a [PolicyDef], name: &str, queue: bool) -> Option<&'a PolicyDef> {
+    let mut best: Option<&PolicyDef> = None;
+    for p in policies {
+        let kind_ok =
+            p.apply_to == "all" || p.apply_to == if queue { "queues" } else { "exchanges" };
+        if !kind_ok || !Regex::new(&p.pattern).is_ok_and(|r| r.is_match(name)) {
+            continue;
+        }
+        if best.is_none_or(|b| p.priority > b.priority) {
+            best = Some(p);
+        }
+    }
+    best
+}
+
+/// A queue's arguments in force: its declared ones merged with `policy`'s.
+pub fn effective(
+    declared: &QueueArgs,
+    arguments: &warren_protocol::FieldTable,
+    policy: Option<&PolicyDef>,
+) -> QueueArgs {
+    let mut a = declared.clone();
+    let Some(p) = policy else { return a };
+    let d = &p.definition;
+    let num = |k: &str| {
+        d.get(k)
+            .and_then(Value::as_i64)
+            .filter(|n| *n >= 0)
+            .map(|n| n as u64)
+    };
+    let min = |arg: Option<u64>, pol: Option<u64>| match (arg, pol) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
+    };
+    a.message_ttl_ms = min(a.message_ttl_ms, num("message-ttl"));
+    a.expires_ms = min(a.expires_ms, num("expires").filter(|n| *n > 0));
+    a.max_length = min(a.max_length, num("max-length"));
+    a.max_length_bytes = min(a.max_length_bytes, num("max-length-bytes"));
+    let text = |k: &str| d.get(k).and_then(Value::as_str).map(String::from);
+    if a.dead_letter_exchange.is_none() {
+        a.dead_letter_exchange = text("dead-letter-exchange");
+    }
+    if a.dead_letter_routing_key.is_none() {
+        a.dead_letter_routing_key = text("dead-letter-routing-key");
+    }
+    if arguments.get("x-overflow").is_none() {
+        a.overflow = match text("overflow").as_deref() {
+            Some("reject-publish") => Overflow::RejectPublish,
+            Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
+            _ => Overflow::DropHead,
+        };
+    }
+    a
+}
+
+/// Sets `q`'s arguments in force from the vhost's policies.
+pub fn apply(access: &Access, q: &Queue) {
+    let policies = access.policies_of(&q.vhost);
+    let p = matching(&policies, &q.name, true);
+    q.set_effective_args(effective(&q.options.args, &q.options.arguments, p));
+}
+
+/// Re-evaluates every queue of `vhost` (after a policy change, or at boot).
+pub fn apply_all(broker: &Broker, vhost: &VHost) {
+    let policies = broker.access.policies_of(&vhost.name);
+    for q in vhost.snapshot().queues.values() {
+        let p = matching(&policies, &q.name, true);
+        q.set_effective_args(effective(&q.options.args, &q.options.arguments, p));
+    }
+}
+
+/// Validates, stores and applies a policy.
+pub fn put(broker: &Broker, p: PolicyDef) -> Result<(), crate::access::MgmtError> {
+    validate(&p).map_err(crate::access::MgmtError::BadRequest)?;
+    let (vhost, name) = (p.vhost.clone(), p.name.clone());
+    broker.access.put_policy(p)?;
+    tracing::info!(vhost = %vhost, policy = %name, "policy set");
+    if let Some(v) = broker.vhost(&vhost) {
+        apply_all(broker, &v);
+    }
+    Ok(())
+}
+
+pub fn delete(broker: &Broker, vhost: &str, name: &str) -> Result<(), crate::access::MgmtError> {
+    broker.access.delete_policy(vhost, name)?;
+    tracing::info!(vhost, policy = name, "policy cleared");
+    if let Some(v) = broker.vhost(vhost) {
+        apply_all(broker, &v);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pol(name: &str, pattern: &str, prio: i64, def: &str) -> PolicyDef {
+        PolicyDef {
+            vhost: "/".into(),
+            name: name.into(),
+            pattern: pattern.into(),
+            apply_to: "queues".into(),
+            definition: serde_json::from_str(def).expect("json"),
+            priority: prio,
+        }
+    }
+
+    #[test]
+    fn validation_texts_match_rabbitmq() {
+        assert_eq!(
+            validate(&pol("p", ".*", 0, r#"{"foo":1}"#)).expect_err("unknown"),
+            "Validation failed\n\n[{<<\"foo\">>,1}] are not recognised policy settings\n"
+        );
+        assert_eq!(
+            validate(&pol("p", ".*", 0, r#"{"max-length":"x"}"#)).expect_err("type"),
+            "Validation failed\n\n<<\"x\">> is not a valid maximum length\n"
+        );
+        assert_eq!(
+            validate(&pol("p", ".*", 0, r#"{"expires":0}"#)).expect_err("zero"),
+            "Validation failed\n\n0 is not a valid queue expiry\n"
+        );
+        assert!(validate(&pol("p", ".*", 0, r#"{"max-priority":5}"#)).is_err());
+        assert!(validate(&pol("p", "(", 0, r#"{"max-length":5}"#)).is_err());
+        assert!(validate(&pol("p", ".*", 0, "{}")).is_err());
+        assert!(validate(&pol(
+            "p",
+            ".*",
+            0,
+            r#"{"max-length":5,"dead-letter-exchange":"d"}"#
+        ))
+        .is_ok());
+    }
+
+    #[test]
+    fn highest_priority_wins_and_arguments_merge_as_rabbitmq() {
+        let ps = vec![
+            pol("low", "^a", 1, r#"{"max-length":5}"#),
+            pol(
+                "high",
+                "^ab",
+                2,
+                r#"{"max-length":10,"dead-letter-exchange":"pdlx","overflow":"reject-publish"}"#,
+            ),
+        ];
+        assert_eq!(
+            matching(&ps, "abc", true).map(|p| p.name.as_str()),
+            Some("high")
+        );
+        assert_eq!(
+            matching(&ps, "ax", true).map(|p| p.name.as_str()),
+            Some("low")
+        );
+        assert!(matching(&ps, "ax", false).is_none());
+        assert!(matching(&ps, "b", true).is_none());
+        let mut t = warren_protocol::FieldTable::new();
+        t.insert("x-max-length", warren_protocol::FieldValue::I32(3));
+        t.insert(
+            "x-dead-letter-exchange",
+            warren_protocol::FieldValue::str("qdlx"),
+        );
+        let declared = QueueArgs::parse(&t, "q").expect("args");
+        let a = effective(&declared, &t, matching(&ps, "abc", true));
+        assert_eq!(a.max_length, Some(3));
+        assert_eq!(a.dead_letter_exchange.as_deref(), Some("qdlx"));
+        assert_eq!(a.overflow, Overflow::RejectPublish);
+        let a = effective(
+            &QueueArgs::default(),
+            &Default::default(),
+            matching(&ps, "abc", true),
+        );
+        assert_eq!(a.max_length, Some(10));
+        assert_eq!(a.dead_letter_exchange.as_deref(), Some("pdlx"));
+    }
+}

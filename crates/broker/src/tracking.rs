@@ -1,0 +1,73 @@
+//! Connection tracking: what the management API lists about each open connection, and the
+//! handle that asks a connection to close (320 CONNECTION_FORCED) from outside its task.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+pub struct ConnInfo {
+    pub id: u64,
+    /// RabbitMQ's connection name: "peer -> local".
+    pub name: String,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    /// Unix time in ms.
+    pub connected_at_ms: u64,
+    pub user: String,
+    pub vhost: String,
+    /// The client's properties (product, version, connection_name, …) as JSON.
+    pub client_properties: serde_json::Value,
+    pub channels: AtomicU32,
+    pub frame_max: AtomicU64,
+    pub heartbeat_s: AtomicU32,
+    close_reason: Mutex<Option<String>>,
+    close: tokio::sync::Notify,
+}
+
+impl ConnInfo {
+    pub fn new(
+        id: u64,
+        peer: SocketAddr,
+        local: SocketAddr,
+        user: String,
+        vhost: String,
+        client_properties: serde_json::Value,
+    ) -> ConnInfo {
+        ConnInfo {
+            id,
+            name: format!("{peer} -> {local}"),
+            peer,
+            local,
+            connected_at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            user,
+            vhost,
+            client_properties,
+            channels: AtomicU32::new(0),
+            frame_max: AtomicU64::new(0),
+            heartbeat_s: AtomicU32::new(0),
+            close_reason: Mutex::new(None),
+            close: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Asks the connection to close with 320 CONNECTION_FORCED and `reason`.
+    pub fn force_close(&self, reason: &str) {
+        self.close_reason
+            .lock()
+            .get_or_insert_with(|| reason.to_string());
+        self.close.notify_one();
+    }
+
+    /// Resolves once [`force_close`](Self::force_close) was called; returns the reason.
+    pub async fn closed(&self) -> String {
+        self.close.notified().await;
+        self.close_reason.lock().clone().unwrap_or_default()
+    }
+
+    pub fn set_channels(&self, n: usize) {
+        self.channels.store(n as u32, Ordering::Relaxed);
+    }
+}
