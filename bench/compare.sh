@@ -113,7 +113,10 @@ cat "$OUT/header.md"
 start_warren
 first=1
 for s in "${SCENARIOS[@]}"; do
-  if [ "$RESTART_WARREN" = 1 ] && [ "$first" = 0 ]; then
+  # S6b drains what S6a preloaded: same Warren, no purge of RabbitMQ before it.
+  purge="$BENCH/rabbitmq.sh purge-all >/dev/null 2>&1"
+  [ "$s" != S6b ] || purge=""
+  if [ "$RESTART_WARREN" = 1 ] && [ "$first" = 0 ] && [ "$s" != S6b ]; then
     stop_warren
     for _ in $(seq 1 50); do port_open "$PORT" || break; sleep 0.1; done
     start_warren
@@ -123,7 +126,7 @@ for s in "${SCENARIOS[@]}"; do
   f=$(foreign_perftest); [ -z "$f" ] || echo "WARNING: another PerfTest (pids $f) is running before $s: concurrent load" | tee -a "$OUT/compare.log" "$OUT/warnings"
   echo "== $s (Warren pid $WPID, RabbitMQ pid $RPID)" | tee -a "$OUT/compare.log"
   RESULTS_DIR=$OUT BROKER_PID_A=$WPID BROKER_PID_B=$RPID \
-    PURGE_B="$BENCH/rabbitmq.sh purge-all >/dev/null 2>&1" \
+    PURGE_B="$purge" \
     "$BENCH/perftest.sh" compare "$W_URI" "$RMQ_URI" "$s" 2>&1 9>&- | tee -a "$OUT/compare.log" || true
   warren_ok || abort "Warren (pid $WPID) died or lost port $PORT during $s; its $s figures are not Warren's"
   f=$(foreign_perftest); [ -z "$f" ] || echo "WARNING: another PerfTest (pids $f) was running at the end of $s: its figures are skewed by concurrent load" | tee -a "$OUT/compare.log" "$OUT/warnings"
