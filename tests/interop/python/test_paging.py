@@ -172,3 +172,22 @@ def test_paged_messages_still_expire(node):
     time.sleep(1.6)
     node.start()
     assert count(node, "ttl", arguments=args) == 0, "expired while the broker was down"
+
+
+def test_a_recovered_priority_queue_delivers_by_priority(node):
+    node.start()
+    args = {"x-max-priority": 5}
+    count(node, "prio", arguments=args)
+    c = connect(node)
+    try:
+        ch = c.channel()
+        ch.confirm_delivery()
+        for i, p in enumerate([1, 5, 3, 5, 0]):
+            ch.basic_publish("", "prio", f"{i}-p{p}".encode(), pika.BasicProperties(delivery_mode=2, priority=p))
+    finally:
+        safe_close(c)
+    node.kill9()
+    node.start()
+    assert count(node, "prio", arguments=args) == 5
+    got = [b.decode() for b, _ in consume(node, "prio")]
+    assert got == ["1-p5", "3-p5", "2-p3", "0-p1", "4-p0"]
