@@ -13,6 +13,13 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 need() { command -v "$1" >/dev/null 2>&1 || { echo "test.sh: '$1' is required (install it first)" >&2; exit 1; }; }
 need cargo; need python3; need go
 
+# crates/warren/tests/perf.rs renders the `warren perf` HTML report in a real headless browser.
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "== installing chromium (Debian's package; for the warren perf report test)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+    || echo "test.sh: could not install chromium; the report rendering tests will be skipped" >&2
+fi
 echo "== cargo build (release)"
 cargo build --release --locked -p warren
 echo "== cargo test"

@@ -280,7 +280,7 @@ pub enum Parsed {
 pub fn parse(args: Vec<OsString>) -> Parsed {
     let command_line = args
         .iter()
-        .map(|a| a.to_string_lossy().into_owned())
+        .map(|a| mask_password(&a.to_string_lossy()))
         .collect::<Vec<_>>()
         .join(" ");
     let mut argv = vec![OsString::from("warren perf")];
@@ -302,6 +302,24 @@ pub fn parse(args: Vec<OsString>) -> Parsed {
             code: 2,
         },
     }
+}
+
+/// `amqp://user:secret@host` -> `amqp://user:***@host`, for reports (each URI of a list).
+pub fn mask_password(arg: &str) -> String {
+    arg.split(',')
+        .map(|part| {
+            let Some(rest) = part.strip_prefix("amqp://") else {
+                return part.to_string();
+            };
+            match (rest.find(':'), rest.find('@')) {
+                (Some(c), Some(at)) if c < at => {
+                    format!("amqp://{}:***{}", &rest[..c], &rest[at..])
+                }
+                _ => part.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Checks for contradictions and turns flags into a [`Scenario`] and a [`Mode`].
@@ -401,9 +419,7 @@ pub fn validate(a: Args, command_line: String) -> Result<Options, String> {
         }
         (None, queue) => {
             if a.queue_pattern_from.is_some() || a.queue_pattern_to.is_some() {
-                return Err(
-                    "--queue-pattern-from/--queue-pattern-to need --queue-pattern".into(),
-                );
+                return Err("--queue-pattern-from/--queue-pattern-to need --queue-pattern".into());
             }
             Topology::Fixed {
                 queue: queue.clone(),
@@ -411,14 +427,10 @@ pub fn validate(a: Args, command_line: String) -> Result<Options, String> {
             }
         }
     };
-    let modes = [
-        a.sweep.is_some(),
-        a.steps.is_some(),
-        a.compare.is_some(),
-    ]
-    .iter()
-    .filter(|b| **b)
-    .count();
+    let modes = [a.sweep.is_some(), a.steps.is_some(), a.compare.is_some()]
+        .iter()
+        .filter(|b| **b)
+        .count();
     if modes > 1 {
         return Err("--sweep, --steps and --compare are separate modes: give one".into());
     }
@@ -446,7 +458,9 @@ pub fn validate(a: Args, command_line: String) -> Result<Options, String> {
         Mode::Steps { from, by, to }
     } else if let Some(u) = &a.compare {
         if a.time.is_none() && a.pmessages == 0 && a.cmessages == 0 {
-            return Err("--compare needs a bounded run: give --time, --pmessages or --cmessages".into());
+            return Err(
+                "--compare needs a bounded run: give --time, --pmessages or --cmessages".into(),
+            );
         }
         if a.rounds == 0 {
             return Err("--rounds must be at least 1".into());
@@ -635,11 +649,7 @@ pub fn random_uuid() -> String {
     let mut b: [u8; 16] = rand::random();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let h = |r: std::ops::Range<usize>| {
-        b[r].iter()
-            .map(|x| format!("{x:02x}"))
-            .collect::<String>()
-    };
+    let h = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
     format!(
         "{}-{}-{}-{}-{}",
         h(0..4),
@@ -705,7 +715,10 @@ mod tests {
         .expect("parses");
         let u = &o.scenario.uris;
         assert_eq!(u.len(), 2);
-        assert_eq!((u[0].user.as_str(), u[0].port, u[0].vhost.as_str()), ("u", 5673, "/"));
+        assert_eq!(
+            (u[0].user.as_str(), u[0].port, u[0].vhost.as_str()),
+            ("u", 5673, "/")
+        );
         assert_eq!((u[1].port, u[1].vhost.as_str()), (5674, "v"));
         assert_eq!(o.scenario.producers, 2);
     }
@@ -713,31 +726,87 @@ mod tests {
     #[test]
     fn published_cluster_sizing_command_parses() {
         let o = opts(&[
-            "-x", "200", "-y", "200", "--queue-pattern", "perf-test-%d", "--queue-pattern-from", "1",
-            "--queue-pattern-to", "100", "-f", "persistent", "-q", "1000", "-c", "1000", "-s",
-            "1024", "--rate", "50", "--consumer-latency", "10000", "-z", "60",
+            "-x",
+            "200",
+            "-y",
+            "200",
+            "--queue-pattern",
+            "perf-test-%d",
+            "--queue-pattern-from",
+            "1",
+            "--queue-pattern-to",
+            "100",
+            "-f",
+            "persistent",
+            "-q",
+            "1000",
+            "-c",
+            "1000",
+            "-s",
+            "1024",
+            "--rate",
+            "50",
+            "--consumer-latency",
+            "10000",
+            "-z",
+            "60",
         ])
         .expect("parses");
         let s = o.scenario;
-        assert_eq!((s.producers, s.consumers, s.qos, s.confirm), (200, 200, 1000, Some(1000)));
+        assert_eq!(
+            (s.producers, s.consumers, s.qos, s.confirm),
+            (200, 200, 1000, Some(1000))
+        );
         assert!(s.persistent && s.durable);
-        assert_eq!((s.body_size, s.rate, s.consumer_latency_us, s.time_s), (1024, Some(50.0), 10000, Some(60)));
-        let Topology::Pattern { queues } = s.topology else { panic!("pattern") };
+        assert_eq!(
+            (s.body_size, s.rate, s.consumer_latency_us, s.time_s),
+            (1024, Some(50.0), 10000, Some(60))
+        );
+        let Topology::Pattern { queues } = s.topology else {
+            panic!("pattern")
+        };
         assert_eq!(queues.len(), 100);
-        assert_eq!((queues[0].as_str(), queues[99].as_str()), ("perf-test-1", "perf-test-100"));
+        assert_eq!(
+            (queues[0].as_str(), queues[99].as_str()),
+            ("perf-test-1", "perf-test-100")
+        );
     }
 
     #[test]
     fn multi_letter_short_flags() {
         let o = opts(&[
-            "-qp", "q-%03d", "-qpf", "1", "-qpt", "3", "-ad", "false", "-qa",
-            "x-max-length=10,x-overflow=reject-publish,x-single-active-consumer=true", "-prsd", "2",
-            "-ew", "empty", "-niot", "4", "-niotp", "6", "-ctp", "2", "-hst", "2", "-f", "persistent",
-            "-f", "mandatory",
+            "-qp",
+            "q-%03d",
+            "-qpf",
+            "1",
+            "-qpt",
+            "3",
+            "-ad",
+            "false",
+            "-qa",
+            "x-max-length=10,x-overflow=reject-publish,x-single-active-consumer=true",
+            "-prsd",
+            "2",
+            "-ew",
+            "empty",
+            "-niot",
+            "4",
+            "-niotp",
+            "6",
+            "-ctp",
+            "2",
+            "-hst",
+            "2",
+            "-f",
+            "persistent",
+            "-f",
+            "mandatory",
         ])
         .expect("parses");
         let s = o.scenario;
-        let Topology::Pattern { queues } = &s.topology else { panic!("pattern") };
+        let Topology::Pattern { queues } = &s.topology else {
+            panic!("pattern")
+        };
         assert_eq!(queues, &["q-001", "q-002", "q-003"]);
         assert!(!s.auto_delete && s.persistent && s.mandatory && s.exit_when_idle);
         assert_eq!(s.producer_random_start_delay_s, 2);
@@ -746,7 +815,10 @@ mod tests {
             s.queue_args.get("x-overflow"),
             Some(&FieldValue::LongStr("reject-publish".into()))
         );
-        assert_eq!(s.queue_args.get("x-single-active-consumer"), Some(&FieldValue::Bool(true)));
+        assert_eq!(
+            s.queue_args.get("x-single-active-consumer"),
+            Some(&FieldValue::Bool(true))
+        );
         let o = opts(&["-qq", "-u", "q"]).expect("quorum");
         assert!(o.scenario.durable && !o.scenario.auto_delete);
         assert_eq!(
@@ -760,11 +832,20 @@ mod tests {
         // Only whole arguments are rewritten: a routing key "-qp" stays what it is.
         assert_eq!(
             normalise(vec!["-k".into(), "x-qp".into(), "-qp".into()]),
-            vec![OsString::from("-k"), "x-qp".into(), "--queue-pattern".into()]
+            vec![
+                OsString::from("-k"),
+                "x-qp".into(),
+                "--queue-pattern".into()
+            ]
         );
         let o = opts(&["-k", "qp", "-u", "-qp-"]).expect("plain values");
-        let Topology::Fixed { routing_key, queue } = o.scenario.topology else { panic!() };
-        assert_eq!((routing_key.as_str(), queue.as_deref()), ("qp", Some("-qp-")));
+        let Topology::Fixed { routing_key, queue } = o.scenario.topology else {
+            panic!()
+        };
+        assert_eq!(
+            (routing_key.as_str(), queue.as_deref()),
+            ("qp", Some("-qp-"))
+        );
     }
 
     #[test]
@@ -772,7 +853,10 @@ mod tests {
         match parse(vec!["--help".into()]) {
             Parsed::Exit { text, code } => {
                 assert_eq!(code, 0);
-                assert!(text.contains("--producers") && text.contains("--queue-pattern"), "{text}");
+                assert!(
+                    text.contains("--producers") && text.contains("--queue-pattern"),
+                    "{text}"
+                );
             }
             Parsed::Run(_) => panic!("--help ran"),
         }
@@ -814,8 +898,13 @@ mod tests {
         assert_eq!(
             o.mode,
             Mode::Sweep(vec![
-                Some(1000.0), Some(5000.0), Some(10000.0), Some(20000.0), Some(40000.0),
-                Some(80000.0), None
+                Some(1000.0),
+                Some(5000.0),
+                Some(10000.0),
+                Some(20000.0),
+                Some(40000.0),
+                Some(80000.0),
+                None
             ])
         );
         assert_eq!(o.scenario.time_s, Some(10), "steps default to 10 s");
@@ -823,15 +912,44 @@ mod tests {
         assert_eq!(o.mode, Mode::Sweep(vec![Some(1000.0), Some(2500.0), None]));
         assert_eq!(o.scenario.time_s, Some(3));
         let o = opts(&["--steps", "500:250:2000", "--p99-bound-ms", "20"]).expect("steps");
-        assert_eq!(o.mode, Mode::Steps { from: 500.0, by: 250.0, to: Some(2000.0) });
+        assert_eq!(
+            o.mode,
+            Mode::Steps {
+                from: 500.0,
+                by: 250.0,
+                to: Some(2000.0)
+            }
+        );
         assert_eq!(o.p99_bound_ms, 20.0);
-        let o = opts(&["--compare", "amqp://localhost:5673", "-z", "5", "--rounds", "2"]).expect("cmp");
+        let o = opts(&[
+            "--compare",
+            "amqp://localhost:5673",
+            "-z",
+            "5",
+            "--rounds",
+            "2",
+        ])
+        .expect("cmp");
         assert!(matches!(o.mode, Mode::Compare(ref u) if u.port == 5673));
     }
 
     #[test]
+    fn passwords_are_masked_in_the_recorded_command() {
+        assert_eq!(
+            mask_password("amqp://u:s3cret@h:5672/%2f,amqp://h2"),
+            "amqp://u:***@h:5672/%2f,amqp://h2"
+        );
+        let o = opts(&["-h", "amqp://u:s3cret@h:5672/%2f"]).expect("ok");
+        assert!(!o.command_line.contains("s3cret"), "{}", o.command_line);
+        assert_eq!(o.scenario.uris[0].password, "s3cret");
+    }
+
+    #[test]
     fn pattern_formatting() {
-        assert_eq!(format_pattern("perf-test-%d", 7).as_deref(), Ok("perf-test-7"));
+        assert_eq!(
+            format_pattern("perf-test-%d", 7).as_deref(),
+            Ok("perf-test-7")
+        );
         assert_eq!(format_pattern("q%04d", 7).as_deref(), Ok("q0007"));
         assert_eq!(format_pattern("q%3d", 7).as_deref(), Ok("q  7"));
         assert_eq!(format_pattern("100%%-%s", 7).as_deref(), Ok("100%-7"));

@@ -178,8 +178,7 @@ impl Conn {
                     return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
                 }
             };
-            if frame.kind != FrameKind::Method || (frame.channel != channel && frame.channel != 0)
-            {
+            if frame.kind != FrameKind::Method || (frame.channel != channel && frame.channel != 0) {
                 continue;
             }
             match Method::decode(&frame.payload)? {
@@ -256,7 +255,11 @@ impl Conn {
 
     /// Whether a queue (or exchange) exists: a passive declare; a 404 closes the channel, which
     /// is reopened.
-    pub async fn exists(&mut self, queue: Option<&str>, exchange: Option<&str>) -> Result<bool, ClientError> {
+    pub async fn exists(
+        &mut self,
+        queue: Option<&str>,
+        exchange: Option<&str>,
+    ) -> Result<bool, ClientError> {
         let m: Method = match (queue, exchange) {
             (Some(q), _) => QueueDeclare {
                 queue: q.into(),

@@ -387,7 +387,9 @@ mod tests {
             let mut got = 0;
             for part in [&whole[..split], &whole[split..]] {
                 rbuf.extend_from_slice(part);
-                let (n, ev) = p.parse(&mut rbuf, &mut acks, 5_000, u64::MAX).expect("parses");
+                let (n, ev) = p
+                    .parse(&mut rbuf, &mut acks, 5_000, u64::MAX)
+                    .expect("parses");
                 assert_eq!(ev, Event::More);
                 got += n;
             }
@@ -424,7 +426,11 @@ mod tests {
         }
         let mut p = Parser::new(spec(true, 0, 0));
         let mut acks = BytesMut::new();
-        assert_eq!(p.parse(&mut whole, &mut acks, 0, 1).expect("ok").0, 1, "max 1");
+        assert_eq!(
+            p.parse(&mut whole, &mut acks, 0, 1).expect("ok").0,
+            1,
+            "max 1"
+        );
         assert_eq!(p.parse(&mut whole, &mut acks, 0, 1).expect("ok").0, 1);
         assert!(acks.is_empty(), "autoack sends no acks");
     }
@@ -458,10 +464,13 @@ mod tests {
                 ..Default::default()
             }),
         );
-        let publish_len = 7 + u32::from_be_bytes(published[3..7].try_into().expect("4")) as usize + 1;
+        let publish_len =
+            7 + u32::from_be_bytes(published[3..7].try_into().expect("4")) as usize + 1;
         rbuf.extend_from_slice(&published[publish_len..]);
         let mut p = Parser::new(spec(true, 0, 0));
-        let (n, _) = p.parse(&mut rbuf, &mut BytesMut::new(), 142, u64::MAX).expect("ok");
+        let (n, _) = p
+            .parse(&mut rbuf, &mut BytesMut::new(), 142, u64::MAX)
+            .expect("ok");
         assert_eq!((n, p.latencies.as_slice()), (1, &[100u64][..]));
     }
 
@@ -479,7 +488,9 @@ mod tests {
             }),
         );
         let mut p = Parser::new(spec(true, 0, 0));
-        let err = p.parse(&mut rbuf, &mut BytesMut::new(), 0, u64::MAX).unwrap_err();
+        let err = p
+            .parse(&mut rbuf, &mut BytesMut::new(), 0, u64::MAX)
+            .unwrap_err();
         assert!(err.to_string().contains("404 NOT_FOUND"), "{err}");
     }
 }

@@ -193,7 +193,10 @@ mod tests {
         let l = summary_lines("t", &sum);
         assert_eq!(l[0], "id: t, sending rate avg: 5 msg/s");
         assert_eq!(l[1], "id: t, receiving rate avg: 6 msg/s");
-        assert_eq!(l[2], "id: t, consumer latency min/median/75th/95th/99th 1/2/3/4/5 µs");
+        assert_eq!(
+            l[2],
+            "id: t, consumer latency min/median/75th/95th/99th 1/2/3/4/5 µs"
+        );
     }
 
     #[test]

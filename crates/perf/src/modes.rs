@@ -331,15 +331,36 @@ mod tests {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(median(vec![]), None);
-        let a = [result("A", 100.0, 10), result("A", 300.0, 30), result("A", 200.0, 20)];
-        let b = [result("B", 50.0, 40), result("B", 100.0, 40), result("B", 150.0, 40)];
+        let a = [
+            result("A", 100.0, 10),
+            result("A", 300.0, 30),
+            result("A", 200.0, 20),
+        ];
+        let b = [
+            result("B", 50.0, 40),
+            result("B", 100.0, 40),
+            result("B", 150.0, 40),
+        ];
         let rows = compare_rows(&a.iter().collect::<Vec<_>>(), &b.iter().collect::<Vec<_>>());
         let send = &rows[0];
-        assert_eq!((send.a, send.b, send.ratio), (Some(200.0), Some(100.0), Some(2.0)));
-        let p99 = rows.iter().find(|r| r.figure.starts_with("latency p99")).expect("p99");
+        assert_eq!(
+            (send.a, send.b, send.ratio),
+            (Some(200.0), Some(100.0), Some(2.0))
+        );
+        let p99 = rows
+            .iter()
+            .find(|r| r.figure.starts_with("latency p99"))
+            .expect("p99");
         assert_eq!(p99.ratio, Some(0.5));
-        let confirm = rows.iter().find(|r| r.figure.starts_with("confirm rate")).expect("c");
-        assert_eq!((confirm.a, confirm.ratio), (None, None), "no confirms: no figure");
+        let confirm = rows
+            .iter()
+            .find(|r| r.figure.starts_with("confirm rate"))
+            .expect("c");
+        assert_eq!(
+            (confirm.a, confirm.ratio),
+            (None, None),
+            "no confirms: no figure"
+        );
     }
 
     #[test]

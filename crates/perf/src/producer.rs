@@ -119,7 +119,10 @@ pub async fn run(
 ) -> Result<(), ClientError> {
     let template = Template::new(&spec, conn.frame_max);
     let Conn {
-        stream, rbuf, frame_max, ..
+        stream,
+        rbuf,
+        frame_max,
+        ..
     } = conn;
     let (rd, mut wr) = stream.into_split();
     let pending = Arc::new(Pending {
@@ -214,7 +217,9 @@ pub async fn run(
     }
     let result = match tokio::time::timeout(Duration::from_secs(2), reader).await {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => Err(ClientError::Protocol(format!("producer reader failed: {e}"))),
+        Ok(Err(e)) => Err(ClientError::Protocol(format!(
+            "producer reader failed: {e}"
+        ))),
         Err(_) => Ok(()),
     };
     // Once we asked to close, an error from a broker that drops the socket is not the run's.
@@ -239,12 +244,22 @@ async fn read_loop(
                 continue; // returned message content, heartbeats
             }
             match decode_method(&f.payload)? {
-                Method::BasicAck(a) => {
-                    settle(&pending, &stats, a.delivery_tag, a.multiple, true, &mut confirm_ns)
-                }
-                Method::BasicNack(n) => {
-                    settle(&pending, &stats, n.delivery_tag, n.multiple, false, &mut confirm_ns)
-                }
+                Method::BasicAck(a) => settle(
+                    &pending,
+                    &stats,
+                    a.delivery_tag,
+                    a.multiple,
+                    true,
+                    &mut confirm_ns,
+                ),
+                Method::BasicNack(n) => settle(
+                    &pending,
+                    &stats,
+                    n.delivery_tag,
+                    n.multiple,
+                    false,
+                    &mut confirm_ns,
+                ),
                 Method::BasicReturn(_) => {
                     stats.counters.returned.fetch_add(1, Relaxed);
                 }
@@ -352,7 +367,10 @@ mod tests {
             assert_eq!(got.len(), frames, "size {size}");
             match Method::decode(&got[0].payload).expect("method") {
                 Method::BasicPublish(p) => {
-                    assert_eq!((&*p.exchange, &*p.routing_key, p.mandatory), ("direct", "rk", true))
+                    assert_eq!(
+                        (&*p.exchange, &*p.routing_key, p.mandatory),
+                        ("direct", "rk", true)
+                    )
                 }
                 m => panic!("{m:?}"),
             }
@@ -374,7 +392,11 @@ mod tests {
         dec.decode(&mut out).expect("ok");
         let h = dec.decode(&mut out).expect("ok").expect("header");
         let h = ContentHeader::decode(&h.payload).expect("header");
-        assert_eq!(&h.raw_properties[..], &[0, 0], "no properties unless persistent");
+        assert_eq!(
+            &h.raw_properties[..],
+            &[0, 0],
+            "no properties unless persistent"
+        );
     }
 
     #[test]

@@ -42,10 +42,9 @@ impl ScenarioInfo {
     fn of(s: &Scenario) -> ScenarioInfo {
         let (queues, routing_key) = match &s.topology {
             Topology::Pattern { queues } => (queues.clone(), None),
-            Topology::Fixed { queue, routing_key } => (
-                queue.iter().cloned().collect(),
-                Some(routing_key.clone()),
-            ),
+            Topology::Fixed { queue, routing_key } => {
+                (queue.iter().cloned().collect(), Some(routing_key.clone()))
+            }
         };
         ScenarioInfo {
             uris: s.uris.iter().map(|u| u.display()).collect(),
@@ -215,12 +214,15 @@ impl Chart {
             .collect();
         let (mut x0, mut x1) = match &self.x_categories {
             Some(c) => (0.0, (c.len().max(1) - 1) as f64),
-            None => all.iter().fold((f64::MAX, f64::MIN), |(a, b), p| {
-                (a.min(p.0), b.max(p.0))
-            }),
+            None => all
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0))),
         };
         if all.is_empty() && self.x_categories.is_none() {
             (x0, x1) = (0.0, 1.0);
+        }
+        if self.x_categories.is_none() {
+            x0 = x0.min(0.0); // time axes start at 0
         }
         if x1 <= x0 {
             x1 = x0 + 1.0;
@@ -230,7 +232,11 @@ impl Chart {
             let pos: Vec<f64> = all.iter().map(|p| p.1).filter(|v| *v > 0.0).collect();
             let lo = pos.iter().copied().fold(f64::MAX, f64::min);
             let hi = pos.iter().copied().fold(0.0f64, f64::max);
-            let (lo, hi) = if pos.is_empty() { (1.0, 10.0) } else { (lo, hi) };
+            let (lo, hi) = if pos.is_empty() {
+                (1.0, 10.0)
+            } else {
+                (lo, hi)
+            };
             let a = lo.log10().floor();
             let mut b = hi.log10().ceil();
             if b <= a {
@@ -469,7 +475,14 @@ pub fn latency_chart(r: &RunResult, idx: usize, confirm: bool) -> Chart {
         .collect();
     let what = if confirm { "confirm" } else { "consumer" };
     Chart {
-        id: format!("{}-{idx}", if confirm { "confirm-latency" } else { "latency" }),
+        id: format!(
+            "{}-{idx}",
+            if confirm {
+                "confirm-latency"
+            } else {
+                "latency"
+            }
+        ),
         title: format!("{}: {what} latency percentiles", r.label),
         x_label: "time (s)".into(),
         y_label: "ms (log scale)".into(),
@@ -569,7 +582,9 @@ pub fn stacked_svg(charts: &[Chart]) -> String {
         H * charts.len() as f64
     );
     for (i, c) in charts.iter().enumerate() {
-        let inner = c.svg().replacen("<svg ", &format!(r#"<svg y="{}" "#, H * i as f64), 1);
+        let inner = c
+            .svg()
+            .replacen("<svg ", &format!(r#"<svg y="{}" "#, H * i as f64), 1);
         s.push_str(&inner);
     }
     s.push_str("</svg>\n");
@@ -628,10 +643,7 @@ fn summary_table(r: &RunResult) -> String {
     let s = &r.summary;
     let lat = |p: Option<crate::stats::Percentiles>| {
         p.map_or("-".into(), |p| {
-            format!(
-                "{} / {} / {} / {} / {}",
-                p.min, p.p50, p.p75, p.p95, p.p99
-            )
+            format!("{} / {} / {} / {} / {}", p.min, p.p50, p.p75, p.p95, p.p99)
         })
     };
     let t = &s.totals;
@@ -663,7 +675,8 @@ fn points_table(points: &[RatePoint]) -> String {
         let _ = write!(
             s,
             "<tr><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            p.attempted.map_or("unlimited".into(), |a| format!("{a:.0}")),
+            p.attempted
+                .map_or("unlimited".into(), |a| format!("{a:.0}")),
             p.sent,
             p.received,
             p.p50_us.map_or("-".into(), |v| v.to_string()),
@@ -829,10 +842,17 @@ mod tests {
         assert_eq!(rates.series.len(), 2, "sent and received only");
         let svg = rates.svg();
         assert_eq!(count(&svg, "<circle"), 10);
-        assert!(svg.contains(r#"data-chart="rates-0" data-points="10""#), "{svg}");
+        assert!(
+            svg.contains(r#"data-chart="rates-0" data-points="10""#),
+            "{svg}"
+        );
         assert!(svg.contains("run &lt;1&gt;"), "escaped title");
         let lat = latency_chart(&r, 0, false).svg();
-        assert_eq!(count(&lat, "<circle"), 5 * 4, "4 samples with latency, 5 percentiles");
+        assert_eq!(
+            count(&lat, "<circle"),
+            5 * 4,
+            "4 samples with latency, 5 percentiles"
+        );
         assert!(lat.contains(r#"data-series="p99" data-points="4""#));
     }
 
@@ -892,8 +912,15 @@ mod tests {
             compare: None,
         };
         let page = html(&rep);
-        assert!(!page.contains("src=") && !page.contains("<link"), "no external resources");
-        assert_eq!(count(&page, "</script>"), 2, "the command's </script> is escaped");
+        assert!(
+            !page.contains("src=") && !page.contains("<link"),
+            "no external resources"
+        );
+        assert_eq!(
+            count(&page, "</script>"),
+            2,
+            "the command's </script> is escaped"
+        );
         assert_eq!(count(&page, "class=\"chart\""), 2);
         rep.runs.push(fake_run(2));
         let svg = stacked_svg(&headline_charts(&rep));

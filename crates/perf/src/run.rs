@@ -235,7 +235,8 @@ pub async fn run(s: &Scenario, label: &str, out: &mut Output) -> Result<RunResul
         });
     }
     let start = Instant::now();
-    stats.last_receive_ns.store(body::now_ns(), Relaxed);
+    let start_ns = body::now_ns();
+    stats.last_receive_ns.store(start_ns, Relaxed);
     for (i, c) in producers.into_iter().enumerate() {
         let (spec, stats, stop, done) = (
             producer_spec(s, i),
@@ -247,6 +248,7 @@ pub async fn run(s: &Scenario, label: &str, out: &mut Output) -> Result<RunResul
             if let Err(e) = producer::run(c, spec, stats.clone(), stop).await {
                 stats.fail(format!("producer {i}: {e}"));
             }
+            stats.last_send_done_ns.fetch_max(body::now_ns(), Relaxed);
             done.fetch_add(1, Relaxed);
         });
     }
@@ -323,7 +325,16 @@ pub async fn run(s: &Scenario, label: &str, out: &mut Output) -> Result<RunResul
             break "consumers reached their message count".into();
         }
     };
-    let duration = start.elapsed();
+    // A run that ended on idle consumers ended at its last message, not after the idle wait.
+    let duration = if ended_by.contains("idle") {
+        let end = stats
+            .last_receive_ns
+            .load(Relaxed)
+            .max(stats.last_send_done_ns.load(Relaxed));
+        Duration::from_nanos(end.saturating_sub(start_ns).max(1))
+    } else {
+        start.elapsed()
+    };
     let _ = stop_tx.send(true);
     out.clear_status();
     let drain = async { while tasks.join_next().await.is_some() {} };

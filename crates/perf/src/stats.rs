@@ -31,6 +31,8 @@ pub struct Stats {
     pub counters: Counters,
     /// When the last delivery arrived ([`crate::body::now_ns`]), for idle detection.
     pub last_receive_ns: AtomicU64,
+    /// When the last producer finished sending, for the duration of a bounded run.
+    pub last_send_done_ns: AtomicU64,
     latency_us: Mutex<Histogram<u64>>,
     confirm_us: Mutex<Histogram<u64>>,
     /// The first error a task hit; the run ends on it.
@@ -42,6 +44,7 @@ impl Default for Stats {
         Stats {
             counters: Counters::default(),
             last_receive_ns: AtomicU64::new(0),
+            last_send_done_ns: AtomicU64::new(0),
             latency_us: Mutex::new(new_histogram()),
             confirm_us: Mutex::new(new_histogram()),
             error: Mutex::new(None),
@@ -266,7 +269,10 @@ mod tests {
         assert_eq!((b.sent, b.received), (4000.0, 4000.0), "2000 in 0.5 s");
         assert_eq!((b.confirmed, b.nacked, b.returned), (1000.0, 4.0, 8.0));
         let sum = s.summary(2.0, c2);
-        assert_eq!((sum.send_rate, sum.receive_rate, sum.confirm_rate), (1500.0, 1400.0, 250.0));
+        assert_eq!(
+            (sum.send_rate, sum.receive_rate, sum.confirm_rate),
+            (1500.0, 1400.0, 250.0)
+        );
     }
 
     #[test]

@@ -15,7 +15,9 @@ impl AmqpUri {
         let rest = if let Some(r) = s.strip_prefix("amqp://") {
             r
         } else if s.starts_with("amqps://") {
-            return Err(format!("'{s}': amqps (TLS) is not supported by warren perf"));
+            return Err(format!(
+                "'{s}': amqps (TLS) is not supported by warren perf"
+            ));
         } else {
             return Err(format!(
                 "'{s}' is not an AMQP URI (expected amqp://user:pass@host:port/vhost)"
@@ -119,12 +121,21 @@ mod tests {
     fn forms() {
         let u = AmqpUri::parse("amqp://localhost").expect("ok");
         assert_eq!(
-            (u.host.as_str(), u.port, u.user.as_str(), u.password.as_str(), u.vhost.as_str()),
+            (
+                u.host.as_str(),
+                u.port,
+                u.user.as_str(),
+                u.password.as_str(),
+                u.vhost.as_str()
+            ),
             ("localhost", 5672, "guest", "guest", "/")
         );
         let u = AmqpUri::parse("amqp://a%40b:p%3Aw@10.0.0.1:5673/%2f?heartbeat=5").expect("ok");
         assert_eq!((u.user.as_str(), u.password.as_str()), ("a@b", "p:w"));
-        assert_eq!((u.host.as_str(), u.port, u.vhost.as_str()), ("10.0.0.1", 5673, "/"));
+        assert_eq!(
+            (u.host.as_str(), u.port, u.vhost.as_str()),
+            ("10.0.0.1", 5673, "/")
+        );
         assert_eq!(AmqpUri::parse("amqp://h/").expect("ok").vhost, "/");
         assert_eq!(AmqpUri::parse("amqp://h/prod").expect("ok").vhost, "prod");
         let u = AmqpUri::parse("amqp://[::1]:5700").expect("ok");
@@ -136,7 +147,11 @@ mod tests {
     fn errors() {
         assert!(AmqpUri::parse("amqps://h").unwrap_err().contains("TLS"));
         assert!(AmqpUri::parse("localhost").unwrap_err().contains("amqp://"));
-        assert!(AmqpUri::parse("amqp://h:99999").unwrap_err().contains("port"));
-        assert!(AmqpUri::parse("amqp://h/%zz").unwrap_err().contains("percent"));
+        assert!(AmqpUri::parse("amqp://h:99999")
+            .unwrap_err()
+            .contains("port"));
+        assert!(AmqpUri::parse("amqp://h/%zz")
+            .unwrap_err()
+            .contains("percent"));
     }
 }
