@@ -30,6 +30,7 @@ pub mod outbox;
 pub mod persist;
 pub mod policy;
 pub mod queue;
+pub mod queue_type;
 pub mod server;
 pub mod tracking;
 pub mod vhost;

@@ -790,6 +790,7 @@ impl VHost {
                 spec.name
             )));
         }
+        crate::queue_type::check(spec, &self.name)?;
         let args = QueueArgs::parse(
             spec.arguments,
             &format!("queue '{}' in vhost '{}'", spec.name, self.name),

@@ -21,6 +21,9 @@ import pytest
 from helpers import connect, safe_close, uname
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5673/%2f"
+DEFAULT_MGMT_URL = "http://127.0.0.1:15673"
+# The session broker's management API port, once `amqp_url` started one.
+_SESSION: dict = {}
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 
@@ -102,10 +105,20 @@ def amqp_url():
         return
     w = WarrenProcess(binary)
     w.start()
+    _SESSION["http_port"] = w.http_port
     try:
         yield w.url
     finally:
         w.stop()
+
+
+@pytest.fixture(scope="session")
+def mgmt_url(amqp_url):
+    """Management API base URL (guest/guest) of the `amqp_url` broker: the session Warren's, or
+    MGMT_URL (default: the reference RabbitMQ's, http://127.0.0.1:15673)."""
+    if "http_port" in _SESSION:
+        return f"http://127.0.0.1:{_SESSION['http_port']}"
+    return os.environ.get("MGMT_URL") or DEFAULT_MGMT_URL
 
 
 @pytest.fixture
