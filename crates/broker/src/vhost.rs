@@ -419,7 +419,7 @@ impl VHost {
         let n = backing
             .as_ref()
             .and_then(|b| b.durable.as_ref())
-            .map_or(0, |(_, _, rec)| rec.live.len() as u64);
+            .map_or(0, |(_, _, rec)| rec.count as u64);
         let name: Arc<str> = (&*d.queue).into();
         let q = Queue::with_log(
             name.clone(),

@@ -14,4 +14,4 @@ pub mod log;
 pub mod record;
 pub mod snapshot;
 
-pub use log::{Cursor, QueueLog, Recovery, Written};
+pub use log::{Cursor, LiveSet, QueueLog, Recovery, Written};

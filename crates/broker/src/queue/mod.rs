@@ -21,7 +21,7 @@ use warren_protocol::{ByteString, FieldTable};
 pub use args::{display_value, type_name, Overflow, QueueArgs};
 use dead_letter::Reason;
 
-use warren_store::{Cursor, QueueLog, Recovery};
+use warren_store::{Cursor, LiveSet, QueueLog, Recovery};
 
 use crate::channel::{ChannelShared, Offer};
 use crate::confirm::ConfirmHandle;
@@ -126,9 +126,9 @@ struct Paged {
     count: usize,
     /// Body bytes.
     bytes: u64,
-    /// Seqs recovered at boot not yet read back; an enqueue on disk at or below `recovered_max`
-    /// that is not among them had left the queue before the restart.
-    recovered: VecDeque<u64>,
+    /// What was recovered at boot and not yet read back; an enqueue on disk at or below
+    /// `recovered_max` that it does not hold had left the queue before the restart.
+    recovered: LiveSet,
     recovered_max: Option<u64>,
 }
 
@@ -138,8 +138,8 @@ impl Paged {
     }
 }
 
-fn holds(recovered: &VecDeque<u64>, recovered_max: Option<u64>, seq: u64) -> bool {
-    recovered_max.is_none_or(|m| seq > m) || recovered.binary_search(&seq).is_ok()
+fn holds(recovered: &LiveSet, recovered_max: Option<u64>, seq: u64) -> bool {
+    recovered_max.is_none_or(|m| seq > m) || recovered.holds(seq)
 }
 
 #[derive(Default)]
@@ -218,14 +218,14 @@ impl Queue {
             Some(b) => {
                 let id = b.durable.map(|(id, log, rec)| {
                     state.next_seq = rec.max_seq.map_or(0, |m| m + 1);
-                    if let Some(&first) = rec.live.first() {
-                        state.ready_len = rec.live.len();
+                    if let Some(first) = rec.live.first() {
+                        state.ready_len = rec.count;
                         state.ready_bytes = rec.bytes;
                         state.paged = Some(Paged {
                             cursor: log.cursor_at_start(first),
-                            count: rec.live.len(),
+                            count: rec.count,
                             bytes: rec.bytes,
-                            recovered: rec.live.into(),
+                            recovered: rec.live,
                             recovered_max: rec.max_seq,
                         });
                         // Recovered messages may carry deadlines; the sweeper finds out.
@@ -487,7 +487,7 @@ impl Queue {
             cursor: log.cursor_at_end(seq),
             count: 0,
             bytes: 0,
-            recovered: VecDeque::new(),
+            recovered: LiveSet::default(),
             recovered_max: None,
         });
         true
@@ -769,9 +769,7 @@ impl State {
         };
         let lost = got.is_empty();
         for (seq, data) in got {
-            while p.recovered.front().is_some_and(|&s| s <= seq) {
-                p.recovered.pop_front();
-            }
+            p.recovered.forget_below(seq);
             let redelivered = p.recovered_max.is_some_and(|m| seq <= m);
             let size = crate::persist::stored_body_len(&data);
             p.count -= 1;
