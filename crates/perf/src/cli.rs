@@ -451,7 +451,7 @@ pub fn validate(a: Args, command_line: String) -> Result<Options, String> {
                 "--steps needs producers and consumers (it measures end-to-end latency)".into(),
             );
         }
-        if !(a.p99_bound_ms > 0.0) {
+        if a.p99_bound_ms.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
             return Err("--p99-bound-ms must be positive".into());
         }
         let (from, by, to) = parse_steps(spec)?;

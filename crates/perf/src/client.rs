@@ -221,9 +221,11 @@ impl Conn {
     }
 
     pub async fn exchange_declare(&mut self, name: &str, kind: &str) -> Result<(), ClientError> {
+        // Durable, as PerfTest declares it: a redeclare with other flags fails with 406.
         let m = ExchangeDeclare {
             exchange: name.into(),
             kind: kind.into(),
+            durable: true,
             ..Default::default()
         };
         match self.rpc(CHANNEL, m.into()).await? {

@@ -319,6 +319,7 @@ pub async fn run(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::producer::{ProducerSpec, Template};

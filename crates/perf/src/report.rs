@@ -756,9 +756,9 @@ pub fn html(r: &Report) -> String {
         if run.summary.confirm_latency_us.is_some() {
             s.push_str(&latency_chart(run, i, true).svg());
         }
-        let _ = write!(
+        let _ = writeln!(
             s,
-            "<details><summary>per-interval samples</summary><div id=\"samples-{i}\"></div></details></section>\n"
+            "<details><summary>per-interval samples</summary><div id=\"samples-{i}\"></div></details></section>"
         );
     }
     let json = serde_json::to_string(r)

@@ -114,6 +114,7 @@ fn decode(p: &str, whole: &str) -> Result<String, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

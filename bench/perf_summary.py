@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Tables from a bench/perf.sh results directory.
+
+    perf_summary.py --line FILE                    one line for one raw output
+    perf_summary.py RESULTS_DIR SCENARIO [...]     markdown tables (medians over rounds)
+    perf_summary.py --write-docs DOC SUMMARY_MD    replace the generated section of DOC
+
+Raw outputs are RESULTS_DIR/<scenario>-<broker>-<tool>-<round>.txt. Both generators print
+PerfTest's summary lines, so the shared perftest_summary.py (PERFTEST_SUMMARY, default
+../../shared/bench/perftest_summary.py) reads both; perf.sh appends the generator's CPU time
+(`# generator:` from /usr/bin/time) and the broker's (`# broker:`).
+
+Generator efficiency = messages it handled (sent + received, from the average rates times the run
+time) per CPU-second it used (user + system, JVM start-up included for PerfTest).
+"""
+import glob
+import importlib.util
+import json
+import os
+import re
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PS_PATH = os.environ.get("PERFTEST_SUMMARY",
+                         os.path.join(HERE, "..", "..", "shared", "bench", "perftest_summary.py"))
+spec = importlib.util.spec_from_file_location("perftest_summary", PS_PATH)
+ps = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ps)
+
+BEGIN = "<!-- bench/perf.sh: generated section begin -->"
+END = "<!-- bench/perf.sh: generated section end -->"
+TOOL_NAMES = {"warren-perf": "warren perf", "perftest": "PerfTest"}
+BROKER_NAMES = {"warren": "Warren", "rabbitmq": "RabbitMQ"}
+
+
+def parse(path):
+    r = ps.parse(path)
+    txt = open(path, encoding="utf-8", errors="replace").read()
+    g = re.search(r"# generator: user_s=([\d.]+) sys_s=([\d.]+) wall_s=([\d.]+) max_rss_kb=(\d+)", txt)
+    b = re.search(r"# broker: pid=\S* cpu_s=(\d+) secs=(\d+)", txt)
+    r["gen_cpu_s"] = float(g.group(1)) + float(g.group(2)) if g else None
+    r["gen_rss_mb"] = int(g.group(4)) // 1024 if g else None
+    r["broker_cpu_s"] = int(b.group(1)) if b else None
+    secs = int(b.group(2)) if b else None
+    msgs = None
+    if secs and r.get("send") is not None and r.get("recv") is not None:
+        msgs = (r["send"] + r["recv"]) * secs
+    r["msgs"] = msgs
+    r["eff"] = msgs / r["gen_cpu_s"] if msgs and r["gen_cpu_s"] else None
+    return r
+
+
+def fmt(v, unit=""):
+    return "-" if v is None else f"{v:,.0f}{unit}"
+
+
+def ms(us):
+    if us is None:
+        return "-"
+    return f"{us / 1000:.2f} ms" if us < 10_000 else f"{us / 1000:,.0f} ms"
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if a is not None and b not in (None, 0) else "-"
+
+
+def med(rs, k):
+    v = [r[k] for r in rs if r.get(k) is not None]
+    return statistics.median(v) if v else None
+
+
+def line(path):
+    r = parse(path)
+    return (f"{os.path.basename(path)[:-4]}: send={fmt(r['send'])} recv={fmt(r['recv'])} msg/s "
+            f"p50={ms(r.get('lat_p50_us'))} p99={ms(r.get('lat_p99_us'))} | generator cpu={r['gen_cpu_s']} s "
+            f"rss={r['gen_rss_mb']} MB msgs/cpu-s={fmt(r['eff'])} | broker cpu={r['broker_cpu_s']} s")
+
+
+def tables(d, scenarios):
+    out = []
+    out.append("| scenario | broker | generator | send msg/s | recv msg/s | latency p50 | latency p99 "
+               "| generator CPU s | generator RSS | msgs per generator CPU-s | broker CPU s |")
+    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    meds = {}
+    for s in scenarios:
+        for broker in ("warren", "rabbitmq"):
+            for tool in ("warren-perf", "perftest"):
+                paths = sorted(glob.glob(f"{d}/{s}-{broker}-{tool}-*.txt"))
+                if not paths:
+                    continue
+                rs = [parse(p) for p in paths]
+                m = {k: med(rs, k) for k in ("send", "recv", "lat_p50_us", "lat_p99_us", "gen_cpu_s",
+                                             "gen_rss_mb", "eff", "broker_cpu_s")}
+                meds[(s, broker, tool)] = m
+                cpu = "-" if m["gen_cpu_s"] is None else f"{m['gen_cpu_s']:.1f}"
+                out.append(f"| {s} | {BROKER_NAMES[broker]} | {TOOL_NAMES[tool]} | {fmt(m['send'])} "
+                           f"| {fmt(m['recv'])} | {ms(m['lat_p50_us'])} | {ms(m['lat_p99_us'])} "
+                           f"| {cpu} "
+                           f"| {fmt(m['gen_rss_mb'], ' MB')} | {fmt(m['eff'])} | {fmt(m['broker_cpu_s'])} |")
+    out.append("")
+    out.append("Generator cost, same broker, same scenario: messages handled (sent + received) per "
+               "CPU-second of the generator, and the ratio warren perf / PerfTest (above 1: warren perf "
+               "is cheaper per message). Throughput ratio: messages received per second, Warren / RabbitMQ, "
+               "as each generator measures it.")
+    out.append("")
+    out.append("| scenario | msgs/CPU-s ratio on Warren | msgs/CPU-s ratio on RabbitMQ "
+               "| recv Warren/RabbitMQ (warren perf) | recv Warren/RabbitMQ (PerfTest) |")
+    out.append("|---|---:|---:|---:|---:|")
+    for s in scenarios:
+        g = lambda b, t, k: meds.get((s, b, t), {}).get(k)
+        out.append(f"| {s} | {ratio(g('warren', 'warren-perf', 'eff'), g('warren', 'perftest', 'eff'))} "
+                   f"| {ratio(g('rabbitmq', 'warren-perf', 'eff'), g('rabbitmq', 'perftest', 'eff'))} "
+                   f"| {ratio(g('warren', 'warren-perf', 'recv'), g('rabbitmq', 'warren-perf', 'recv'))} "
+                   f"| {ratio(g('warren', 'perftest', 'recv'), g('rabbitmq', 'perftest', 'recv'))} |")
+    sweeps = sorted(glob.glob(f"{d}/sweep-*.json"))
+    if sweeps:
+        out.append("")
+        out.append("S4 as one `warren perf --sweep 1000,5000,10000,20000,40000,80000,unlimited -z 15` "
+                   "per broker (`-x 1 -y 1 -a -s 16`): attempted vs achieved vs latency.")
+        out.append("")
+        out.append("| broker | attempted msg/s | sent msg/s | received msg/s | latency p50 | latency p99 |")
+        out.append("|---|---:|---:|---:|---:|---:|")
+        for path in sweeps:
+            broker = os.path.basename(path)[len("sweep-"):-len(".json")]
+            try:
+                points = json.load(open(path)).get("sweep") or []
+            except (OSError, ValueError):
+                points = []
+            for p in points:
+                att = "unlimited" if p["attempted"] is None else fmt(p["attempted"])
+                out.append(f"| {BROKER_NAMES.get(broker, broker)} | {att} | {fmt(p['sent'])} "
+                           f"| {fmt(p['received'])} | {ms(p['p50_us'])} | {ms(p['p99_us'])} |")
+        for path in sweeps:
+            broker = os.path.basename(path)[len("sweep-"):-len(".json")]
+            out.append("")
+            out.append(f"![S4 sweep on {BROKER_NAMES.get(broker, broker)}](img/perf-sweep-{broker}.svg)")
+    return "\n".join(out)
+
+
+def write_docs(doc, summary):
+    text = open(doc, encoding="utf-8").read()
+    body = open(summary, encoding="utf-8").read().rstrip("\n")
+    block = f"{BEGIN}\n{body}\n{END}"
+    if BEGIN in text and END in text:
+        a, rest = text.split(BEGIN, 1)
+        _, b = rest.split(END, 1)
+        text = a + block + b
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    open(doc, "w", encoding="utf-8").write(text)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--line":
+        print(line(sys.argv[2]))
+    elif sys.argv[1] == "--write-docs":
+        write_docs(sys.argv[2], sys.argv[3])
+    else:
+        print(tables(sys.argv[1], sys.argv[2:]))
