@@ -49,6 +49,9 @@ struct Deliveries {
     /// basic.qos global=true limit (0 = none), and the count it applies to.
     global_prefetch: u16,
     global_unacked: u32,
+    /// The broker's cap on unacked deliveries per channel (`limits.unacked_max_per_channel`,
+    /// 0 = none); applies like a global prefetch the client cannot raise.
+    unacked_max: u32,
     /// channel.flow active; false stops deliveries.
     paused: bool,
     closed: bool,
@@ -87,6 +90,9 @@ impl ChannelShared {
         if !c.no_ack && d.global_prefetch > 0 && d.global_unacked >= d.global_prefetch as u32 {
             return Offer::NoCredit;
         }
+        if !c.no_ack && d.unacked_max > 0 && d.unacked.len() >= d.unacked_max as usize {
+            return Offer::NoCredit;
+        }
         let tag = d.next_tag;
         d.next_tag += 1;
         let frame_max = self.outbox.frame_max.load(Ordering::Relaxed);
@@ -105,6 +111,10 @@ impl ChannelShared {
             });
         }
         Offer::Delivered
+    }
+
+    pub fn set_unacked_max(&self, max: u32) {
+        self.deliveries.lock().unacked_max = max;
     }
 
     /// basic.get-ok for `m` (called under the queue lock).
@@ -670,7 +680,11 @@ impl Channel {
             return Ok(());
         }
         finish(taken, how);
-        if self.shared.deliveries.lock().global_prefetch > 0 {
+        let capped = {
+            let d = self.shared.deliveries.lock();
+            d.global_prefetch > 0 || d.unacked_max > 0
+        };
+        if capped {
             self.kick_consumers();
         }
         Ok(())

@@ -1,5 +1,6 @@
 //! Broker configuration: embedded defaults, overridden by a TOML file, overridden by flags.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -49,6 +50,37 @@ pub struct LimitsConfig {
     pub memory_high_watermark_bytes: Option<u64>,
     /// Disk alarm when the data dir's file system has less free space than this.
     pub disk_free_limit_bytes: u64,
+    /// Open connections on the node (RabbitMQ's `connection_max`; 0 = no limit).
+    pub connection_max: u32,
+    /// From accept to connection.open; a client slower than this is dropped (RabbitMQ: 10 s).
+    pub handshake_timeout_ms: u64,
+    /// Unacked deliveries one channel may hold; past it deliveries to the channel wait for acks
+    /// (0 = no limit, as RabbitMQ; prefetch is the per-consumer form).
+    pub unacked_max_per_channel: u32,
+    /// A socket write that makes no progress for this long closes the connection (RabbitMQ's
+    /// `tcp_listen_options.send_timeout`, 15 s), so a client that stops reading is let go.
+    pub send_timeout_ms: u64,
+    /// Wait before answering a failed login, so guessing passwords is slow (RabbitMQ-like).
+    pub auth_failure_delay_ms: u64,
+    /// Per-vhost limits by vhost name (RabbitMQ's `max-connections`, `max-queues`).
+    pub vhosts: HashMap<String, VhostLimits>,
+    /// Per-user limits by user name (RabbitMQ's user `max-connections`).
+    pub users: HashMap<String, UserLimits>,
+}
+
+/// RabbitMQ's vhost limits; 0 = no limit.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VhostLimits {
+    pub max_connections: u32,
+    pub max_queues: u32,
+}
+
+/// RabbitMQ's user limits; 0 = no limit.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UserLimits {
+    pub max_connections: u32,
 }
 
 impl Default for LimitsConfig {
@@ -61,6 +93,13 @@ impl Default for LimitsConfig {
             memory_high_watermark: limits::MEMORY_HIGH_WATERMARK,
             memory_high_watermark_bytes: None,
             disk_free_limit_bytes: limits::DISK_FREE_LIMIT_BYTES,
+            connection_max: 0,
+            handshake_timeout_ms: limits::HANDSHAKE_TIMEOUT_MS,
+            unacked_max_per_channel: 0,
+            send_timeout_ms: limits::SEND_TIMEOUT_MS,
+            auth_failure_delay_ms: limits::AUTH_FAILURE_DELAY_MS,
+            vhosts: HashMap::new(),
+            users: HashMap::new(),
         }
     }
 }
@@ -105,6 +144,11 @@ impl Config {
         if !(self.limits.memory_high_watermark > 0.0 && self.limits.memory_high_watermark <= 1.0) {
             return Err("limits.memory_high_watermark must be a fraction of RAM in (0, 1]".into());
         }
+        if self.limits.handshake_timeout_ms == 0 || self.limits.send_timeout_ms == 0 {
+            return Err(
+                "limits.handshake_timeout_ms and limits.send_timeout_ms must be above 0".into(),
+            );
+        }
         if self.vhosts.is_empty() {
             return Err("at least one vhost must be configured".into());
         }
@@ -132,5 +176,19 @@ mod tests {
     fn unknown_keys_and_bad_values_are_errors() {
         assert!(Config::from_toml("amqp_prot = 1").is_err());
         assert!(Config::from_toml("[limits]\nframe_max = 100").is_err());
+        assert!(Config::from_toml("[limits.vhosts.'/']\nmax_queus = 1").is_err());
+        assert!(Config::from_toml("[limits]\nsend_timeout_ms = 0").is_err());
+    }
+
+    #[test]
+    fn per_vhost_and_user_limits() {
+        let c = Config::from_toml(
+            "[limits]\nconnection_max = 9\n[limits.vhosts.'/']\nmax_queues = 5\n[limits.users.guest]\nmax_connections = 2\n",
+        )
+        .expect("valid");
+        assert_eq!(c.limits.connection_max, 9);
+        assert_eq!(c.limits.vhosts["/"].max_queues, 5);
+        assert_eq!(c.limits.vhosts["/"].max_connections, 0);
+        assert_eq!(c.limits.users["guest"].max_connections, 2);
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -25,7 +25,7 @@ use crate::auth::{AuthError, User};
 use crate::channel::{notify_cancelled, Channel, Ctx};
 use crate::error::AmqpError;
 use crate::limits;
-use crate::outbox::Outbox;
+use crate::outbox::{Outbox, WriteHalf};
 use crate::queue::Queue;
 use crate::server::Broker;
 use crate::vhost::VHost;
@@ -36,6 +36,8 @@ enum Phase {
     AwaitTuneOk,
     AwaitOpen,
     Open,
+    /// A login failed: wait out the auth failure delay (so guessing is slow), then close.
+    AuthDelay,
     /// We sent connection.close and wait for close-ok (or the deadline).
     CloseSent,
     /// The client closed and we answered close-ok: wait for it to close TCP (as RabbitMQ does),
@@ -85,26 +87,65 @@ struct Conn {
     deadline: Instant,
     heartbeat_tick: Option<Instant>,
     reason: String,
+    /// This connection's place in the connection limits, held from connection.open.
+    place: Option<crate::admission::Place>,
+    /// The connection.close 403 to send when the auth failure delay ends (None: just drop).
+    auth_refusal: Option<AmqpError>,
+    /// process() stopped early because the outbox is over its pause mark; frames wait in buf.
+    backlog: bool,
 }
 
-/// Serves one accepted socket until it closes.
+/// Serves one accepted plain-TCP socket until it closes.
 pub async fn serve(
     broker: Arc<Broker>,
     stream: TcpStream,
     peer: SocketAddr,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
+    let accepted = Instant::now();
     let _ = stream.set_nodelay(true);
     let local = stream.local_addr().ok();
-    let (mut rd, mut wr) = stream.into_split();
+    let (rd, wr) = stream.into_split();
+    serve_split(
+        broker,
+        rd,
+        WriteHalf::Tcp(wr),
+        peer,
+        local,
+        accepted,
+        shutdown,
+    )
+    .await
+}
+
+/// Serves a connection over any byte stream (plain TCP halves, or TLS), from the protocol
+/// header on. `accepted`: when the socket was accepted; the whole handshake (a TLS one
+/// included) must end within the handshake timeout of it.
+pub async fn serve_split<R: AsyncRead + Unpin>(
+    broker: Arc<Broker>,
+    mut rd: R,
+    mut wr: WriteHalf,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    accepted: Instant,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut header = [0u8; 8];
-    let handshake = Duration::from_millis(limits::HANDSHAKE_TIMEOUT_MS);
-    match tokio::time::timeout(handshake, rd.read_exact(&mut header)).await {
+    let handshake = Duration::from_millis(broker.config.limits.handshake_timeout_ms);
+    match tokio::time::timeout_at(accepted + handshake, rd.read_exact(&mut header)).await {
         Ok(Ok(_)) if &header == PROTOCOL_HEADER => {}
         Ok(Ok(_)) => {
             tracing::info!(%peer, "closing connection: bad protocol header");
-            let _ = wr.write_all(PROTOCOL_HEADER).await;
-            let _ = wr.shutdown().await;
+            match &mut wr {
+                WriteHalf::Tcp(w) => {
+                    let _ = w.write_all(PROTOCOL_HEADER).await;
+                    let _ = w.shutdown().await;
+                }
+                WriteHalf::Io(w) => {
+                    let _ = w.write_all(PROTOCOL_HEADER).await;
+                    let _ = w.shutdown().await;
+                }
+            }
             return;
         }
         Ok(Err(_)) => return,
@@ -115,6 +156,9 @@ pub async fn serve(
     }
     let frame_max = broker.config.limits.frame_max;
     let outbox = Outbox::new(frame_max);
+    outbox
+        .send_timeout_ms
+        .store(broker.config.limits.send_timeout_ms, Ordering::Relaxed);
     let writer = tokio::spawn(outbox.clone().run_writer(wr));
     let id = broker.next_connection_id();
     let mut conn = Conn {
@@ -141,9 +185,12 @@ pub async fn serve(
         blocked: false,
         last_read: Instant::now(),
         last_writes: 0,
-        deadline: Instant::now() + handshake,
+        deadline: accepted + handshake,
         heartbeat_tick: None,
         reason: String::new(),
+        place: None,
+        auth_refusal: None,
+        backlog: false,
     };
     conn.send_start();
     conn.run(&mut rd, &mut shutdown).await;
@@ -196,9 +243,9 @@ impl Conn {
         );
     }
 
-    async fn run(
+    async fn run<R: AsyncRead + Unpin>(
         &mut self,
-        rd: &mut tokio::net::tcp::OwnedReadHalf,
+        rd: &mut R,
         shutdown: &mut watch::Receiver<bool>,
     ) {
         let mut buf = BytesMut::with_capacity(limits::READ_BUFFER_BYTES);
@@ -206,11 +253,22 @@ impl Conn {
         let mut alarms = self.broker.alarms.subscribe();
         while self.phase != Phase::Done {
             self.apply_alarm(*alarms.borrow());
-            let paused = self.blocked;
+            if self.backlog && self.outbox.pending() < limits::OUTBOX_READ_PAUSE_BYTES {
+                // Replies drained: handle the requests held back, before reading more.
+                self.backlog = false;
+                let pressured = self.process(&mut buf);
+                for q in pressured {
+                    q.stall(Duration::from_millis(limits::PUBLISH_STALL_MS))
+                        .await;
+                }
+                continue;
+            }
+            let paused = self.blocked || self.backlog;
             if buf.capacity() - buf.len() < 4096 {
                 buf.reserve(limits::READ_BUFFER_BYTES);
             }
             let tick = self.next_tick();
+            let outbox = self.outbox.clone();
             let info = self.info.clone();
             let forced = async move {
                 match info {
@@ -222,6 +280,12 @@ impl Conn {
                 reason = forced => {
                     self.close_connection(AmqpError::new(reply::CONNECTION_FORCED, reason));
                 }
+                why = outbox.failed() => {
+                    tracing::info!(peer = %self.peer, conn = self.id, reason = %why, "closing connection");
+                    self.reason = why;
+                    return;
+                }
+                _ = outbox.space(), if self.backlog => {}
                 _ = alarms.changed() => {}
                 r = rd.read_buf(&mut buf), if !paused => match r {
                     Ok(0) => {
@@ -306,7 +370,7 @@ impl Conn {
                     return;
                 }
                 let hb = Duration::from_secs(self.heartbeat_s as u64);
-                if self.blocked {
+                if self.blocked || self.backlog {
                     // We are not reading: the client's silence is ours (RabbitMQ does the same).
                     self.last_read = now;
                 }
@@ -330,6 +394,19 @@ impl Conn {
                     self.phase = Phase::Done;
                 }
             }
+            Phase::AuthDelay => {
+                if now >= self.deadline {
+                    match self.auth_refusal.take() {
+                        Some(e) => {
+                            let reason = std::mem::take(&mut self.reason);
+                            self.close_connection(e);
+                            self.reason = reason;
+                            self.deadline = now + Duration::from_secs(1);
+                        }
+                        None => self.phase = Phase::Done,
+                    }
+                }
+            }
             _ => {
                 if now >= self.deadline {
                     self.reason = "handshake timeout".into();
@@ -345,6 +422,11 @@ impl Conn {
         let mut pressured = Vec::new();
         crate::outbox::begin_batch();
         while self.phase != Phase::Done {
+            if self.outbox.pending() >= limits::OUTBOX_READ_PAUSE_BYTES {
+                // The client is not reading its replies: hold its requests until it does.
+                self.backlog = true;
+                break;
+            }
             match self.decoder.decode(buf) {
                 Ok(Some(frame)) => {
                     if let Err(e) = self.handle_frame(frame) {
@@ -480,7 +562,8 @@ impl Conn {
                 }
                 Ok(())
             }
-            Phase::Done | Phase::Draining => Ok(()),
+            // Whatever a refused client sends while it waits is ignored.
+            Phase::Done | Phase::Draining | Phase::AuthDelay => Ok(()),
             _ => self.handle_handshake_frame(frame),
         }
     }
@@ -518,6 +601,12 @@ impl Conn {
                     ))
                     .on(10, 40));
                 }
+                self.place = Some(
+                    self.broker
+                        .admission
+                        .admit(&user, &o.virtual_host)
+                        .map_err(|e| e.on(10, 40))?,
+                );
                 self.register(user, o.virtual_host.to_string());
                 self.vhost = Some(vhost);
                 self.outbox.method(
@@ -602,11 +691,13 @@ impl Conn {
                         w if w.contains("localhost") => format!("User '{user}' can only connect via localhost"),
                         _ => format!("Login was refused using authentication mechanism {}. For details see the broker logfile.", s.mechanism),
                     };
-                    self.close_connection(AmqpError::access_refused(text));
-                    self.deadline = Instant::now() + Duration::from_secs(1);
-                } else {
-                    self.phase = Phase::Done;
+                    self.auth_refusal = Some(AmqpError::access_refused(text));
                 }
+                // Answer only after a delay (this task's timer: other connections go on), so
+                // each guess costs the guesser time.
+                self.phase = Phase::AuthDelay;
+                self.deadline = Instant::now()
+                    + Duration::from_millis(self.broker.config.limits.auth_failure_delay_ms);
                 Ok(())
             }
         }
@@ -710,10 +801,10 @@ impl Conn {
                             let n = self.channels.len();
                             return Err(AmqpError::not_allowed(format!("number of channels opened ({n}) has reached the negotiated channel_max ({})", self.channel_max)).on(20, 10));
                         }
-                        self.channels.insert(
-                            id,
-                            Slot::Open(Box::new(Channel::new(id, self.outbox.clone()))),
-                        );
+                        let ch = Channel::new(id, self.outbox.clone());
+                        ch.shared
+                            .set_unacked_max(self.broker.config.limits.unacked_max_per_channel);
+                        self.channels.insert(id, Slot::Open(Box::new(ch)));
                         self.outbox.method(
                             id,
                             &Method::ChannelOpenOk(ChannelOpenOk {

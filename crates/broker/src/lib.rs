@@ -13,6 +13,7 @@
 //! - [`config`], [`limits`], [`error`], [`auth`].
 
 pub mod access;
+pub mod admission;
 pub mod alarms;
 pub mod auth;
 pub mod channel;

@@ -8,6 +8,12 @@ pub const FRAME_MAX: u32 = 131_072;
 pub const HEARTBEAT_S: u16 = 60;
 /// A client that has not finished the handshake by then is dropped (RabbitMQ: 10 s).
 pub const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// A socket write with no progress for this long closes the connection (RabbitMQ's
+/// `tcp_listen_options.send_timeout`: 15 s).
+pub const SEND_TIMEOUT_MS: u64 = 15_000;
+/// Wait before answering a failed login. RabbitMQ answers at once but closes slowly enough
+/// that guessing is rate-limited per connection; 1 s keeps a guesser to one try a second.
+pub const AUTH_FAILURE_DELAY_MS: u64 = 1_000;
 /// How long we wait for close-ok after sending connection.close.
 pub const CLOSE_OK_TIMEOUT_MS: u64 = 3_000;
 /// Largest accepted message body (RabbitMQ 3.10: 128 MiB).
@@ -47,8 +53,13 @@ pub const DISK_FREE_LIMIT_BYTES: u64 = 50_000_000;
 pub const TTL_SWEEP_MS: u64 = 50;
 /// A connection's unsent output above which queues stop dispatching to its consumers.
 pub const OUTBOX_HIGH_BYTES: usize = 1024 * 1024;
+/// A connection whose unsent replies exceed this stops processing its client's requests until
+/// the writer catches up: deliveries already stop at the high mark, and this bounds what a
+/// client that sends requests but never reads the replies can make the broker hold.
+pub const OUTBOX_READ_PAUSE_BYTES: usize = 4 * 1024 * 1024;
 /// Below this, a writer that had hit the high mark wakes the queues that held back.
 pub const OUTBOX_LOW_BYTES: usize = 256 * 1024;
 
 const _: () = assert!(OUTBOX_LOW_BYTES < OUTBOX_HIGH_BYTES);
+const _: () = assert!(OUTBOX_HIGH_BYTES < OUTBOX_READ_PAUSE_BYTES);
 const _: () = assert!(FRAME_MAX >= warren_protocol::frame::FRAME_MIN_SIZE);

@@ -7,19 +7,20 @@
 //! Bounded: past `OUTBOX_HIGH_BYTES` queues stop dispatching to this connection's consumers and
 //! register to be woken once the writer has drained below `OUTBOX_LOW_BYTES`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use std::cell::RefCell;
 
 use bytes::{Buf, BufMut, BytesMut};
 use parking_lot::Mutex;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 use warren_protocol::frame::{self, FRAME_END, FRAME_OVERHEAD};
 use warren_protocol::Method;
 
-use crate::limits::{OUTBOX_HIGH_BYTES, OUTBOX_LOW_BYTES};
+use crate::limits::{OUTBOX_HIGH_BYTES, OUTBOX_LOW_BYTES, SEND_TIMEOUT_MS};
 use crate::message::Message;
 use crate::queue::Queue;
 
@@ -44,6 +45,24 @@ pub struct Outbox {
     pub writes: AtomicU64,
     /// Negotiated frame_max, for splitting bodies.
     pub frame_max: std::sync::atomic::AtomicU32,
+    /// Octets waiting in the buffer (not yet taken by a writer): the reader stops processing
+    /// a client's requests above `OUTBOX_READ_PAUSE_BYTES`, so replies it never reads cannot
+    /// pile up without bound.
+    pending: AtomicUsize,
+    /// Notified when a writer takes the buffer (space opened for a paused reader).
+    space: Notify,
+    /// A socket write that makes no progress for this long fails the connection.
+    pub send_timeout_ms: AtomicU64,
+    /// Why the writer stopped on an error; the reader ends the connection with it.
+    failure: Mutex<Option<String>>,
+    failed: Notify,
+}
+
+/// The write side of a client socket. Plain TCP keeps the `try_write` fast path (straight
+/// writes at the end of a read batch); any other stream (TLS) goes through the writer task.
+pub enum WriteHalf {
+    Tcp(OwnedWriteHalf),
+    Io(Box<dyn AsyncWrite + Send + Unpin>),
 }
 
 thread_local! {
@@ -75,6 +94,11 @@ impl Outbox {
             full: AtomicBool::new(false),
             writes: AtomicU64::new(0),
             frame_max: std::sync::atomic::AtomicU32::new(frame_max),
+            pending: AtomicUsize::new(0),
+            space: Notify::new(),
+            send_timeout_ms: AtomicU64::new(SEND_TIMEOUT_MS),
+            failure: Mutex::new(None),
+            failed: Notify::new(),
         })
     }
 
@@ -91,6 +115,7 @@ impl Outbox {
         }
         let kick = g.buf.is_empty() && !g.writing;
         f(&mut g.buf);
+        self.pending.store(g.buf.len(), Ordering::Relaxed);
         if g.buf.len() >= OUTBOX_HIGH_BYTES {
             self.full.store(true, Ordering::Relaxed);
         }
@@ -130,7 +155,9 @@ impl Outbox {
         match sock.try_write(&g.buf) {
             Ok(n) => {
                 g.buf.advance(n);
+                self.pending.store(g.buf.len(), Ordering::Relaxed);
                 self.writes.fetch_add(1, Ordering::Relaxed);
+                self.space.notify_one();
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(_) => {} // the writer meets the error and ends the connection
@@ -164,6 +191,26 @@ impl Outbox {
         }
     }
 
+    /// Octets queued and not yet taken by a writer.
+    pub fn pending(&self) -> usize {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once a writer has taken the buffer (or at once if one did since the last call).
+    pub async fn space(&self) {
+        self.space.notified().await
+    }
+
+    /// Resolves with the reason once the writer has failed (write error or send timeout).
+    pub async fn failed(&self) -> String {
+        loop {
+            if let Some(why) = self.failure.lock().clone() {
+                return why;
+            }
+            self.failed.notified().await;
+        }
+    }
+
     /// Stops accepting output; the writer exits after flushing what is buffered.
     pub fn close(&self) {
         self.inner.lock().closed = true;
@@ -172,22 +219,48 @@ impl Outbox {
 
     /// The writer loop: takes everything buffered, writes it, repeats. Returns when closed and
     /// drained, or on a write error; then the socket's write half is shut.
-    pub async fn run_writer(self: Arc<Self>, sock: OwnedWriteHalf) -> std::io::Result<()> {
-        let sock = Arc::new(sock);
-        self.inner.lock().sock = Some(sock.clone());
-        let r = self.write_loop(&sock).await;
-        let mut g = self.inner.lock();
-        g.sock = None;
-        g.closed = true;
+    pub async fn run_writer(self: Arc<Self>, sock: WriteHalf) -> std::io::Result<()> {
+        let r = match sock {
+            WriteHalf::Tcp(sock) => {
+                let sock = Arc::new(sock);
+                self.inner.lock().sock = Some(sock.clone());
+                self.write_loop(&mut Sink::Tcp(&sock)).await
+            }
+            WriteHalf::Io(mut io) => {
+                let r = self.write_loop(&mut Sink::Io(&mut io)).await;
+                let _ = io.shutdown().await;
+                r
+            }
+        };
+        {
+            let mut g = self.inner.lock();
+            g.sock = None;
+            g.closed = true;
+        }
+        if let Err(e) = &r {
+            let why = if e.kind() == std::io::ErrorKind::TimedOut {
+                format!(
+                    "socket write timed out after {} ms (client not reading)",
+                    self.send_timeout_ms.load(Ordering::Relaxed)
+                )
+            } else {
+                format!("write error: {e}")
+            };
+            *self.failure.lock() = Some(why);
+            self.failed.notify_one();
+        }
         r
     }
 
-    async fn write_loop(&self, sock: &OwnedWriteHalf) -> std::io::Result<()> {
+    async fn write_loop(&self, sock: &mut Sink<'_>) -> std::io::Result<()> {
+        let timeout =
+            std::time::Duration::from_millis(self.send_timeout_ms.load(Ordering::Relaxed));
         let mut spare = BytesMut::with_capacity(64 * 1024);
         loop {
             let (closed, waiting) = {
                 let mut g = self.inner.lock();
                 std::mem::swap(&mut g.buf, &mut spare);
+                self.pending.store(0, Ordering::Relaxed);
                 g.writing = !spare.is_empty();
                 let waiting = if self.full.load(Ordering::Relaxed) && g.buf.len() < OUTBOX_LOW_BYTES
                 {
@@ -198,6 +271,7 @@ impl Outbox {
                 };
                 (g.closed, waiting)
             };
+            self.space.notify_one();
             for q in waiting.into_iter().filter_map(|w| w.upgrade()) {
                 q.dispatch();
             }
@@ -208,13 +282,35 @@ impl Outbox {
                 self.notify.notified().await;
                 continue;
             }
-            let mut at = 0;
-            while at < spare.len() {
-                sock.writable().await?;
-                match sock.try_write(&spare[at..]) {
-                    Ok(n) => at += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
+            match sock {
+                Sink::Tcp(sock) => {
+                    let mut at = 0;
+                    while at < spare.len() {
+                        // No progress for the send timeout: the client stopped reading.
+                        tokio::time::timeout(timeout, sock.writable())
+                            .await
+                            .map_err(|_| std::io::ErrorKind::TimedOut)??;
+                        match sock.try_write(&spare[at..]) {
+                            Ok(n) => at += n,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                Sink::Io(io) => {
+                    let mut at = 0;
+                    while at < spare.len() {
+                        let n = tokio::time::timeout(timeout, io.write(&spare[at..]))
+                            .await
+                            .map_err(|_| std::io::ErrorKind::TimedOut)??;
+                        if n == 0 {
+                            return Err(std::io::ErrorKind::WriteZero.into());
+                        }
+                        at += n;
+                    }
+                    tokio::time::timeout(timeout, io.flush())
+                        .await
+                        .map_err(|_| std::io::ErrorKind::TimedOut)??;
                 }
             }
             self.writes.fetch_add(1, Ordering::Relaxed);
@@ -224,6 +320,11 @@ impl Outbox {
             }
         }
     }
+}
+
+enum Sink<'a> {
+    Tcp(&'a OwnedWriteHalf),
+    Io(&'a mut Box<dyn AsyncWrite + Send + Unpin>),
 }
 
 /// Encodes a delivery (basic.deliver or basic.get-ok already written by `method`), its content

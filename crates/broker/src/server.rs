@@ -30,6 +30,8 @@ pub struct Broker {
     next_connection_id: AtomicU64,
     pub persister: Arc<Persister>,
     pub alarms: Arc<Alarms>,
+    /// Connection and queue limits (node, per vhost, per user).
+    pub admission: Arc<crate::admission::Admission>,
 }
 
 impl Broker {
@@ -44,6 +46,7 @@ impl Broker {
             let vh = VHost::open(&v, Self::storage(&config, &persister, &v))?;
             vhosts.insert(v, vh);
         }
+        let config_limits = config.limits.clone();
         let alarms = Alarms::new(
             Thresholds::from_limits(&config.limits),
             config.data_dir.clone(),
@@ -57,7 +60,11 @@ impl Broker {
             next_connection_id: AtomicU64::new(1),
             persister,
             alarms,
+            admission: crate::admission::Admission::new(&config_limits),
         });
+        for v in b.vhosts() {
+            v.set_max_queues(b.admission.max_queues(&v.name));
+        }
         for v in b.vhosts() {
             crate::policy::apply_all(&b, &v);
         }
@@ -105,6 +112,7 @@ impl Broker {
         }
         let vh = VHost::open(&name, Self::storage(&self.config, &self.persister, &name))
             .map_err(|e| MgmtError::BadRequest(format!("cannot create vhost '{name}': {e}")))?;
+        vh.set_max_queues(self.admission.max_queues(&name));
         map.insert(name.clone(), vh);
         drop(map);
         self.access.add_vhost(def);

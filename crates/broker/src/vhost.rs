@@ -38,6 +38,8 @@ pub struct VHost {
     storage: Option<Storage>,
     /// Set while the definitions file is replayed at boot, so replaying does not rewrite it.
     loading: std::sync::atomic::AtomicBool,
+    /// RabbitMQ's `max-queues` vhost limit (0 = none), checked when a queue is created.
+    max_queues: std::sync::atomic::AtomicU32,
 }
 
 pub struct Storage {
@@ -259,7 +261,13 @@ impl VHost {
             direct_reply: Mutex::new(HashMap::new()),
             storage,
             loading: std::sync::atomic::AtomicBool::new(false),
+            max_queues: std::sync::atomic::AtomicU32::new(0),
         })
+    }
+
+    pub fn set_max_queues(&self, max: u32) {
+        self.max_queues
+            .store(max, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
@@ -783,6 +791,15 @@ impl VHost {
         }
         if spec.passive {
             return Err(self.no_queue(spec.name));
+        }
+        let max = self.max_queues.load(std::sync::atomic::Ordering::Relaxed);
+        if max > 0
+            && defs.queues.len() >= max as usize
+            && !self.loading.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(crate::admission::queue_limit_reached(
+                spec.name, &self.name, max,
+            ));
         }
         if spec.name.starts_with("amq.") && !spec.server_named {
             return Err(AmqpError::access_refused(format!(
