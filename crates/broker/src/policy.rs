@@ -85,7 +85,7 @@ pub fn validate(p: &PolicyDef) -> Result<(), String> {
         };
         match k.as_str() {
             "message-ttl" if !non_neg() => return bad("message TTL"),
-            "expires" if !v.as_i64().is_some_and(|n| n >= 1) => return bad("queue expiry"),
+            "expires" if v.as_i64().is_none_or(|n| n < 1) => return bad("queue expiry"),
             "max-length" if !non_neg() => return bad("maximum length"),
             "max-length-bytes" if !non_neg() => return bad("maximum length (in bytes)"),
             "dead-letter-exchange" if !v.is_string() => return bad("dead letter exchange name"),

@@ -128,9 +128,9 @@ enum Cmd {
         #[command(flatten)]
         v: VhostOpt,
         name: String,
-        #[arg(long)]
+        #[arg(long = "if-unused")]
         if_unused: bool,
-        #[arg(long)]
+        #[arg(long = "if-empty")]
         if_empty: bool,
     },
     /// DEFINITION is a JSON object, e.g. '{"max-length":10}'.
@@ -139,7 +139,7 @@ enum Cmd {
         v: VhostOpt,
         #[arg(long, default_value_t = 0)]
         priority: i64,
-        #[arg(long, default_value = "all")]
+        #[arg(long = "apply-to", default_value = "all")]
         apply_to: String,
         name: String,
         pattern: String,
