@@ -85,7 +85,7 @@ impl Parser {
         let mut pos = 0usize;
         let mut event = Event::More;
         let buf = &rbuf[..];
-        while buf.len() - pos >= 7 && done < max {
+        while buf.len() - pos >= 7 && done < max && !self.limit_reached() {
             let kind = buf[pos];
             let size = u32::from_be_bytes([buf[pos + 3], buf[pos + 4], buf[pos + 5], buf[pos + 6]])
                 as usize;
