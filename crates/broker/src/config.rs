@@ -26,6 +26,44 @@ pub struct Config {
     /// Definitions (RabbitMQ's JSON) imported at boot, like RabbitMQ's `load_definitions`.
     pub definitions_file: Option<PathBuf>,
     pub limits: LimitsConfig,
+    /// AMQPS on a second listener, when a certificate is configured.
+    pub tls: Option<TlsConfig>,
+}
+
+/// `[tls]`: RabbitMQ's `ssl_options` (certfile, keyfile, cacertfile, verify,
+/// fail_if_no_peer_cert) and its AMQPS listener (5671).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM: the server's certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// PEM: its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// PEM: CAs that client certificates must chain to (for `verify_peer`).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    #[serde(default = "default_tls_port")]
+    pub port: u16,
+    /// Defaults to `amqp_bind`.
+    #[serde(default)]
+    pub bind: Option<IpAddr>,
+    #[serde(default)]
+    pub verify: TlsVerify,
+    /// With `verify_peer`: refuse clients that present no certificate.
+    #[serde(default)]
+    pub fail_if_no_peer_cert: bool,
+}
+
+fn default_tls_port() -> u16 {
+    5671
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TlsVerify {
+    #[default]
+    VerifyNone,
+    VerifyPeer,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -121,6 +159,7 @@ impl Default for Config {
             loopback_users: vec!["guest".into()],
             definitions_file: None,
             limits: LimitsConfig::default(),
+            tls: None,
         }
     }
 }
@@ -148,6 +187,14 @@ impl Config {
             return Err(
                 "limits.handshake_timeout_ms and limits.send_timeout_ms must be above 0".into(),
             );
+        }
+        if let Some(t) = &self.tls {
+            if t.verify == TlsVerify::VerifyPeer && t.ca_file.is_none() {
+                return Err("tls.verify = \"verify_peer\" needs tls.ca_file".into());
+            }
+            if t.port == self.amqp_port && t.bind.unwrap_or(self.amqp_bind) == self.amqp_bind {
+                return Err("tls.port must differ from amqp_port".into());
+            }
         }
         if self.vhosts.is_empty() {
             return Err("at least one vhost must be configured".into());

@@ -33,6 +33,7 @@ pub mod policy;
 pub mod queue;
 pub mod queue_type;
 pub mod server;
+pub mod tls;
 pub mod tracking;
 pub mod vhost;
 

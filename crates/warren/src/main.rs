@@ -136,6 +136,17 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         let addr = std::net::SocketAddr::new(config.amqp_bind, config.amqp_port);
         let listener = listen(addr).with_context(|| format!("cannot listen for AMQP on {addr}"))?;
         tracing::info!(%addr, data_dir = %config.data_dir.display(), version = env!("CARGO_PKG_VERSION"), "warren listening for AMQP 0-9-1");
+        // AMQPS when a certificate is configured: a bad file fails startup with its name.
+        let tls = match &config.tls {
+            Some(t) => {
+                let acceptor = warren_broker::tls::acceptor(t).map_err(anyhow::Error::msg)?;
+                let addr = std::net::SocketAddr::new(t.bind.unwrap_or(config.amqp_bind), t.port);
+                let l = listen(addr).with_context(|| format!("cannot listen for AMQPS on {addr}"))?;
+                tracing::info!(%addr, verify = ?t.verify, "warren listening for AMQP 0-9-1 over TLS");
+                Some((l, acceptor))
+            }
+            None => None,
+        };
         let http_addr = std::net::SocketAddr::new(config.http_bind, config.http_port);
         let http = tokio::net::TcpListener::bind(http_addr)
             .await
@@ -154,6 +165,9 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         let (tx, rx) = tokio::sync::watch::channel(false);
         tracing::info!(addr = %http_addr, "management API listening");
         let api = tokio::spawn(warren_broker::http::serve(broker.clone(), http, rx.clone()));
+        let tls_server = tls.map(|(l, a)| {
+            tokio::spawn(warren_broker::tls::serve(broker.clone(), l, a, rx.clone()))
+        });
         let server = tokio::spawn(broker.clone().serve(listener, rx));
         let reloader = tokio::spawn(reload_on_sighup(broker.clone(), config_file));
         wait_for_signal().await;
@@ -161,6 +175,9 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down");
         let _ = tx.send(true);
         let _ = server.await;
+        if let Some(t) = tls_server {
+            let _ = t.await;
+        }
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), api).await;
         tracing::info!("stopped");
         Ok(())
