@@ -106,16 +106,12 @@ impl Persister {
             }
         }
         let mut seen = HashSet::new();
-        let mut synced = true;
-        for f in files {
-            if seen.insert(Arc::as_ptr(&f)) {
-                self.fsyncs.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = f.sync_data() {
-                    tracing::error!(error = %e, "fsync failed; publishes are nacked");
-                    synced = false;
-                }
-            }
-        }
+        let files: Vec<Arc<std::fs::File>> = files
+            .into_iter()
+            .filter(|f| seen.insert(Arc::as_ptr(f)))
+            .collect();
+        self.fsyncs.fetch_add(files.len() as u64, Ordering::Relaxed);
+        let synced = sync_all(&files);
         complete_all(
             written
                 .into_iter()
@@ -123,6 +119,40 @@ impl Persister {
                 .chain(failed.into_iter().map(|h| (h, false))),
         );
     }
+}
+
+/// Most files synced at once: each queue has its own log, and one `fdatasync` after another
+/// made a group over 10 queues take 10 flush latencies (S3, S6). Concurrent flushes overlap on
+/// this kind of disk: 10 files synced in parallel took 3.6-12 ms against 24-38 ms in turn.
+const PARALLEL_SYNCS: usize = 16;
+
+/// fdatasyncs every file, concurrently when there are several; false if any failed.
+fn sync_all(files: &[Arc<std::fs::File>]) -> bool {
+    let sync = |f: &Arc<std::fs::File>| match f.sync_data() {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "fsync failed; publishes are nacked");
+            false
+        }
+    };
+    if files.len() <= 1 {
+        return files.iter().all(sync);
+    }
+    let sync_chunk = |chunk: &[Arc<std::fs::File>]| chunk.iter().map(sync).fold(true, |a, b| a & b);
+    std::thread::scope(|s| {
+        let mut ok = true;
+        let mut handles = Vec::new();
+        for chunk in files.chunks(files.len().div_ceil(PARALLEL_SYNCS)) {
+            // Out of threads: sync this chunk here rather than fail the group.
+            match std::thread::Builder::new().spawn_scoped(s, move || sync_chunk(chunk)) {
+                Ok(h) => handles.push(h),
+                Err(_) => ok &= sync_chunk(chunk),
+            }
+        }
+        handles
+            .into_iter()
+            .fold(ok, |a, h| a & h.join().unwrap_or(false))
+    })
 }
 
 /// A message as stored in a queue log: `flags u8 | [deadline u64] | exchange | routing key |
