@@ -8,7 +8,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use warren_protocol::{FieldTable, FieldValue};
-use warren_routing::{Binding, Destination, Exchange, ExchangeKind, Table};
+use warren_routing::consistent_hash::{self, HashOn};
+use warren_routing::{Binding, Destination, Exchange, ExchangeKind, HashRing, Table};
 
 use std::path::PathBuf;
 
@@ -84,6 +85,21 @@ fn same_args(a: &FieldTable, b: &FieldTable) -> bool {
     a.0.len() == b.0.len() && a.0.iter().all(|(k, v)| b.get(k) == Some(v))
 }
 
+/// A consistent-hash exchange's arguments, refused as RabbitMQ's plugin refuses them.
+fn consistent_hash_args(args: &FieldTable) -> AmqpResult<HashOn> {
+    HashOn::from_arguments(args).map_err(|e| match e {
+        consistent_hash::ArgsError::Invalid(text) => AmqpError::precondition_failed(text),
+        // The plugin's validation crashes on a non-string value; RabbitMQ then closes the
+        // connection with a bare 541.
+        consistent_hash::ArgsError::NotAString => AmqpError {
+            code: warren_protocol::reply::INTERNAL_ERROR,
+            text: "INTERNAL_ERROR".into(),
+            class_id: 0,
+            method_id: 0,
+        },
+    })
+}
+
 fn validate_x_match(args: &FieldTable) -> AmqpResult<()> {
     match args.get("x-match") {
         None => Ok(()),
@@ -157,6 +173,19 @@ fn check_args_equivalent(
         return Err(AmqpError::precondition_failed(format!("inequivalent arg '{key}' for queue '{name}' in vhost '{vhost}': received {ga} but current is {gb}")));
     }
     Ok(())
+}
+
+/// An exchange type as RabbitMQ prints the atom: quoted when it is not a plain atom
+/// (`'x-consistent-hash'`), so the 406 text reads `''x-consistent-hash''` as RabbitMQ's does.
+fn erl_atom(s: &str) -> String {
+    let plain = s.starts_with(|c: char| c.is_ascii_lowercase())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '@');
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{s}'")
+    }
 }
 
 fn inequivalent(
@@ -240,6 +269,7 @@ impl VHost {
                     arguments: FieldTable::new(),
                     bindings: Vec::new(),
                     alternate: None,
+                    ring: Default::default(),
                 }),
             )
         };
@@ -505,8 +535,8 @@ impl VHost {
                     "type",
                     n,
                     v,
-                    kind.as_str(),
-                    x.kind.as_str(),
+                    erl_atom(kind.as_str()),
+                    erl_atom(x.kind.as_str()),
                 ));
             }
             if x.durable != spec.durable {
@@ -547,6 +577,10 @@ impl VHost {
                 spec.name
             )));
         }
+        let hash_on = match kind {
+            ExchangeKind::ConsistentHash => consistent_hash_args(spec.arguments)?,
+            _ => HashOn::RoutingKey,
+        };
         let name: Arc<str> = spec.name.into();
         let x = Exchange {
             name: name.clone(),
@@ -561,6 +595,7 @@ impl VHost {
                 .get("alternate-exchange")
                 .and_then(|v| v.as_str())
                 .map(Arc::from),
+            ring: HashRing::new(hash_on),
         };
         defs.table.exchanges.insert(name, Arc::new(x));
         self.changed(&defs, spec.durable);
@@ -609,6 +644,7 @@ impl VHost {
             if x.bindings.iter().any(|b| pred(&b.destination)) {
                 let xm = Arc::make_mut(x);
                 xm.bindings.retain(|b| !pred(&b.destination));
+                xm.bindings_changed();
                 if xm.auto_delete && xm.bindings.is_empty() {
                     emptied.push(xm.name.clone());
                 }
@@ -668,6 +704,9 @@ impl VHost {
         if add && x.kind == ExchangeKind::Headers {
             validate_x_match(args)?;
         }
+        if add && x.kind == ExchangeKind::ConsistentHash {
+            consistent_hash::parse_weight(key).map_err(AmqpError::precondition_failed)?;
+        }
         let durable = x.durable
             && match &dest {
                 Destination::Queue(q) => Self::kept(q),
@@ -678,14 +717,19 @@ impl VHost {
             .iter()
             .position(|b| Self::same_binding(b, &dest, key, args));
         match (add, exists) {
-            (true, None) => Arc::make_mut(x).bindings.push(Binding {
-                destination: dest,
-                routing_key: key.into(),
-                arguments: args.clone(),
-            }),
+            (true, None) => {
+                let xm = Arc::make_mut(x);
+                xm.bindings.push(Binding {
+                    destination: dest,
+                    routing_key: key.into(),
+                    arguments: args.clone(),
+                });
+                xm.bindings_changed();
+            }
             (false, Some(i)) => {
                 let xm = Arc::make_mut(x);
                 xm.bindings.remove(i);
+                xm.bindings_changed();
                 if xm.auto_delete && xm.bindings.is_empty() {
                     let name = xm.name.clone();
                     defs.table.exchanges.remove(&name);
@@ -877,12 +921,8 @@ impl VHost {
             }
             Some(_) => {}
         }
-        let mut headers = || {
-            warren_protocol::properties::BasicProperties::decode(properties)
-                .ok()
-                .and_then(|p| p.headers)
-        };
-        snap.table.route(exchange, routing_key, &mut headers, out);
+        let mut props = || warren_protocol::properties::BasicProperties::decode(properties).ok();
+        snap.table.route(exchange, routing_key, &mut props, out);
         Ok(())
     }
 

@@ -3,16 +3,21 @@
 //! A [`Table`] is an immutable snapshot. The broker builds a new one on every declare, bind, unbind
 //! or delete and swaps it in atomically, so the publish path routes without taking a lock.
 //! Exchange-to-exchange bindings are followed with a visited set, so cycles terminate.
+//! `consistent_hash.rs` holds the `x-consistent-hash` exchange's ring, rebuilt with the snapshot.
 //!
 //! Invariant: no I/O, no runtime, no clock. Queues are an opaque `Q` (the broker's queue handle).
 
+pub mod consistent_hash;
 pub mod headers;
 pub mod topic;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use warren_protocol::properties::BasicProperties;
 use warren_protocol::FieldTable;
+
+pub use consistent_hash::HashRing;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExchangeKind {
@@ -20,6 +25,8 @@ pub enum ExchangeKind {
     Fanout,
     Topic,
     Headers,
+    /// `x-consistent-hash`: binding keys are weights; a message goes to one destination.
+    ConsistentHash,
 }
 
 impl ExchangeKind {
@@ -29,6 +36,7 @@ impl ExchangeKind {
             "fanout" => ExchangeKind::Fanout,
             "topic" => ExchangeKind::Topic,
             "headers" => ExchangeKind::Headers,
+            "x-consistent-hash" => ExchangeKind::ConsistentHash,
             _ => return None,
         })
     }
@@ -38,6 +46,7 @@ impl ExchangeKind {
             ExchangeKind::Fanout => "fanout",
             ExchangeKind::Topic => "topic",
             ExchangeKind::Headers => "headers",
+            ExchangeKind::ConsistentHash => "x-consistent-hash",
         }
     }
 }
@@ -68,6 +77,19 @@ pub struct Exchange<Q> {
     pub bindings: Vec<Binding<Q>>,
     /// `alternate-exchange`: where a message goes that no binding of this exchange matched.
     pub alternate: Option<Arc<str>>,
+    /// A consistent-hash exchange's buckets, kept in step with `bindings` by
+    /// [`Exchange::bindings_changed`]; empty for other kinds.
+    pub ring: HashRing,
+}
+
+impl<Q> Exchange<Q> {
+    /// Rebuilds what is derived from the bindings; call after every change to `bindings`.
+    pub fn bindings_changed(&mut self) {
+        if self.kind == ExchangeKind::ConsistentHash {
+            self.ring
+                .rebuild(self.bindings.iter().map(|b| &*b.routing_key));
+        }
+    }
 }
 
 impl<Q: Clone> Exchange<Q> {
@@ -77,6 +99,8 @@ impl<Q: Clone> Exchange<Q> {
             ExchangeKind::Fanout => true,
             ExchangeKind::Topic => topic::matches(&b.routing_key, routing_key),
             ExchangeKind::Headers => headers::matches(&b.arguments, headers),
+            // Routed by `ring` in `route_from`, never binding by binding.
+            ExchangeKind::ConsistentHash => false,
         }
     }
 }
@@ -111,20 +135,21 @@ impl<T> QueueKey for Arc<T> {
 impl<Q: Clone + QueueKey> Table<Q> {
     /// Appends every queue that a message published to `exchange` reaches, each once. If nothing
     /// matched and the exchange names an alternate exchange, routes there instead (repeatedly).
-    /// `headers` is needed only by headers exchanges, so it is a closure called at most once.
+    /// The message's properties are needed only by headers exchanges and consistent-hash
+    /// exchanges hashing a header or property, so `props` is a closure called at most once.
     pub fn route(
         &self,
         exchange: &str,
         routing_key: &str,
-        headers: &mut dyn FnMut() -> Option<FieldTable>,
+        props: &mut dyn FnMut() -> Option<BasicProperties>,
         out: &mut Vec<Q>,
     ) {
-        let mut decoded: Option<Option<FieldTable>> = None;
+        let mut decoded: Option<Option<BasicProperties>> = None;
         let mut tried: Vec<&str> = Vec::new();
         let mut current = exchange;
         loop {
             let before = out.len();
-            self.route_from(current, routing_key, headers, &mut decoded, out);
+            self.route_from(current, routing_key, props, &mut decoded, out);
             if out.len() > before {
                 return;
             }
@@ -144,8 +169,8 @@ impl<Q: Clone + QueueKey> Table<Q> {
         &'a self,
         exchange: &'a str,
         routing_key: &str,
-        headers: &mut dyn FnMut() -> Option<FieldTable>,
-        decoded: &mut Option<Option<FieldTable>>,
+        props: &mut dyn FnMut() -> Option<BasicProperties>,
+        decoded: &mut Option<Option<BasicProperties>>,
         out: &mut Vec<Q>,
     ) {
         let mut visited: Vec<&str> = Vec::new();
@@ -158,24 +183,45 @@ impl<Q: Clone + QueueKey> Table<Q> {
             let Some(ex) = self.exchanges.get(name) else {
                 continue;
             };
-            if ex.kind == ExchangeKind::Headers && decoded.is_none() {
-                *decoded = Some(headers());
+            let needs_props = match ex.kind {
+                ExchangeKind::Headers => true,
+                ExchangeKind::ConsistentHash => ex.ring.on.needs_properties(),
+                _ => false,
+            };
+            if needs_props && decoded.is_none() {
+                *decoded = Some(props());
             }
-            let h = decoded.as_ref().and_then(|d| d.as_ref());
-            for b in &ex.bindings {
-                if !ex.matches(b, routing_key, h) {
-                    continue;
+            let p = decoded.as_ref().and_then(|d| d.as_ref());
+            if ex.kind == ExchangeKind::ConsistentHash {
+                let hash = ex.ring.on.hash(routing_key, p);
+                if let Some(b) = ex.ring.pick(hash).and_then(|i| ex.bindings.get(i)) {
+                    follow(&b.destination, out, &mut stack);
                 }
-                match &b.destination {
-                    Destination::Queue(q) => {
-                        if !out.iter().any(|o| o.key() == q.key()) {
-                            out.push(q.clone());
-                        }
-                    }
-                    Destination::Exchange(e) => stack.push(e),
+                continue;
+            }
+            let h = p.and_then(|p| p.headers.as_ref());
+            for b in &ex.bindings {
+                if ex.matches(b, routing_key, h) {
+                    follow(&b.destination, out, &mut stack);
                 }
             }
         }
+    }
+}
+
+/// Adds a matched queue (once) to `out`, or a matched exchange to the walk.
+fn follow<'a, Q: Clone + QueueKey>(
+    dest: &'a Destination<Q>,
+    out: &mut Vec<Q>,
+    stack: &mut Vec<&'a str>,
+) {
+    match dest {
+        Destination::Queue(q) => {
+            if !out.iter().any(|o| o.key() == q.key()) {
+                out.push(q.clone());
+            }
+        }
+        Destination::Exchange(e) => stack.push(e),
     }
 }
 
@@ -201,6 +247,7 @@ mod tests {
             arguments: FieldTable::new(),
             bindings,
             alternate: None,
+            ring: HashRing::default(),
         }
     }
     fn to_q(q: usize, key: &str) -> Binding<Q> {
@@ -269,5 +316,46 @@ mod tests {
         out.clear();
         t.route("main", "other", &mut || None, &mut out);
         assert!(out.is_empty(), "AE cycle terminates");
+    }
+
+    #[test]
+    fn consistent_hash_routes_to_exactly_one_destination() {
+        let mut t = Table::default();
+        let mut ch = ex(
+            "ch",
+            ExchangeKind::ConsistentHash,
+            vec![to_q(1, "1"), to_q(2, "3"), to_x("fan", "2")],
+        );
+        ch.bindings_changed();
+        ch.alternate = Some("ae".into());
+        t.exchanges.insert("ch".into(), Arc::new(ch));
+        t.exchanges.insert(
+            "fan".into(),
+            Arc::new(ex("fan", ExchangeKind::Fanout, vec![to_q(3, "")])),
+        );
+        t.exchanges.insert(
+            "ae".into(),
+            Arc::new(ex("ae", ExchangeKind::Fanout, vec![to_q(9, "")])),
+        );
+        let mut counts = [0usize; 4];
+        let mut out = Vec::new();
+        for i in 0..6000 {
+            out.clear();
+            t.route("ch", &format!("k{i}"), &mut || None, &mut out);
+            assert_eq!(out.len(), 1, "one destination per message");
+            counts[out[0].0] += 1;
+        }
+        assert_eq!(counts[0], 0);
+        // Weights 1:3:2 over 6000 keys.
+        for (got, want) in counts[1..].iter().zip([1000.0, 3000.0, 2000.0]) {
+            assert!((*got as f64 - want).abs() < 250.0, "{got} vs {want}");
+        }
+        // No bindings: nothing picked, so the alternate exchange takes it.
+        let x = Arc::make_mut(t.exchanges.get_mut("ch").expect("ch"));
+        x.bindings.clear();
+        x.bindings_changed();
+        out.clear();
+        t.route("ch", "k", &mut || None, &mut out);
+        assert_eq!(out, vec![Q(9)]);
     }
 }
