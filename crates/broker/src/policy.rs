@@ -3,7 +3,9 @@
 //! them: `message-ttl`, `expires`, `max-length` and `max-length-bytes` take the lower of the
 //! policy's and the queue argument's value; `dead-letter-exchange`, `dead-letter-routing-key`
 //! and `overflow` take the queue argument when it is set. Queues are re-evaluated whenever a
-//! policy changes and when they are declared.
+//! policy changes and when they are declared. For exchanges, `alternate-exchange` applies
+//! unless the exchange has its own argument; the vhost keeps its policies to apply it to
+//! exchanges declared later.
 
 use regex::Regex;
 use serde_json::Value;
@@ -30,7 +32,6 @@ const IGNORED_KEYS: &[&str] = &[
     "initial-cluster-size",
     "dead-letter-strategy",
     "queue-leader-locator",
-    "alternate-exchange",
     "federation-upstream",
     "federation-upstream-set",
 ];
@@ -117,6 +118,7 @@ fn known(k: &str) -> bool {
             | "overflow"
             | "dead-letter-exchange"
             | "dead-letter-routing-key"
+            | "alternate-exchange"
     ) || IGNORED_KEYS.contains(&k)
 }
 
@@ -135,6 +137,15 @@ pub fn matching<'a>(policies: &'a [PolicyDef], name: &str, queue: bool) -> Optio
         }
     }
     best
+}
+
+/// The `alternate-exchange` of the policy applying to the exchange `name`. Only the
+/// highest-priority matching policy applies, as in RabbitMQ, even when it has no such key.
+pub fn alternate_exchange<'a>(policies: &'a [PolicyDef], name: &str) -> Option<&'a str> {
+    matching(policies, name, false)?
+        .definition
+        .get("alternate-exchange")?
+        .as_str()
 }
 
 /// A queue's arguments in force: its declared ones merged with `policy`'s.
@@ -184,13 +195,14 @@ pub fn apply(access: &Access, q: &Queue) {
     q.set_effective_args(effective(&q.options.args, &q.options.arguments, p));
 }
 
-/// Re-evaluates every queue of `vhost` (after a policy change, or at boot).
+/// Re-evaluates every queue and exchange of `vhost` (after a policy change, or at boot).
 pub fn apply_all(broker: &Broker, vhost: &VHost) {
     let policies = broker.access.policies_of(&vhost.name);
     for q in vhost.snapshot().queues.values() {
         let p = matching(&policies, &q.name, true);
         q.set_effective_args(effective(&q.options.args, &q.options.arguments, p));
     }
+    vhost.set_policies(policies);
 }
 
 /// Validates, stores and applies a policy.
@@ -294,5 +306,22 @@ mod tests {
         );
         assert_eq!(a.max_length, Some(10));
         assert_eq!(a.dead_letter_exchange.as_deref(), Some("pdlx"));
+    }
+
+    #[test]
+    fn alternate_exchange_comes_from_the_one_applying_exchange_policy() {
+        let mut ae = pol("ae", "^orders", 1, r#"{"alternate-exchange":"unrouted"}"#);
+        ae.apply_to = "exchanges".into();
+        let mut all = pol("all", "^orders\\.eu", 5, r#"{"max-length":3}"#);
+        all.apply_to = "all".into();
+        let queues_only = pol("q", ".*", 9, r#"{"alternate-exchange":"wrong"}"#);
+        assert!(validate(&ae).is_ok());
+        let ps = vec![ae, all, queues_only];
+        assert_eq!(alternate_exchange(&ps, "orders.us"), Some("unrouted"));
+        // A higher-priority policy without the key applies instead, so no AE (RabbitMQ applies
+        // one policy per object).
+        assert_eq!(alternate_exchange(&ps, "orders.eu"), None);
+        assert_eq!(alternate_exchange(&ps, "billing"), None);
+        assert!(validate(&pol("p", ".*", 0, r#"{"alternate-exchange":1}"#)).is_err());
     }
 }

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 use warren_protocol::method::{ExchangeBind, ExchangeDeclare, QueueBind, QueueDeclare};
 
+use crate::access::PolicyDef;
 use crate::definitions::{self, Definition};
 use crate::error::{AmqpError, AmqpResult};
 use crate::persist::Persister;
@@ -41,6 +42,9 @@ pub struct VHost {
     loading: std::sync::atomic::AtomicBool,
     /// RabbitMQ's `max-queues` vhost limit (0 = none), checked when a queue is created.
     max_queues: std::sync::atomic::AtomicU32,
+    /// This vhost's policies, for the `alternate-exchange` of exchanges declared later; set
+    /// (under `defs`) by [`VHost::set_policies`].
+    policies: Mutex<Vec<PolicyDef>>,
 }
 
 pub struct Storage {
@@ -292,6 +296,7 @@ impl VHost {
             storage,
             loading: std::sync::atomic::AtomicBool::new(false),
             max_queues: std::sync::atomic::AtomicU32::new(0),
+            policies: Mutex::new(Vec::new()),
         })
     }
 
@@ -590,17 +595,44 @@ impl VHost {
             internal: spec.internal,
             arguments: spec.arguments.clone(),
             bindings: Vec::new(),
-            alternate: spec
-                .arguments
-                .get("alternate-exchange")
-                .and_then(|v| v.as_str())
-                .map(Arc::from),
+            alternate: Self::alternate(&self.policies.lock(), spec.name, spec.arguments),
             ring: HashRing::new(hash_on),
         };
         defs.table.exchanges.insert(name, Arc::new(x));
         self.changed(&defs, spec.durable);
         tracing::info!(vhost = %self.name, exchange = spec.name, kind = spec.kind, "exchange declared");
         Ok(())
+    }
+
+    /// An exchange's alternate exchange: its own `alternate-exchange` argument, else that of
+    /// the policy applying to it (RabbitMQ's order).
+    fn alternate(policies: &[PolicyDef], name: &str, arguments: &FieldTable) -> Option<Arc<str>> {
+        if let Some(ae) = arguments.get("alternate-exchange").and_then(|v| v.as_str()) {
+            return Some(ae.into());
+        }
+        // The default exchange routes by queue name only; RabbitMQ never sends it to an AE.
+        if name.is_empty() {
+            return None;
+        }
+        crate::policy::alternate_exchange(policies, name).map(Arc::from)
+    }
+
+    /// Takes the vhost's policies and re-evaluates every exchange's alternate exchange.
+    pub fn set_policies(&self, policies: Vec<PolicyDef>) {
+        let mut defs = self.defs.lock();
+        let mut changed = false;
+        for x in defs.table.exchanges.values_mut() {
+            let ae = Self::alternate(&policies, &x.name, &x.arguments);
+            if ae != x.alternate {
+                Arc::make_mut(x).alternate = ae;
+                changed = true;
+            }
+        }
+        *self.policies.lock() = policies;
+        // Derived from arguments and policies at load, so nothing to write to disk.
+        if changed {
+            self.publish(&defs);
+        }
     }
 
     pub fn delete_exchange(&self, name: &str, if_unused: bool) -> AmqpResult<()> {
