@@ -34,6 +34,10 @@ var brokerURL string
 // brokerAddr is host:port of brokerURL.
 var brokerAddr string
 
+// mgmtURL is the management HTTP API of the broker under test (guest/guest): the started
+// Warren's, or MGMT_URL (default: the reference RabbitMQ's, http://127.0.0.1:15673).
+var mgmtURL = "http://127.0.0.1:15673"
+
 // Per-test watchdog: a test still running after this long has its
 // connections torn down (which unblocks any pending RPC) and is failed.
 const testDeadline = 30 * time.Second
@@ -58,6 +62,9 @@ func runMain(m *testing.M) int {
 		brokerURL = u
 	} else {
 		brokerURL = defaultURL
+	}
+	if m := os.Getenv("MGMT_URL"); m != "" && os.Getenv("WARREN_BIN") == "" {
+		mgmtURL = m
 	}
 	u, err := url.Parse(brokerURL)
 	if err != nil {
@@ -110,6 +117,7 @@ func startWarren(bin string) (stop func(), url string, err error) {
 	if err != nil {
 		return nil, "", err
 	}
+	mgmtURL = fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 	dataDir, err := os.MkdirTemp("", "warren-interop-go-")
 	if err != nil {
 		return nil, "", err
