@@ -310,7 +310,9 @@ pub async fn run(s: &Scenario, label: &str, out: &mut Output) -> Result<RunResul
         if bounded_p && pdone && (s.consumers == 0 || cdone) && (s.producers > 0 || bounded_c) {
             break "producers reached their message count".into();
         }
+        // Consumers with a -D count are waited for; others until they go quiet.
         if bounded_p
+            && !bounded_c
             && s.producers > 0
             && pdone
             && idle

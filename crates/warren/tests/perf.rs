@@ -141,6 +141,8 @@ fn bounded_run_receives_every_message_sent() {
         "200",
         "-A",
         "10",
+        "-D",
+        "6000",
         "--json",
         out.to_str().expect("utf8"),
     ]);
