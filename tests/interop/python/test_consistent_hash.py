@@ -207,3 +207,34 @@ def test_redeclare_checks_the_type(conn, res, chx):
     assert e.value.reply_text == (
         f"PRECONDITION_FAILED - inequivalent arg 'type' for exchange '{x}' in vhost '/': "
         "received 'direct' but current is ''x-consistent-hash''")
+
+
+@pytest.mark.skipif(not os.environ.get("WARREN_BIN"), reason="restarts the broker: Warren only (WARREN_BIN)")
+def test_durable_exchange_routes_the_same_after_restart():
+    from test_durability import Node
+
+    node = Node()
+    try:
+        node.start()
+        c = connect(node.url)
+        ch = c.channel()
+        ch.exchange_declare("chx-dur", "x-consistent-hash", durable=True,
+                            arguments={"hash-property": "message_id"})
+        qs = []
+        for i, w in enumerate(["1", "2", "3"]):
+            qs.append(f"chq-dur-{i}")
+            ch.queue_declare(qs[-1], durable=True)
+            ch.queue_bind(qs[-1], "chx-dur", w)
+        ids = lambda i: pika.BasicProperties(message_id=f"m{i}")  # noqa: E731
+        publish(ch, "chx-dur", ["k"] * 300, ids)
+        before = placement(ch, qs)
+        safe_close(c)
+        node.stop()
+        node.start()
+        c = connect(node.url)
+        ch = c.channel()
+        publish(ch, "chx-dur", ["k"] * 300, ids)
+        assert placement(ch, qs) == before, "the same buckets after a restart"
+        safe_close(c)
+    finally:
+        node.cleanup()
