@@ -199,7 +199,6 @@ impl<T> QueueLog<T> {
                                 push_sorted(&mut seqs, &mut sizes, r.seq, DEAD);
                             }
                             KIND_ACK | KIND_ACK_RANGE => {
-
                                 let to = if r.kind == KIND_ACK {
                                     r.seq
                                 } else {
@@ -436,7 +435,7 @@ impl<T> QueueLog<T> {
                             at = next;
                         }
                         Scan::Truncated if at > 0 => break,
-                        Scan::Truncated if (want as u64) < seg.len - cursor.offset => {
+                        Scan::Truncated if want < seg.len - cursor.offset => {
                             // One record larger than the read: read it whole next time.
                             let len = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
                             min_read = record::HEADER_BYTES as u64 + len as u64;
@@ -787,7 +786,10 @@ mod tests {
         log.enqueue(40, tagged(40, 5 * 1024 * 1024), None, false);
         log.enqueue(41, tagged(41, 10), None, false);
         let mut c = c0;
-        assert_eq!(read_all(&log, &mut c, |_| true), (0..42).collect::<Vec<_>>());
+        assert_eq!(
+            read_all(&log, &mut c, |_| true),
+            (0..42).collect::<Vec<_>>()
+        );
         write(&mut log);
         let mut c = c0;
         assert_eq!(
@@ -801,13 +803,18 @@ mod tests {
         drop(log);
         let (log, rec) = QueueLog::<()>::open(&dir, measure).expect("reopen");
         let durable: Vec<u64> = (0..42).filter(|i| i % 3 != 0).collect();
-        assert_eq!(rec.count, durable.len(), "volatile records are not recovered");
+        assert_eq!(
+            rec.count,
+            durable.len(),
+            "volatile records are not recovered"
+        );
         assert_eq!(runs(&rec).len(), 14, "volatile records split the runs");
         assert_eq!(rec.max_seq, Some(41), "42 was never written");
         let mut c = log.cursor_at_start(rec.live.first().expect("live"));
         let m = rec.max_seq;
         assert_eq!(
-            read_all(&log, &mut c, |s| rec.live.holds(s) || m.is_none_or(|m| s > m)),
+            read_all(&log, &mut c, |s| rec.live.holds(s)
+                || m.is_none_or(|m| s > m)),
             durable
         );
     }
@@ -832,7 +839,11 @@ mod tests {
         log.ack(0);
         log.ack(2);
         write(&mut log);
-        assert_eq!(log.segments.len(), 1, "every segment but the current one is gone");
+        assert_eq!(
+            log.segments.len(),
+            1,
+            "every segment but the current one is gone"
+        );
         drop(log);
         let (_, rec) = QueueLog::<()>::open(&dir, measure).expect("reopen");
         assert_eq!(rec.count, 0);
