@@ -279,6 +279,11 @@ pub struct Channel {
 }
 
 impl Channel {
+    /// Whether a consumer lives on this channel (its connection must keep reading acks).
+    pub fn has_consumers(&self) -> bool {
+        !self.consumers.is_empty()
+    }
+
     pub fn new(id: u16, outbox: Arc<Outbox>) -> Channel {
         Channel {
             shared: ChannelShared::new(id, outbox.clone()),

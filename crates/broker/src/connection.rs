@@ -93,6 +93,9 @@ struct Conn {
     auth_refusal: Option<AmqpError>,
     /// process() stopped early because the outbox is over its pause mark; frames wait in buf.
     backlog: bool,
+    /// Queues this connection published into whose consumers fell behind: while any stays
+    /// pressured, a connection that consumes nothing is not read (credit flow).
+    starved: Vec<Arc<Queue>>,
 }
 
 /// Serves one accepted plain-TCP socket until it closes.
@@ -191,6 +194,7 @@ pub async fn serve_split<R: AsyncRead + Unpin>(
         place: None,
         auth_refusal: None,
         backlog: false,
+        starved: Vec::new(),
     };
     conn.send_start();
     conn.run(&mut rd, &mut shutdown).await;
@@ -257,13 +261,11 @@ impl Conn {
                 // Replies drained: handle the requests held back, before reading more.
                 self.backlog = false;
                 let pressured = self.process(&mut buf);
-                for q in pressured {
-                    q.stall(Duration::from_millis(limits::PUBLISH_STALL_MS))
-                        .await;
-                }
+                self.await_credit(pressured).await;
                 continue;
             }
-            let paused = self.blocked || self.backlog;
+            let paused = self.blocked || self.backlog || !self.starved.is_empty();
+            let starved = self.starved.first().cloned();
             if buf.capacity() - buf.len() < 4096 {
                 buf.reserve(limits::READ_BUFFER_BYTES);
             }
@@ -286,6 +288,13 @@ impl Conn {
                     return;
                 }
                 _ = outbox.space(), if self.backlog => {}
+                _ = async move {
+                    if let Some(q) = starved {
+                        q.stall(Duration::from_millis(limits::CREDIT_RECHECK_MS)).await;
+                    }
+                }, if !self.starved.is_empty() => {
+                    self.starved.retain(|q| q.pressured());
+                }
                 _ = alarms.changed() => {}
                 r = rd.read_buf(&mut buf), if !paused => match r {
                     Ok(0) => {
@@ -297,11 +306,7 @@ impl Conn {
                     Ok(_) => {
                         self.last_read = Instant::now();
                         let pressured = self.process(&mut buf);
-                        // Credit: a queue whose consumers fall behind holds this publisher's
-                        // next read back (bounded), so TCP pushes back on the client.
-                        for q in pressured {
-                            q.stall(Duration::from_millis(limits::PUBLISH_STALL_MS)).await;
-                        }
+                        self.await_credit(pressured).await;
                     }
                     Err(e) => {
                         self.reason = format!("read error: {e}");
@@ -342,6 +347,29 @@ impl Conn {
         tracing::info!(peer = %self.peer, conn = self.id, blocked = block, "publishing connection {}", if block { "blocked by a resource alarm" } else { "unblocked" });
     }
 
+    /// Credit: a queue whose consumers fall behind holds back this connection's next read, so
+    /// TCP pushes back on the publisher. A connection that only publishes waits until the queue
+    /// is relieved (in the select loop, so heartbeats and closes still work); one that also
+    /// consumes waits a bounded time, since it must keep reading its own acks.
+    async fn await_credit(&mut self, pressured: Vec<Arc<Queue>>) {
+        if pressured.is_empty() {
+            return;
+        }
+        let consumes = self
+            .channels
+            .values()
+            .any(|s| matches!(s, Slot::Open(c) if c.has_consumers()));
+        if consumes {
+            for q in pressured {
+                q.stall(Duration::from_millis(limits::PUBLISH_STALL_MS))
+                    .await;
+            }
+        } else {
+            self.starved = pressured;
+            self.starved.retain(|q| q.pressured());
+        }
+    }
+
     /// When the timer next fires: the handshake or close deadline, or the next heartbeat check.
     /// Stored rather than recomputed per loop turn, so steady reads cannot postpone it forever.
     fn next_tick(&mut self) -> Instant {
@@ -370,7 +398,7 @@ impl Conn {
                     return;
                 }
                 let hb = Duration::from_secs(self.heartbeat_s as u64);
-                if self.blocked || self.backlog {
+                if self.blocked || self.backlog || !self.starved.is_empty() {
                     // We are not reading: the client's silence is ours (RabbitMQ does the same).
                     self.last_read = now;
                 }

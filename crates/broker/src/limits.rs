@@ -28,9 +28,13 @@ pub const QUEUE_PRESSURE_MSGS: usize = 2_000;
 pub const QUEUE_PRESSURE_BYTES: u64 = 8 * 1024 * 1024;
 /// A pressured queue is relieved once it holds fewer ready messages than this.
 pub const QUEUE_RELIEF_MSGS: usize = 1_000;
-/// The longest a publishing connection waits for a pressured queue per read batch. Bounded, so
-/// a connection that also consumes (and must read its acks) cannot deadlock itself.
+/// The longest a connection that also consumes waits for a pressured queue per read batch.
+/// Bounded, so it cannot deadlock on its own unread acks; publish-only connections wait for
+/// relief.
 pub const PUBLISH_STALL_MS: u64 = 10;
+/// A publish-only connection waiting for credit re-checks its queues this often (a safety net:
+/// relief also wakes it).
+pub const CREDIT_RECHECK_MS: u64 = 100;
 
 const _: () = assert!(QUEUE_RELIEF_MSGS < QUEUE_PRESSURE_MSGS);
 

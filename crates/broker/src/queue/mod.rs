@@ -160,6 +160,9 @@ struct State {
     had_consumer: bool,
     /// Last time the queue was used (declared, consumed from, got from), for `x-expires`.
     last_used_ms: u64,
+    /// The last dispatch left messages ready because a consumer's connection could not take
+    /// more output (as opposed to consumers out of prefetch credit).
+    outbox_bound: bool,
     /// A scratch log could not be made: do not try again on every publish.
     scratch_failed: bool,
     /// Dead letters gathered under the lock, published once it is released.
@@ -443,7 +446,10 @@ impl Queue {
             if expires_at_ms.is_some() {
                 st.expire(now);
             }
-            if !st.consumers.is_empty()
+            // Only a consumer held back by its own connection's output counts: one that stopped
+            // acking must not stop publishers (the backlog pages to disk instead).
+            if st.outbox_bound
+                && !st.consumers.is_empty()
                 && (st.ready_len > limits::QUEUE_PRESSURE_MSGS
                     || st.ready_bytes > limits::QUEUE_PRESSURE_BYTES)
             {
@@ -513,6 +519,7 @@ impl Queue {
         if st.ready_len > 0 && self.may_expire.load(Ordering::Relaxed) {
             st.expire(now_ms());
         }
+        st.outbox_bound = false;
         'messages: while st.ready_len > 0 && !st.consumers.is_empty() {
             st.fill();
             // With a single active consumer only the first (oldest of the highest priority) receives.
@@ -549,7 +556,10 @@ impl Queue {
                             st.rr = st.rr.wrapping_add(k + 1);
                             continue 'messages;
                         }
-                        Offer::OutboxFull => c.channel.outbox.wait_for_space(self),
+                        Offer::OutboxFull => {
+                            st.outbox_bound = true;
+                            c.channel.outbox.wait_for_space(self)
+                        }
                         Offer::NoCredit => {}
                     }
                 }
