@@ -3,7 +3,10 @@
 # RabbitMQ's PerfTest, against both brokers, Warren and RabbitMQ 3.10, in one run; records each
 # generator's CPU time so their cost per message can be compared against the same broker.
 #
-#   bench/perf.sh [SCENARIO ...]      default: S1 S2 S3 S4-1000 S4-10000 S4-40000 S4-80000 S5
+#   bench/perf.sh [SCENARIO ...]      default: S1 S2 S3 S4-1000 S4-10000 S4-40000 S4-80000 S5;
+#                                     also S6a S6b (backlog fill, then drain: together, in that
+#                                     order, with TOOLS=warren-perf BROKERS=warren, since RabbitMQ
+#                                     is purged before each run), S7 (quorum), S8
 #   env: DUR (30; S4-* run 15 s, S5 60 s), ROUNDS (1), TOOLS ("warren-perf perftest"),
 #        BROKERS ("warren rabbitmq"), WARREN_BIN (default $CARGO_TARGET_DIR or target/release/warren,
 #        built if missing), SWEEP (1: also a `warren perf --sweep` per broker, with an SVG chart),
@@ -39,10 +42,15 @@ scenario_args() {
     S3) echo "-x 10 -y 10 -qp bench-s3-%d -qpf 1 -qpt 10 -f persistent -s 4000 -c 100 -q 100 -z $DUR" ;;
     S4-*) echo "-x 1 -y 1 -u bench-s4 -a -s 16 -r ${1#S4-} -z 15" ;;
     S5) echo "--queue-pattern bench-s5-%d --queue-pattern-from 1 --queue-pattern-to 100 --producers 200 --consumers 200 --flag persistent --qos 1000 --confirm 1000 --size 1024 --rate 50 --consumer-latency 10000 -z 60" ;;
-    *) die "unknown scenario $1 (S1 S2 S3 S4-<rate> S5)" ;;
+    S6a) echo "-qp bench-s6-%d -qpf 1 -qpt 10 -f persistent -ad false -s 1000 -x 10 -y 0 -c 100 -C 100000 -z 900" ;;
+    S6b) echo "-qp bench-s6-%d -qpf 1 -qpt 10 -f persistent -ad false -s 1000 -x 0 -y 10 -q 100 -ew empty -z 900" ;;
+    S7) echo "-x 10 -y 10 -u bench-s7 -qq -s 4000 -c 100 -q 100 -z $DUR" ;;
+    S8) echo "-x 1000 -y 10 -qp bench-s8-%d -qpf 1 -qpt 10 -P 1 -s 16 -q 100 -niot 4 -niotp 6 -ctp 2 -hst 2 -z 60" ;;
+    *) die "unknown scenario $1 (S1 S2 S3 S4-<rate> S5 S6a S6b S7 S8)" ;;
   esac
 }
-scenario_secs() { case "$1" in S4-*) echo 15 ;; S5) echo 60 ;; *) echo "$DUR" ;; esac; }
+# Seconds the rates are averaged over; 0: the run ends on its own (S6), use the generator's wall time.
+scenario_secs() { case "$1" in S4-*) echo 15 ;; S5|S8) echo 60 ;; S6*) echo 0 ;; *) echo "$DUR" ;; esac; }
 
 BIN=${WARREN_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/warren}
 if [ ! -x "$BIN" ]; then
@@ -94,11 +102,11 @@ run_one() {  # BROKER TOOL SCENARIO ROUND
   echo "== $s $broker $tool (round $r)"
   c0=$(cpu_ticks "$pid")
   if [ "$tool" = warren-perf ]; then
-    timeout --kill-after=30 $(( $(scenario_secs "$s") + 120 )) /usr/bin/time -o "$out.time" \
+    timeout --kill-after=30 $(( $(scenario_secs "$s") + 1020 )) /usr/bin/time -o "$out.time" \
       -f '# generator: user_s=%U sys_s=%S wall_s=%e max_rss_kb=%M' \
       "$WORK/warren" perf -h "$uri" "$@" --json "$out.json" >"$out" 2>&1 9>&- || true
   else
-    timeout --kill-after=30 $(( $(scenario_secs "$s") + 120 )) /usr/bin/time -o "$out.time" \
+    timeout --kill-after=30 $(( $(scenario_secs "$s") + 1020 )) /usr/bin/time -o "$out.time" \
       -f '# generator: user_s=%U sys_s=%S wall_s=%e max_rss_kb=%M' \
       java -Xms256m -Xmx4g -cp "$PT_LIB/*" com.rabbitmq.perf.PerfTest -h "$uri" "$@" >"$out" 2>&1 9>&- || true
   fi

@@ -43,6 +43,8 @@ def parse(path):
     r["gen_rss_mb"] = int(g.group(4)) // 1024 if g else None
     r["broker_cpu_s"] = int(b.group(1)) if b else None
     secs = int(b.group(2)) if b else None
+    if secs == 0 and g:  # a run that ends on its own: its wall time
+        secs = float(g.group(3))
     msgs = None
     if secs and r.get("send") is not None and r.get("recv") is not None:
         msgs = (r["send"] + r["recv"]) * secs
@@ -73,7 +75,7 @@ def med(rs, k):
 def line(path):
     r = parse(path)
     return (f"{os.path.basename(path)[:-4]}: send={fmt(r['send'])} recv={fmt(r['recv'])} msg/s "
-            f"p50={ms(r.get('lat_p50_us'))} p99={ms(r.get('lat_p99_us'))} | generator cpu={r['gen_cpu_s']} s "
+            f"p50={ms(r.get('lat_p50_us'))} p99={ms(r.get('lat_p99_us'))} | generator cpu={'-' if r['gen_cpu_s'] is None else round(r['gen_cpu_s'], 2)} s "
             f"rss={r['gen_rss_mb']} MB msgs/cpu-s={fmt(r['eff'])} | broker cpu={r['broker_cpu_s']} s")
 
 

@@ -527,7 +527,8 @@ pub fn sweep_charts(points: &[RatePoint], title: &str) -> Vec<Chart> {
                 reference: false,
             },
         ],
-        log_y: false,
+        // Log scale: "unlimited" is often orders of magnitude above the fixed steps.
+        log_y: true,
         x_categories: Some(cats.clone()),
     };
     let latency = Chart {

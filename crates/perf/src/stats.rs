@@ -13,8 +13,7 @@ use serde::Serialize;
 
 /// Latencies are recorded in microseconds, from 1 µs to an hour, 3 significant digits.
 pub fn new_histogram() -> Histogram<u64> {
-    #[allow(clippy::unwrap_used)] // constant, valid bounds
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant bounds are valid")
 }
 
 #[derive(Default)]
