@@ -292,6 +292,50 @@ fn unreachable_broker_is_a_clear_error() {
 }
 
 #[test]
+fn connections_are_spread_across_the_uris() {
+    let (a, b) = (Broker::start(), Broker::start());
+    let dir = tempdir();
+    let out = dir.join("spread.json");
+    // Consumer i and producer i land on URI i mod 2: each broker carries one pair.
+    ok(&[
+        "-h",
+        &format!("{},{}", a.uri(), b.uri()),
+        "-x",
+        "2",
+        "-y",
+        "2",
+        "-u",
+        "perf-spread",
+        "-C",
+        "500",
+        "-D",
+        "500",
+        "--json",
+        out.to_str().expect("utf8"),
+    ]);
+    let j = json(&out);
+    assert_eq!(j["scenario"]["uris"].as_array().map(Vec::len), Some(2));
+    let t = &j["runs"][0]["summary"]["totals"];
+    assert_eq!((u(&t["sent"]), u(&t["received"])), (1000, 1000), "{t}");
+    // With the second URI dead, the clients meant for it fail, naming it.
+    let dead = free_port();
+    let out = perf(&[
+        "-h",
+        &format!("{},amqp://127.0.0.1:{dead}", a.uri()),
+        "-x",
+        "2",
+        "-y",
+        "0",
+        "-z",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{dead}")), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn compare_runs_both_brokers_and_prints_ratios() {
     let (a, b) = (Broker::start(), Broker::start());
     let dir = tempdir();
