@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -96,6 +96,9 @@ struct Conn {
     /// Queues this connection published into whose consumers fell behind: while any stays
     /// pressured, a connection that consumes nothing is not read (credit flow).
     starved: Vec<Arc<Queue>>,
+    /// Starved for a whole `CREDIT_RECHECK_MS`: the next read takes at most
+    /// `STARVED_READ_BYTES`, so the publisher trickles on rather than stopping dead for seconds.
+    trickle: bool,
 }
 
 /// Serves one accepted plain-TCP socket until it closes.
@@ -195,6 +198,7 @@ pub async fn serve_split<R: AsyncRead + Unpin>(
         auth_refusal: None,
         backlog: false,
         starved: Vec::new(),
+        trickle: false,
     };
     conn.send_start();
     conn.run(&mut rd, &mut shutdown).await;
@@ -264,12 +268,18 @@ impl Conn {
                 self.await_credit(pressured).await;
                 continue;
             }
-            let paused = self.blocked || self.backlog || !self.starved.is_empty();
+            let paused = self.blocked || self.backlog || (!self.starved.is_empty() && !self.trickle);
+            let read_limit = if self.trickle {
+                limits::STARVED_READ_BYTES
+            } else {
+                usize::MAX
+            };
             let starved = self.starved.first().cloned();
             if buf.capacity() - buf.len() < 4096 {
                 buf.reserve(limits::READ_BUFFER_BYTES);
             }
             let tick = self.next_tick();
+            let mut limited = (&mut buf).limit(read_limit);
             let outbox = self.outbox.clone();
             let info = self.info.clone();
             let forced = async move {
@@ -292,11 +302,12 @@ impl Conn {
                     if let Some(q) = starved {
                         q.stall(Duration::from_millis(limits::CREDIT_RECHECK_MS)).await;
                     }
-                }, if !self.starved.is_empty() => {
+                }, if !self.starved.is_empty() && !self.trickle => {
                     self.starved.retain(|q| q.pressured());
+                    self.trickle = !self.starved.is_empty();
                 }
                 _ = alarms.changed() => {}
-                r = rd.read_buf(&mut buf), if !paused => match r {
+                r = rd.read_buf(&mut limited), if !paused => match r {
                     Ok(0) => {
                         if self.reason.is_empty() && self.phase != Phase::Draining {
                             self.reason = "client closed TCP connection".into();
@@ -305,7 +316,8 @@ impl Conn {
                     }
                     Ok(_) => {
                         self.last_read = Instant::now();
-                        let pressured = self.process(&mut buf);
+                        self.trickle = false;
+                        let pressured = self.process(limited.get_mut());
                         self.await_credit(pressured).await;
                     }
                     Err(e) => {

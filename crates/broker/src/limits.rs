@@ -35,6 +35,9 @@ pub const PUBLISH_STALL_MS: u64 = 10;
 /// A publish-only connection waiting for credit re-checks its queues this often (a safety net:
 /// relief also wakes it).
 pub const CREDIT_RECHECK_MS: u64 = 100;
+/// What a publish-only connection still starved after `CREDIT_RECHECK_MS` may read: a trickle
+/// (at most ten such reads a second) that keeps its publisher alive while the queue drains.
+pub const STARVED_READ_BYTES: usize = 4096;
 
 const _: () = assert!(QUEUE_RELIEF_MSGS < QUEUE_PRESSURE_MSGS);
 
