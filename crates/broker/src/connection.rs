@@ -268,7 +268,8 @@ impl Conn {
                 self.await_credit(pressured).await;
                 continue;
             }
-            let paused = self.blocked || self.backlog || (!self.starved.is_empty() && !self.trickle);
+            let paused =
+                self.blocked || self.backlog || (!self.starved.is_empty() && !self.trickle);
             let read_limit = if self.trickle {
                 limits::STARVED_READ_BYTES
             } else {
