@@ -20,6 +20,11 @@ pub const CLOSE_OK_TIMEOUT_MS: u64 = 3_000;
 pub const MESSAGE_SIZE_MAX_BYTES: u64 = 128 * 1024 * 1024;
 /// Kernel receive buffer of client sockets (RabbitMQ recommends 192 KiB for `recbuf`).
 pub const SOCKET_RECV_BUFFER_BYTES: u32 = 192 * 1024;
+/// Largest TCP segment we send (TCP_MAXSEG). Over loopback the MSS is 64 KiB, and a client with
+/// a fixed 128 KiB receive buffer (the Java client's sockets here) drops such segments once two
+/// are queued; each drop costs a retransmission timeout, and deliveries to a consumer that fell
+/// behind collapsed to ~2,260 msg/s (`ss`: drops at the client, `rwnd_limited` here).
+pub const SEGMENT_MAX_BYTES: u32 = 16 * 1024;
 /// Read buffer granted per socket read.
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// A queue with consumers that holds more ready messages (or bytes) than this is falling

@@ -195,6 +195,13 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener
     };
     socket.set_reuseaddr(true)?;
     socket.set_recv_buffer_size(warren_broker::limits::SOCKET_RECV_BUFFER_BYTES)?;
+    // Inherited by accepted sockets: caps the segments we send (see `SEGMENT_MAX_BYTES`).
+    nix::sys::socket::setsockopt(
+        &socket,
+        nix::sys::socket::sockopt::TcpMaxSeg,
+        &warren_broker::limits::SEGMENT_MAX_BYTES,
+    )
+    .map_err(std::io::Error::from)?;
     socket.bind(addr)?;
     socket.listen(1024)
 }
