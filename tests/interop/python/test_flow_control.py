@@ -17,18 +17,10 @@ import pytest
 import rawamqp as raw
 from helpers import safe_close
 from test_limits import start, url
-from test_slow_clients import basic_consume, raw_open
+from test_slow_clients import basic_consume, nodes, raw_open  # noqa: F401  (fixture)
 
 BIN = os.environ.get("WARREN_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="stalls a client on purpose and uses its own config: Warren only (WARREN_BIN)")
-
-
-@pytest.fixture
-def nodes():
-    started = []
-    yield started
-    for n in started:
-        n.cleanup()
 
 
 def publish_frames(queue: str, body: bytes) -> bytes:
