@@ -779,6 +779,14 @@ impl State {
         };
         let lost = got.is_empty();
         for (seq, data) in got {
+            // More records than the tail counts would be a bookkeeping bug: never underflow.
+            if p.count == 0 {
+                tracing::error!(
+                    seq,
+                    "a paged-out record beyond the queue's count is ignored"
+                );
+                break;
+            }
             p.recovered.forget_below(seq);
             let redelivered = p.recovered_max.is_some_and(|m| seq <= m);
             let size = crate::persist::stored_body_len(&data);
@@ -786,7 +794,7 @@ impl State {
             p.bytes = p.bytes.saturating_sub(size);
             let Some((msg, expires_at_ms)) = crate::persist::decode_message(&data) else {
                 tracing::warn!(seq, "skipping a stored message that does not decode");
-                self.ready_len -= 1;
+                self.ready_len = self.ready_len.saturating_sub(1);
                 self.ready_bytes = self.ready_bytes.saturating_sub(size);
                 continue;
             };
@@ -804,7 +812,7 @@ impl State {
                 messages = p.count,
                 "paged-out messages could not be read back and are dropped"
             );
-            self.ready_len -= p.count;
+            self.ready_len = self.ready_len.saturating_sub(p.count);
             self.ready_bytes = self.ready_bytes.saturating_sub(p.bytes);
             p.count = 0;
         }
