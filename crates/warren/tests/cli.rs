@@ -1,5 +1,7 @@
 //! The real `warren` binary: flags, configuration errors, start-up and clean shutdown.
 
+mod common;
+use common::free_port;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
@@ -9,12 +11,6 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_warren"))
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
 
 fn wait_for_port(port: u16) -> bool {
     let deadline = Instant::now() + Duration::from_secs(30);

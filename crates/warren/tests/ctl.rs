@@ -1,17 +1,13 @@
 //! `warren ctl` against the real binary: a broker started on free ports, commands run as a user
 //! would, their output and exit status checked; users and permissions survive kill -9.
 
-use std::net::{TcpListener, TcpStream};
+mod common;
+use common::free_port;
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
 
 struct Broker {
     child: Child,
@@ -33,7 +29,7 @@ impl Broker {
             ])
             .arg(&data)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(data.with_extension("log")).expect("log"))
             .spawn()
             .expect("spawn");
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -57,8 +53,9 @@ impl Broker {
         let o = self.ctl(args);
         assert!(
             o.status.success(),
-            "{args:?} failed: {}",
-            String::from_utf8_lossy(&o.stderr)
+            "{args:?} failed: {}\nbroker log:\n{}",
+            String::from_utf8_lossy(&o.stderr),
+            std::fs::read_to_string(self.data.with_extension("log")).unwrap_or_default()
         );
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
@@ -200,7 +197,12 @@ fn unknown_names_and_unreachable_broker_are_clear_errors() {
         (vec!["list_queues", "bogus"], "unknown queue column 'bogus'"),
     ] {
         let o = b.ctl(&args);
-        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(text), "{args:?}: {err}");
     }

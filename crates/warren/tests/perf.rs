@@ -2,7 +2,9 @@
 //! the JSON output, flag errors through the exit code, and the HTML report rendered in a real
 //! headless Chromium (the DOM after its script ran must hold a chart point per sample).
 
-use std::net::{TcpListener, TcpStream};
+mod common;
+use common::free_port;
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -13,12 +15,6 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_warren"))
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
 
 fn tempdir() -> PathBuf {
     use std::hash::{BuildHasher, Hasher};

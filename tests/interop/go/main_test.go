@@ -14,10 +14,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -78,7 +81,25 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
+// freePort picks a free loopback port below the kernel's ephemeral range: a port from
+// Listen(":0") is an ephemeral one, which a client socket can take as its source port before the
+// broker binds it, and which a connect loop can connect to itself on.
 func freePort() (int, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	for i := 0; low > 11000 && i < 1000; i++ {
+		port := 10000 + mrand.Intn(low-10000)
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			l.Close()
+			return port, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
