@@ -1,7 +1,8 @@
-//! Users, vhost records, permissions and policies as the broker holds them at runtime.
+//! Users, vhost records, permissions, policies and runtime limits as the broker holds them.
 //!
 //! All of it is kept in one JSON file, `<data_dir>/access.json`, in the shape of RabbitMQ's
-//! definitions (`users`, `vhosts`, `permissions`, `policies`), rewritten atomically on every
+//! definitions (`users` with their `limits`, `vhosts`, `permissions`, `policies`, and vhost
+//! limits as `parameters` of component `vhost-limits`), rewritten atomically on every
 //! change. The first boot (no file yet) seeds it from the config: its users, its vhosts, and
 //! full permissions for each configured user on each configured vhost (as RabbitMQ's default
 //! user gets on `/`).
@@ -101,6 +102,70 @@ fn default_apply_to() -> String {
     "all".to_string()
 }
 
+/// A vhost-scoped runtime parameter as RabbitMQ's definitions list it. Warren keeps only
+/// component `vhost-limits` (name `limits`, value `{"max-connections": N, "max-queues": N}`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ParameterDef {
+    pub vhost: String,
+    pub component: String,
+    pub name: String,
+    pub value: serde_json::Value,
+}
+
+pub const VHOST_LIMITS_COMPONENT: &str = "vhost-limits";
+pub const MAX_CONNECTIONS: &str = "max-connections";
+pub const MAX_QUEUES: &str = "max-queues";
+pub const MAX_CHANNELS: &str = "max-channels";
+
+/// Whose limits: a vhost's (`max-connections`, `max-queues`) or a user's (`max-connections`,
+/// `max-channels`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitScope {
+    Vhost,
+    User,
+}
+
+impl LimitScope {
+    fn known(self) -> [&'static str; 2] {
+        match self {
+            LimitScope::Vhost => [MAX_CONNECTIONS, MAX_QUEUES],
+            LimitScope::User => [MAX_CONNECTIONS, MAX_CHANNELS],
+        }
+    }
+}
+
+pub type Limits = serde_json::Map<String, serde_json::Value>;
+
+/// Checks a limits definition as RabbitMQ's parameter validation does (known names, integer
+/// values; a negative value means no limit) and returns it with numeric strings made numbers.
+pub fn validate_limits(scope: LimitScope, def: &Limits) -> Result<Limits, String> {
+    let known = scope.known();
+    let unknown: Vec<String> = def
+        .iter()
+        .filter(|(k, _)| !known.contains(&k.as_str()))
+        .map(|(k, v)| format!("{{<<\"{k}\">>,{v}}}"))
+        .collect();
+    if !unknown.is_empty() {
+        let what = match scope {
+            LimitScope::Vhost => "limits",
+            LimitScope::User => "user-limits",
+        };
+        return Err(format!(
+            "Unrecognised terms [{}] in {what}",
+            unknown.join(",")
+        ));
+    }
+    let mut out = Limits::new();
+    for (k, v) in def {
+        let n = v
+            .as_i64()
+            .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+            .ok_or_else(|| format!("{k} should be a number, actually was {v}"))?;
+        out.insert(k.clone(), n.into());
+    }
+    Ok(out)
+}
+
 /// The persisted file: a subset of RabbitMQ's definitions document.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct AccessFile {
@@ -112,6 +177,8 @@ pub struct AccessFile {
     pub permissions: Vec<PermissionDef>,
     #[serde(default)]
     pub policies: Vec<PolicyDef>,
+    #[serde(default)]
+    pub parameters: Vec<ParameterDef>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +254,8 @@ struct Inner {
     grants: BTreeMap<(String, String), Grant>,
     /// By (vhost, name).
     policies: BTreeMap<(String, String), PolicyDef>,
+    /// Runtime vhost limits by vhost (user limits live in `UserDef::limits`).
+    vhost_limits: BTreeMap<String, Limits>,
 }
 
 pub struct Access {
@@ -311,6 +380,13 @@ impl Access {
         for p in f.policies {
             inner.policies.insert((p.vhost.clone(), p.name.clone()), p);
         }
+        for p in f.parameters {
+            if let (VHOST_LIMITS_COMPONENT, serde_json::Value::Object(l)) =
+                (p.component.as_str(), p.value)
+            {
+                inner.vhost_limits.insert(p.vhost, l);
+            }
+        }
         Ok(Access {
             inner: RwLock::new(inner),
             generation: AtomicU64::new(1),
@@ -343,6 +419,16 @@ impl Access {
             vhosts: inner.vhosts.values().cloned().collect(),
             permissions: inner.grants.values().map(|g| g.def.clone()).collect(),
             policies: inner.policies.values().cloned().collect(),
+            parameters: inner
+                .vhost_limits
+                .iter()
+                .map(|(v, l)| ParameterDef {
+                    vhost: v.clone(),
+                    component: VHOST_LIMITS_COMPONENT.into(),
+                    name: "limits".into(),
+                    value: serde_json::Value::Object(l.clone()),
+                })
+                .collect(),
         }
     }
 
@@ -451,6 +537,7 @@ impl Access {
             i.vhosts.remove(name);
             i.grants.retain(|(_, v), _| v != name);
             i.policies.retain(|(v, _), _| v != name);
+            i.vhost_limits.remove(name);
             Ok(())
         });
     }
@@ -561,6 +648,125 @@ impl Access {
                 .ok_or_else(|| {
                     MgmtError::NotFound(format!("no policy '{name}' in vhost '{vhost}'"))
                 })
+        })
+    }
+}
+
+impl Access {
+    // ---- runtime limits (enforced by `admission`) ----
+
+    /// The limits set on vhost or user `name` (empty if none). `NotFound` if it does not exist.
+    pub fn limits(&self, scope: LimitScope, name: &str) -> Result<Limits, MgmtError> {
+        let inner = self.inner.read();
+        match scope {
+            LimitScope::Vhost if inner.vhosts.contains_key(name) => {
+                Ok(inner.vhost_limits.get(name).cloned().unwrap_or_default())
+            }
+            LimitScope::User => inner
+                .users
+                .get(name)
+                .map(|u| u.limits.clone())
+                .ok_or_else(|| MgmtError::NotFound(format!("no user '{name}'"))),
+            LimitScope::Vhost => Err(MgmtError::NotFound(format!("no vhost '{name}'"))),
+        }
+    }
+
+    /// Every vhost or user with its limits (possibly none), by name.
+    pub fn all_limits(&self, scope: LimitScope) -> Vec<(String, Limits)> {
+        let inner = self.inner.read();
+        match scope {
+            LimitScope::Vhost => inner
+                .vhost_limits
+                .iter()
+                .map(|(v, l)| (v.clone(), l.clone()))
+                .collect(),
+            LimitScope::User => inner
+                .users
+                .values()
+                .map(|u| (u.name.clone(), u.limits.clone()))
+                .collect(),
+        }
+    }
+
+    /// The value set at runtime for limit `key` of vhost or user `name`, if an integer is set.
+    pub fn limit(&self, scope: LimitScope, name: &str, key: &str) -> Option<i64> {
+        let inner = self.inner.read();
+        let l = match scope {
+            LimitScope::Vhost => inner.vhost_limits.get(name)?,
+            LimitScope::User => &inner.users.get(name)?.limits,
+        };
+        l.get(key)?.as_i64()
+    }
+
+    /// Sets limits on a vhost or user: merged into those set (`replace`: instead of them, as
+    /// rabbitmqctl set_vhost_limits does). Validated first, with RabbitMQ's texts.
+    pub fn set_limits(
+        &self,
+        scope: LimitScope,
+        name: &str,
+        def: &Limits,
+        replace: bool,
+    ) -> Result<(), MgmtError> {
+        let def = validate_limits(scope, def).map_err(|e| {
+            MgmtError::BadRequest(match scope {
+                LimitScope::Vhost => format!("Validation failed\n\n{e}\n"),
+                LimitScope::User => e,
+            })
+        })?;
+        self.change_limits(scope, name, |l| {
+            if replace {
+                l.clear();
+            }
+            l.extend(def.clone());
+        })?;
+        tracing::info!(?scope, name, limits = %serde_json::Value::Object(def), "limits set");
+        Ok(())
+    }
+
+    /// Clears limit `key` of a vhost or user (`None` or `"all"`: every limit).
+    pub fn clear_limit(
+        &self,
+        scope: LimitScope,
+        name: &str,
+        key: Option<&str>,
+    ) -> Result<(), MgmtError> {
+        self.change_limits(scope, name, |l| match key {
+            None | Some("all") => l.clear(),
+            Some(k) => {
+                l.remove(k);
+            }
+        })?;
+        tracing::info!(?scope, name, limit = key.unwrap_or("all"), "limits cleared");
+        Ok(())
+    }
+
+    fn change_limits(
+        &self,
+        scope: LimitScope,
+        name: &str,
+        f: impl FnOnce(&mut Limits),
+    ) -> Result<(), MgmtError> {
+        self.change(|i| {
+            match scope {
+                LimitScope::Vhost => {
+                    if !i.vhosts.contains_key(name) {
+                        return Err(MgmtError::NotFound(format!("no vhost '{name}'")));
+                    }
+                    let l = i.vhost_limits.entry(name.to_string()).or_default();
+                    f(l);
+                    if l.is_empty() {
+                        i.vhost_limits.remove(name);
+                    }
+                }
+                LimitScope::User => {
+                    let u = i
+                        .users
+                        .get_mut(name)
+                        .ok_or_else(|| MgmtError::NotFound(format!("no user '{name}'")))?;
+                    f(&mut u.limits);
+                }
+            }
+            Ok(())
         })
     }
 }

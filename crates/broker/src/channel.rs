@@ -276,6 +276,8 @@ pub struct Channel {
     pub pressured: Vec<Arc<Queue>>,
     /// Permission decisions already granted, so publishing does no regex work.
     perms: PermCache,
+    /// This channel's place in its user's channel count (max-channels), given back on drop.
+    pub place: Option<crate::admission::ChannelPlace>,
 }
 
 impl Channel {
@@ -299,6 +301,7 @@ impl Channel {
             direct_reply: None,
             pressured: Vec::new(),
             perms: PermCache::default(),
+            place: None,
         }
     }
 

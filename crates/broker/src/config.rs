@@ -102,7 +102,7 @@ pub struct LimitsConfig {
     pub auth_failure_delay_ms: u64,
     /// Per-vhost limits by vhost name (RabbitMQ's `max-connections`, `max-queues`).
     pub vhosts: HashMap<String, VhostLimits>,
-    /// Per-user limits by user name (RabbitMQ's user `max-connections`).
+    /// Per-user limits by user name (RabbitMQ's user `max-connections`, `max-channels`).
     pub users: HashMap<String, UserLimits>,
 }
 
@@ -119,6 +119,8 @@ pub struct VhostLimits {
 #[serde(default, deny_unknown_fields)]
 pub struct UserLimits {
     pub max_connections: u32,
+    /// Open channels across all of the user's connections.
+    pub max_channels: u32,
 }
 
 impl Default for LimitsConfig {

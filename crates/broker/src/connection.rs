@@ -842,7 +842,14 @@ impl Conn {
                             let n = self.channels.len();
                             return Err(AmqpError::not_allowed(format!("number of channels opened ({n}) has reached the negotiated channel_max ({})", self.channel_max)).on(20, 10));
                         }
-                        let ch = Channel::new(id, self.outbox.clone());
+                        let user = self.user.as_ref().map_or("", |u| u.name.as_str());
+                        let place = self
+                            .broker
+                            .admission
+                            .open_channel(user)
+                            .map_err(|e| e.on(20, 10))?;
+                        let mut ch = Channel::new(id, self.outbox.clone());
+                        ch.place = Some(place);
                         ch.shared
                             .set_unacked_max(self.broker.config.limits.unacked_max_per_channel);
                         self.channels.insert(id, Slot::Open(Box::new(ch)));

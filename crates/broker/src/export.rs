@@ -2,12 +2,14 @@
 //! `warren ctl export_definitions/import_definitions`, `warren server --definitions FILE`).
 //! Users keep their `password_hash` and `hashing_algorithm`, so users exported from RabbitMQ
 //! log in to Warren with their passwords. Only durable queues and exchanges (and the bindings
-//! between them) are exported, as RabbitMQ does.
+//! between them) are exported, as RabbitMQ does. Limits travel as RabbitMQ 3.10 writes them:
+//! a user's in its `limits`, a vhost's as a `parameters` entry of component `vhost-limits`;
+//! import also reads the `limits` that newer RabbitMQ versions put on vhost objects.
 
 use serde_json::{json, Value};
 use warren_routing::Destination;
 
-use crate::access::{PermissionDef, PolicyDef, UserDef, VhostDef};
+use crate::access::{LimitScope, Limits, PermissionDef, PolicyDef, UserDef, VhostDef};
 use crate::json::{json_to_table, table_to_json};
 use crate::server::Broker;
 use crate::vhost::{ExchangeSpec, QueueSpec};
@@ -81,7 +83,7 @@ pub fn export(broker: &Broker) -> Value {
         "vhosts": a.vhosts,
         "permissions": a.permissions,
         "topic_permissions": [],
-        "parameters": [],
+        "parameters": a.parameters,
         "global_parameters": [],
         "policies": a.policies,
         "queues": queues,
@@ -105,6 +107,26 @@ fn flag(o: &Value, k: &str, default: bool) -> bool {
     o.get(k).and_then(Value::as_bool).unwrap_or(default)
 }
 
+/// Limits as definitions files write them: an object, or (newer RabbitMQ's vhost objects) a
+/// list of `[name, value]` pairs or one-key objects, `[]` when none.
+fn limits_of(v: &Value) -> Limits {
+    match v {
+        Value::Object(o) => o.clone(),
+        Value::Array(items) => items
+            .iter()
+            .flat_map(|i| match i {
+                Value::Object(o) => o.clone().into_iter().collect::<Vec<_>>(),
+                Value::Array(p) if p.len() == 2 => match p[0].as_str() {
+                    Some(k) => vec![(k.to_string(), p[1].clone())],
+                    None => Vec::new(),
+                },
+                _ => Vec::new(),
+            })
+            .collect(),
+        _ => Limits::new(),
+    }
+}
+
 /// Imports a definitions document. Users, vhosts, permissions and policies are created or
 /// replaced; queues, exchanges and bindings are declared (an existing queue or exchange with
 /// other properties is an error naming it). Stops at the first error.
@@ -114,16 +136,39 @@ pub fn import(broker: &Broker, doc: &Value) -> Result<(), String> {
     }
     let users: Vec<UserDef> = list(doc, "users")?;
     let vhosts: Vec<VhostDef> = list(doc, "vhosts")?;
+    let raw_vhosts: Vec<Value> = list(doc, "vhosts")?;
+    let parameters: Vec<Value> = list(doc, "parameters")?;
     let perms: Vec<PermissionDef> = list(doc, "permissions")?;
     let policies: Vec<PolicyDef> = list(doc, "policies")?;
     let queues: Vec<Value> = list(doc, "queues")?;
     let exchanges: Vec<Value> = list(doc, "exchanges")?;
     let bindings: Vec<Value> = list(doc, "bindings")?;
+    let mut limits = Vec::new();
     for u in users {
+        if !u.limits.is_empty() {
+            limits.push((LimitScope::User, u.name.clone(), u.limits.clone()));
+        }
         broker.access.put_user(u).map_err(|e| e.to_string())?;
     }
     for v in vhosts {
         broker.add_vhost(v).map_err(|e| e.to_string())?;
+    }
+    for v in &raw_vhosts {
+        let l = v.get("limits").map(limits_of).unwrap_or_default();
+        if !l.is_empty() {
+            limits.push((LimitScope::Vhost, field(v, "name").to_string(), l));
+        }
+    }
+    for p in &parameters {
+        if field(p, "component") == crate::access::VHOST_LIMITS_COMPONENT {
+            let l = p.get("value").map(limits_of).unwrap_or_default();
+            limits.push((LimitScope::Vhost, field(p, "vhost").to_string(), l));
+        }
+    }
+    for (scope, name, l) in limits {
+        broker
+            .set_limits(scope, &name, &l, true)
+            .map_err(|e| format!("limits of '{name}': {e}"))?;
     }
     for p in perms {
         broker

@@ -11,13 +11,15 @@ use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, put};
 use axum::{Json, Router};
 use base64::Engine;
 use serde_json::{json, Value};
 use warren_routing::Destination;
 
-use crate::access::{parse_tags, MgmtError, PermissionDef, PolicyDef, User, UserDef, VhostDef};
+use crate::access::{
+    parse_tags, LimitScope, MgmtError, PermissionDef, PolicyDef, User, UserDef, VhostDef,
+};
 use crate::json::{json_to_table, table_to_json};
 use crate::queue::Queue;
 use crate::server::Broker;
@@ -154,6 +156,18 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route(
             "/api/policies/{vhost}/{name}",
             get(get_policy).put(put_policy).delete(delete_policy),
+        )
+        .route("/api/vhost-limits", get(list_vhost_limits))
+        .route("/api/vhost-limits/{name}", get(vhost_limits_of))
+        .route(
+            "/api/vhost-limits/{name}/{limit}",
+            put(put_vhost_limit).delete(delete_vhost_limit),
+        )
+        .route("/api/user-limits", get(list_user_limits))
+        .route("/api/user-limits/{name}", get(user_limits_of))
+        .route(
+            "/api/user-limits/{name}/{limit}",
+            put(put_user_limit).delete(delete_user_limit),
         )
         .route(
             "/api/definitions",
@@ -821,6 +835,89 @@ async fn put_policy(
 async fn delete_policy(State(b): B, Path((vhost, name)): Path<(String, String)>) -> ApiResult {
     crate::policy::delete(&b, &vhost, &name)?;
     no_content()
+}
+
+// ---- limits (RabbitMQ's /api/vhost-limits and /api/user-limits) ----
+
+/// `[{"vhost": V, "value": {...}}]` or `[{"user": U, "value": {...}}]`.
+fn limits_json(scope: LimitScope, rows: Vec<(String, crate::access::Limits)>) -> ApiResult {
+    let key = match scope {
+        LimitScope::Vhost => "vhost",
+        LimitScope::User => "user",
+    };
+    ok_json(Value::Array(
+        rows.into_iter()
+            .filter(|(_, l)| !l.is_empty())
+            .map(|(n, l)| json!({ key: n, "value": l }))
+            .collect(),
+    ))
+}
+
+fn list_limits(b: &Broker, scope: LimitScope) -> ApiResult {
+    limits_json(scope, b.access.all_limits(scope))
+}
+
+fn limits_of(b: &Broker, scope: LimitScope, name: String) -> ApiResult {
+    let l = b.access.limits(scope, &name)?;
+    limits_json(scope, vec![(name, l)])
+}
+
+/// PUT `{"value": N}` sets one limit (merged with the others, as RabbitMQ's API does).
+fn put_limit(b: &Broker, scope: LimitScope, name: &str, limit: String, body: &[u8]) -> ApiResult {
+    let v = body_object(body)?;
+    let Some(value) = v.get("value") else {
+        return Err(bad_request("[{key_missing,value}]"));
+    };
+    let mut def = crate::access::Limits::new();
+    def.insert(limit, value.clone());
+    b.set_limits(scope, name, &def, false)?;
+    no_content()
+}
+
+fn delete_limit(b: &Broker, scope: LimitScope, name: &str, limit: &str) -> ApiResult {
+    b.clear_limit(scope, name, Some(limit))?;
+    no_content()
+}
+
+async fn list_vhost_limits(State(b): B) -> ApiResult {
+    list_limits(&b, LimitScope::Vhost)
+}
+
+async fn vhost_limits_of(State(b): B, Path(name): Path<String>) -> ApiResult {
+    limits_of(&b, LimitScope::Vhost, name)
+}
+
+async fn put_vhost_limit(
+    State(b): B,
+    Path((name, limit)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    put_limit(&b, LimitScope::Vhost, &name, limit, &body)
+}
+
+async fn delete_vhost_limit(State(b): B, Path((name, limit)): Path<(String, String)>) -> ApiResult {
+    delete_limit(&b, LimitScope::Vhost, &name, &limit)
+}
+
+async fn list_user_limits(State(b): B) -> ApiResult {
+    list_limits(&b, LimitScope::User)
+}
+
+async fn user_limits_of(State(b): B, Path(name): Path<String>) -> ApiResult {
+    limits_of(&b, LimitScope::User, name)
+}
+
+async fn put_user_limit(
+    State(b): B,
+    Path((name, limit)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    put_limit(&b, LimitScope::User, &name, limit, &body)
+}
+
+/// Limit `all` clears every limit of the user (RabbitMQ's clear_user_limits U all).
+async fn delete_user_limit(State(b): B, Path((name, limit)): Path<(String, String)>) -> ApiResult {
+    delete_limit(&b, LimitScope::User, &name, &limit)
 }
 
 // ---- definitions ----

@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::access::{Access, MgmtError, VhostDef};
+use crate::access::{Access, LimitScope, Limits, MgmtError, VhostDef};
 use crate::alarms::{Alarms, Thresholds};
 use crate::auth::Users;
 use crate::config::Config;
@@ -46,7 +46,7 @@ impl Broker {
             let vh = VHost::open(&v, Self::storage(&config, &persister, &v))?;
             vhosts.insert(v, vh);
         }
-        let config_limits = config.limits.clone();
+        let admission = crate::admission::Admission::new(&config.limits, access.clone());
         let alarms = Alarms::new(
             Thresholds::from_limits(&config.limits),
             config.data_dir.clone(),
@@ -60,7 +60,7 @@ impl Broker {
             next_connection_id: AtomicU64::new(1),
             persister,
             alarms,
-            admission: crate::admission::Admission::new(&config_limits),
+            admission,
         });
         for v in b.vhosts() {
             v.set_max_queues(b.admission.max_queues(&v.name));
@@ -118,6 +118,38 @@ impl Broker {
         self.access.add_vhost(def);
         tracing::info!(vhost = %name, "vhost created");
         Ok(true)
+    }
+
+    /// Sets runtime limits on a vhost or user (see [`Access::set_limits`]); a vhost's queue
+    /// limit applies to its next queue.declare.
+    pub fn set_limits(
+        &self,
+        scope: LimitScope,
+        name: &str,
+        def: &Limits,
+        replace: bool,
+    ) -> Result<(), MgmtError> {
+        self.access.set_limits(scope, name, def, replace)?;
+        self.limits_changed(scope, name);
+        Ok(())
+    }
+
+    /// Clears runtime limit `key` (`None` or `"all"`: every one) of a vhost or user.
+    pub fn clear_limit(
+        &self,
+        scope: LimitScope,
+        name: &str,
+        key: Option<&str>,
+    ) -> Result<(), MgmtError> {
+        self.access.clear_limit(scope, name, key)?;
+        self.limits_changed(scope, name);
+        Ok(())
+    }
+
+    fn limits_changed(&self, scope: LimitScope, name: &str) {
+        if let (LimitScope::Vhost, Some(v)) = (scope, self.vhost(name)) {
+            v.set_max_queues(self.admission.max_queues(name));
+        }
     }
 
     /// Deletes a vhost: its connections are closed (320), its queues and exchanges deleted with

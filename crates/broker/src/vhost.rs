@@ -40,7 +40,7 @@ pub struct VHost {
     storage: Option<Storage>,
     /// Set while the definitions file is replayed at boot, so replaying does not rewrite it.
     loading: std::sync::atomic::AtomicBool,
-    /// RabbitMQ's `max-queues` vhost limit (0 = none), checked when a queue is created.
+    /// RabbitMQ's `max-queues` vhost limit (`u32::MAX` = none), checked when a queue is created.
     max_queues: std::sync::atomic::AtomicU32,
     /// This vhost's policies, for the `alternate-exchange` of exchanges declared later; set
     /// (under `defs`) by [`VHost::set_policies`].
@@ -295,14 +295,17 @@ impl VHost {
             direct_reply: Mutex::new(HashMap::new()),
             storage,
             loading: std::sync::atomic::AtomicBool::new(false),
-            max_queues: std::sync::atomic::AtomicU32::new(0),
+            max_queues: std::sync::atomic::AtomicU32::new(u32::MAX),
             policies: Mutex::new(Vec::new()),
         })
     }
 
-    pub fn set_max_queues(&self, max: u32) {
-        self.max_queues
-            .store(max, std::sync::atomic::Ordering::Relaxed);
+    /// The most queues this vhost may hold (`None` = no limit; 0 = none may be declared).
+    pub fn set_max_queues(&self, max: Option<u32>) {
+        self.max_queues.store(
+            max.unwrap_or(u32::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
@@ -869,7 +872,7 @@ impl VHost {
             return Err(self.no_queue(spec.name));
         }
         let max = self.max_queues.load(std::sync::atomic::Ordering::Relaxed);
-        if max > 0
+        if max != u32::MAX
             && defs.queues.len() >= max as usize
             && !self.loading.load(std::sync::atomic::Ordering::Relaxed)
         {
