@@ -154,6 +154,42 @@ enum Cmd {
         #[command(flatten)]
         v: VhostOpt,
     },
+    /// Replaces a vhost's limits; DEFINITION is a JSON object, e.g.
+    /// '{"max-connections": 10, "max-queues": 5}' (negative: no limit).
+    SetVhostLimits {
+        #[command(flatten)]
+        v: VhostOpt,
+        definition: String,
+    },
+    ClearVhostLimits {
+        #[command(flatten)]
+        v: VhostOpt,
+    },
+    /// A vhost's limits as JSON; with --global, every vhost's.
+    ListVhostLimits {
+        #[command(flatten)]
+        v: VhostOpt,
+        #[arg(long)]
+        global: bool,
+    },
+    /// Sets limits on a user (merged with those set); DEFINITION is a JSON object, e.g.
+    /// '{"max-connections": 2, "max-channels": 5}' (negative: no limit).
+    SetUserLimits {
+        user: String,
+        definition: String,
+    },
+    /// Clears one limit of a user (max-connections, max-channels), or all of them ("all").
+    ClearUserLimits {
+        user: String,
+        limit: String,
+    },
+    /// A user's limits as JSON; with --global, every user's.
+    ListUserLimits {
+        #[arg(long, default_value = "guest")]
+        user: String,
+        #[arg(long)]
+        global: bool,
+    },
     /// Writes all definitions (RabbitMQ's JSON format) to FILE ("-" for stdout).
     ExportDefinitions {
         file: String,
@@ -366,6 +402,93 @@ fn list(v: Option<Value>) -> Vec<Value> {
 
 fn field(r: &Value, c: &str) -> Option<Value> {
     r.get(c).cloned()
+}
+
+/// The limits set on one vhost or user (`kind`: "vhost-limits" or "user-limits").
+fn limits_of(api: &Api, kind: &str, name: &str, what: &str) -> Result<Value, Failure> {
+    let rows = api.must(
+        "GET",
+        &format!("/api/{kind}/{}", seg(name)),
+        None,
+        format!("{what} '{name}' does not exist"),
+    )?;
+    Ok(list(Some(rows))
+        .into_iter()
+        .find_map(|r| r.get("value").cloned())
+        .unwrap_or_else(|| json!({})))
+}
+
+fn limit_names(limits: &Value) -> Vec<String> {
+    limits
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Sets each limit in `definition` (a JSON object) with one PUT per limit, as the HTTP API
+/// takes them; returns the names set.
+fn put_limits(
+    api: &Api,
+    kind: &str,
+    name: &str,
+    definition: &str,
+    what: &str,
+) -> Result<Vec<String>, Failure> {
+    let def: Value = serde_json::from_str(definition)
+        .map_err(|e| fail(format!("the limits definition is not valid JSON: {e}")))?;
+    let Value::Object(def) = def else {
+        return Err(fail("the limits definition must be a JSON object"));
+    };
+    for (limit, value) in &def {
+        let path = format!("/api/{kind}/{}/{}", seg(name), seg(limit));
+        api.must(
+            "PUT",
+            &path,
+            Some(&json!({ "value": value })),
+            format!("{what} '{name}' does not exist"),
+        )?;
+    }
+    Ok(def.keys().cloned().collect())
+}
+
+fn delete_limit(api: &Api, kind: &str, name: &str, limit: &str, what: &str) -> Result<(), Failure> {
+    let path = format!("/api/{kind}/{}/{}", seg(name), seg(limit));
+    api.must(
+        "DELETE",
+        &path,
+        None,
+        format!("{what} '{name}' does not exist"),
+    )?;
+    Ok(())
+}
+
+/// `list_vhost_limits` / `list_user_limits`: one JSON object for `name`, or with `global` a
+/// `{key}\tlimits` table of every vhost or user with limits, as rabbitmqctl prints them.
+fn list_limits(
+    api: &Api,
+    out: &mut impl Write,
+    kind: &str,
+    key: &str,
+    name: Option<&str>,
+) -> Result<(), Failure> {
+    match name {
+        Some(name) => {
+            let l = limits_of(api, kind, name, key)?;
+            if l.as_object().is_some_and(|o| !o.is_empty()) {
+                writeln!(out, "{l}").map_err(|e| fail(format!("writing output: {e}")))?;
+            }
+            Ok(())
+        }
+        None => table(
+            out,
+            &[key, "limits"],
+            &list(api.get(&format!("/api/{kind}"))?),
+            |r, c| match c {
+                "limits" => r.get("value").map(|v| Value::String(v.to_string())),
+                _ => field(r, c),
+            },
+        ),
+    }
 }
 
 fn run(api: &Api, cmd: Cmd, quiet: bool, out: &mut impl Write) -> Result<(), Failure> {
@@ -745,6 +868,66 @@ fn run(api: &Api, cmd: Cmd, quiet: bool, out: &mut impl Write) -> Result<(), Fai
                 &list(Some(rows)),
                 field,
             )?;
+        }
+        Cmd::SetVhostLimits { v, definition } => {
+            info(
+                quiet,
+                format!(
+                    "Setting vhost limits to \"{definition}\" for vhost \"{}\" ...",
+                    v.vhost
+                ),
+            );
+            let old = limit_names(&limits_of(api, "vhost-limits", &v.vhost, "vhost")?);
+            let set = put_limits(api, "vhost-limits", &v.vhost, &definition, "vhost")?;
+            // rabbitmqctl replaces the whole definition: what it does not name is cleared.
+            for l in old.iter().filter(|l| !set.contains(l)) {
+                delete_limit(api, "vhost-limits", &v.vhost, l, "vhost")?;
+            }
+        }
+        Cmd::ClearVhostLimits { v } => {
+            info(quiet, format!("Clearing vhost \"{}\" limits ...", v.vhost));
+            for l in limit_names(&limits_of(api, "vhost-limits", &v.vhost, "vhost")?) {
+                delete_limit(api, "vhost-limits", &v.vhost, &l, "vhost")?;
+            }
+        }
+        Cmd::ListVhostLimits { v, global } => {
+            if global {
+                info(quiet, "Listing limits for all vhosts ...".into());
+                list_limits(api, out, "vhost-limits", "vhost", None)?;
+            } else {
+                info(
+                    quiet,
+                    format!("Listing limits for vhost \"{}\" ...", v.vhost),
+                );
+                list_limits(api, out, "vhost-limits", "vhost", Some(&v.vhost))?;
+            }
+        }
+        Cmd::SetUserLimits { user, definition } => {
+            info(
+                quiet,
+                format!("Setting user limits to \"{definition}\" for user \"{user}\" ..."),
+            );
+            put_limits(api, "user-limits", &user, &definition, "user")?;
+        }
+        Cmd::ClearUserLimits { user, limit } => {
+            info(
+                quiet,
+                if limit == "all" {
+                    format!("Clearing all limits for user \"{user}\" ...")
+                } else {
+                    format!("Clearing \"{limit}\" limit for user \"{user}\" ...")
+                },
+            );
+            delete_limit(api, "user-limits", &user, &limit, "user")?;
+        }
+        Cmd::ListUserLimits { user, global } => {
+            if global {
+                info(quiet, "Listing limits for all users ...".into());
+                list_limits(api, out, "user-limits", "user", None)?;
+            } else {
+                info(quiet, format!("Listing limits for user \"{user}\" ..."));
+                list_limits(api, out, "user-limits", "user", Some(&user))?;
+            }
         }
         Cmd::ExportDefinitions { file } => {
             let defs = api.must(

@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-
 struct Broker {
     child: Child,
     http: u16,
@@ -257,4 +256,91 @@ fn users_and_permissions_survive_kill_9() {
     assert!(doc["vhosts"]
         .as_array()
         .is_some_and(|v| v.iter().any(|v| v["name"] == "v2")));
+}
+
+#[test]
+fn vhost_and_user_limits_set_list_clear_and_survive_kill_9() {
+    let dir = tempdir("limits");
+    let data = dir.join("data");
+    let mut b = Broker::start(data.clone());
+    b.ok(&["add_vhost", "lim"]);
+    b.ok(&[
+        "set_vhost_limits",
+        "-p",
+        "lim",
+        r#"{"max-connections": 10, "max-queues": 5}"#,
+    ]);
+    assert_eq!(
+        b.ok(&["list_vhost_limits", "-p", "lim"]),
+        "{\"max-connections\":10,\"max-queues\":5}\n"
+    );
+    // set_vhost_limits replaces the whole definition, as rabbitmqctl's does.
+    b.ok(&["set_vhost_limits", "-p", "lim", r#"{"max-queues": -1}"#]);
+    assert_eq!(
+        b.ok(&["list_vhost_limits", "-p", "lim"]),
+        "{\"max-queues\":-1}\n"
+    );
+    assert_eq!(b.ok(&["list_vhost_limits", "-p", "/"]), "");
+    assert_eq!(
+        b.ok(&["list_vhost_limits", "--global"]),
+        "vhost\tlimits\nlim\t{\"max-queues\":-1}\n"
+    );
+    b.ok(&["add_user", "carol", "pw"]);
+    b.ok(&["set_user_limits", "carol", r#"{"max-connections": 2}"#]);
+    b.ok(&["set_user_limits", "carol", r#"{"max-channels": 5}"#]);
+    assert_eq!(
+        b.ok(&["list_user_limits", "--user", "carol"]),
+        "{\"max-channels\":5,\"max-connections\":2}\n"
+    );
+    b.ok(&["clear_user_limits", "carol", "max-connections"]);
+    assert_eq!(
+        b.ok(&["list_user_limits", "--global"]),
+        "user\tlimits\ncarol\t{\"max-channels\":5}\n"
+    );
+    for (args, text) in [
+        (
+            vec!["set_user_limits", "carol", r#"{"max-channels": "lots"}"#],
+            "max-channels should be a number",
+        ),
+        (
+            vec!["set_vhost_limits", "-p", "lim", r#"{"max-channels": 1}"#],
+            "Unrecognised terms",
+        ),
+        (
+            vec!["set_vhost_limits", "-p", "nowhere", r#"{"max-queues": 1}"#],
+            "vhost 'nowhere' does not exist",
+        ),
+        (
+            vec!["list_user_limits", "--user", "nobody"],
+            "user 'nobody' does not exist",
+        ),
+    ] {
+        let o = b.ctl(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(text), "{args:?}: {err}");
+    }
+    let doc: serde_json::Value =
+        serde_json::from_str(&b.ok(&["export_definitions", "-"])).expect("json");
+    assert_eq!(
+        doc["parameters"],
+        serde_json::json!([{"vhost": "lim", "component": "vhost-limits", "name": "limits",
+                            "value": {"max-queues": -1}}])
+    );
+    let _ = b.child.kill();
+    let _ = b.child.wait();
+    drop(b);
+    let b = Broker::start(data);
+    assert_eq!(
+        b.ok(&["list_vhost_limits", "-p", "lim"]),
+        "{\"max-queues\":-1}\n"
+    );
+    assert_eq!(
+        b.ok(&["list_user_limits", "--user", "carol"]),
+        "{\"max-channels\":5}\n"
+    );
+    b.ok(&["clear_vhost_limits", "-p", "lim"]);
+    b.ok(&["clear_user_limits", "carol", "all"]);
+    assert_eq!(b.ok(&["list_vhost_limits", "--global"]), "vhost\tlimits\n");
+    assert_eq!(b.ok(&["list_user_limits", "--global"]), "user\tlimits\n");
 }
