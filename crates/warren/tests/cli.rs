@@ -11,7 +11,6 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_warren"))
 }
 
-
 fn wait_for_port(port: u16) -> bool {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {

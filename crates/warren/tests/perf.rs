@@ -15,7 +15,6 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_warren"))
 }
 
-
 fn tempdir() -> PathBuf {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

@@ -39,7 +39,13 @@ pub fn free_port() -> u16 {
 
 /// Binds 127.0.0.1:`port` (0: any) without listening; the bound port, if it was free.
 fn probe(port: u16) -> Option<u16> {
-    let fd = socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).ok()?;
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .ok()?;
     bind(
         std::os::fd::AsRawFd::as_raw_fd(&fd),
         &SockaddrIn::new(127, 0, 0, 1, port),
