@@ -36,6 +36,7 @@ class Node:
         self.dir = tempfile.mkdtemp(prefix="warren-durability-")
         self.data = os.path.join(self.dir, "data")
         self.port = _free_port()
+        self.http_port = _free_port()  # kept across restarts, like the AMQP port
         self.fsize_limit = fsize_limit
         self.proc: subprocess.Popen | None = None
         self.extra_args: list[str] = []
@@ -52,7 +53,7 @@ class Node:
             resource.setrlimit(resource.RLIMIT_FSIZE, (self.fsize_limit, resource.RLIM_INFINITY))
 
     def start(self) -> None:
-        cmd = [BIN, "server", "--amqp-port", str(self.port), "--http-port", str(_free_port()), "--data-dir", self.data] + self.extra_args
+        cmd = [BIN, "server", "--amqp-port", str(self.port), "--http-port", str(self.http_port), "--data-dir", self.data] + self.extra_args
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, stdin=subprocess.DEVNULL, preexec_fn=self._preexec)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
