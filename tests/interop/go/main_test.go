@@ -54,13 +54,14 @@ func TestMain(m *testing.M) {
 
 func runMain(m *testing.M) int {
 	if bin := os.Getenv("WARREN_BIN"); bin != "" {
-		stop, url, err := startWarren(bin)
+		w, err := startWarren(bin)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "interop: cannot start warren:", err)
 			return 1
 		}
-		defer stop()
-		brokerURL = url
+		defer w.stop()
+		brokerURL = fmt.Sprintf("amqp://guest:guest@%s/", w.addr)
+		mgmtURL = fmt.Sprintf("http://127.0.0.1:%d", w.httpPort)
 	} else if u := os.Getenv("AMQP_URL"); u != "" {
 		brokerURL = u
 	} else {
@@ -126,38 +127,48 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-func startWarren(bin string) (stop func(), url string, err error) {
+// warren is a broker process the suite started.
+type warren struct {
+	stop     func()
+	addr     string // plain AMQP, 127.0.0.1:port
+	httpPort int
+	stderr   *lockedBuffer
+}
+
+// startWarren starts `bin server` on free loopback ports with its own data directory, extra
+// arguments appended (e.g. --config FILE), and waits until its plain AMQP port accepts.
+func startWarren(bin string, extra ...string) (*warren, error) {
 	amqpPort, err := freePort()
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	httpPort, err := freePort()
 	for err == nil && httpPort == amqpPort {
 		httpPort, err = freePort()
 	}
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	mgmtURL = fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 	dataDir, err := os.MkdirTemp("", "warren-interop-go-")
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	cmd := exec.Command(bin, "server",
+	args := append([]string{"server",
 		"--amqp-port", fmt.Sprint(amqpPort),
 		"--http-port", fmt.Sprint(httpPort),
-		"--data-dir", dataDir)
+		"--data-dir", dataDir}, extra...)
+	cmd := exec.Command(bin, args...)
 	stderr := &lockedBuffer{}
 	cmd.Stdout = os.Stdout
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dataDir)
-		return nil, "", err
+		return nil, err
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
-	stop = func() {
+	stop := func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -177,7 +188,7 @@ func startWarren(bin string) (stop func(), url string, err error) {
 		select {
 		case werr := <-exited:
 			os.RemoveAll(dataDir)
-			return nil, "", fmt.Errorf("warren exited early (%v); stderr:\n%s", werr, stderr.String())
+			return nil, fmt.Errorf("warren exited early (%v); stderr:\n%s", werr, stderr.String())
 		default:
 		}
 		c, derr := net.DialTimeout("tcp", addr, time.Second)
@@ -187,11 +198,11 @@ func startWarren(bin string) (stop func(), url string, err error) {
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, "", fmt.Errorf("warren did not accept TCP on %s within 30s; stderr:\n%s", addr, stderr.String())
+			return nil, fmt.Errorf("warren did not accept TCP on %s within 30s; stderr:\n%s", addr, stderr.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return stop, fmt.Sprintf("amqp://guest:guest@%s/", addr), nil
+	return &warren{stop: stop, addr: addr, httpPort: httpPort, stderr: stderr}, nil
 }
 
 // ---------------------------------------------------------------------------
