@@ -167,8 +167,10 @@ pub fn import(broker: &Broker, doc: &Value) -> Result<(), String> {
     }
     for (scope, name, l) in limits {
         broker
+            .access
             .set_limits(scope, &name, &l, true)
             .map_err(|e| format!("limits of '{name}': {e}"))?;
+        broker.limits_changed(scope, &name);
     }
     for p in perms {
         broker

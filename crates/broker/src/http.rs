@@ -157,17 +157,17 @@ pub fn router(broker: Arc<Broker>) -> Router {
             "/api/policies/{vhost}/{name}",
             get(get_policy).put(put_policy).delete(delete_policy),
         )
-        .route("/api/vhost-limits", get(list_vhost_limits))
-        .route("/api/vhost-limits/{name}", get(vhost_limits_of))
+        .route("/api/vhost-limits", get(list_limits::<false>))
+        .route("/api/vhost-limits/{name}", get(limits_of::<false>))
         .route(
             "/api/vhost-limits/{name}/{limit}",
-            put(put_vhost_limit).delete(delete_vhost_limit),
+            put(put_limit::<false>).delete(delete_limit::<false>),
         )
-        .route("/api/user-limits", get(list_user_limits))
-        .route("/api/user-limits/{name}", get(user_limits_of))
+        .route("/api/user-limits", get(list_limits::<true>))
+        .route("/api/user-limits/{name}", get(limits_of::<true>))
         .route(
             "/api/user-limits/{name}/{limit}",
-            put(put_user_limit).delete(delete_user_limit),
+            put(put_limit::<true>).delete(delete_limit::<true>),
         )
         .route(
             "/api/definitions",
@@ -838,13 +838,19 @@ async fn delete_policy(State(b): B, Path((vhost, name)): Path<(String, String)>)
 }
 
 // ---- limits (RabbitMQ's /api/vhost-limits and /api/user-limits) ----
+// Each handler serves both: `USER` picks the user's limits over the vhost's.
 
-/// `[{"vhost": V, "value": {...}}]` or `[{"user": U, "value": {...}}]`.
-fn limits_json(scope: LimitScope, rows: Vec<(String, crate::access::Limits)>) -> ApiResult {
-    let key = match scope {
-        LimitScope::Vhost => "vhost",
-        LimitScope::User => "user",
-    };
+fn limit_scope(user: bool) -> LimitScope {
+    if user {
+        LimitScope::User
+    } else {
+        LimitScope::Vhost
+    }
+}
+
+/// `[{"vhost": V, "value": {...}}]` or `[{"user": U, "value": {...}}]`, without empty ones.
+fn limits_json(user: bool, rows: Vec<(String, crate::access::Limits)>) -> ApiResult {
+    let key = if user { "user" } else { "vhost" };
     ok_json(Value::Array(
         rows.into_iter()
             .filter(|(_, l)| !l.is_empty())
@@ -853,71 +859,41 @@ fn limits_json(scope: LimitScope, rows: Vec<(String, crate::access::Limits)>) ->
     ))
 }
 
-fn list_limits(b: &Broker, scope: LimitScope) -> ApiResult {
-    limits_json(scope, b.access.all_limits(scope))
+async fn list_limits<const USER: bool>(State(b): B) -> ApiResult {
+    limits_json(USER, b.access.all_limits(limit_scope(USER)))
 }
 
-fn limits_of(b: &Broker, scope: LimitScope, name: String) -> ApiResult {
-    let l = b.access.limits(scope, &name)?;
-    limits_json(scope, vec![(name, l)])
+async fn limits_of<const USER: bool>(State(b): B, Path(name): Path<String>) -> ApiResult {
+    let l = b.access.limits(limit_scope(USER), &name)?;
+    limits_json(USER, vec![(name, l)])
 }
 
 /// PUT `{"value": N}` sets one limit (merged with the others, as RabbitMQ's API does).
-fn put_limit(b: &Broker, scope: LimitScope, name: &str, limit: String, body: &[u8]) -> ApiResult {
-    let v = body_object(body)?;
+async fn put_limit<const USER: bool>(
+    State(b): B,
+    Path((name, limit)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    let v = body_object(&body)?;
     let Some(value) = v.get("value") else {
         return Err(bad_request("[{key_missing,value}]"));
     };
     let mut def = crate::access::Limits::new();
     def.insert(limit, value.clone());
-    b.set_limits(scope, name, &def, false)?;
+    b.access.set_limits(limit_scope(USER), &name, &def, false)?;
+    b.limits_changed(limit_scope(USER), &name);
     no_content()
 }
 
-fn delete_limit(b: &Broker, scope: LimitScope, name: &str, limit: &str) -> ApiResult {
-    b.clear_limit(scope, name, Some(limit))?;
+/// Limit `all` clears every limit (RabbitMQ's clear_user_limits U all).
+async fn delete_limit<const USER: bool>(
+    State(b): B,
+    Path((name, limit)): Path<(String, String)>,
+) -> ApiResult {
+    b.access
+        .clear_limit(limit_scope(USER), &name, Some(&limit))?;
+    b.limits_changed(limit_scope(USER), &name);
     no_content()
-}
-
-async fn list_vhost_limits(State(b): B) -> ApiResult {
-    list_limits(&b, LimitScope::Vhost)
-}
-
-async fn vhost_limits_of(State(b): B, Path(name): Path<String>) -> ApiResult {
-    limits_of(&b, LimitScope::Vhost, name)
-}
-
-async fn put_vhost_limit(
-    State(b): B,
-    Path((name, limit)): Path<(String, String)>,
-    body: axum::body::Bytes,
-) -> ApiResult {
-    put_limit(&b, LimitScope::Vhost, &name, limit, &body)
-}
-
-async fn delete_vhost_limit(State(b): B, Path((name, limit)): Path<(String, String)>) -> ApiResult {
-    delete_limit(&b, LimitScope::Vhost, &name, &limit)
-}
-
-async fn list_user_limits(State(b): B) -> ApiResult {
-    list_limits(&b, LimitScope::User)
-}
-
-async fn user_limits_of(State(b): B, Path(name): Path<String>) -> ApiResult {
-    limits_of(&b, LimitScope::User, name)
-}
-
-async fn put_user_limit(
-    State(b): B,
-    Path((name, limit)): Path<(String, String)>,
-    body: axum::body::Bytes,
-) -> ApiResult {
-    put_limit(&b, LimitScope::User, &name, limit, &body)
-}
-
-/// Limit `all` clears every limit of the user (RabbitMQ's clear_user_limits U all).
-async fn delete_user_limit(State(b): B, Path((name, limit)): Path<(String, String)>) -> ApiResult {
-    delete_limit(&b, LimitScope::User, &name, &limit)
 }
 
 // ---- definitions ----

@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::access::{Access, LimitScope, Limits, MgmtError, VhostDef};
+use crate::access::{Access, LimitScope, MgmtError, VhostDef};
 use crate::alarms::{Alarms, Thresholds};
 use crate::auth::Users;
 use crate::config::Config;
@@ -120,33 +120,9 @@ impl Broker {
         Ok(true)
     }
 
-    /// Sets runtime limits on a vhost or user (see [`Access::set_limits`]); a vhost's queue
-    /// limit applies to its next queue.declare.
-    pub fn set_limits(
-        &self,
-        scope: LimitScope,
-        name: &str,
-        def: &Limits,
-        replace: bool,
-    ) -> Result<(), MgmtError> {
-        self.access.set_limits(scope, name, def, replace)?;
-        self.limits_changed(scope, name);
-        Ok(())
-    }
-
-    /// Clears runtime limit `key` (`None` or `"all"`: every one) of a vhost or user.
-    pub fn clear_limit(
-        &self,
-        scope: LimitScope,
-        name: &str,
-        key: Option<&str>,
-    ) -> Result<(), MgmtError> {
-        self.access.clear_limit(scope, name, key)?;
-        self.limits_changed(scope, name);
-        Ok(())
-    }
-
-    fn limits_changed(&self, scope: LimitScope, name: &str) {
+    /// Applies a change of vhost or user `name`'s runtime limits (made in `access`): a vhost's
+    /// queue limit is cached by the vhost. Connection and channel limits are read at each check.
+    pub fn limits_changed(&self, scope: LimitScope, name: &str) {
         if let (LimitScope::Vhost, Some(v)) = (scope, self.vhost(name)) {
             v.set_max_queues(self.admission.max_queues(name));
         }

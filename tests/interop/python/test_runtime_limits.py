@@ -11,32 +11,12 @@ import pika
 import pika.exceptions
 import pytest
 
-from helpers import connect, safe_close, uname, url_with
-from test_access import Api, q
+from helpers import connect, safe_close, uname
+# A fresh user on a fresh vhost (configure ^cfg, write ^w, read ^r), and the API as guest.
+from test_access import Api, api, q, tenant  # noqa: F401 - fixtures
 from test_durability import Node
 
 BIN = os.environ.get("WARREN_BIN")
-
-
-@pytest.fixture
-def api(mgmt_url):
-    return Api(mgmt_url)
-
-
-@pytest.fixture
-def tenant(api, amqp_url):
-    """A fresh user with full permissions on a fresh vhost; both deleted afterwards."""
-    user, vhost, password = uname("luser"), uname("lvhost"), "pw"
-    assert api.call("PUT", f"/api/users/{q(user)}", {"password": password, "tags": ""})[0] == 201
-    assert api.call("PUT", f"/api/vhosts/{q(vhost)}")[0] == 201
-    assert api.call("PUT", f"/api/permissions/{q(vhost)}/{q(user)}",
-                    {"configure": ".*", "write": ".*", "read": ".*"})[0] == 201
-    t = type("Tenant", (), {})()
-    t.user, t.vhost = user, vhost
-    t.url = url_with(amqp_url, user=user, password=password, vhost=vhost)
-    yield t
-    api.call("DELETE", f"/api/vhosts/{q(vhost)}")
-    api.call("DELETE", f"/api/users/{q(user)}")
 
 
 def set_limit(api: Api, kind: str, name: str, limit: str, value) -> None:
@@ -86,7 +66,7 @@ def test_vhost_max_connections(api, tenant):
     text = refused_open(tenant.url)
     assert f"connection limit (0) is reached" in text
     assert a.is_open
-    a.channel().queue_declare("", exclusive=True)
+    a.channel().queue_declare("cfg-a", exclusive=True)
     # A negative value means no limit.
     set_limit(api, "vhost-limits", v, "max-connections", -1)
     b = connect(tenant.url)
@@ -101,18 +81,18 @@ def test_vhost_max_queues(api, tenant):
     set_limit(api, "vhost-limits", v, "max-queues", 1)
     c = connect(tenant.url)
     ch = c.channel()
-    ch.queue_declare("lq1")
-    ch.queue_declare("lq1")  # redeclaring is not a new queue
+    ch.queue_declare("cfg-lq1")
+    ch.queue_declare("cfg-lq1")  # redeclaring is not a new queue
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
-        ch.queue_declare("lq2")
+        ch.queue_declare("cfg-lq2")
     assert e.value.reply_code == 406
-    assert e.value.reply_text == f"PRECONDITION_FAILED - cannot declare queue 'lq2': queue limit in vhost '{v}' (1) is reached"
+    assert e.value.reply_text == f"PRECONDITION_FAILED - cannot declare queue 'cfg-lq2': queue limit in vhost '{v}' (1) is reached"
     clear_limit(api, "vhost-limits", v, "max-queues")
     ch = c.channel()
-    ch.queue_declare("lq2")
+    ch.queue_declare("cfg-lq2")
     set_limit(api, "vhost-limits", v, "max-queues", 0)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
-        ch.queue_declare("lq3")
+        ch.queue_declare("cfg-lq3")
     assert "queue limit in vhost" in e.value.reply_text and "(0)" in e.value.reply_text
     safe_close(c)
 
