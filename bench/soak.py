@@ -172,12 +172,23 @@ def main() -> int:
     c.close()
     time.sleep(5)  # closed connections' tasks finish
     rss1, fds1 = rss_fds()
+    # The allocator hands freed pages back after its decay time (jemalloc: ~10 s); wait for RSS
+    # to settle (no longer falling) before calling it the "after" figure, at most 60 s.
+    settle_start = time.monotonic()
+    while time.monotonic() - settle_start < 60:
+        time.sleep(5)
+        r, fds1 = rss_fds()
+        if r >= rss1 * 0.98:
+            rss1 = min(rss1, r)
+            break
+        rss1 = r
+    settled = time.monotonic() - settle_start + 5
     mb = 1024 * 1024
     print(f"soak: {SECONDS:.0f} s, {WORKERS} workers x {CONNS_PER_WORKER} connections, "
           f"{opened} connections opened, {killed} clients killed -9 (about half mid-frame)")
     print(f"soak: messages confirmed {total_confirmed}, lost {lost}")
     print(f"soak: probes ok {probes}, failed {failed}, slowest {worst * 1000:.0f} ms")
-    print(f"soak: broker RSS {rss0 / mb:.1f} MiB before, {peak_rss / mb:.1f} MiB peak, {rss1 / mb:.1f} MiB after")
+    print(f"soak: broker RSS {rss0 / mb:.1f} MiB before, {peak_rss / mb:.1f} MiB peak, {rss1 / mb:.1f} MiB after ({settled:.0f} s after the drain)")
     print(f"soak: broker fds {fds0} before, {peak_fds} peak, {fds1} after")
     return 1 if lost or failed else 0
 
