@@ -4,9 +4,9 @@
 # generator's CPU time so their cost per message can be compared against the same broker.
 #
 #   bench/perf.sh [SCENARIO ...]      default: S1 S2 S3 S4-1000 S4-10000 S4-40000 S4-80000 S5;
-#                                     also S6a S6b (backlog fill, then drain: together, in that
-#                                     order, with TOOLS=warren-perf BROKERS=warren, since RabbitMQ
-#                                     is purged before each run), S7 (quorum), S8
+#                                     also S6a S6b (backlog fill, then drain: given together in
+#                                     that order, each broker and tool runs the fill then the
+#                                     drain), S7 (quorum), S8
 #   env: DUR (30; S4-* run 15 s, S5 60 s), ROUNDS (1), TOOLS ("warren-perf perftest"),
 #        BROKERS ("warren rabbitmq"), WARREN_BIN (default $CARGO_TARGET_DIR or target/release/warren,
 #        built if missing), SWEEP (1: also a `warren perf --sweep` per broker, with an SVG chart),
@@ -94,7 +94,8 @@ cpu_ticks() { awk '{print $14+$15}' /proc/"$1"/stat 2>/dev/null || echo 0; }
 run_one() {  # BROKER TOOL SCENARIO ROUND
   local broker=$1 tool=$2 s=$3 r=$4 uri pid out c0 c1
   if [ "$broker" = warren ]; then uri=$W_URI; pid=$WPID; else uri=$RMQ_URI; pid=$RPID
-    "$BENCH/rabbitmq.sh" purge-all >/dev/null 2>&1 || true
+    # S6b drains what S6a just filled.
+    [ "$s" = S6b ] || "$BENCH/rabbitmq.sh" purge-all >/dev/null 2>&1 || true
   fi
   out=$OUT/$s-$broker-$tool-$r.txt
   # shellcheck disable=SC2046
@@ -124,10 +125,16 @@ run_one() {  # BROKER TOOL SCENARIO ROUND
 } >"$OUT/header.md"
 cat "$OUT/header.md"
 
-for s in "${SCENARIOS[@]}"; do
+for ((i = 0; i < ${#SCENARIOS[@]}; i++)); do
+  s=${SCENARIOS[$i]}
+  if [ "$s" = S6b ] && [ "$i" -gt 0 ] && [ "${SCENARIOS[$((i - 1))]}" = S6a ]; then continue; fi
   for r in $(seq 1 "$ROUNDS"); do
     for broker in $BROKERS; do
-      for tool in $TOOLS; do run_one "$broker" "$tool" "$s" "$r"; done
+      for tool in $TOOLS; do
+        run_one "$broker" "$tool" "$s" "$r"
+        # S6 is a fill then a drain of the same queues, so each (broker, tool) runs both in turn.
+        if [ "$s" = S6a ] && [ "${SCENARIOS[$((i + 1))]:-}" = S6b ]; then run_one "$broker" "$tool" S6b "$r"; fi
+      done
     done
   done
 done

@@ -24,5 +24,5 @@ trap 'kill $BROKER 2>/dev/null; wait $BROKER 2>/dev/null; rm -rf "$DIR"' EXIT
 for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
 SOAK_PORT="$PORT" SOAK_BROKER_PID="$BROKER" SOAK_DIR="$DIR" "$VENV/bin/python" "$ROOT/bench/soak.py" 2>"$DIR/clients.log" || rc=$?
 echo "soak: client errors logged: $(wc -l <"$DIR/clients.log") (first: $(head -1 "$DIR/clients.log"))"
-echo "soak: broker log: $(grep -c 'connection closed' "$DIR/broker.log") connection-closed lines, $(grep -ci 'panic' "$DIR/broker.log") panics"
+echo "soak: broker log: $(grep -c 'connection closed' "$DIR/broker.log") connection-closed lines, $(grep -ci 'panic' "$DIR/broker.log") panics, $(grep -c 'alarm set' "$DIR/broker.log") alarms set $(grep -m1 'alarm set' "$DIR/broker.log" || true)"
 exit $rc
