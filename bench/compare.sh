@@ -92,7 +92,7 @@ start_warren() {
   warren_ok || abort "Warren (pid $WPID) did not start or does not own port $PORT: $(tail -n 3 "$OUT/warren.log" | tr '\n' ' ')"
 }
 if [ "$("$BENCH/rabbitmq.sh" status)" != up ]; then
-  "$BENCH/rabbitmq.sh" start >/dev/null || die "RabbitMQ did not start"
+  "$BENCH/rabbitmq.sh" start >/dev/null 9>&- || die "RabbitMQ did not start"
 fi
 RPID=$("$BENCH/rabbitmq.sh" pid)
 [ -n "$RPID" ] || die "no RabbitMQ pid"

@@ -85,7 +85,7 @@ for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && br
 kill -0 "$WPID" 2>/dev/null || die "Warren did not start: $(tail -n 3 "$OUT/warren.log")"
 RPID=""
 if [[ " $BROKERS " == *" rabbitmq "* ]]; then
-  [ "$("$BENCH/rabbitmq.sh" status)" = up ] || "$BENCH/rabbitmq.sh" start >/dev/null || die "RabbitMQ did not start"
+  [ "$("$BENCH/rabbitmq.sh" status)" = up ] || "$BENCH/rabbitmq.sh" start >/dev/null 9>&- || die "RabbitMQ did not start"
   RPID=$("$BENCH/rabbitmq.sh" pid)
 fi
 
