@@ -1,22 +1,33 @@
 //! The message body: PerfTest's layout, a 4-byte sequence number then an 8-byte send timestamp
 //! (both big-endian), padded with zeros to the requested size. The timestamp is nanoseconds on
-//! this process's monotonic clock, so latency is exact when producer and consumer share the
-//! process (as in PerfTest, which does the same with `System.nanoTime`).
+//! the system's monotonic clock (`CLOCK_MONOTONIC`, what Java's `System.nanoTime` reads), so
+//! latency is exact between processes on one host, as with PerfTest: a drain run (S6b) measures
+//! the age of a backlog another run published.
 
 use std::sync::OnceLock;
 use std::time::Instant;
 
+use nix::time::{clock_gettime, ClockId};
+
 /// Sequence number and timestamp; also the smallest body (PerfTest's default and minimum size).
 pub const HEADER_BYTES: usize = 12;
 
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
+/// `CLOCK_MONOTONIC` at the first call, and the `Instant` taken with it: later readings are
+/// `Instant` elapsed time (vDSO-cheap, and never an error) added to that base.
+fn epoch() -> (Instant, u64) {
+    static EPOCH: OnceLock<(Instant, u64)> = OnceLock::new();
+    *EPOCH.get_or_init(|| {
+        let base = clock_gettime(ClockId::CLOCK_MONOTONIC)
+            .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+            .unwrap_or(0);
+        (Instant::now(), base)
+    })
 }
 
-/// Nanoseconds since the process's first call; monotonic.
+/// Nanoseconds on the system's monotonic clock; comparable across processes on this host.
 pub fn now_ns() -> u64 {
-    epoch().elapsed().as_nanos() as u64
+    let (at, base) = epoch();
+    base + at.elapsed().as_nanos() as u64
 }
 
 /// Writes the sequence number and timestamp into the first [`HEADER_BYTES`] of `body`.

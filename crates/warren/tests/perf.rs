@@ -158,6 +158,37 @@ fn bounded_run_receives_every_message_sent() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Send timestamps are on the system's monotonic clock, as PerfTest's `System.nanoTime`: a
+/// drain run measures the age of messages another run published (the S6 fill-then-drain).
+#[test]
+fn latency_is_measured_across_processes() {
+    let b = Broker::start();
+    let dir = tempdir();
+    let common = ["-h", &b.uri(), "-u", "perf-age", "-ad", "false"];
+    ok(&[
+        &common[..],
+        &["-x", "1", "-y", "0", "-C", "200", "-z", "30"],
+    ]
+    .concat());
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = dir.join("drain.json");
+    let o = out.to_str().expect("path");
+    ok(&[
+        &common[..],
+        &[
+            "-x", "0", "-y", "1", "-ew", "empty", "-z", "30", "--json", o,
+        ],
+    ]
+    .concat());
+    let summary = &json(&out)["runs"][0]["summary"];
+    assert_eq!(u(&summary["totals"]["received"]), 200);
+    let p50 = u(&summary["latency_us"]["p50"]);
+    assert!(
+        (1_500_000..60_000_000).contains(&p50),
+        "the drain's median latency is the backlog's age (>= 1.5 s), got {p50} µs"
+    );
+}
+
 #[test]
 fn timed_run_with_queue_pattern_samples_every_second() {
     let b = Broker::start();
