@@ -89,10 +89,13 @@ async fn setup(s: &Scenario) -> Result<(), ClientError> {
                 ensure_queue(&mut c, s, q, q).await?;
             }
         }
+        // Declared once here even when consumers redeclare it: RabbitMQ 3.10 answers
+        // basic.consume with 541 when several connections declare a new quorum queue at once
+        // and consume before its Raft member has started.
         Topology::Fixed {
             queue: Some(q),
             routing_key,
-        } if s.consumers == 0 => {
+        } => {
             ensure_queue(&mut c, s, q, routing_key).await?;
         }
         Topology::Fixed { .. } => {}
