@@ -97,8 +97,7 @@ impl ChannelShared {
         d.next_tag += 1;
         let frame_max = self.outbox.frame_max.load(Ordering::Relaxed);
         self.outbox.push(|b| {
-            outbox::write_deliver(b, self.id, &c.tag, tag, m.redelivered, &m.msg);
-            outbox::write_content(b, self.id, frame_max, &m.msg);
+            outbox::write_delivery(b, self.id, frame_max, &c.tag, tag, m.redelivered, &m.msg);
         });
         if !c.no_ack {
             c.unacked.fetch_add(1, Ordering::Relaxed);

@@ -888,19 +888,15 @@ impl Conn {
         if frame.kind == FrameKind::Method && frame.payload.starts_with(&[0, 60, 0, 40]) {
             self.publisher = true;
         }
-        let Some(vhost) = self.vhost.clone() else {
+        let Some(vhost) = self.vhost.as_ref() else {
             return Err(AmqpError::internal_error("no vhost"));
         };
-        let user = self
-            .user
-            .as_ref()
-            .map(|u| u.name.clone())
-            .unwrap_or_default();
+        let user = self.user.as_ref().map_or("", |u| u.name.as_str());
         let max_size = self.broker.config.limits.message_size_max_bytes;
         let mut ctx = Ctx {
             conn_id: self.id,
-            user: &user,
-            vhost: &vhost,
+            user,
+            vhost,
             access: &self.broker.access,
             message_size_max_bytes: max_size,
             exclusive_queues: &mut self.exclusive_queues,
@@ -916,7 +912,7 @@ impl Conn {
                 }
                 match m {
                     Method::ChannelClose(_) => {
-                        ch.close(&vhost);
+                        ch.close(vhost);
                         self.channels.remove(&id);
                         self.outbox
                             .method(id, &Method::ChannelCloseOk(ChannelCloseOk {}));
@@ -959,7 +955,7 @@ impl Conn {
                 tracing::debug!(conn = self.id, channel = id, code = e.code, text = %e.text, "closing channel on error");
                 if let Some(Slot::Open(mut ch)) = self.channels.insert(id, Slot::Closing) {
                     ch.flush_confirms();
-                    ch.close(&vhost);
+                    ch.close(vhost);
                 }
                 self.outbox.method(
                     id,

@@ -327,47 +327,123 @@ enum Sink<'a> {
     Io(&'a mut Box<dyn AsyncWrite + Send + Unpin>),
 }
 
-/// Encodes a delivery (basic.deliver or basic.get-ok already written by `method`), its content
-/// header with the publisher's raw properties, and body frames split to frame_max.
+/// Encodes a message's content header and body frames (split to frame_max) after a method frame
+/// already written (basic.get-ok, basic.return), with the publisher's raw properties.
 pub fn write_content(buf: &mut BytesMut, channel: u16, frame_max: u32, msg: &Message) {
-    frame::write_content_header(buf, channel, 60, msg.body.len() as u64, &msg.properties);
-    let chunk = if frame_max == 0 {
-        usize::MAX
-    } else {
-        frame_max as usize - FRAME_OVERHEAD
-    };
-    for part in msg.body.chunks(chunk) {
-        frame::write_body_frame_header(buf, channel, part.len());
-        buf.put_slice(part);
-        buf.put_u8(FRAME_END);
-    }
+    content(buf, channel, frame_max, msg, false);
 }
 
-/// basic.deliver written field by field: this is the hottest encode, and going through
-/// `Method::BasicDeliver` would clone three strings per message.
-pub fn write_deliver(
+/// basic.deliver and the message's content, written as a few fused byte runs: this is the
+/// hottest encode (11 appends per small message instead of ~30 field by field, measured with
+/// callgrind), and going through `Method::BasicDeliver` would also clone three strings.
+pub fn write_delivery(
     buf: &mut BytesMut,
     channel: u16,
+    frame_max: u32,
     consumer_tag: &str,
     delivery_tag: u64,
     redelivered: bool,
     msg: &Message,
 ) {
-    let at = frame::begin_frame(buf, frame::FRAME_METHOD, channel);
-    buf.put_u16(60);
-    buf.put_u16(60);
-    put_short_str(buf, consumer_tag);
-    buf.put_u64(delivery_tag);
-    buf.put_u8(redelivered as u8);
-    put_short_str(buf, &msg.exchange);
-    put_short_str(buf, &msg.routing_key);
-    frame::end_frame(buf, at);
+    let ctag = short_str(consumer_tag);
+    let ex = short_str(&msg.exchange);
+    let rk = short_str(&msg.routing_key);
+    let method_size = 4 + 1 + ctag.len() + 8 + 1 + 1 + ex.len() + 1 + rk.len();
+    buf.reserve(7 + method_size + content_size(frame_max, msg));
+    let [c0, c1] = channel.to_be_bytes();
+    let [s0, s1, s2, s3] = (method_size as u32).to_be_bytes();
+    buf.put_slice(&[
+        frame::FRAME_METHOD,
+        c0,
+        c1,
+        s0,
+        s1,
+        s2,
+        s3,
+        0,
+        60,
+        0,
+        60,
+        ctag.len() as u8,
+    ]);
+    buf.put_slice(ctag);
+    let [t0, t1, t2, t3, t4, t5, t6, t7] = delivery_tag.to_be_bytes();
+    buf.put_slice(&[
+        t0,
+        t1,
+        t2,
+        t3,
+        t4,
+        t5,
+        t6,
+        t7,
+        redelivered as u8,
+        ex.len() as u8,
+    ]);
+    buf.put_slice(ex);
+    buf.put_slice(&[rk.len() as u8]);
+    buf.put_slice(rk);
+    content(buf, channel, frame_max, msg, true);
 }
 
-fn put_short_str(buf: &mut BytesMut, s: &str) {
-    let n = s.len().min(255);
-    buf.put_u8(n as u8);
-    buf.put_slice(&s.as_bytes()[..n]);
+fn short_str(s: &str) -> &[u8] {
+    &s.as_bytes()[..s.len().min(255)]
+}
+
+fn body_chunk(frame_max: u32) -> usize {
+    if frame_max == 0 {
+        usize::MAX
+    } else {
+        frame_max as usize - FRAME_OVERHEAD
+    }
+}
+
+/// Octets `content` appends, including the end octet of a preceding frame.
+fn content_size(frame_max: u32, msg: &Message) -> usize {
+    let frames = msg.body.len().div_ceil(body_chunk(frame_max));
+    1 + 7 + 12 + msg.properties.len() + 1 + frames * FRAME_OVERHEAD + msg.body.len()
+}
+
+/// The content header and body frames; `close_previous` first writes the end octet of the
+/// frame before, so that it shares an append with the header's start.
+fn content(buf: &mut BytesMut, channel: u16, frame_max: u32, msg: &Message, close_previous: bool) {
+    let [c0, c1] = channel.to_be_bytes();
+    let [s0, s1, s2, s3] = ((12 + msg.properties.len()) as u32).to_be_bytes();
+    let [b0, b1, b2, b3, b4, b5, b6, b7] = (msg.body.len() as u64).to_be_bytes();
+    let header = [
+        FRAME_END,
+        frame::FRAME_HEADER,
+        c0,
+        c1,
+        s0,
+        s1,
+        s2,
+        s3,
+        0,
+        60,
+        0,
+        0,
+        b0,
+        b1,
+        b2,
+        b3,
+        b4,
+        b5,
+        b6,
+        b7,
+    ];
+    buf.put_slice(if close_previous {
+        &header
+    } else {
+        &header[1..]
+    });
+    buf.put_slice(&msg.properties);
+    for part in msg.body.chunks(body_chunk(frame_max)) {
+        let [l0, l1, l2, l3] = (part.len() as u32).to_be_bytes();
+        buf.put_slice(&[FRAME_END, frame::FRAME_BODY, c0, c1, l0, l1, l2, l3]);
+        buf.put_slice(part);
+    }
+    buf.put_slice(&[FRAME_END]);
 }
 
 #[cfg(test)]
@@ -376,29 +452,60 @@ mod tests {
     use bytes::Bytes;
     use warren_protocol::method::BasicDeliver;
 
-    #[test]
-    fn fast_deliver_matches_generic_encoding() {
-        let msg = Message {
-            exchange: "ex".into(),
-            routing_key: "rk".into(),
-            properties: Bytes::from_static(&[0, 0]),
-            body: Bytes::new(),
-            persistent: false,
-            priority: None,
-            expiration_ms: None,
-        };
-        let mut fast = BytesMut::new();
-        write_deliver(&mut fast, 7, "ctag", 42, true, &msg);
-        let mut slow = BytesMut::new();
+    /// The generic encoders of the protocol crate, frame by frame.
+    fn reference(channel: u16, frame_max: u32, tag: u64, msg: &Message) -> BytesMut {
+        let mut b = BytesMut::new();
         let m = Method::BasicDeliver(BasicDeliver {
             consumer_tag: "ctag".into(),
-            delivery_tag: 42,
+            delivery_tag: tag,
             redelivered: true,
-            exchange: "ex".into(),
-            routing_key: "rk".into(),
+            exchange: msg.exchange.clone(),
+            routing_key: msg.routing_key.clone(),
         });
-        frame::write_method(&mut slow, 7, &m);
-        assert_eq!(fast, slow);
+        frame::write_method(&mut b, channel, &m);
+        frame::write_content_header(&mut b, channel, 60, msg.body.len() as u64, &msg.properties);
+        let chunk = if frame_max == 0 {
+            usize::MAX
+        } else {
+            frame_max as usize - 8
+        };
+        for part in msg.body.chunks(chunk) {
+            frame::write_body_frame_header(&mut b, channel, part.len());
+            b.put_slice(part);
+            b.put_u8(FRAME_END);
+        }
+        b
+    }
+
+    #[test]
+    fn fast_delivery_matches_generic_encoding() {
+        for (body, frame_max) in [(0, 4096), (16, 0), (16, 4096), (10_000, 4096), (4088, 4096)] {
+            let msg = Message {
+                exchange: "ex".into(),
+                routing_key: "rk".into(),
+                properties: Bytes::from_static(&[0x10, 0, 2]),
+                body: Bytes::from(vec![7u8; body]),
+                persistent: false,
+                priority: None,
+                expiration_ms: None,
+            };
+            let mut fast = BytesMut::new();
+            write_delivery(
+                &mut fast,
+                7,
+                frame_max,
+                "ctag",
+                0x0102_0304_0506_0708,
+                true,
+                &msg,
+            );
+            let want = reference(7, frame_max, 0x0102_0304_0506_0708, &msg);
+            assert_eq!(fast, want, "body {body}, frame_max {frame_max}");
+            assert_eq!(
+                fast.len(),
+                7 + 4 + 5 + 8 + 1 + 3 + 3 + 1 + content_size(frame_max, &msg) - 1
+            );
+        }
     }
 
     #[test]

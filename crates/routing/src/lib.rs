@@ -11,8 +11,10 @@ pub mod consistent_hash;
 pub mod headers;
 pub mod topic;
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use ahash::AHashMap;
+use smallvec::SmallVec;
 
 use warren_protocol::properties::BasicProperties;
 use warren_protocol::FieldTable;
@@ -109,13 +111,14 @@ impl<Q: Clone> Exchange<Q> {
 #[derive(Debug, Clone)]
 pub struct Table<Q> {
     /// Exchanges behind `Arc` so that a new snapshot shares every exchange it did not change.
-    pub exchanges: HashMap<Arc<str>, Arc<Exchange<Q>>>,
+    /// aHash, not SipHash: looked up twice per publish (see docs/benchmarks.md, S1 profile).
+    pub exchanges: AHashMap<Arc<str>, Arc<Exchange<Q>>>,
 }
 
 impl<Q> Default for Table<Q> {
     fn default() -> Self {
         Table {
-            exchanges: HashMap::new(),
+            exchanges: AHashMap::new(),
         }
     }
 }
@@ -145,7 +148,8 @@ impl<Q: Clone + QueueKey> Table<Q> {
         out: &mut Vec<Q>,
     ) {
         let mut decoded: Option<Option<BasicProperties>> = None;
-        let mut tried: Vec<&str> = Vec::new();
+        // On the stack: routing allocates nothing for the common shallow case.
+        let mut tried: SmallVec<[&str; 4]> = SmallVec::new();
         let mut current = exchange;
         loop {
             let before = out.len();
@@ -173,8 +177,9 @@ impl<Q: Clone + QueueKey> Table<Q> {
         decoded: &mut Option<Option<BasicProperties>>,
         out: &mut Vec<Q>,
     ) {
-        let mut visited: Vec<&str> = Vec::new();
-        let mut stack: Vec<&str> = vec![exchange];
+        let mut visited: SmallVec<[&str; 8]> = SmallVec::new();
+        let mut stack: SmallVec<[&str; 8]> = SmallVec::new();
+        stack.push(exchange);
         while let Some(name) = stack.pop() {
             if visited.contains(&name) {
                 continue;
@@ -213,7 +218,7 @@ impl<Q: Clone + QueueKey> Table<Q> {
 fn follow<'a, Q: Clone + QueueKey>(
     dest: &'a Destination<Q>,
     out: &mut Vec<Q>,
-    stack: &mut Vec<&'a str>,
+    stack: &mut SmallVec<[&'a str; 8]>,
 ) {
     match dest {
         Destination::Queue(q) => {
