@@ -840,14 +840,11 @@ impl Conn {
                     Method::ChannelOpen(_) => {
                         if self.channels.len() >= self.channel_max as usize {
                             let n = self.channels.len();
-                            return Err(AmqpError::not_allowed(format!("number of channels opened ({n}) has reached the negotiated channel_max ({})", self.channel_max)).on(20, 10));
+                            // RabbitMQ raises this with no method: class and method 0.
+                            return Err(AmqpError::not_allowed(format!("number of channels opened ({n}) has reached the negotiated channel_max ({})", self.channel_max)));
                         }
                         let user = self.user.as_ref().map_or("", |u| u.name.as_str());
-                        let place = self
-                            .broker
-                            .admission
-                            .open_channel(user)
-                            .map_err(|e| e.on(20, 10))?;
+                        let place = self.broker.admission.open_channel(user)?;
                         let mut ch = Channel::new(id, self.outbox.clone());
                         ch.place = Some(place);
                         ch.shared

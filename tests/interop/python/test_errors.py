@@ -193,6 +193,8 @@ def test_hard_error_530_channel_max_exceeded(amqp_url):
         assert f.args["reply_code"] == 530
         assert f.args["reply_text"] == ("NOT_ALLOWED - number of channels opened (2) has reached "
                                         "the negotiated channel_max (2)")
+        # Raised by RabbitMQ's reader with no method: class and method are 0.
+        assert (f.args["class_id"], f.args["method_id"]) == (0, 0)
         assert c.wait_closed()
     assert_broker_alive(amqp_url)
 
