@@ -352,34 +352,16 @@ pub fn write_delivery(
     buf.reserve(7 + method_size + content_size(frame_max, msg));
     let [c0, c1] = channel.to_be_bytes();
     let [s0, s1, s2, s3] = (method_size as u32).to_be_bytes();
-    buf.put_slice(&[
-        frame::FRAME_METHOD,
-        c0,
-        c1,
-        s0,
-        s1,
-        s2,
-        s3,
-        0,
-        60,
-        0,
-        60,
-        ctag.len() as u8,
-    ]);
-    buf.put_slice(ctag);
     let [t0, t1, t2, t3, t4, t5, t6, t7] = delivery_tag.to_be_bytes();
-    buf.put_slice(&[
-        t0,
-        t1,
-        t2,
-        t3,
-        t4,
-        t5,
-        t6,
-        t7,
-        redelivered as u8,
-        ex.len() as u8,
-    ]);
+    // Frame header, class 60 method 60, consumer-tag length | delivery tag, redelivered,
+    // exchange length.
+    #[rustfmt::skip]
+    let head = [frame::FRAME_METHOD, c0, c1, s0, s1, s2, s3, 0, 60, 0, 60, ctag.len() as u8];
+    #[rustfmt::skip]
+    let mid = [t0, t1, t2, t3, t4, t5, t6, t7, redelivered as u8, ex.len() as u8];
+    buf.put_slice(&head);
+    buf.put_slice(ctag);
+    buf.put_slice(&mid);
     buf.put_slice(ex);
     buf.put_slice(&[rk.len() as u8]);
     buf.put_slice(rk);
@@ -410,27 +392,11 @@ fn content(buf: &mut BytesMut, channel: u16, frame_max: u32, msg: &Message, clos
     let [c0, c1] = channel.to_be_bytes();
     let [s0, s1, s2, s3] = ((12 + msg.properties.len()) as u32).to_be_bytes();
     let [b0, b1, b2, b3, b4, b5, b6, b7] = (msg.body.len() as u64).to_be_bytes();
+    // End of the previous frame | header frame: type, channel, size, class 60, weight 0, body size.
+    #[rustfmt::skip]
     let header = [
-        FRAME_END,
-        frame::FRAME_HEADER,
-        c0,
-        c1,
-        s0,
-        s1,
-        s2,
-        s3,
-        0,
-        60,
-        0,
-        0,
-        b0,
-        b1,
-        b2,
-        b3,
-        b4,
-        b5,
-        b6,
-        b7,
+        FRAME_END, frame::FRAME_HEADER, c0, c1, s0, s1, s2, s3, 0, 60, 0, 0,
+        b0, b1, b2, b3, b4, b5, b6, b7,
     ];
     buf.put_slice(if close_previous {
         &header

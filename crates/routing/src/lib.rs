@@ -111,7 +111,7 @@ impl<Q: Clone> Exchange<Q> {
 #[derive(Debug, Clone)]
 pub struct Table<Q> {
     /// Exchanges behind `Arc` so that a new snapshot shares every exchange it did not change.
-    /// aHash, not SipHash: looked up twice per publish (see docs/benchmarks.md, S1 profile).
+    /// aHash, not SipHash: looked up twice per publish (docs/benchmarks.md, "Where Warren's S1 time goes").
     pub exchanges: AHashMap<Arc<str>, Arc<Exchange<Q>>>,
 }
 
