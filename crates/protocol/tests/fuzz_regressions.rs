@@ -7,9 +7,10 @@ use std::path::Path;
 use warren_protocol::invariants;
 
 fn replay(target: &str, check: fn(&[u8])) -> usize {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/crashers")
-        .join(target);
+    // At run time first: a target dir shared by checkouts at different paths can hold a test
+    // binary compiled for another one, with that checkout's path baked in.
+    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap_or(env!("CARGO_MANIFEST_DIR").into());
+    let dir = Path::new(&root).join("tests/crashers").join(target);
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).expect("crashers folder exists") {
         let path = entry.expect("readable folder").path();
