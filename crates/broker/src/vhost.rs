@@ -274,6 +274,7 @@ impl VHost {
                     bindings: Vec::new(),
                     alternate: None,
                     ring: Default::default(),
+                    direct: Default::default(),
                 }),
             )
         };
@@ -600,6 +601,7 @@ impl VHost {
             bindings: Vec::new(),
             alternate: Self::alternate(&self.policies.lock(), spec.name, spec.arguments),
             ring: HashRing::new(hash_on),
+            direct: Default::default(),
         };
         defs.table.exchanges.insert(name, Arc::new(x));
         self.changed(&defs, spec.durable);

@@ -239,6 +239,53 @@ def test_fanout_routing_ignores_key(ch, res):
     ch.exchange_delete(x)
 
 
+def test_direct_routing_with_many_bindings(ch, res):
+    # Enough bindings that the broker routes by its per-key index, not by scanning.
+    x = res.exchange()
+    ch.exchange_declare(x, "direct")
+    keys = [f"k{i}" for i in range(40)]
+    qs = {k: _bound_queue(ch, x, k) for k in keys}
+    shared = _bound_queue(ch, x, "k7")
+    ch.queue_bind(shared, x, "k30")
+    for k in keys + ["nobody"]:
+        ch.basic_publish(x, k, k.encode())
+    for k, q in qs.items():
+        assert [b for _, _, b in get_all(ch, q, 1)] == [k.encode()]
+    assert sorted(b for _, _, b in get_all(ch, shared, 2)) == [b"k30", b"k7"]
+    # Unbinding shifts the remaining bindings: each key must still reach its own queue only.
+    ch.queue_unbind(qs["k0"], x, "k0")
+    ch.queue_unbind(shared, x, "k7")
+    for k in keys:
+        ch.basic_publish(x, k, b"again-" + k.encode())
+    for k, q in qs.items():
+        want = [] if k == "k0" else [b"again-" + k.encode()]
+        assert [b for _, _, b in get_all(ch, q, len(want))] == want
+    assert [b for _, _, b in get_all(ch, shared, 1)] == [b"again-k30"]
+    settle(ch.connection, 0.1)
+    for q in list(qs.values()) + [shared]:
+        assert ch.basic_get(q)[0] is None
+    ch.exchange_delete(x)
+
+
+def test_wide_fanout_delivers_once_per_queue(ch, res):
+    # Past the broker's linear de-duplication: every queue is also reachable a second way.
+    fan, again = res.exchange("fan"), res.exchange("again")
+    ch.exchange_declare(fan, "fanout")
+    ch.exchange_declare(again, "fanout")
+    qs = [_bound_queue(ch, fan) for _ in range(40)]
+    for q in qs:
+        ch.queue_bind(q, again)
+    ch.exchange_bind(again, fan)
+    ch.basic_publish(fan, "", b"wide")
+    for q in qs:
+        assert [b for _, _, b in get_all(ch, q, 1)] == [b"wide"]
+    settle(ch.connection, 0.1)
+    for q in qs:
+        assert ch.basic_get(q)[0] is None
+    ch.exchange_delete(fan)
+    ch.exchange_delete(again)
+
+
 def test_bind_same_key_twice_delivers_once(ch):
     key = uname("k")
     q = _bound_queue(ch, "amq.direct", key)
