@@ -4,6 +4,9 @@
 #
 #   bench/routing.sh direct N    N queues bound to one direct exchange, each by its own name; the
 #                                producer publishes to one of them (routing key bm-<N-1>)
+#   bench/routing.sh topic N     N queues bound to one topic exchange by 'bm-<i>.*.#' (i < N-1:
+#                                none of them matches) and the consumed one by 'bm-<N-1>.*.#';
+#                                the producer publishes with key 'bm-<N-1>.a.b'
 #   bench/routing.sh fanout N    N queues (x-max-length 1, so memory stays flat) and one consumed
 #                                queue bound to one fanout exchange; every message goes to all
 #   env: ROUNDS (3), DUR (8 s per run), WARREN_BIN (default $CARGO_TARGET_DIR or target/release),
@@ -16,8 +19,8 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-MODE=${1:?usage: bench/routing.sh direct|fanout N}
-N=${2:?usage: bench/routing.sh direct|fanout N}
+MODE=${1:?usage: bench/routing.sh direct|topic|fanout N}
+N=${2:?usage: bench/routing.sh direct|topic|fanout N}
 ROUNDS=${ROUNDS:-3}
 DUR=${DUR:-8}
 PORT=${WARREN_PORT:-5692}
@@ -26,7 +29,7 @@ PYTHON=${PYTHON:-$ROOT/.venv-interop/bin/python}
 [ -x "$BIN" ] || { echo "routing.sh: no warren binary at $BIN (cargo build --release)" >&2; exit 1; }
 "$PYTHON" -c 'import pika' 2>/dev/null \
   || { echo "routing.sh: $PYTHON has no pika (run tests/interop/python/run.sh once, or set PYTHON)" >&2; exit 1; }
-case "$MODE" in direct | fanout) ;; *) echo "routing.sh: mode is direct or fanout" >&2; exit 2 ;; esac
+case "$MODE" in direct | topic | fanout) ;; *) echo "routing.sh: mode is direct, topic or fanout" >&2; exit 2 ;; esac
 "$ROOT/../shared/bench/rabbitmq.sh" status >/dev/null 2>&1 || "$ROOT/../shared/bench/rabbitmq.sh" start >/dev/null
 
 # setup|teardown PORT: declares (or deletes) the exchange `bench-routing` and its queues.
@@ -42,7 +45,7 @@ if action == "setup":
     for q in names:
         args = {"x-max-length": 1} if mode == "fanout" and q != "bm-sink" else None
         ch.queue_declare(q, arguments=args)
-        ch.queue_bind(q, "bench-routing", routing_key=q)
+        ch.queue_bind(q, "bench-routing", routing_key=f"{q}.*.#" if mode == "topic" else q)
 else:
     for q in names:
         ch.queue_delete(q)
@@ -52,9 +55,10 @@ PY
 }
 
 queue=$([ "$MODE" = fanout ] && echo bm-sink || echo "bm-$((N - 1))")
+key=$([ "$MODE" = topic ] && echo "$queue.a.b" || echo "$queue")
 run() {  # PORT -> receive rate
   "$BIN" perf -h "amqp://guest:guest@127.0.0.1:$1/%2f" -x 1 -y 1 -e bench-routing -t "$MODE" \
-    -u "$queue" -k "$queue" -p -a -s 16 -z "$DUR" 2>&1 | sed -n 's/.*receiving rate avg: \([0-9]*\).*/\1/p' | tail -1
+    -u "$queue" -k "$key" -p -a -s 16 -z "$DUR" 2>&1 | sed -n 's/.*receiving rate avg: \([0-9]*\).*/\1/p' | tail -1
 }
 
 W=""; DATA=$(mktemp -d /tmp/warren-routing-XXXXXX)

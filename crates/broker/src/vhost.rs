@@ -275,6 +275,7 @@ impl VHost {
                     alternate: None,
                     ring: Default::default(),
                     direct: Default::default(),
+                    topic: Default::default(),
                 }),
             )
         };
@@ -602,6 +603,7 @@ impl VHost {
             alternate: Self::alternate(&self.policies.lock(), spec.name, spec.arguments),
             ring: HashRing::new(hash_on),
             direct: Default::default(),
+            topic: Default::default(),
         };
         defs.table.exchanges.insert(name, Arc::new(x));
         self.changed(&defs, spec.durable);

@@ -86,6 +86,8 @@ pub struct Exchange<Q> {
     /// step by [`Exchange::bindings_changed`]: a publish looks its key up instead of comparing it
     /// with every binding. Empty for other kinds.
     pub direct: AHashMap<Arc<str>, SmallVec<[u32; 2]>>,
+    /// A topic exchange's patterns as a trie, kept in step by [`Exchange::bindings_changed`].
+    pub topic: topic::Trie,
 }
 
 impl<Q> Exchange<Q> {
@@ -94,6 +96,9 @@ impl<Q> Exchange<Q> {
         match self.kind {
             ExchangeKind::ConsistentHash => self
                 .ring
+                .rebuild(self.bindings.iter().map(|b| &*b.routing_key)),
+            ExchangeKind::Topic => self
+                .topic
                 .rebuild(self.bindings.iter().map(|b| &*b.routing_key)),
             ExchangeKind::Direct => {
                 self.direct.clear();
@@ -114,7 +119,8 @@ impl<Q: Clone> Exchange<Q> {
         match self.kind {
             ExchangeKind::Direct => &*b.routing_key == routing_key,
             ExchangeKind::Fanout => true,
-            ExchangeKind::Topic => topic::matches(&b.routing_key, routing_key),
+            // Routed by `topic` in `route_from`, never binding by binding.
+            ExchangeKind::Topic => false,
             ExchangeKind::Headers => headers::matches(&b.arguments, headers),
             // Routed by `ring` in `route_from`, never binding by binding.
             ExchangeKind::ConsistentHash => false,
@@ -220,6 +226,14 @@ impl<Q: Clone + QueueKey> Table<Q> {
                 }
                 continue;
             }
+            if ex.kind == ExchangeKind::Topic {
+                let mut hits: SmallVec<[u32; 8]> = SmallVec::new();
+                ex.topic.matches(routing_key, &mut hits);
+                for b in hits.iter().filter_map(|&i| ex.bindings.get(i as usize)) {
+                    follow(&b.destination, out, &mut stack, &mut seen);
+                }
+                continue;
+            }
             // A few bindings are cheaper to compare than to hash the key (callgrind: the index
             // costs ~140 instructions per publish with one binding).
             if ex.kind == ExchangeKind::Direct && ex.bindings.len() > DIRECT_SCAN_MAX {
@@ -303,6 +317,7 @@ mod tests {
             alternate: None,
             ring: HashRing::default(),
             direct: AHashMap::new(),
+            topic: topic::Trie::default(),
         };
         x.bindings_changed();
         x

@@ -286,6 +286,40 @@ def test_wide_fanout_delivers_once_per_queue(ch, res):
     ch.exchange_delete(again)
 
 
+def _topic_match(pattern: str, key: str) -> bool:
+    """RabbitMQ's topic semantics, naively: '*' is one word, '#' zero or more; '' has no words."""
+    def words(s):
+        return s.split(".") if s else []
+
+    def m(p, k):
+        if not p:
+            return not k
+        if p[0] == "#":
+            return any(m(p[1:], k[i:]) for i in range(len(k) + 1))
+        return bool(k) and p[0] in ("*", k[0]) and m(p[1:], k[1:])
+    return m(words(pattern), words(key))
+
+
+def test_topic_routing_many_patterns(ch, res):
+    x = res.exchange()
+    ch.exchange_declare(x, "topic")
+    patterns = ["#", "*", "", "a", "a.*", "a.#", "*.b", "#.b", "a.*.c", "a.#.c", "#.a.#", "*.*",
+                "a..c", "a.*.*", "#.#", "b.#.b", "*.#", "x.y.z"] + [f"w{i}.#" for i in range(12)]
+    qs = {p: _bound_queue(ch, x, p) for p in patterns}
+    keys = ["", "a", "b", "a.b", "a.c", "a.b.c", "a..c", "a.b.b.c", "b.a", "b.x.b", "x.y.z", "w3.q",
+            "w11", "c.a.b"]
+    for k in keys:
+        ch.basic_publish(x, k, k.encode() or b"<empty>")
+    for p, q in qs.items():
+        want = sorted((k.encode() or b"<empty>") for k in keys if _topic_match(p, k))
+        got = sorted(b for _, _, b in get_all(ch, q, len(want)))
+        assert got == want, f"pattern {p!r}"
+    settle(ch.connection, 0.1)
+    for p, q in qs.items():
+        assert ch.basic_get(q)[0] is None, f"pattern {p!r} got more"
+    ch.exchange_delete(x)
+
+
 def test_bind_same_key_twice_delivers_once(ch):
     key = uname("k")
     q = _bound_queue(ch, "amq.direct", key)
