@@ -13,7 +13,10 @@ use warren_routing::{Binding, Destination, Exchange, ExchangeKind, HashRing, Tab
 
 use std::path::PathBuf;
 
-use warren_protocol::method::{ExchangeBind, ExchangeDeclare, QueueBind, QueueDeclare};
+use warren_protocol::method::{
+    ExchangeBind, ExchangeDeclare, ExchangeDelete, ExchangeUnbind, QueueBind, QueueDeclare,
+    QueueDelete, QueueUnbind,
+};
 
 use crate::access::PolicyDef;
 use crate::definitions::{self, Definition};
@@ -40,6 +43,8 @@ pub struct VHost {
     storage: Option<Storage>,
     /// Set while the definitions file is replayed at boot, so replaying does not rewrite it.
     loading: std::sync::atomic::AtomicBool,
+    /// The definitions journal (see `definitions.rs`); used under `defs`.
+    journal: Mutex<Journal>,
     /// RabbitMQ's `max-queues` vhost limit (`u32::MAX` = none), checked when a queue is created.
     max_queues: std::sync::atomic::AtomicU32,
     /// This vhost's policies, for the `alternate-exchange` of exchanges declared later; set
@@ -51,6 +56,22 @@ pub struct Storage {
     pub dir: PathBuf,
     pub persister: Arc<Persister>,
 }
+
+/// The definitions journal and what decides when to compact it.
+#[derive(Default)]
+struct Journal {
+    /// Open for appending; `None` before the first snapshot or after an I/O error, when every
+    /// change rewrites the snapshot instead.
+    file: Option<std::fs::File>,
+    /// Of the last snapshot written (or recovered).
+    generation: u64,
+    bytes: u64,
+    snapshot_bytes: u64,
+}
+
+/// The journal is folded into a new snapshot once it outgrows both this and the snapshot, so
+/// compaction costs O(1) amortized per change.
+const JOURNAL_COMPACT_MIN_BYTES: u64 = 256 * 1024;
 
 /// The pseudo-queue RPC clients consume from for direct reply-to.
 pub const DIRECT_REPLY_TO: &str = "amq.rabbitmq.reply-to";
@@ -217,12 +238,42 @@ impl VHost {
         let file = storage.dir.join("definitions");
         let v = Self::with_storage(name, Some(storage));
         v.loading.store(true, std::sync::atomic::Ordering::Relaxed);
-        let defs = warren_store::snapshot::read(&file)?
+        let mut defs = warren_store::snapshot::read(&file)?
             .map(definitions::decode)
             .unwrap_or_default();
+        let generation = match defs.first() {
+            Some(Definition::Generation(g)) => *g,
+            _ => 0,
+        };
+        let journal = warren_store::snapshot::read(&file.with_extension("log"))?
+            .map(definitions::decode)
+            .unwrap_or_default();
+        match journal.first() {
+            Some(Definition::Generation(g)) if *g == generation => defs.extend(journal),
+            Some(_) => tracing::info!(
+                vhost = name,
+                "definitions journal predates the snapshot; ignored"
+            ),
+            None => {}
+        }
         let (mut queues, mut messages) = (0usize, 0u64);
         for d in defs {
             let r = match d {
+                Definition::Generation(_) => Ok(()),
+                Definition::ExchangeDelete(x) => v.delete_exchange(&x.exchange, false),
+                Definition::QueueDelete(q) => {
+                    v.delete_queue(&q.queue, false, false, None).map(|_| ())
+                }
+                Definition::QueueUnbind(b) => {
+                    v.bind_queue(&b.queue, &b.exchange, &b.routing_key, &b.arguments, false)
+                }
+                Definition::ExchangeUnbind(b) => v.bind_exchange(
+                    &b.destination,
+                    &b.source,
+                    &b.routing_key,
+                    &b.arguments,
+                    false,
+                ),
                 Definition::Exchange(x) => v.declare_exchange(&ExchangeSpec {
                     name: &x.exchange,
                     kind: &x.kind,
@@ -253,6 +304,8 @@ impl VHost {
         }
         v.loading.store(false, std::sync::atomic::Ordering::Relaxed);
         v.remove_orphan_logs();
+        // Compacts: one snapshot of what was recovered, and an empty journal after it.
+        v.journal.lock().generation = generation;
         v.save(&v.defs.lock());
         tracing::info!(vhost = name, queues, messages, "vhost recovered");
         Ok(v)
@@ -297,6 +350,7 @@ impl VHost {
             direct_reply: Mutex::new(HashMap::new()),
             storage,
             loading: std::sync::atomic::AtomicBool::new(false),
+            journal: Mutex::new(Journal::default()),
             max_queues: std::sync::atomic::AtomicU32::new(u32::MAX),
             policies: Mutex::new(Vec::new()),
         })
@@ -318,11 +372,35 @@ impl VHost {
         self.snapshot.store(Arc::new(defs.clone()));
     }
 
-    /// Publishes the new snapshot and, if a durable definition changed, rewrites the file.
-    fn changed(&self, defs: &Snapshot, durable: bool) {
+    /// Publishes the new snapshot and, if a durable definition changed (`op`), journals it.
+    fn changed(&self, defs: &Snapshot, op: Option<Definition>) {
         self.publish(defs);
-        if durable {
-            self.save(defs);
+        if let Some(op) = op {
+            self.journal(defs, op);
+        }
+    }
+
+    /// Appends one change to the journal and fsyncs it, or compacts when the journal has grown.
+    fn journal(&self, defs: &Snapshot, op: Definition) {
+        if self.loading.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        use std::io::Write;
+        let mut j = self.journal.lock();
+        let grown = j.bytes > JOURNAL_COMPACT_MIN_BYTES && j.bytes > j.snapshot_bytes;
+        let Some(file) = j.file.as_mut().filter(|_| !grown) else {
+            drop(j);
+            return self.save(defs);
+        };
+        let rec = definitions::encode(&[op]);
+        match file.write_all(&rec).and_then(|()| file.sync_data()) {
+            Ok(()) => j.bytes += rec.len() as u64,
+            Err(e) => {
+                tracing::error!(vhost = %self.name, error = %e, "cannot append to the definitions journal; rewriting the snapshot");
+                j.file = None;
+                drop(j);
+                self.save(defs);
+            }
         }
     }
 
@@ -336,7 +414,9 @@ impl VHost {
         if self.loading.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        let mut out = Vec::new();
+        let mut j = self.journal.lock();
+        let generation = j.generation + 1;
+        let mut out = vec![Definition::Generation(generation)];
         let mut xs: Vec<_> = defs
             .table
             .exchanges
@@ -404,12 +484,26 @@ impl VHost {
                 }
             }
         }
-        if let Err(e) = warren_store::snapshot::write_atomic(
-            &storage.dir.join("definitions"),
-            &definitions::encode(&out),
-        ) {
+        let snapshot = definitions::encode(&out);
+        let path = storage.dir.join("definitions");
+        if let Err(e) = warren_store::snapshot::write_atomic(&path, &snapshot) {
             tracing::error!(vhost = %self.name, error = %e, "cannot write the definitions file");
+            return;
         }
+        // The snapshot holds everything now; a crash before the journal is reset leaves an
+        // older-generation journal, which recovery ignores.
+        let log = path.with_extension("log");
+        let header = definitions::encode(&[Definition::Generation(generation)]);
+        let reset = warren_store::snapshot::write_atomic(&log, &header)
+            .and_then(|()| std::fs::OpenOptions::new().append(true).open(&log));
+        *j = Journal {
+            file: reset
+                .map_err(|e| tracing::error!(vhost = %self.name, error = %e, "cannot reset the definitions journal; rewriting the snapshot on each change"))
+                .ok(),
+            generation,
+            bytes: header.len() as u64,
+            snapshot_bytes: snapshot.len() as u64,
+        };
     }
 
     /// What backs a new or recovered queue: a durable queue's log `id` (opened here, with what
@@ -606,7 +700,18 @@ impl VHost {
             topic: Default::default(),
         };
         defs.table.exchanges.insert(name, Arc::new(x));
-        self.changed(&defs, spec.durable);
+        let op = (spec.durable && !spec.name.starts_with("amq.")).then(|| {
+            Definition::Exchange(ExchangeDeclare {
+                exchange: spec.name.into(),
+                kind: kind.as_str().into(),
+                durable: true,
+                auto_delete: spec.auto_delete,
+                internal: spec.internal,
+                arguments: spec.arguments.clone(),
+                ..Default::default()
+            })
+        });
+        self.changed(&defs, op);
         tracing::info!(vhost = %self.name, exchange = spec.name, kind = spec.kind, "exchange declared");
         Ok(())
     }
@@ -664,13 +769,18 @@ impl VHost {
                 self.name
             )));
         }
-        let durable = x.durable;
+        let op = x.durable.then(|| {
+            Definition::ExchangeDelete(ExchangeDelete {
+                exchange: name.into(),
+                ..Default::default()
+            })
+        });
         defs.table.exchanges.remove(name);
         Self::remove_bindings_to(
             &mut defs,
             &|d| matches!(d, Destination::Exchange(e) if &**e == name),
         );
-        self.changed(&defs, durable);
+        self.changed(&defs, op);
         tracing::info!(vhost = %self.name, exchange = name, "exchange deleted");
         Ok(())
     }
@@ -733,6 +843,11 @@ impl VHost {
             Err(_) if !add => return Ok(()),
             Err(e) => return Err(e),
         };
+        // As the snapshot keeps bindings: to a kept queue, or to a durable exchange.
+        let dest_kept = match &dest {
+            Destination::Queue(q) => Self::kept(q),
+            Destination::Exchange(d) => defs.table.exchanges.get(d).is_some_and(|dx| dx.durable),
+        };
         let Some(x) = defs.table.exchanges.get_mut(source) else {
             return if add {
                 Err(self.no_exchange(source))
@@ -746,11 +861,7 @@ impl VHost {
         if add && x.kind == ExchangeKind::ConsistentHash {
             consistent_hash::parse_weight(key).map_err(AmqpError::precondition_failed)?;
         }
-        let durable = x.durable
-            && match &dest {
-                Destination::Queue(q) => Self::kept(q),
-                Destination::Exchange(_) => true,
-            };
+        let op = (x.durable && dest_kept).then(|| Self::binding_op(source, &dest, key, args, add));
         let exists = x
             .bindings
             .iter()
@@ -780,8 +891,49 @@ impl VHost {
             }
             _ => return Ok(()),
         }
-        self.changed(&defs, durable);
+        self.changed(&defs, op);
         Ok(())
+    }
+
+    /// The journal record of a binding added or removed.
+    fn binding_op(
+        source: &str,
+        dest: &Destination<Arc<Queue>>,
+        key: &str,
+        args: &FieldTable,
+        add: bool,
+    ) -> Definition {
+        let (source, key, arguments) = (source.into(), key.into(), args.clone());
+        match (dest, add) {
+            (Destination::Queue(q), true) => Definition::QueueBind(QueueBind {
+                queue: (&*q.name).into(),
+                exchange: source,
+                routing_key: key,
+                arguments,
+                ..Default::default()
+            }),
+            (Destination::Queue(q), false) => Definition::QueueUnbind(QueueUnbind {
+                queue: (&*q.name).into(),
+                exchange: source,
+                routing_key: key,
+                arguments,
+                ..Default::default()
+            }),
+            (Destination::Exchange(d), true) => Definition::ExchangeBind(ExchangeBind {
+                destination: (&**d).into(),
+                source,
+                routing_key: key,
+                arguments,
+                ..Default::default()
+            }),
+            (Destination::Exchange(d), false) => Definition::ExchangeUnbind(ExchangeUnbind {
+                destination: (&**d).into(),
+                source,
+                routing_key: key,
+                arguments,
+                ..Default::default()
+            }),
+        }
     }
 
     pub fn bind_queue(
@@ -923,7 +1075,19 @@ impl VHost {
             backing,
         );
         defs.queues.insert(name, q.clone());
-        self.changed(&defs, Self::kept(&q));
+        let op = q.store_id.filter(|_| Self::kept(&q)).map(|id| {
+            Definition::Queue(
+                id,
+                QueueDeclare {
+                    queue: spec.name.into(),
+                    durable: true,
+                    auto_delete: spec.auto_delete,
+                    arguments: spec.arguments.clone(),
+                    ..Default::default()
+                },
+            )
+        });
+        self.changed(&defs, op);
         tracing::info!(vhost = %self.name, queue = spec.name, durable = spec.durable, exclusive = spec.exclusive, auto_delete = spec.auto_delete, "queue declared");
         Ok(q)
     }
@@ -1072,7 +1236,13 @@ impl VHost {
             &mut defs,
             &|d| matches!(d, Destination::Queue(x) if Arc::ptr_eq(x, &q)),
         );
-        self.changed(&defs, Self::kept(&q));
+        let op = Self::kept(&q).then(|| {
+            Definition::QueueDelete(QueueDelete {
+                queue: name.into(),
+                ..Default::default()
+            })
+        });
+        self.changed(&defs, op);
         drop(defs);
         let (message_count, consumers) = q.mark_deleted();
         tracing::info!(vhost = %self.name, queue = name, "queue deleted");

@@ -268,3 +268,80 @@ def test_disk_full_nacks_publishes_and_recovers():
         assert bodies[-1] == b"after"
     finally:
         n.cleanup()
+
+
+def _routed(n: Node, exchange: str, key: str, queues: list[str]) -> dict[str, int]:
+    """Publishes one persistent message and returns how many each queue then holds (drained)."""
+    c = connect(n)
+    try:
+        ch = c.channel()
+        ch.confirm_delivery()
+        ch.basic_publish(exchange, key, b"probe", PERSISTENT)
+    finally:
+        safe_close(c)
+    return {q: len(drain(n, q)) for q in queues}
+
+
+def _exists(n: Node, exchange: str | None = None, queue: str | None = None) -> bool:
+    c = connect(n)
+    try:
+        ch = c.channel()
+        if exchange is not None:
+            ch.exchange_declare(exchange, passive=True)
+        else:
+            ch.queue_declare(queue, passive=True)
+        return True
+    except pika.exceptions.ChannelClosedByBroker as e:
+        assert e.reply_code == 404
+        return False
+    finally:
+        safe_close(c)
+
+
+def test_journaled_definition_changes_survive_kill(node):
+    """Deletes, unbinds, cascades and redeclares after the last snapshot, then kill -9."""
+    node.start()
+    c = connect(node)
+    ch = c.channel()
+    ch.exchange_declare("j-x", "direct", durable=True)
+    ch.exchange_declare("j-y", "fanout", durable=True)
+    ch.exchange_declare("j-ad", "fanout", durable=True, auto_delete=True)
+    ch.exchange_declare("j-gone", "topic", durable=True)
+    for q in ("j-q1", "j-q2", "j-q3"):
+        ch.queue_declare(q, durable=True)
+    ch.queue_bind("j-q1", "j-x", "k1")
+    ch.queue_bind("j-q2", "j-x", "k2")
+    ch.queue_bind("j-q3", "j-x", "k3")
+    ch.exchange_bind("j-y", "j-x", "k1")  # j-x -> j-y on k1
+    ch.queue_bind("j-q3", "j-y")
+    ch.queue_bind("j-q2", "j-ad")
+    ch.queue_unbind("j-q2", "j-x", "k2")
+    ch.queue_delete("j-q3")  # takes its bindings from j-x and j-y
+    ch.queue_unbind("j-q2", "j-ad")  # j-ad loses its last binding: auto-deleted
+    ch.exchange_delete("j-gone")
+    ch.queue_declare("j-q3", durable=True)  # same name, a new queue
+    ch.queue_bind("j-q3", "j-x", "k3b")
+    safe_close(c)
+    node.kill9()
+    node.start()
+    qs = ["j-q1", "j-q2", "j-q3"]
+    assert _routed(node, "j-x", "k1", qs) == {"j-q1": 1, "j-q2": 0, "j-q3": 0}
+    assert _routed(node, "j-x", "k2", qs) == {"j-q1": 0, "j-q2": 0, "j-q3": 0}
+    assert _routed(node, "j-x", "k3", qs) == {"j-q1": 0, "j-q2": 0, "j-q3": 0}
+    assert _routed(node, "j-x", "k3b", qs) == {"j-q1": 0, "j-q2": 0, "j-q3": 1}
+    assert _exists(node, exchange="j-y")
+    assert not _exists(node, exchange="j-ad")
+    assert not _exists(node, exchange="j-gone")
+    # Changes after the recovery's snapshot, killed again, then a clean restart.
+    c = connect(node)
+    ch = c.channel()
+    ch.queue_unbind("j-q1", "j-x", "k1")
+    ch.queue_bind("j-q2", "j-y")
+    safe_close(c)
+    node.kill9()
+    node.start()
+    assert _routed(node, "j-x", "k1", qs) == {"j-q1": 0, "j-q2": 1, "j-q3": 0}
+    node.stop()
+    node.start()
+    assert _routed(node, "j-x", "k1", qs) == {"j-q1": 0, "j-q2": 1, "j-q3": 0}
+    assert _routed(node, "j-x", "k3b", qs) == {"j-q1": 0, "j-q2": 0, "j-q3": 1}
