@@ -372,16 +372,16 @@ impl VHost {
         self.snapshot.store(Arc::new(defs.clone()));
     }
 
-    /// Publishes the new snapshot and, if a durable definition changed (`op`), journals it.
-    fn changed(&self, defs: &Snapshot, op: Option<Definition>) {
+    /// Publishes the new snapshot and journals the changes to durable definitions (`ops`).
+    fn changed(&self, defs: &Snapshot, ops: Vec<Definition>) {
         self.publish(defs);
-        if let Some(op) = op {
-            self.journal(defs, op);
+        if !ops.is_empty() {
+            self.journal(defs, &ops);
         }
     }
 
-    /// Appends one change to the journal and fsyncs it, or compacts when the journal has grown.
-    fn journal(&self, defs: &Snapshot, op: Definition) {
+    /// Appends changes to the journal and fsyncs it, or compacts when the journal has grown.
+    fn journal(&self, defs: &Snapshot, ops: &[Definition]) {
         if self.loading.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
@@ -392,7 +392,7 @@ impl VHost {
             drop(j);
             return self.save(defs);
         };
-        let rec = definitions::encode(&[op]);
+        let rec = definitions::encode(ops);
         match file.write_all(&rec).and_then(|()| file.sync_data()) {
             Ok(()) => j.bytes += rec.len() as u64,
             Err(e) => {
@@ -711,7 +711,7 @@ impl VHost {
                 ..Default::default()
             })
         });
-        self.changed(&defs, op);
+        self.changed(&defs, op.into_iter().collect());
         tracing::info!(vhost = %self.name, exchange = spec.name, kind = spec.kind, "exchange declared");
         Ok(())
     }
@@ -775,19 +775,27 @@ impl VHost {
                 ..Default::default()
             })
         });
+        let mut ops: Vec<Definition> = op.into_iter().collect();
         defs.table.exchanges.remove(name);
         Self::remove_bindings_to(
             &mut defs,
             &|d| matches!(d, Destination::Exchange(e) if &**e == name),
+            &mut ops,
         );
-        self.changed(&defs, op);
+        self.changed(&defs, ops);
         tracing::info!(vhost = %self.name, exchange = name, "exchange deleted");
         Ok(())
     }
 
     /// Removes every binding whose destination matches; auto-delete exchanges left without
     /// bindings go too (repeatedly, since removing one can empty another).
-    fn remove_bindings_to(defs: &mut Snapshot, pred: &dyn Fn(&Destination<Arc<Queue>>) -> bool) {
+    /// Durable exchanges that go this way are added to `ops` as deletions: the change that
+    /// caused it may not be journaled itself (a transient queue's last binding).
+    fn remove_bindings_to(
+        defs: &mut Snapshot,
+        pred: &dyn Fn(&Destination<Arc<Queue>>) -> bool,
+        ops: &mut Vec<Definition>,
+    ) {
         let mut emptied: Vec<Arc<str>> = Vec::new();
         for x in defs.table.exchanges.values_mut() {
             if x.bindings.iter().any(|b| pred(&b.destination)) {
@@ -800,12 +808,25 @@ impl VHost {
             }
         }
         for name in emptied {
-            defs.table.exchanges.remove(&name);
-            Self::remove_bindings_to(
-                defs,
-                &|d| matches!(d, Destination::Exchange(e) if *e == name),
-            );
+            Self::auto_delete(defs, &name, ops);
         }
+    }
+
+    /// Removes an auto-delete exchange left without bindings, and what that empties in turn.
+    fn auto_delete(defs: &mut Snapshot, name: &Arc<str>, ops: &mut Vec<Definition>) {
+        if let Some(x) = defs.table.exchanges.remove(name) {
+            if x.durable {
+                ops.push(Definition::ExchangeDelete(ExchangeDelete {
+                    exchange: (&**name).into(),
+                    ..Default::default()
+                }));
+            }
+        }
+        Self::remove_bindings_to(
+            defs,
+            &|d| matches!(d, Destination::Exchange(e) if e == name),
+            ops,
+        );
     }
 
     fn same_binding(
@@ -866,6 +887,7 @@ impl VHost {
             .bindings
             .iter()
             .position(|b| Self::same_binding(b, &dest, key, args));
+        let mut ops: Vec<Definition> = op.into_iter().collect();
         match (add, exists) {
             (true, None) => {
                 let xm = Arc::make_mut(x);
@@ -882,16 +904,12 @@ impl VHost {
                 xm.bindings_changed();
                 if xm.auto_delete && xm.bindings.is_empty() {
                     let name = xm.name.clone();
-                    defs.table.exchanges.remove(&name);
-                    Self::remove_bindings_to(
-                        &mut defs,
-                        &|d| matches!(d, Destination::Exchange(e) if *e == name),
-                    );
+                    Self::auto_delete(&mut defs, &name, &mut ops);
                 }
             }
             _ => return Ok(()),
         }
-        self.changed(&defs, op);
+        self.changed(&defs, ops);
         Ok(())
     }
 
@@ -1087,7 +1105,7 @@ impl VHost {
                 },
             )
         });
-        self.changed(&defs, op);
+        self.changed(&defs, op.into_iter().collect());
         tracing::info!(vhost = %self.name, queue = spec.name, durable = spec.durable, exclusive = spec.exclusive, auto_delete = spec.auto_delete, "queue declared");
         Ok(q)
     }
@@ -1232,17 +1250,21 @@ impl VHost {
             )));
         }
         defs.queues.remove(name);
+        let mut ops: Vec<Definition> = Self::kept(&q)
+            .then(|| {
+                Definition::QueueDelete(QueueDelete {
+                    queue: name.into(),
+                    ..Default::default()
+                })
+            })
+            .into_iter()
+            .collect();
         Self::remove_bindings_to(
             &mut defs,
             &|d| matches!(d, Destination::Queue(x) if Arc::ptr_eq(x, &q)),
+            &mut ops,
         );
-        let op = Self::kept(&q).then(|| {
-            Definition::QueueDelete(QueueDelete {
-                queue: name.into(),
-                ..Default::default()
-            })
-        });
-        self.changed(&defs, op);
+        self.changed(&defs, ops);
         drop(defs);
         let (message_count, consumers) = q.mark_deleted();
         tracing::info!(vhost = %self.name, queue = name, "queue deleted");

@@ -370,3 +370,23 @@ def test_journal_older_than_snapshot_is_ignored(node):
         f.write(old_journal)  # as if the crash came before the journal was reset
     node.start()
     assert _exists(node, queue="g-q"), "the stale journal's delete was replayed"
+
+
+def test_auto_delete_through_a_transient_binding_survives_restart(node):
+    """A durable auto-delete exchange whose last binding was to a transient queue goes when that
+    queue goes, and stays gone after a crash, as in RabbitMQ."""
+    node.start()
+    c = connect(node)
+    ch = c.channel()
+    ch.exchange_declare("ad-dur", "fanout", durable=True, auto_delete=True)
+    ch.exchange_declare("ad-chain", "fanout", durable=True, auto_delete=True)
+    ch.exchange_bind("ad-chain", "ad-dur")  # ad-dur -> ad-chain, durable
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, "ad-chain")
+    safe_close(c)  # the exclusive queue goes; ad-chain loses its last binding, then ad-dur
+    assert not _exists(node, exchange="ad-chain")
+    assert not _exists(node, exchange="ad-dur")
+    node.kill9()
+    node.start()
+    assert not _exists(node, exchange="ad-chain")
+    assert not _exists(node, exchange="ad-dur")
