@@ -390,3 +390,25 @@ def test_auto_delete_through_a_transient_binding_survives_restart(node):
     node.start()
     assert not _exists(node, exchange="ad-chain")
     assert not _exists(node, exchange="ad-dur")
+
+
+def test_definitions_journal_is_compacted(node):
+    """Churn on a durable queue grows the journal past its compaction point; it must be folded
+    into the snapshot, not grow without bound, and recovery must still see the last state."""
+    node.start()
+    c = connect(node)
+    ch = c.channel()
+    name = "churn-" + "x" * 200  # big records: about 0.5 KB per declare-and-delete cycle
+    args = {"x-max-length": 10, "x-note": "y" * 40}
+    cycles = 1500
+    for _ in range(cycles):
+        ch.queue_declare(name, durable=True, arguments=args)
+        ch.queue_delete(name)
+    ch.queue_declare(name, durable=True, arguments=args)
+    safe_close(c)
+    log = os.path.join(node.data, "vhosts", "2f", "definitions.log")
+    size = os.path.getsize(log)
+    assert size < 256 * 1024 + 4096, f"journal of {size} bytes after {cycles} cycles: never compacted"
+    node.kill9()
+    node.start()
+    assert _exists(node, queue=name)
