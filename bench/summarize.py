@@ -25,6 +25,8 @@ spec.loader.exec_module(ps)
 KEYS = ["send", "recv", "lat_p50_us", "lat_p99_us", "confirm_p99_us", "rss_mb", "broker_cpu_s"]
 INTERVAL = re.compile(r"time ([\d.]+) s, sent: (\d+) msg/s, received: (\d+) msg/s"
                       r"(?:, min/median/75th/95th/99th consumer latency: \d+/(\d+)/)?")
+P99S = re.compile(r"time [\d.]+ s, sent: \d+ msg/s, received: \d+ msg/s, "
+                  r"min/median/75th/95th/99th consumer latency: \d+/\d+/\d+/\d+/(\d+)")
 
 
 def runs(d, s, side):
@@ -80,6 +82,18 @@ def troubles(path):
     return out
 
 
+def start_up(path, target):
+    """For a fixed-rate run: how far the average send rate exceeds the target (PerfTest's rate
+    limiter banks the permits of its start-up wait and spends them at once), the first second's
+    p99, and the median of the later seconds' p99s."""
+    txt = open(path, encoding="utf-8", errors="replace").read().split("test stopped")[0]
+    p99s = [int(x) for x in P99S.findall(txt)]
+    send = ps.parse(path)["send"]
+    above = f"{100 * (send - target) / target:+.0f}%" if send else "-"
+    later = ms(statistics.median(p99s[1:])) if len(p99s) > 1 else "-"
+    return f"{above}, {ms(p99s[0]) if p99s else '-'}, {later}"
+
+
 def main():
     d, scenarios = sys.argv[1], sys.argv[2:]
     print("| scenario | Warren send | Warren recv | Warren p50 | Warren p99 | Warren RSS "
@@ -112,6 +126,20 @@ def main():
         print(f"| {s} | {counts[s][0]}/{counts[s][1]} | {ms(a['confirm_p99_us'])} | {ms(b['confirm_p99_us'])} "
               f"| {n(a['broker_cpu_s'])} | {n(b['broker_cpu_s'])} | {ratio(a['broker_cpu_s'], b['broker_cpu_s'])} |")
     print()
+    fixed = [s for s in scenarios if re.fullmatch(r"S4-\d+", s)]
+    if fixed:
+        print("Per round at fixed rates: send rate above the target (PerfTest's start-up burst), "
+              "first second's p99, median p99 of the later seconds:")
+        print()
+        print("| scenario | round | Warren | RabbitMQ |")
+        print("|---|---:|---|---|")
+        for s in fixed:
+            target = int(s.split("-")[1])
+            pa, _ = runs(d, s, "A")
+            pb, _ = runs(d, s, "B")
+            for i, (x, y) in enumerate(zip(pa, pb), 1):
+                print(f"| {s} | {i} | {start_up(x, target)} | {start_up(y, target)} |")
+        print()
     print("Trouble in the raw outputs (exceptions, no receive rate, 1 s intervals where the consumer "
           "received under 5% of what was sent or where its median latency reached 1 s):")
     print()
