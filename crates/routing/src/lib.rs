@@ -253,39 +253,53 @@ impl<Q: Clone + QueueKey> Table<Q> {
     }
 }
 
-/// Queues already in `out`, for de-duplication. A linear scan while `out` is short (no
-/// allocation on the common path); a hash set once a fanout reaches many queues, where the scan
-/// would make routing quadratic in the number of bound queues.
-#[derive(Default)]
-struct Seen(Option<ahash::AHashSet<usize>>);
+/// De-duplication of what a list already holds: a linear scan while the list is short (no
+/// allocation on the common path), a hash set past `SEEN_SCAN_MAX`, where the scan would make a
+/// wide fanout (or a topic key that keeps many patterns alive) quadratic.
+pub(crate) struct Seen<K>(Option<ahash::AHashSet<K>>);
+
+impl<K> Default for Seen<K> {
+    fn default() -> Self {
+        Seen(None)
+    }
+}
 
 const SEEN_SCAN_MAX: usize = 16;
 
-/// Direct exchanges with at most this many bindings are scanned, not looked up in the index.
-const DIRECT_SCAN_MAX: usize = 8;
-
-impl Seen {
-    /// Whether `q` is new to `out`; records it.
-    fn insert<Q: QueueKey>(&mut self, out: &[Q], q: &Q) -> bool {
-        if self.0.is_none() && out.len() < SEEN_SCAN_MAX {
-            return !out.iter().any(|o| o.key() == q.key());
+impl<K: Copy + Eq + std::hash::Hash> Seen<K> {
+    /// Whether `k` is new to `held` (the keys of the list's items); records it. The caller then
+    /// adds the item to the list.
+    pub(crate) fn insert<I>(&mut self, mut held: I, k: K) -> bool
+    where
+        I: ExactSizeIterator<Item = K>,
+    {
+        if self.0.is_none() && held.len() < SEEN_SCAN_MAX {
+            return !held.any(|h| h == k);
         }
-        self.0
-            .get_or_insert_with(|| out.iter().map(QueueKey::key).collect())
-            .insert(q.key())
+        self.0.get_or_insert_with(|| held.collect()).insert(k)
+    }
+
+    /// Forgets everything, for a list that was cleared.
+    pub(crate) fn clear(&mut self) {
+        if let Some(set) = &mut self.0 {
+            set.clear();
+        }
     }
 }
+
+/// Direct exchanges with at most this many bindings are scanned, not looked up in the index.
+const DIRECT_SCAN_MAX: usize = 8;
 
 /// Adds a matched queue (once) to `out`, or a matched exchange to the walk.
 fn follow<'a, Q: Clone + QueueKey>(
     dest: &'a Destination<Q>,
     out: &mut Vec<Q>,
     stack: &mut SmallVec<[&'a str; 8]>,
-    seen: &mut Seen,
+    seen: &mut Seen<usize>,
 ) {
     match dest {
         Destination::Queue(q) => {
-            if seen.insert(out, q) {
+            if seen.insert(out.iter().map(QueueKey::key), q.key()) {
                 out.push(q.clone());
             }
         }

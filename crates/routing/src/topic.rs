@@ -5,8 +5,10 @@
 //! [`Trie`] routes a publish through all of an exchange's patterns at once; [`matches`] is the
 //! single-pattern matcher it is tested against.
 
-use ahash::{AHashMap, AHashSet};
+use ahash::AHashMap;
 use smallvec::SmallVec;
+
+use crate::Seen;
 
 /// True if routing `key` matches binding `pattern`.
 pub fn matches(pattern: &str, key: &str) -> bool {
@@ -94,14 +96,11 @@ impl Trie {
             return;
         }
         let (mut cur, mut next) = (SmallVec::new(), SmallVec::new());
-        // Only for a key that keeps many patterns alive at once.
-        let mut seen = None;
+        let mut seen = Seen::default();
         self.reach(&mut cur, &mut seen, 0);
         for w in word_iter(key) {
             next.clear();
-            if let Some(set) = &mut seen {
-                set.clear();
-            }
+            seen.clear();
             for &n in &cur {
                 let node = &self.nodes[n as usize];
                 if node.is_hash {
@@ -129,15 +128,8 @@ impl Trie {
     }
 
     /// Adds node `n` to the reached set, and the `#` below it (which may match no word at all).
-    fn reach(&self, states: &mut States, seen: &mut Option<AHashSet<u32>>, n: u32) {
-        let new = match seen {
-            Some(set) => set.insert(n),
-            None if states.len() < STATES_SCAN_MAX => !states.contains(&n),
-            None => seen
-                .get_or_insert_with(|| states.iter().copied().collect())
-                .insert(n),
-        };
-        if new {
+    fn reach(&self, states: &mut States, seen: &mut Seen<u32>, n: u32) {
+        if seen.insert(states.iter().copied(), n) {
             states.push(n);
             if let Some(h) = self.nodes[n as usize].hash {
                 self.reach(states, seen, h);
@@ -148,9 +140,6 @@ impl Trie {
 
 /// The trie nodes reached so far.
 type States = SmallVec<[u32; 8]>;
-
-/// Past this many reached nodes, a hash set de-duplicates them instead of a scan.
-const STATES_SCAN_MAX: usize = 32;
 
 /// A node's literal-word children: compared in a short list (cheaper than hashing the word,
 /// callgrind), in a map once there are many.
