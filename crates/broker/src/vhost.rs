@@ -417,39 +417,12 @@ impl VHost {
         let mut j = self.journal.lock();
         let generation = j.generation + 1;
         let mut out = vec![Definition::Generation(generation)];
-        let mut xs: Vec<_> = defs
-            .table
-            .exchanges
-            .values()
-            .filter(|x| x.durable && !x.name.is_empty() && !x.name.starts_with("amq."))
-            .collect();
+        let mut xs: Vec<_> = defs.table.exchanges.values().collect();
         xs.sort_by(|a, b| a.name.cmp(&b.name));
-        for x in xs {
-            out.push(Definition::Exchange(ExchangeDeclare {
-                exchange: (&*x.name).into(),
-                kind: x.kind.as_str().into(),
-                durable: true,
-                auto_delete: x.auto_delete,
-                internal: x.internal,
-                arguments: x.arguments.clone(),
-                ..Default::default()
-            }));
-        }
-        let mut qs: Vec<_> = defs.queues.values().filter(|q| Self::kept(q)).collect();
+        out.extend(xs.into_iter().filter_map(|x| Self::exchange_def(x)));
+        let mut qs: Vec<_> = defs.queues.values().collect();
         qs.sort_by(|a, b| a.name.cmp(&b.name));
-        for q in qs {
-            let Some(id) = q.store_id else { continue };
-            out.push(Definition::Queue(
-                id,
-                QueueDeclare {
-                    queue: (&*q.name).into(),
-                    durable: true,
-                    auto_delete: q.options.auto_delete,
-                    arguments: q.options.arguments.clone(),
-                    ..Default::default()
-                },
-            ));
-        }
+        out.extend(qs.into_iter().filter_map(|q| Self::queue_def(q)));
         let mut names: Vec<_> = defs.table.exchanges.keys().collect();
         names.sort();
         for name in names {
@@ -458,29 +431,9 @@ impl VHost {
                 continue;
             }
             for b in &x.bindings {
-                let (k, a) = ((&*b.routing_key).into(), b.arguments.clone());
-                match &b.destination {
-                    Destination::Queue(q) if Self::kept(q) => {
-                        out.push(Definition::QueueBind(QueueBind {
-                            queue: (&*q.name).into(),
-                            exchange: (&**name).into(),
-                            routing_key: k,
-                            arguments: a,
-                            ..Default::default()
-                        }))
-                    }
-                    Destination::Exchange(d)
-                        if defs.table.exchanges.get(d).is_some_and(|dx| dx.durable) =>
-                    {
-                        out.push(Definition::ExchangeBind(ExchangeBind {
-                            destination: (&**d).into(),
-                            source: (&**name).into(),
-                            routing_key: k,
-                            arguments: a,
-                            ..Default::default()
-                        }))
-                    }
-                    _ => {}
+                if Self::dest_kept(defs, &b.destination) {
+                    let (key, args) = (&b.routing_key, &b.arguments);
+                    out.push(Self::binding_op(name, &b.destination, key, args, true));
                 }
             }
         }
@@ -504,6 +457,36 @@ impl VHost {
             bytes: header.len() as u64,
             snapshot_bytes: snapshot.len() as u64,
         };
+    }
+
+    /// How the definitions files keep an exchange; `None` for one they do not keep.
+    fn exchange_def(x: &Exchange<Arc<Queue>>) -> Option<Definition> {
+        (x.durable && !x.name.is_empty() && !x.name.starts_with("amq.")).then(|| {
+            Definition::Exchange(ExchangeDeclare {
+                exchange: (&*x.name).into(),
+                kind: x.kind.as_str().into(),
+                durable: true,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: x.arguments.clone(),
+                ..Default::default()
+            })
+        })
+    }
+
+    /// How the definitions files keep a queue (with its log's id); `None` for one they do not.
+    fn queue_def(q: &Queue) -> Option<Definition> {
+        let id = q.store_id.filter(|_| Self::kept(q))?;
+        Some(Definition::Queue(
+            id,
+            QueueDeclare {
+                queue: (&*q.name).into(),
+                durable: true,
+                auto_delete: q.options.auto_delete,
+                arguments: q.options.arguments.clone(),
+                ..Default::default()
+            },
+        ))
     }
 
     /// What backs a new or recovered queue: a durable queue's log `id` (opened here, with what
@@ -699,18 +682,8 @@ impl VHost {
             direct: Default::default(),
             topic: Default::default(),
         };
+        let op = Self::exchange_def(&x);
         defs.table.exchanges.insert(name, Arc::new(x));
-        let op = (spec.durable && !spec.name.starts_with("amq.")).then(|| {
-            Definition::Exchange(ExchangeDeclare {
-                exchange: spec.name.into(),
-                kind: kind.as_str().into(),
-                durable: true,
-                auto_delete: spec.auto_delete,
-                internal: spec.internal,
-                arguments: spec.arguments.clone(),
-                ..Default::default()
-            })
-        });
         self.changed(&defs, op.into_iter().collect());
         tracing::info!(vhost = %self.name, exchange = spec.name, kind = spec.kind, "exchange declared");
         Ok(())
@@ -864,11 +837,7 @@ impl VHost {
             Err(_) if !add => return Ok(()),
             Err(e) => return Err(e),
         };
-        // As the snapshot keeps bindings: to a kept queue, or to a durable exchange.
-        let dest_kept = match &dest {
-            Destination::Queue(q) => Self::kept(q),
-            Destination::Exchange(d) => defs.table.exchanges.get(d).is_some_and(|dx| dx.durable),
-        };
+        let dest_kept = Self::dest_kept(&defs, &dest);
         let Some(x) = defs.table.exchanges.get_mut(source) else {
             return if add {
                 Err(self.no_exchange(source))
@@ -913,7 +882,16 @@ impl VHost {
         Ok(())
     }
 
-    /// The journal record of a binding added or removed.
+    /// Whether a binding from a durable exchange to `dest` is kept: to a kept queue, or to a
+    /// durable exchange.
+    fn dest_kept(defs: &Snapshot, dest: &Destination<Arc<Queue>>) -> bool {
+        match dest {
+            Destination::Queue(q) => Self::kept(q),
+            Destination::Exchange(d) => defs.table.exchanges.get(d).is_some_and(|dx| dx.durable),
+        }
+    }
+
+    /// The record of a binding added or removed.
     fn binding_op(
         source: &str,
         dest: &Destination<Arc<Queue>>,
@@ -1093,19 +1071,7 @@ impl VHost {
             backing,
         );
         defs.queues.insert(name, q.clone());
-        let op = q.store_id.filter(|_| Self::kept(&q)).map(|id| {
-            Definition::Queue(
-                id,
-                QueueDeclare {
-                    queue: spec.name.into(),
-                    durable: true,
-                    auto_delete: spec.auto_delete,
-                    arguments: spec.arguments.clone(),
-                    ..Default::default()
-                },
-            )
-        });
-        self.changed(&defs, op.into_iter().collect());
+        self.changed(&defs, Self::queue_def(&q).into_iter().collect());
         tracing::info!(vhost = %self.name, queue = spec.name, durable = spec.durable, exclusive = spec.exclusive, auto_delete = spec.auto_delete, "queue declared");
         Ok(q)
     }
