@@ -109,6 +109,9 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // Its default reports a failed write with eprintln!, which panics when stderr is what
+        // failed (a closed pipe, a full disk), killing the task that logged. Drop the line.
+        .log_internal_errors(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WARREN_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

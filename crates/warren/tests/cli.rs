@@ -135,6 +135,76 @@ fn serves_amqp_and_stops_cleanly_on_sigterm() {
     );
 }
 
+/// A broker whose stderr can no longer be written (its log reader went away, a full disk) keeps
+/// serving: a log line that cannot be written is dropped, never a panic in the task that logged.
+#[test]
+fn keeps_serving_when_stderr_cannot_be_written() {
+    let dir = tempdir();
+    let port = free_port();
+    let mut broker = KillOnDrop(
+        bin()
+            .args([
+                "server",
+                "--amqp-port",
+                &port.to_string(),
+                "--http-port",
+                &free_port().to_string(),
+                "--data-dir",
+            ])
+            .arg(dir.join("data"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts"),
+    );
+    assert!(wait_for_port(port), "broker did not listen");
+    // Every log line from now on fails with EPIPE. Each connection logs its open and close.
+    drop(broker.0.stderr.take());
+    let uri = format!("amqp://guest:guest@127.0.0.1:{port}");
+    for round in 0..3 {
+        let mut perf = bin()
+            .args(["perf", "-h", &uri, "-x", "1", "-y", "1", "-C", "500"])
+            .args(["-u", &format!("stderr-closed-{round}")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("perf starts");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(st) = perf.try_wait().expect("wait") {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = perf.kill();
+                panic!("round {round}: no answer from a broker whose stderr is closed");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let out = perf.wait_with_output().expect("output");
+        assert!(
+            status.success(),
+            "round {round}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(
+        broker.0.try_wait().expect("wait").is_none(),
+        "broker exited"
+    );
+    drop(broker);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A spawned broker, killed when dropped (also when a test fails), so none outlives its test.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn tempdir() -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!(
         "warren-cli-{}-{}",
