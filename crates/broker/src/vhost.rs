@@ -306,7 +306,10 @@ impl VHost {
         v.remove_orphan_logs();
         // Compacts: one snapshot of what was recovered, and an empty journal after it.
         v.journal.lock().generation = generation;
-        v.save(&v.defs.lock());
+        if let Err(e) = v.save(&v.defs.lock()) {
+            // What was read stays valid on disk; each change will retry the rewrite.
+            tracing::error!(vhost = name, error = %e, "cannot compact the definitions at boot");
+        }
         tracing::info!(vhost = name, queues, messages, "vhost recovered");
         Ok(v)
     }
@@ -372,18 +375,28 @@ impl VHost {
         self.snapshot.store(Arc::new(defs.clone()));
     }
 
-    /// Publishes the new snapshot and journals the changes to durable definitions (`ops`).
-    fn changed(&self, defs: &Snapshot, ops: Vec<Definition>) {
-        self.publish(defs);
+    /// Journals the changes to durable definitions (`ops`), then publishes the new snapshot.
+    /// When they cannot be written, `defs` goes back to the published snapshot and the change
+    /// fails with 541: a client never gets an ok for a definition a restart would lose.
+    fn changed(&self, defs: &mut Snapshot, ops: Vec<Definition>) -> AmqpResult<()> {
         if !ops.is_empty() {
-            self.journal(defs, &ops);
+            if let Err(e) = self.journal(defs, &ops) {
+                tracing::error!(vhost = %self.name, error = %e, "cannot write the definitions; change refused");
+                *defs = Snapshot::clone(&self.snapshot.load());
+                return Err(AmqpError::internal_error(format!(
+                    "cannot write the definitions of vhost '{}': {e}",
+                    self.name
+                )));
+            }
         }
+        self.publish(defs);
+        Ok(())
     }
 
     /// Appends changes to the journal and fsyncs it, or compacts when the journal has grown.
-    fn journal(&self, defs: &Snapshot, ops: &[Definition]) {
+    fn journal(&self, defs: &Snapshot, ops: &[Definition]) -> std::io::Result<()> {
         if self.loading.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
+            return Ok(());
         }
         use std::io::Write;
         let mut j = self.journal.lock();
@@ -394,12 +407,17 @@ impl VHost {
         };
         let rec = definitions::encode(ops);
         match file.write_all(&rec).and_then(|()| file.sync_data()) {
-            Ok(()) => j.bytes += rec.len() as u64,
+            Ok(()) => {
+                j.bytes += rec.len() as u64;
+                Ok(())
+            }
             Err(e) => {
+                // A torn record at the journal's end is skipped by recovery; the snapshot
+                // rewrite below, if it succeeds, replaces the journal anyway.
                 tracing::error!(vhost = %self.name, error = %e, "cannot append to the definitions journal; rewriting the snapshot");
                 j.file = None;
                 drop(j);
-                self.save(defs);
+                self.save(defs)
             }
         }
     }
@@ -409,10 +427,13 @@ impl VHost {
         q.options.durable && q.options.exclusive_owner.is_none()
     }
 
-    fn save(&self, defs: &Snapshot) {
-        let Some(storage) = &self.storage else { return };
+    /// Writes every durable definition as a new snapshot and starts an empty journal after it.
+    fn save(&self, defs: &Snapshot) -> std::io::Result<()> {
+        let Some(storage) = &self.storage else {
+            return Ok(());
+        };
         if self.loading.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
+            return Ok(());
         }
         let mut j = self.journal.lock();
         let generation = j.generation + 1;
@@ -439,10 +460,7 @@ impl VHost {
         }
         let snapshot = definitions::encode(&out);
         let path = storage.dir.join("definitions");
-        if let Err(e) = warren_store::snapshot::write_atomic(&path, &snapshot) {
-            tracing::error!(vhost = %self.name, error = %e, "cannot write the definitions file");
-            return;
-        }
+        warren_store::snapshot::write_atomic(&path, &snapshot)?;
         // The snapshot holds everything now; a crash before the journal is reset leaves an
         // older-generation journal, which recovery ignores.
         let log = path.with_extension("log");
@@ -457,6 +475,7 @@ impl VHost {
             bytes: header.len() as u64,
             snapshot_bytes: snapshot.len() as u64,
         };
+        Ok(())
     }
 
     /// How the definitions files keep an exchange; `None` for one they do not keep.
@@ -684,7 +703,7 @@ impl VHost {
         };
         let op = Self::exchange_def(&x);
         defs.table.exchanges.insert(name, Arc::new(x));
-        self.changed(&defs, op.into_iter().collect());
+        self.changed(&mut defs, op.into_iter().collect())?;
         tracing::info!(vhost = %self.name, exchange = spec.name, kind = spec.kind, "exchange declared");
         Ok(())
     }
@@ -755,7 +774,7 @@ impl VHost {
             &|d| matches!(d, Destination::Exchange(e) if &**e == name),
             &mut ops,
         );
-        self.changed(&defs, ops);
+        self.changed(&mut defs, ops)?;
         tracing::info!(vhost = %self.name, exchange = name, "exchange deleted");
         Ok(())
     }
@@ -878,8 +897,7 @@ impl VHost {
             }
             _ => return Ok(()),
         }
-        self.changed(&defs, ops);
-        Ok(())
+        self.changed(&mut defs, ops)
     }
 
     /// Whether a binding from a durable exchange to `dest` is kept: to a kept queue, or to a
@@ -1071,7 +1089,10 @@ impl VHost {
             backing,
         );
         defs.queues.insert(name, q.clone());
-        self.changed(&defs, Self::queue_def(&q).into_iter().collect());
+        if let Err(e) = self.changed(&mut defs, Self::queue_def(&q).into_iter().collect()) {
+            q.mark_deleted(); // its new log goes with it
+            return Err(e);
+        }
         tracing::info!(vhost = %self.name, queue = spec.name, durable = spec.durable, exclusive = spec.exclusive, auto_delete = spec.auto_delete, "queue declared");
         Ok(q)
     }
@@ -1230,7 +1251,7 @@ impl VHost {
             &|d| matches!(d, Destination::Queue(x) if Arc::ptr_eq(x, &q)),
             &mut ops,
         );
-        self.changed(&defs, ops);
+        self.changed(&mut defs, ops)?;
         drop(defs);
         let (message_count, consumers) = q.mark_deleted();
         tracing::info!(vhost = %self.name, queue = name, "queue deleted");

@@ -412,3 +412,51 @@ def test_definitions_journal_is_compacted(node):
     node.kill9()
     node.start()
     assert _exists(node, queue=name)
+
+
+def test_definition_that_cannot_be_written_is_refused():
+    """With the definitions files unable to grow (a size-limited file), a durable declare or
+    bind gets 541 INTERNAL_ERROR instead of an ok, is not applied, and nothing that did get an
+    ok is lost; once writes work again, so do declares."""
+    n = Node(fsize_limit=64 * 1024)
+    try:
+        n.start()
+        prefix = "full-defs-" + "d" * 200 + "-"  # about 0.3 KB per journal record
+        declared: list[str] = []
+        refused = None
+        c = connect(n)
+        ch = c.channel()
+        for i in range(2000):
+            try:
+                ch.queue_declare(f"{prefix}{i}", durable=True)
+                declared.append(f"{prefix}{i}")
+            except pika.exceptions.ConnectionClosedByBroker as e:
+                assert e.reply_code == 541, e
+                assert "cannot write the definitions" in e.reply_text, e
+                refused = f"{prefix}{i}"
+                break
+        assert refused is not None, f"{len(declared)} durable declares past a 64 KiB file limit all got an ok"
+        assert len(declared) > 50, "refused before the limit could have been reached"
+        assert not _exists(n, queue=refused), "a refused declare was applied in memory"
+        vhost_dir = os.path.join(n.data, "vhosts", "2f")
+        assert not os.path.exists(os.path.join(vhost_dir, "definitions.tmp")), "a failed rewrite left its partial copy"
+        # A bind is refused the same way and does not route.
+        c = connect(n)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
+            c.channel().queue_bind(declared[0], "amq.direct", "refused-key")
+        assert e.value.reply_code == 541
+        safe_close(c)
+        # Space returns: raise the limit of the running broker.
+        resource.prlimit(n.proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        c = connect(n)
+        c.channel().queue_declare("after-full", durable=True)
+        safe_close(c)
+        n.kill9()
+        n.fsize_limit = None
+        n.start()
+        for q in (declared[0], declared[-1], "after-full"):
+            assert _exists(n, queue=q), f"{q} got declare-ok and was lost"
+        assert not _exists(n, queue=refused), "a refused declare came back after a restart"
+        assert _routed(n, "amq.direct", "refused-key", [declared[0]]) == {declared[0]: 0}
+    finally:
+        n.cleanup()
