@@ -68,3 +68,29 @@ def test_single_active_consumer_delivers_to_one_then_fails_over(amqp_url, conn, 
         assert got["b"] == [b"6", b"7", b"8"]
     finally:
         conn.channel().queue_delete(q)
+
+
+@pytest.mark.parametrize("arg,value,why", [
+    ("x-max-priority", -1, "{value_negative,-1}"),
+    ("x-max-priority", 256, "{max_value_exceeded,256}"),
+    ("x-overflow", "bogus", "invalid_overflow"),
+    ("x-overflow", 1, "{unacceptable_type,signedint}"),
+    ("x-dead-letter-routing-key", 1, "{unacceptable_type,signedint}"),
+    ("x-single-active-consumer", "yes", "{unacceptable_type,longstr}"),
+    ("x-single-active-consumer", 1, "{unacceptable_type,signedint}"),
+])
+def test_invalid_argument_texts(ch, arg, value, why):
+    # RabbitMQ 3.10: a channel error 406 naming the argument and its check's reason verbatim.
+    q = uname("badarg")
+    with channel_closed(406, "PRECONDITION_FAILED") as info:
+        ch.queue_declare(q, exclusive=True, arguments={arg: value})
+    assert info.exc.reply_text == f"PRECONDITION_FAILED - invalid arg '{arg}' for queue '{q}' in vhost '/': {why}"
+
+
+def test_dead_letter_exchange_of_wrong_type(ch):
+    # RabbitMQ 3.10 (rabbit_channel's own check): 406 "invalid type 'signedint' for arg ... in queue ...".
+    q = uname("badarg")
+    with channel_closed(406, "PRECONDITION_FAILED") as info:
+        ch.queue_declare(q, exclusive=True, arguments={"x-dead-letter-exchange": 1})
+    assert info.exc.reply_text == (f"PRECONDITION_FAILED - invalid type 'signedint' for arg "
+                                   f"'x-dead-letter-exchange' in queue '{q}' in vhost '/'")

@@ -53,34 +53,45 @@ impl QueueArgs {
                 other => Ok(other.map(|n| n as u64)),
             }
         };
+        // RabbitMQ's checks for the string arguments answer `{unacceptable_type,T}`.
         let string = |key: &str| -> AmqpResult<Option<String>> {
             match args.get(key) {
                 None => Ok(None),
-                Some(v) => v.as_str().map(|s| Some(s.to_string())).ok_or_else(|| {
-                    invalid(key, format!("\"expected longstr, got {}\"", type_name(v)))
-                }),
+                Some(v) => v
+                    .as_str()
+                    .map(|s| Some(s.to_string()))
+                    .ok_or_else(|| invalid(key, format!("{{unacceptable_type,{}}}", type_name(v)))),
             }
         };
         let overflow = match string("x-overflow")?.as_deref() {
             None | Some("drop-head") => Overflow::DropHead,
             Some("reject-publish") => Overflow::RejectPublish,
             Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
-            Some(other) => {
-                return Err(invalid(
-                    "x-overflow",
-                    format!("{{unknown_overflow_behaviour,<<\"{other}\">>}}"),
-                ))
-            }
+            Some(_) => return Err(invalid("x-overflow", "invalid_overflow".to_string())),
         };
-        let max_priority = match int("x-max-priority")? {
+        let max_priority = match non_neg("x-max-priority")? {
             None => None,
-            Some(n) if (0..=255).contains(&n) => Some(n as u8),
+            Some(n) if n <= 255 => Some(n as u8),
             Some(n) => {
                 return Err(invalid(
                     "x-max-priority",
-                    format!("{{value_out_of_range,{n}}}"),
+                    format!("{{max_value_exceeded,{n}}}"),
                 ))
             }
+        };
+        // rabbit_channel checks the dead-letter exchange's type itself, in other words.
+        let dead_letter_exchange = match args.get("x-dead-letter-exchange") {
+            None => None,
+            Some(v) => Some(
+                v.as_str()
+                    .ok_or_else(|| {
+                        AmqpError::precondition_failed(format!(
+                            "invalid type '{}' for arg 'x-dead-letter-exchange' in {what}",
+                            type_name(v)
+                        ))
+                    })?
+                    .to_string(),
+            ),
         };
         Ok(QueueArgs {
             max_length: non_neg("x-max-length")?,
@@ -88,7 +99,7 @@ impl QueueArgs {
             overflow,
             message_ttl_ms: non_neg("x-message-ttl")?,
             max_priority,
-            dead_letter_exchange: string("x-dead-letter-exchange")?,
+            dead_letter_exchange,
             dead_letter_routing_key: string("x-dead-letter-routing-key")?,
             expires_ms: match int("x-expires")? {
                 None => None,
@@ -102,7 +113,7 @@ impl QueueArgs {
                 Some(v) => {
                     return Err(invalid(
                         "x-single-active-consumer",
-                        format!("\"expected bool, got {}\"", type_name(v)),
+                        format!("{{unacceptable_type,{}}}", type_name(v)),
                     ))
                 }
             },
@@ -179,6 +190,40 @@ mod tests {
         assert!(QueueArgs::parse(&t("x-max-length", FieldValue::I32(-1)), what).is_err());
         assert!(QueueArgs::parse(&t("x-max-priority", FieldValue::I32(256)), what).is_err());
         assert!(QueueArgs::parse(&t("x-overflow", FieldValue::str("nope")), what).is_err());
+        let text = |k: &str, v: FieldValue| QueueArgs::parse(&t(k, v), what).expect_err(k).text;
+        let pre = "PRECONDITION_FAILED - invalid arg";
+        assert_eq!(
+            text("x-max-priority", FieldValue::I32(-1)),
+            format!("{pre} 'x-max-priority' for queue 'q' in vhost '/': {{value_negative,-1}}")
+        );
+        assert_eq!(
+            text("x-max-priority", FieldValue::I32(256)),
+            format!(
+                "{pre} 'x-max-priority' for queue 'q' in vhost '/': {{max_value_exceeded,256}}"
+            )
+        );
+        assert_eq!(
+            text("x-overflow", FieldValue::str("nope")),
+            format!("{pre} 'x-overflow' for queue 'q' in vhost '/': invalid_overflow")
+        );
+        assert_eq!(
+            text("x-overflow", FieldValue::I32(1)),
+            format!(
+                "{pre} 'x-overflow' for queue 'q' in vhost '/': {{unacceptable_type,signedint}}"
+            )
+        );
+        assert_eq!(
+            text("x-dead-letter-routing-key", FieldValue::I32(1)),
+            format!("{pre} 'x-dead-letter-routing-key' for queue 'q' in vhost '/': {{unacceptable_type,signedint}}")
+        );
+        assert_eq!(
+            text("x-single-active-consumer", FieldValue::str("a")),
+            format!("{pre} 'x-single-active-consumer' for queue 'q' in vhost '/': {{unacceptable_type,longstr}}")
+        );
+        assert_eq!(
+            text("x-dead-letter-exchange", FieldValue::I32(1)),
+            "PRECONDITION_FAILED - invalid type 'signedint' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'"
+        );
         let a = QueueArgs::parse(&t("x-message-ttl", FieldValue::I64(0)), what).expect("valid");
         assert_eq!(a.message_ttl_ms, Some(0));
         assert_eq!(
