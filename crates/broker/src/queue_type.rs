@@ -2,17 +2,60 @@
 //! RabbitMQ's validation (durable, not exclusive, not auto-delete) and served by a durable
 //! classic queue until replication exists (a log line says so).
 
-use warren_protocol::FieldValue;
+use warren_protocol::{FieldTable, FieldValue};
 
 use crate::error::{AmqpError, AmqpResult};
 use crate::vhost::QueueSpec;
 
-/// Validates a new queue's `x-queue-type` against its properties, in RabbitMQ's words.
+/// Arguments a queue type refuses: RabbitMQ 3.10 answers 406 `invalid arg 'K' for queue 'q' in
+/// vhost '/' of queue type rabbit_classic_queue` (checked before the arguments' values).
+const NOT_FOR_CLASSIC: &[&str] = &[
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-delivery-limit",
+    "x-quorum-initial-group-size",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+    "x-queue-leader-locator",
+    "x-dead-letter-strategy",
+];
+const NOT_FOR_QUORUM: &[&str] = &[
+    "x-max-priority",
+    "x-queue-mode",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+    "x-queue-master-locator",
+];
+const NOT_FOR_STREAM: &[&str] = &[
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-single-active-consumer",
+    "x-quorum-initial-group-size",
+    "x-delivery-limit",
+    "x-dead-letter-strategy",
+    "x-queue-master-locator",
+];
+
+/// Validates a new queue's `x-queue-type` against its name, properties and arguments, and the
+/// arguments only a declare checks (a recovered queue is not checked again), in RabbitMQ's words.
 pub fn check(spec: &QueueSpec<'_>, vhost: &str) -> AmqpResult<()> {
     let what = format!("queue '{}' in vhost '{vhost}'", spec.name);
     let kind = match spec.arguments.get("x-queue-type") {
-        None => return Ok(()),
+        None => "classic".to_string(),
         Some(FieldValue::LongStr(b)) => String::from_utf8_lossy(b).into_owned(),
+        // rabbit_channel looks a server-named queue's type up first and crashes on one it does
+        // not know: the connection is closed with a bare 541.
+        Some(_) if spec.server_named => return Err(crash()),
         Some(v) => {
             return Err(AmqpError::precondition_failed(format!(
                 "invalid arg 'x-queue-type' for {what}: {{unacceptable_type,{}}}",
@@ -20,6 +63,34 @@ pub fn check(spec: &QueueSpec<'_>, vhost: &str) -> AmqpResult<()> {
             )))
         }
     };
+    let (refused, module): (&[&str], &str) = match kind.as_str() {
+        "classic" => (NOT_FOR_CLASSIC, "rabbit_classic_queue"),
+        "quorum" => (NOT_FOR_QUORUM, "rabbit_quorum_queue"),
+        "stream" => (NOT_FOR_STREAM, "rabbit_stream_queue"),
+        _ if spec.server_named => return Err(crash()),
+        _ => ([].as_slice(), ""),
+    };
+    if spec.server_named && kind != "classic" {
+        return Err(AmqpError::precondition_failed(format!(
+            "Cannot declare a server-named queue for type {module}"
+        )));
+    }
+    // The values of the arguments this type takes are checked first, then the ones it refuses.
+    let mut taken = spec.arguments.clone();
+    taken.0.retain(|(k, _)| !refused.contains(&&**k));
+    check_declare_only(&taken, &what)?;
+    crate::queue::QueueArgs::parse(&taken, &what)?;
+    if let Some((k, _)) = spec
+        .arguments
+        .0
+        .iter()
+        .find(|(k, _)| refused.contains(&&**k))
+    {
+        return Err(AmqpError::precondition_failed(format!(
+            "invalid arg '{}' for {what} of queue type {module}",
+            &**k
+        )));
+    }
     match kind.as_str() {
         "classic" => return Ok(()),
         "quorum" | "stream" => {}
@@ -44,5 +115,51 @@ pub fn check(spec: &QueueSpec<'_>, vhost: &str) -> AmqpResult<()> {
         return bad("auto-delete");
     }
     tracing::info!(vhost, queue = spec.name, queue_type = %kind, "queue type served by a durable classic queue (no replication yet)");
+    Ok(())
+}
+
+/// rabbit_channel's bare 541 when its own code crashes (the connection is closed).
+fn crash() -> AmqpError {
+    AmqpError {
+        code: warren_protocol::reply::INTERNAL_ERROR,
+        text: "INTERNAL_ERROR".into(),
+        class_id: 0,
+        method_id: 0,
+    }
+}
+
+/// Checks RabbitMQ makes of a declare's arguments that a queue does not otherwise act on, so a
+/// recovered queue declared before they existed here is not refused at boot.
+fn check_declare_only(args: &FieldTable, what: &str) -> AmqpResult<()> {
+    let invalid = |key: &str, why: String| {
+        AmqpError::precondition_failed(format!("invalid arg '{key}' for {what}: {why}"))
+    };
+    if let Some(FieldValue::LongStr(_)) = args.get("x-dead-letter-routing-key") {
+        if args.get("x-dead-letter-exchange").is_none() {
+            return Err(invalid(
+                "x-dead-letter-routing-key",
+                "routing_key_but_no_dlx_defined".to_string(),
+            ));
+        }
+    }
+    match args.get("x-queue-mode") {
+        None => {}
+        Some(FieldValue::LongStr(b)) if &b[..] == b"default" || &b[..] == b"lazy" => {}
+        Some(FieldValue::LongStr(b)) => {
+            return Err(invalid(
+                "x-queue-mode",
+                format!(
+                    "\"unsupported queue mode '{}'\"",
+                    String::from_utf8_lossy(b)
+                ),
+            ))
+        }
+        Some(v) => {
+            return Err(invalid(
+                "x-queue-mode",
+                format!("{{unacceptable_type,{}}}", crate::queue::type_name(v)),
+            ))
+        }
+    }
     Ok(())
 }
