@@ -461,6 +461,18 @@ impl Channel {
                     self.reply(ExchangeUnbindOk {});
                 }
             }
+            // RabbitMQ answers any declare of the direct reply-to pseudo-queue, passive or not,
+            // whatever its flags and arguments, with declare-ok: 0 messages, 1 consumer.
+            Method::QueueDeclare(d) if &*d.queue == DIRECT_REPLY_TO => {
+                self.last_queue = Some(d.queue.clone());
+                if !d.nowait {
+                    self.reply(QueueDeclareOk {
+                        queue: d.queue.clone(),
+                        message_count: 0,
+                        consumer_count: 1,
+                    });
+                }
+            }
             Method::QueueDeclare(d) => {
                 let server_named = d.queue.is_empty() && !d.passive;
                 let name = if server_named {

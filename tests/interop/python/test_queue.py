@@ -466,3 +466,12 @@ def test_empty_queue_name_without_prior_declare_is_404(amqp_url):
         assert (f.args["class_id"], f.args["method_id"]) == raw.BASIC_GET
         c.send(raw.channel_close_ok(1))
     assert_broker_alive(amqp_url)
+
+
+@pytest.mark.parametrize("kwargs", [dict(passive=True), dict(), dict(durable=True, exclusive=True, arguments={"x-max-length": "a"})])
+def test_declare_of_direct_reply_to_pseudo_queue(ch, kwargs):
+    # RabbitMQ 3.10: any declare of 'amq.rabbitmq.reply-to', passive or not, whatever its flags and
+    # arguments, is answered declare-ok with 0 messages and 1 consumer (no reserved-prefix refusal).
+    ok = ch.queue_declare("amq.rabbitmq.reply-to", **kwargs).method
+    assert (ok.queue, ok.message_count, ok.consumer_count) == ("amq.rabbitmq.reply-to", 0, 1)
+    assert ch.is_open
