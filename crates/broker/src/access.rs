@@ -204,6 +204,7 @@ impl Resource {
 }
 
 /// Compiled permission regexes; `None` is the empty pattern, which grants nothing.
+#[derive(Clone)]
 struct Grant {
     def: PermissionDef,
     configure: Option<Regex>,
@@ -236,17 +237,21 @@ impl Grant {
 pub enum MgmtError {
     NotFound(String),
     BadRequest(String),
+    /// The change could not be persisted; it was not applied.
+    Internal(String),
 }
 
 impl std::fmt::Display for MgmtError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            MgmtError::NotFound(s) | MgmtError::BadRequest(s) => f.write_str(s),
+            MgmtError::NotFound(s) | MgmtError::BadRequest(s) | MgmtError::Internal(s) => {
+                f.write_str(s)
+            }
         }
     }
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Inner {
     users: BTreeMap<String, UserDef>,
     vhosts: BTreeMap<String, VhostDef>,
@@ -334,7 +339,11 @@ impl Access {
         let a = Access::from_file(file, Some(path)).map_err(|e| {
             std::io::Error::new(std::io::ErrorKind::InvalidData, format!("access.json: {e}"))
         })?;
-        a.save(&a.inner.read());
+        // Rewriting what was read (or the seed, which the next boot recreates) loses nothing if
+        // it fails; changes after boot retry and refuse themselves if it still fails.
+        if let Err(e) = a.save(&a.inner.read()) {
+            tracing::warn!(error = %e, "cannot rewrite access.json at boot");
+        }
         Ok(a)
     }
 
@@ -398,19 +407,12 @@ impl Access {
         self.generation.load(Ordering::Acquire)
     }
 
-    fn save(&self, inner: &Inner) {
-        let Some(path) = &self.file else { return };
-        let f = Self::to_file(inner);
-        let bytes = match serde_json::to_vec_pretty(&f) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot encode access.json");
-                return;
-            }
+    fn save(&self, inner: &Inner) -> std::io::Result<()> {
+        let Some(path) = &self.file else {
+            return Ok(());
         };
-        if let Err(e) = warren_store::snapshot::write_atomic(path, &bytes) {
-            tracing::error!(error = %e, "cannot write access.json");
-        }
+        let bytes = serde_json::to_vec_pretty(&Self::to_file(inner))?;
+        warren_store::snapshot::write_atomic(path, &bytes)
     }
 
     fn to_file(inner: &Inner) -> AccessFile {
@@ -443,8 +445,19 @@ impl Access {
         f: impl FnOnce(&mut Inner) -> Result<R, MgmtError>,
     ) -> Result<R, MgmtError> {
         let mut inner = self.inner.write();
+        // Kept to undo a change that cannot be written: an ok must never name a user,
+        // permission or policy that a restart would lose.
+        let before = self.file.is_some().then(|| inner.clone());
         let r = f(&mut inner)?;
-        self.save(&inner);
+        if let Err(e) = self.save(&inner) {
+            tracing::error!(error = %e, "cannot write access.json; change refused");
+            if let Some(before) = before {
+                *inner = before;
+            }
+            return Err(MgmtError::Internal(format!(
+                "cannot write access.json: {e}"
+            )));
+        }
         self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(r)
     }

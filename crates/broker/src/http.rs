@@ -62,6 +62,10 @@ impl From<MgmtError> for ApiError {
         match e {
             MgmtError::NotFound(_) => not_found(),
             MgmtError::BadRequest(r) => bad_request(r),
+            MgmtError::Internal(r) => ApiError(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"error": "internal_error", "reason": r}),
+            ),
         }
     }
 }

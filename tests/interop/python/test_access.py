@@ -4,6 +4,7 @@ pika, set up through the management HTTP API. Written against RabbitMQ 3.10 (tex
 from __future__ import annotations
 
 import base64
+import os
 import json
 import urllib.error
 import urllib.parse
@@ -309,3 +310,40 @@ def test_definitions_from_rabbitmq_import_and_log_in(api, amqp_url):
     finally:
         api.call("DELETE", f"/api/vhosts/{q(vhost)}")
         api.call("DELETE", f"/api/users/{q(user)}")
+
+
+@pytest.mark.skipif(not os.environ.get("WARREN_BIN"), reason="limits the broker's file sizes: Warren only (WARREN_BIN)")
+def test_change_that_cannot_be_written_is_refused():
+    """With access.json unable to grow (a size-limited file), a new user gets 500 instead of a
+    2xx and does not exist; users that did get a 2xx survive a kill -9."""
+    import resource
+
+    from test_durability import Node
+
+    n = Node(fsize_limit=8 * 1024)
+    try:
+        n.start()
+        api = Api(f"http://127.0.0.1:{n.http_port}")
+        created, refused = [], None
+        for i in range(200):
+            name = f"full-{i}"
+            st, body = api.call("PUT", f"/api/users/{name}", {"password": "p", "tags": "t" * 200})
+            if st == 500:
+                assert "access.json" in body["reason"], body
+                refused = name
+                break
+            assert st == 201, (st, body)
+            created.append(name)
+        assert refused is not None, f"{len(created)} users past an 8 KiB file limit all got 201"
+        assert len(created) > 3, "refused before the limit could have been reached"
+        assert api.call("GET", f"/api/users/{refused}")[0] == 404, "a refused user was applied"
+        resource.prlimit(n.proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        assert api.call("PUT", "/api/users/after-full", {"password": "p", "tags": ""})[0] == 201
+        n.kill9()
+        n.fsize_limit = None
+        n.start()
+        for name in (created[0], created[-1], "after-full"):
+            assert api.call("GET", f"/api/users/{name}")[0] == 200, f"{name} got 201 and was lost"
+        assert api.call("GET", f"/api/users/{refused}")[0] == 404
+    finally:
+        n.cleanup()
