@@ -534,25 +534,19 @@ impl Access {
     }
 
     /// Records a vhost; true if it is new.
-    pub fn add_vhost(&self, def: VhostDef) -> bool {
-        let mut new = false;
-        let _ = self.change(|i| {
-            new = !i.vhosts.contains_key(&def.name);
-            i.vhosts.insert(def.name.clone(), def);
-            Ok(())
-        });
-        new
+    pub fn add_vhost(&self, def: VhostDef) -> Result<bool, MgmtError> {
+        self.change(|i| Ok(i.vhosts.insert(def.name.clone(), def).is_none()))
     }
 
     /// Forgets a vhost with its permissions and policies.
-    pub fn remove_vhost(&self, name: &str) {
-        let _ = self.change(|i| {
+    pub fn remove_vhost(&self, name: &str) -> Result<(), MgmtError> {
+        self.change(|i| {
             i.vhosts.remove(name);
             i.grants.retain(|(_, v), _| v != name);
             i.policies.retain(|(v, _), _| v != name);
             i.vhost_limits.remove(name);
             Ok(())
-        });
+        })
     }
 
     // ---- permissions ----

@@ -107,15 +107,16 @@ impl Broker {
         }
         let mut map = self.vhosts.write();
         if map.contains_key(&name) {
-            self.access.add_vhost(def);
+            self.access.add_vhost(def)?;
             return Ok(false);
         }
         let vh = VHost::open(&name, Self::storage(&self.config, &self.persister, &name))
             .map_err(|e| MgmtError::BadRequest(format!("cannot create vhost '{name}': {e}")))?;
         vh.set_max_queues(self.admission.max_queues(&name));
+        // Recorded before it serves anyone: a vhost access.json cannot keep is not created.
+        self.access.add_vhost(def)?;
         map.insert(name.clone(), vh);
         drop(map);
-        self.access.add_vhost(def);
         tracing::info!(vhost = %name, "vhost created");
         Ok(true)
     }
@@ -131,10 +132,14 @@ impl Broker {
     /// Deletes a vhost: its connections are closed (320), its queues and exchanges deleted with
     /// their stored messages, its permissions and policies forgotten.
     pub fn delete_vhost(&self, name: &str) -> Result<(), MgmtError> {
-        let Some(vh) = self.vhosts.write().remove(name) else {
+        let mut map = self.vhosts.write();
+        let Some(vh) = map.get(name).cloned() else {
             return Err(MgmtError::NotFound(format!("no vhost '{name}'")));
         };
-        self.access.remove_vhost(name);
+        // Forgotten on disk first: if that fails, the vhost stays, whole.
+        self.access.remove_vhost(name)?;
+        map.remove(name);
+        drop(map);
         let reason = format!("vhost '{name}' is deleted");
         for c in self.connections.lock().values() {
             if c.vhost == name {

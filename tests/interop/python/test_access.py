@@ -314,8 +314,8 @@ def test_definitions_from_rabbitmq_import_and_log_in(api, amqp_url):
 
 @pytest.mark.skipif(not os.environ.get("WARREN_BIN"), reason="limits the broker's file sizes: Warren only (WARREN_BIN)")
 def test_change_that_cannot_be_written_is_refused():
-    """With access.json unable to grow (a size-limited file), a new user gets 500 instead of a
-    2xx and does not exist; users that did get a 2xx survive a kill -9."""
+    """With access.json unable to grow (a size-limited file), a new user or vhost gets 500
+    instead of a 2xx and does not exist; users that did get a 2xx survive a kill -9."""
     import resource
 
     from test_durability import Node
@@ -337,6 +337,8 @@ def test_change_that_cannot_be_written_is_refused():
         assert refused is not None, f"{len(created)} users past an 8 KiB file limit all got 201"
         assert len(created) > 3, "refused before the limit could have been reached"
         assert api.call("GET", f"/api/users/{refused}")[0] == 404, "a refused user was applied"
+        assert api.call("PUT", "/api/vhosts/full-vh", {"description": "d" * 400})[0] == 500
+        assert api.call("GET", "/api/vhosts/full-vh")[0] == 404, "a refused vhost was created"
         resource.prlimit(n.proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
         assert api.call("PUT", "/api/users/after-full", {"password": "p", "tags": ""})[0] == 201
         n.kill9()
@@ -345,5 +347,6 @@ def test_change_that_cannot_be_written_is_refused():
         for name in (created[0], created[-1], "after-full"):
             assert api.call("GET", f"/api/users/{name}")[0] == 200, f"{name} got 201 and was lost"
         assert api.call("GET", f"/api/users/{refused}")[0] == 404
+        assert api.call("GET", "/api/vhosts/full-vh")[0] == 404
     finally:
         n.cleanup()
