@@ -11,6 +11,23 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_warren"))
 }
 
+/// `warren server` on `port` with its data in `data`, stderr piped.
+fn server(port: u16, data: &std::path::Path) -> std::process::Child {
+    bin()
+        .args([
+            "server",
+            "--amqp-port",
+            &port.to_string(),
+            "--http-port",
+            &free_port().to_string(),
+            "--data-dir",
+        ])
+        .arg(data)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts")
+}
+
 fn wait_for_port(port: u16) -> bool {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
@@ -76,19 +93,7 @@ fn serves_amqp_and_stops_cleanly_on_sigterm() {
     let dir = tempdir();
     let port = free_port();
     let data = dir.join("data");
-    let mut child = bin()
-        .args([
-            "server",
-            "--amqp-port",
-            &port.to_string(),
-            "--http-port",
-            &free_port().to_string(),
-            "--data-dir",
-        ])
-        .arg(&data)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starts");
+    let mut child = server(port, &data);
     assert!(wait_for_port(port), "broker did not listen");
     assert!(data.is_dir(), "data dir created");
 
@@ -141,21 +146,7 @@ fn serves_amqp_and_stops_cleanly_on_sigterm() {
 fn keeps_serving_when_stderr_cannot_be_written() {
     let dir = tempdir();
     let port = free_port();
-    let mut broker = KillOnDrop(
-        bin()
-            .args([
-                "server",
-                "--amqp-port",
-                &port.to_string(),
-                "--http-port",
-                &free_port().to_string(),
-                "--data-dir",
-            ])
-            .arg(dir.join("data"))
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starts"),
-    );
+    let mut broker = KillOnDrop(server(port, &dir.join("data")));
     assert!(wait_for_port(port), "broker did not listen");
     // Every log line from now on fails with EPIPE. Each connection logs its open and close.
     drop(broker.0.stderr.take());
