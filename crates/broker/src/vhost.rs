@@ -1000,6 +1000,14 @@ impl VHost {
 
     /// Declares (or checks) a queue; returns it.
     pub fn declare_queue(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<Arc<Queue>> {
+        // RabbitMQ checks the name before looking the queue up: a client-chosen 'amq.' name is
+        // refused even when that queue exists (a server-named 'amq.gen-' one declared again).
+        if !spec.passive && !spec.server_named && spec.name.starts_with("amq.") {
+            return Err(AmqpError::access_refused(format!(
+                "queue name '{}' contains reserved prefix 'amq.*'",
+                spec.name
+            )));
+        }
         let mut defs = self.defs.lock();
         if let Some(q) = defs.queues.get(spec.name) {
             if let Some(owner) = q.options.exclusive_owner {
@@ -1049,12 +1057,6 @@ impl VHost {
             return Err(crate::admission::queue_limit_reached(
                 spec.name, &self.name, max,
             ));
-        }
-        if spec.name.starts_with("amq.") && !spec.server_named {
-            return Err(AmqpError::access_refused(format!(
-                "queue name '{}' contains reserved prefix 'amq.*'",
-                spec.name
-            )));
         }
         crate::queue_type::check(spec, &self.name)?;
         let args = QueueArgs::parse(

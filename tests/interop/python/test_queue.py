@@ -212,6 +212,21 @@ def test_amq_prefixed_queue_name_is_reserved(conn):
     assert_connection_usable(conn)
 
 
+def test_server_named_queue_redeclared_by_name_is_reserved(conn):
+    # RabbitMQ checks the name before the queue: an existing 'amq.gen-' queue declared again by
+    # name (even on its own connection, with the same flags) is refused, only passive works.
+    ch = conn.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    with channel_closed(403, f"ACCESS_REFUSED - queue name '{q}' contains reserved prefix 'amq.*'"):
+        ch.queue_declare(q, exclusive=True)
+    ch = conn.channel()
+    with channel_closed(403, f"ACCESS_REFUSED - queue name '{q}' contains reserved prefix 'amq.*'"):
+        ch.queue_declare(q, durable=True)
+    ch = conn.channel()
+    assert ch.queue_declare(q, passive=True).method.queue == q
+    assert_connection_usable(conn)
+
+
 def test_bind_unbind_direct(ch, res):
     x = res.exchange()
     ch.exchange_declare(x, "direct")
