@@ -162,6 +162,13 @@ fn check_args_equivalent(
         if a == b {
             continue;
         }
+        // RabbitMQ takes a missing x-queue-type as 'classic' here.
+        if *key == "x-queue-type" {
+            let classic = |v: Option<&FieldValue>| matches!(v, Some(FieldValue::LongStr(s)) if &s[..] == b"classic");
+            if (a.is_none() && classic(b)) || (classic(a) && b.is_none()) {
+                continue;
+            }
+        }
         // Integer types are one class in RabbitMQ's check (a `long` from the HTTP API equals a
         // client's `signedint`).
         if let (Some(x), Some(y)) = (

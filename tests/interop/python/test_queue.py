@@ -192,6 +192,35 @@ def test_redeclare_with_different_flags_is_406(conn, res, first, second, arg, re
     conn.channel().queue_delete(q)
 
 
+@pytest.mark.parametrize("first,second", [
+    ({}, {"x-queue-type": "classic"}),
+    ({"x-queue-type": "classic"}, {}),
+])
+def test_redeclare_adding_or_dropping_classic_queue_type_is_accepted(ch, res, first, second):
+    # RabbitMQ takes a missing x-queue-type as 'classic' when comparing.
+    q = res.queue()
+    ch.queue_declare(q, arguments=first)
+    ch.queue_declare(q, arguments=second)
+    ch.queue_delete(q)
+
+
+@pytest.mark.parametrize("first,second,received,current", [
+    ({}, {"x-queue-type": "quorum"}, "the value 'quorum' of type 'longstr'", "none"),
+    ({"x-queue-type": "quorum"}, {}, "none", "the value 'quorum' of type 'longstr'"),
+    ({"x-queue-type": "quorum"}, {"x-queue-type": "classic"}, "'classic'", "'quorum'"),
+    ({}, {"x-queue-type": "bogus"}, "the value 'bogus' of type 'longstr'", "none"),
+])
+def test_redeclare_with_other_queue_type_is_406(conn, res, first, second, received, current):
+    q = res.queue()
+    ch = conn.channel()
+    ch.queue_declare(q, durable=True, arguments=first)
+    with channel_closed(406, f"PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue '{q}' "
+                             f"in vhost '/': received {received} but current is {current}"):
+        ch.queue_declare(q, durable=True, arguments=second)
+    assert_connection_usable(conn)
+    conn.channel().queue_delete(q)
+
+
 def test_redeclare_with_different_non_x_argument_is_accepted(ch, res):
     # RabbitMQ only checks equivalence of the x-arguments it knows.
     q = res.queue()
