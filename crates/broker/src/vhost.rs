@@ -323,7 +323,7 @@ impl VHost {
 
     fn with_storage(name: &str, storage: Option<Storage>) -> Arc<VHost> {
         let mut s = Snapshot::default();
-        let mk = |n: &str, kind| {
+        let mk = |n: &str, kind, internal| {
             let n: Arc<str> = n.into();
             (
                 n.clone(),
@@ -332,7 +332,7 @@ impl VHost {
                     kind,
                     durable: true,
                     auto_delete: false,
-                    internal: false,
+                    internal,
                     arguments: FieldTable::new(),
                     bindings: Vec::new(),
                     alternate: None,
@@ -350,7 +350,13 @@ impl VHost {
             ("amq.headers", ExchangeKind::Headers),
             ("amq.match", ExchangeKind::Headers),
         ] {
-            let (n, x) = mk(n, k);
+            let (n, x) = mk(n, k, false);
+            s.table.exchanges.insert(n, x);
+        }
+        // RabbitMQ's firehose exchange: present in every vhost, internal, so clients cannot
+        // publish to it; Warren never traces into it.
+        {
+            let (n, x) = mk("amq.rabbitmq.trace", ExchangeKind::Topic, true);
             s.table.exchanges.insert(n, x);
         }
         Arc::new(VHost {

@@ -312,6 +312,20 @@ def test_definitions_from_rabbitmq_import_and_log_in(api, amqp_url):
         api.call("DELETE", f"/api/users/{q(user)}")
 
 
+def test_trace_exchange_listed_but_not_exported(api):
+    # /api/exchanges shows the predeclared amq.rabbitmq.trace; definitions leave amq.* out.
+    st, x = api.call("GET", "/api/exchanges/%2F/amq.rabbitmq.trace")
+    assert st == 200, x
+    assert (x["name"], x["type"], x["durable"], x["auto_delete"], x["internal"]) == \
+        ("amq.rabbitmq.trace", "topic", True, False, True)
+    st, xs = api.call("GET", "/api/exchanges/%2F")
+    assert st == 200
+    assert "amq.rabbitmq.trace" in [e["name"] for e in xs]
+    st, defs = api.call("GET", "/api/definitions")
+    assert st == 200
+    assert not [e for e in defs["exchanges"] if e["name"].startswith("amq.")]
+
+
 @pytest.mark.skipif(not os.environ.get("WARREN_BIN"), reason="limits the broker's file sizes: Warren only (WARREN_BIN)")
 def test_change_that_cannot_be_written_is_refused():
     """With access.json unable to grow (a size-limited file), a new user or vhost gets 500

@@ -164,6 +164,27 @@ def test_delete_standard_exchange_is_refused(conn):
     assert_connection_usable(conn)
 
 
+def test_trace_exchange_is_predeclared_and_internal(conn):
+    # RabbitMQ's firehose exchange exists in every vhost: topic, durable, internal.
+    x = "amq.rabbitmq.trace"
+    ch = conn.channel()
+    ch.exchange_declare(x, passive=True)
+    ch.exchange_declare(x, "topic", durable=True, internal=True)
+    with channel_closed(406, f"PRECONDITION_FAILED - inequivalent arg 'type' for exchange '{x}' in vhost '/': "
+                             "received 'direct' but current is 'topic'"):
+        ch.exchange_declare(x, "direct", durable=True, internal=True)
+    ch = conn.channel()
+    q = _bound_queue(ch, x, "#")
+    ch.queue_unbind(q, x, "#")
+    ch.basic_publish(x, "k", b"m")
+    with channel_closed(403, f"ACCESS_REFUSED - cannot publish to internal exchange '{x}' in vhost '/'"):
+        ch.queue_declare("", exclusive=True)  # round trip to see the close
+    ch = conn.channel()
+    with channel_closed(403, f"ACCESS_REFUSED - deletion of system exchange '{x}' in vhost '/' not allowed"):
+        ch.exchange_delete(x)
+    assert_connection_usable(conn)
+
+
 def test_delete_if_unused(conn, res):
     ch = conn.channel()
     x = res.exchange()
