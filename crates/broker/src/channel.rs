@@ -523,8 +523,16 @@ impl Channel {
                 let name = self.queue_name(&b.queue)?;
                 self.allow(ctx, Perm::Write, Resource::Queue, &name)?;
                 self.allow(ctx, Perm::Read, Resource::Exchange, &b.exchange)?;
-                vhost.queue_for(&name, ctx.conn_id)?;
-                vhost.bind_queue(&name, &b.exchange, &b.routing_key, &b.arguments, true)?;
+                // RabbitMQ's order: default exchange (403), source (404), queue (404), binding
+                // arguments (406), then another connection's exclusive queue (405).
+                vhost.bind_queue(
+                    &name,
+                    &b.exchange,
+                    &b.routing_key,
+                    &b.arguments,
+                    true,
+                    Some(ctx.conn_id),
+                )?;
                 if !b.nowait {
                     self.reply(QueueBindOk {});
                 }
@@ -536,7 +544,14 @@ impl Channel {
                 if vhost.queue(&name).is_some() {
                     vhost.queue_for(&name, ctx.conn_id)?;
                 }
-                vhost.bind_queue(&name, &b.exchange, &b.routing_key, &b.arguments, false)?;
+                vhost.bind_queue(
+                    &name,
+                    &b.exchange,
+                    &b.routing_key,
+                    &b.arguments,
+                    false,
+                    None,
+                )?;
                 self.reply(QueueUnbindOk {});
             }
             Method::QueuePurge(p) => {

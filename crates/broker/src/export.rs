@@ -229,7 +229,7 @@ pub fn import(broker: &Broker, doc: &Value) -> Result<(), String> {
         let r = if field(b, "destination_type") == "exchange" {
             v.bind_exchange(dst, src, key, &args, true)
         } else {
-            v.bind_queue(dst, src, key, &args, true)
+            v.bind_queue(dst, src, key, &args, true, None)
         };
         r.map_err(|e| e.text)?;
     }

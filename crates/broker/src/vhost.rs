@@ -271,9 +271,14 @@ impl VHost {
                 Definition::QueueDelete(q) => {
                     v.delete_queue(&q.queue, false, false, None).map(|_| ())
                 }
-                Definition::QueueUnbind(b) => {
-                    v.bind_queue(&b.queue, &b.exchange, &b.routing_key, &b.arguments, false)
-                }
+                Definition::QueueUnbind(b) => v.bind_queue(
+                    &b.queue,
+                    &b.exchange,
+                    &b.routing_key,
+                    &b.arguments,
+                    false,
+                    None,
+                ),
                 Definition::ExchangeUnbind(b) => v.bind_exchange(
                     &b.destination,
                     &b.source,
@@ -294,9 +299,14 @@ impl VHost {
                     queues += 1;
                     messages += n;
                 }),
-                Definition::QueueBind(b) => {
-                    v.bind_queue(&b.queue, &b.exchange, &b.routing_key, &b.arguments, true)
-                }
+                Definition::QueueBind(b) => v.bind_queue(
+                    &b.queue,
+                    &b.exchange,
+                    &b.routing_key,
+                    &b.arguments,
+                    true,
+                    None,
+                ),
                 Definition::ExchangeBind(b) => v.bind_exchange(
                     &b.destination,
                     &b.source,
@@ -856,6 +866,7 @@ impl VHost {
         key: &str,
         args: &FieldTable,
         add: bool,
+        conn_id: Option<u64>,
     ) -> AmqpResult<()> {
         if source.is_empty() || (dest_name.is_empty() && add) {
             return Err(AmqpError::access_refused(
@@ -863,6 +874,11 @@ impl VHost {
             ));
         }
         let mut defs = self.defs.lock();
+        // RabbitMQ looks the source up before the destination: with both missing, the 404
+        // names the source exchange.
+        if add && !defs.table.exchanges.contains_key(source) {
+            return Err(self.no_exchange(source));
+        }
         // Unbinding what does not exist is not an error in RabbitMQ.
         let dest = match dest(&defs) {
             Ok(d) => d,
@@ -882,6 +898,12 @@ impl VHost {
         }
         if add && x.kind == ExchangeKind::ConsistentHash {
             consistent_hash::parse_weight(key).map_err(AmqpError::precondition_failed)?;
+        }
+        // Then, both found and the binding valid, another connection's exclusive queue: 405.
+        if let (true, Some(me), Destination::Queue(q)) = (add, conn_id, &dest) {
+            if q.options.exclusive_owner.is_some_and(|o| o != me) {
+                return Err(self.locked(&q.name));
+            }
         }
         let op = (x.durable && dest_kept).then(|| Self::binding_op(source, &dest, key, args, add));
         let exists = x
@@ -970,6 +992,7 @@ impl VHost {
         key: &str,
         args: &FieldTable,
         add: bool,
+        conn_id: Option<u64>,
     ) -> AmqpResult<()> {
         self.bind(
             exchange,
@@ -984,6 +1007,7 @@ impl VHost {
             key,
             args,
             add,
+            conn_id,
         )
     }
 
@@ -1008,6 +1032,7 @@ impl VHost {
             key,
             args,
             add,
+            None,
         )
     }
 

@@ -8,6 +8,9 @@ import pytest
 from helpers import (assert_broker_alive, assert_connection_usable, channel_closed,
                      connection_closed, get_all, settle, uname)
 
+LOCKED = ("RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{q}' in vhost '/'. "
+          "It could be originally declared on another connection or the exclusive property value "
+          "does not match that of the original declaration.")
 STANDARD = [("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
             ("amq.headers", "headers"), ("amq.match", "headers")]
 
@@ -431,6 +434,48 @@ def test_bind_to_missing_exchange_or_queue_is_404(conn):
     with channel_closed(404, f"NOT_FOUND - no exchange '{missing_x}' in vhost '/'"):
         ch.exchange_bind("amq.direct", missing_x, "k")
     assert_connection_usable(conn)
+
+
+def test_bind_with_source_and_destination_missing_names_the_source(conn):
+    # RabbitMQ looks the source exchange up first; unbinding such a pair is just unbind-ok.
+    missing_x, missing_q, missing_d = uname("mx"), uname("mq"), uname("md")
+    ch = conn.channel()
+    with channel_closed(404, f"NOT_FOUND - no exchange '{missing_x}' in vhost '/'"):
+        ch.queue_bind(missing_q, missing_x, "k")
+    ch = conn.channel()
+    with channel_closed(404, f"NOT_FOUND - no exchange '{missing_x}' in vhost '/'"):
+        ch.exchange_bind(missing_d, missing_x, "k")
+    ch = conn.channel()
+    ch.queue_unbind(missing_q, missing_x, "k")
+    ch.exchange_unbind(missing_d, missing_x, "k")
+    # the default exchange is refused before any lookup
+    with channel_closed(403, "ACCESS_REFUSED - operation not permitted on the default exchange"):
+        ch.queue_bind(missing_q, "", "k")
+    assert_connection_usable(conn)
+
+
+def test_bind_of_other_connections_exclusive_queue_checks_exchange_and_arguments_first(amqp_url, conn):
+    # RabbitMQ checks exclusivity last: after the exchange, the queue and the binding arguments.
+    q = conn.channel().queue_declare("", exclusive=True).method.queue
+    other = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        missing_x = uname("mx")
+        ch = other.channel()
+        with channel_closed(404, f"NOT_FOUND - no exchange '{missing_x}' in vhost '/'"):
+            ch.queue_bind(q, missing_x, "k")
+        ch = other.channel()
+        with channel_closed(403, "ACCESS_REFUSED - operation not permitted on the default exchange"):
+            ch.queue_bind(q, "", "k")
+        ch = other.channel()
+        with channel_closed(406, 'PRECONDITION_FAILED - Invalid x-match field value <<"bogus">>; '
+                                 "expected all, any, all-with-x, or any-with-x"):
+            ch.queue_bind(q, "amq.match", "", arguments={"x-match": "bogus"})
+        ch = other.channel()
+        with channel_closed(405, LOCKED.format(q=q)):
+            ch.queue_bind(q, "amq.direct", "k")
+        assert_connection_usable(other)
+    finally:
+        other.close()
 
 
 def test_unbind_missing_binding_is_ok(ch):
