@@ -706,6 +706,20 @@ impl VHost {
                 spec.name
             )));
         }
+        // A new exchange's alternate-exchange must be a longstr (checked on declare, not at
+        // recovery).
+        if !self.loading.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Some(v) = spec.arguments.get("alternate-exchange") {
+                if !matches!(v, FieldValue::LongStr(_)) {
+                    return Err(AmqpError::precondition_failed(format!(
+                        "invalid type '{}' for arg 'alternate-exchange' in exchange '{}' in vhost '{}'",
+                        crate::queue::type_name(v),
+                        spec.name,
+                        self.name
+                    )));
+                }
+            }
+        }
         let hash_on = match kind {
             ExchangeKind::ConsistentHash => consistent_hash_args(spec.arguments)?,
             _ => HashOn::RoutingKey,

@@ -500,6 +500,21 @@ def test_alternate_exchange(ch, res):
     ch.exchange_delete(ae)
 
 
+@pytest.mark.parametrize("value,type_name", [
+    (1, "signedint"), (2**40, "long"), (True, "bool"), ({"a": 1}, "table"), (["a"], "array"), (b"ae", "binary"),
+])
+def test_alternate_exchange_of_another_type_than_longstr_is_406(conn, value, type_name):
+    x = uname("x")
+    ch = conn.channel()
+    with channel_closed(406, f"PRECONDITION_FAILED - invalid type '{type_name}' for arg 'alternate-exchange' "
+                             f"in exchange '{x}' in vhost '/'"):
+        ch.exchange_declare(x, "direct", arguments={"alternate-exchange": value})
+    ch = conn.channel()
+    with channel_closed(404, f"NOT_FOUND - no exchange '{x}' in vhost '/'"):
+        ch.exchange_declare(x, passive=True)
+    assert_connection_usable(conn)
+
+
 def test_publish_to_exchange_without_bindings_is_dropped(conn, ch, res):
     x = res.exchange()
     ch.exchange_declare(x, "topic")
