@@ -157,7 +157,19 @@ fn check_args_equivalent(
     got: &FieldTable,
     cur: &FieldTable,
 ) -> AmqpResult<()> {
-    for key in EQUIVALENT_QUEUE_ARGS {
+    check_args_equivalent_of("queue", EQUIVALENT_QUEUE_ARGS, name, vhost, got, cur)
+}
+
+/// RabbitMQ's `assert_args_equivalence` over `keys` of a `what` ("queue", "exchange").
+fn check_args_equivalent_of(
+    what: &str,
+    keys: &[&str],
+    name: &str,
+    vhost: &str,
+    got: &FieldTable,
+    cur: &FieldTable,
+) -> AmqpResult<()> {
+    for key in keys {
         let (a, b) = (got.get(key), cur.get(key));
         if a == b {
             continue;
@@ -169,16 +181,6 @@ fn check_args_equivalent(
                 continue;
             }
         }
-        // Integer types are one class in RabbitMQ's check (a `long` from the HTTP API equals a
-        // client's `signedint`).
-        if let (Some(x), Some(y)) = (
-            a.and_then(FieldValue::as_i64),
-            b.and_then(FieldValue::as_i64),
-        ) {
-            if x == y {
-                continue;
-            }
-        }
         let describe = |v: Option<&FieldValue>| match v {
             None => "none".to_string(),
             Some(v) => format!(
@@ -187,22 +189,27 @@ fn check_args_equivalent(
                 crate::queue::type_name(v)
             ),
         };
-        let same_type = matches!((a, b), (Some(x), Some(y)) if std::mem::discriminant(x) == std::mem::discriminant(y));
-        let (ga, gb) = if same_type {
-            (
-                format!(
-                    "'{}'",
-                    crate::queue::display_value(a.unwrap_or(&FieldValue::Void))
-                ),
-                format!(
-                    "'{}'",
-                    crate::queue::display_value(b.unwrap_or(&FieldValue::Void))
-                ),
-            )
-        } else {
-            (describe(a), describe(b))
+        let (ga, gb) = match (a, b) {
+            (Some(x), Some(y)) => {
+                // Both given: RabbitMQ compares the values only, so integers of any type are
+                // equal, as are a longstr and a binary with the same bytes (a `long` from the
+                // HTTP API equals a client's `signedint`).
+                let ints = x.as_i64().is_some() && x.as_i64() == y.as_i64();
+                let strs = matches!(
+                    (x, y),
+                    (FieldValue::LongStr(p) | FieldValue::Bytes(p), FieldValue::LongStr(q) | FieldValue::Bytes(q)) if p == q
+                );
+                if ints || strs {
+                    continue;
+                }
+                (
+                    format!("'{}'", crate::queue::display_value(x)),
+                    format!("'{}'", crate::queue::display_value(y)),
+                )
+            }
+            _ => (describe(a), describe(b)),
         };
-        return Err(AmqpError::precondition_failed(format!("inequivalent arg '{key}' for queue '{name}' in vhost '{vhost}': received {ga} but current is {gb}")));
+        return Err(AmqpError::precondition_failed(format!("inequivalent arg '{key}' for {what} '{name}' in vhost '{vhost}': received {ga} but current is {gb}")));
     }
     Ok(())
 }
@@ -698,6 +705,14 @@ impl VHost {
                     x.internal,
                 ));
             }
+            check_args_equivalent_of(
+                "exchange",
+                &["alternate-exchange"],
+                n,
+                v,
+                spec.arguments,
+                &x.arguments,
+            )?;
             return Ok(());
         }
         if spec.name.starts_with("amq.") {

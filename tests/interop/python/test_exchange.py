@@ -47,11 +47,30 @@ def test_declare_durable_auto_delete_internal_with_arguments(ch, res):
 
 
 def test_redeclare_with_different_arguments_is_accepted(ch, res):
-    # RabbitMQ 3.10 does not compare exchange arguments on redeclare (only type/durable/auto_delete/internal).
+    # RabbitMQ 3.10 compares no exchange argument on redeclare but alternate-exchange.
     x = res.exchange()
     ch.exchange_declare(x, "direct", arguments={"a": 1})
     ch.exchange_declare(x, "direct", arguments={"a": 2})
     ch.exchange_declare(x, "direct")
+    ch.exchange_delete(x)
+
+
+@pytest.mark.parametrize("first,second,received,current", [
+    ({"alternate-exchange": "a"}, {"alternate-exchange": "b"}, "'b'", "'a'"),
+    ({"alternate-exchange": "a"}, {}, "none", "the value 'a' of type 'longstr'"),
+    ({}, {"alternate-exchange": "a"}, "the value 'a' of type 'longstr'", "none"),
+    ({}, {"alternate-exchange": 1}, "the value '1' of type 'signedint'", "none"),
+])
+def test_redeclare_with_other_alternate_exchange_is_406(conn, res, first, second, received, current):
+    x = res.exchange()
+    ch = conn.channel()
+    ch.exchange_declare(x, "direct", arguments=first)
+    with channel_closed(406, f"PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange '{x}' "
+                             f"in vhost '/': received {received} but current is {current}"):
+        ch.exchange_declare(x, "direct", arguments=second)
+    ch = conn.channel()
+    # the same name as a longstr or a binary is the same value
+    ch.exchange_declare(x, "direct", arguments={k: v.encode() for k, v in first.items()})
     ch.exchange_delete(x)
 
 

@@ -221,6 +221,27 @@ def test_redeclare_with_other_queue_type_is_406(conn, res, first, second, receiv
     conn.channel().queue_delete(q)
 
 
+@pytest.mark.parametrize("first,second,equal,received,current", [
+    ({"x-dead-letter-exchange": "a"}, {"x-dead-letter-exchange": b"a"}, True, None, None),
+    ({"x-dead-letter-exchange": "a"}, {"x-dead-letter-exchange": b"b"}, False, "'b'", "'a'"),
+    ({"x-max-length": 5}, {"x-max-length": "5"}, False, "'5'", "'5'"),
+    ({"x-max-length": 5}, {"x-max-length": True}, False, "'true'", "'5'"),
+])
+def test_redeclare_compares_argument_values_of_other_types(conn, res, first, second, equal, received, current):
+    # With the argument on both sides, RabbitMQ compares the values, not their types.
+    q = res.queue()
+    ch = conn.channel()
+    ch.queue_declare(q, arguments=first)
+    if equal:
+        ch.queue_declare(q, arguments=second)
+    else:
+        arg = next(iter(first))
+        with channel_closed(406, f"PRECONDITION_FAILED - inequivalent arg '{arg}' for queue '{q}' "
+                                 f"in vhost '/': received {received} but current is {current}"):
+            ch.queue_declare(q, arguments=second)
+    conn.channel().queue_delete(q)
+
+
 def test_redeclare_with_different_non_x_argument_is_accepted(ch, res):
     # RabbitMQ only checks equivalence of the x-arguments it knows.
     q = res.queue()
