@@ -201,8 +201,19 @@ pub fn import(broker: &Broker, doc: &Value) -> Result<(), String> {
         })
         .map_err(|e| e.text)?;
     }
+    // RabbitMQ 3.10 skips these with a warning (and the bindings to them), rather than
+    // failing the whole import.
+    let mut skipped: Vec<&str> = Vec::new();
     for q in &queues {
         let v = vhost(q)?;
+        if field(q, "name").starts_with("amq.") {
+            tracing::warn!(
+                queue = field(q, "name"),
+                "skipping import of a queue whose name begins with 'amq.'"
+            );
+            skipped.push(field(q, "name"));
+            continue;
+        }
         let args = json_to_table(q.get("arguments").unwrap_or(&Value::Null))?;
         let q = v
             .declare_queue(&QueueSpec {
@@ -226,6 +237,9 @@ pub fn import(broker: &Broker, doc: &Value) -> Result<(), String> {
             field(b, "destination"),
             field(b, "routing_key"),
         );
+        if field(b, "destination_type") == "queue" && skipped.contains(&dst) {
+            continue;
+        }
         let r = if field(b, "destination_type") == "exchange" {
             v.bind_exchange(dst, src, key, &args, true)
         } else {

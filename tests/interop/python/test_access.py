@@ -312,6 +312,20 @@ def test_definitions_from_rabbitmq_import_and_log_in(api, amqp_url):
         api.call("DELETE", f"/api/users/{q(user)}")
 
 
+def test_definitions_import_skips_amq_queues(api):
+    # RabbitMQ 3.10 logs "Skipping import of a queue whose name begins with 'amq.'", skips the
+    # bindings to it too, and answers the import as a success.
+    name = "amq.gen-" + uname("imported")
+    doc = {
+        "queues": [{"name": name, "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}}],
+        "bindings": [{"source": "amq.direct", "vhost": "/", "destination": name, "destination_type": "queue",
+                      "routing_key": "k", "arguments": {}}],
+    }
+    st, body = api.call("POST", "/api/definitions", doc)
+    assert st in (201, 204), body
+    assert api.call("GET", f"/api/queues/%2F/{q(name)}")[0] == 404
+
+
 def test_trace_exchange_listed_but_not_exported(api):
     # /api/exchanges shows the predeclared amq.rabbitmq.trace; definitions leave amq.* out.
     st, x = api.call("GET", "/api/exchanges/%2F/amq.rabbitmq.trace")
