@@ -205,19 +205,19 @@ pub fn import(broker: &Broker, doc: &Value) -> Result<(), String> {
     // failing the whole import.
     let mut skipped: Vec<&str> = Vec::new();
     for q in &queues {
-        let v = vhost(q)?;
-        if field(q, "name").starts_with("amq.") {
+        let (v, name) = (vhost(q)?, field(q, "name"));
+        if name.starts_with("amq.") {
             tracing::warn!(
-                queue = field(q, "name"),
+                queue = name,
                 "skipping import of a queue whose name begins with 'amq.'"
             );
-            skipped.push(field(q, "name"));
+            skipped.push(name);
             continue;
         }
         let args = json_to_table(q.get("arguments").unwrap_or(&Value::Null))?;
         let q = v
             .declare_queue(&QueueSpec {
-                name: field(q, "name"),
+                name,
                 passive: false,
                 durable: flag(q, "durable", true),
                 exclusive: false,

@@ -5,6 +5,7 @@
 use warren_protocol::{FieldTable, FieldValue};
 
 use crate::error::{AmqpError, AmqpResult};
+use crate::queue::QueueArgs;
 use crate::vhost::QueueSpec;
 
 /// Arguments a queue type refuses: RabbitMQ 3.10 answers 406 `invalid arg 'K' for queue 'q' in
@@ -48,7 +49,8 @@ const NOT_FOR_STREAM: &[&str] = &[
 
 /// Validates a new queue's `x-queue-type` against its name, properties and arguments, and the
 /// arguments only a declare checks (a recovered queue is not checked again), in RabbitMQ's words.
-pub fn check(spec: &QueueSpec<'_>, vhost: &str) -> AmqpResult<()> {
+/// Returns the parsed arguments of a queue that may be declared.
+pub fn check(spec: &QueueSpec<'_>, vhost: &str) -> AmqpResult<QueueArgs> {
     let what = format!("queue '{}' in vhost '{vhost}'", spec.name);
     let kind = match spec.arguments.get("x-queue-type") {
         None => "classic".to_string(),
@@ -76,23 +78,28 @@ pub fn check(spec: &QueueSpec<'_>, vhost: &str) -> AmqpResult<()> {
         )));
     }
     // The values of the arguments this type takes are checked first, then the ones it refuses.
-    let mut taken = spec.arguments.clone();
-    taken.0.retain(|(k, _)| !refused.contains(&&**k));
-    check_declare_only(&taken, &what)?;
-    crate::queue::QueueArgs::parse(&taken, &what)?;
-    if let Some((k, _)) = spec
+    let refused_key = spec
         .arguments
         .0
         .iter()
-        .find(|(k, _)| refused.contains(&&**k))
-    {
+        .find(|(k, _)| refused.contains(&&**k));
+    let args = if refused_key.is_some() {
+        let mut taken = spec.arguments.clone();
+        taken.0.retain(|(k, _)| !refused.contains(&&**k));
+        check_declare_only(&taken, &what)?;
+        QueueArgs::parse(&taken, &what)?
+    } else {
+        check_declare_only(spec.arguments, &what)?;
+        QueueArgs::parse(spec.arguments, &what)?
+    };
+    if let Some((k, _)) = refused_key {
         return Err(AmqpError::precondition_failed(format!(
             "invalid arg '{}' for {what} of queue type {module}",
             &**k
         )));
     }
     match kind.as_str() {
-        "classic" => return Ok(()),
+        "classic" => return Ok(args),
         "quorum" | "stream" => {}
         other => {
             return Err(AmqpError::precondition_failed(format!(
@@ -115,7 +122,7 @@ pub fn check(spec: &QueueSpec<'_>, vhost: &str) -> AmqpResult<()> {
         return bad("auto-delete");
     }
     tracing::info!(vhost, queue = spec.name, queue_type = %kind, "queue type served by a durable classic queue (no replication yet)");
-    Ok(())
+    Ok(args)
 }
 
 /// rabbit_channel's bare 541 when its own code crashes (the connection is closed).

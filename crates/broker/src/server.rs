@@ -114,7 +114,11 @@ impl Broker {
             .map_err(|e| MgmtError::BadRequest(format!("cannot create vhost '{name}': {e}")))?;
         vh.set_max_queues(self.admission.max_queues(&name));
         // Recorded before it serves anyone: a vhost access.json cannot keep is not created.
-        self.access.add_vhost(def)?;
+        if let Err(e) = self.access.add_vhost(def) {
+            drop(vh);
+            let _ = std::fs::remove_dir_all(Self::vhost_dir(&self.config, &name));
+            return Err(e);
+        }
         map.insert(name.clone(), vh);
         drop(map);
         tracing::info!(vhost = %name, "vhost created");

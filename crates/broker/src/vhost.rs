@@ -430,7 +430,10 @@ impl VHost {
         }
         use std::io::Write;
         let mut j = self.journal.lock();
-        let grown = j.bytes > JOURNAL_COMPACT_MIN_BYTES && j.bytes > j.snapshot_bytes;
+        let (len, grown) = (
+            j.bytes,
+            j.bytes > JOURNAL_COMPACT_MIN_BYTES && j.bytes > j.snapshot_bytes,
+        );
         let Some(file) = j.file.as_mut().filter(|_| !grown) else {
             drop(j);
             return self.save(defs);
@@ -442,9 +445,11 @@ impl VHost {
                 Ok(())
             }
             Err(e) => {
-                // A torn record at the journal's end is skipped by recovery; the snapshot
+                // Cut back what part of the record got in (all of it, if only the fsync
+                // failed), so a change refused now cannot come back at recovery; the snapshot
                 // rewrite below, if it succeeds, replaces the journal anyway.
                 tracing::error!(vhost = %self.name, error = %e, "cannot append to the definitions journal; rewriting the snapshot");
+                let _ = file.set_len(len);
                 j.file = None;
                 drop(j);
                 self.save(defs)
@@ -1125,11 +1130,7 @@ impl VHost {
                 spec.name, &self.name, max,
             ));
         }
-        crate::queue_type::check(spec, &self.name)?;
-        let args = QueueArgs::parse(
-            spec.arguments,
-            &format!("queue '{}' in vhost '{}'", spec.name, self.name),
-        )?;
+        let args = crate::queue_type::check(spec, &self.name)?;
         let name: Arc<str> = spec.name.into();
         let options = QueueOptions {
             durable: spec.durable,
