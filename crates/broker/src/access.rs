@@ -275,6 +275,8 @@ pub struct Access {
 pub struct User {
     pub name: String,
     pub tags: Vec<String>,
+    /// Tagged `impersonator`: may publish with any `user_id` (read per publish, so kept as a flag).
+    pub impersonator: bool,
 }
 
 impl User {
@@ -476,6 +478,7 @@ impl Access {
         Some(User {
             name: u.name.clone(),
             tags: u.tags.clone(),
+            impersonator: u.tags.iter().any(|t| t == "impersonator"),
         })
     }
 

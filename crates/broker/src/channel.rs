@@ -248,6 +248,8 @@ enum TxOp {
 pub struct Ctx<'a> {
     pub conn_id: u64,
     pub user: &'a str,
+    /// The user holds the `impersonator` tag (at login, as RabbitMQ): any `user_id` is accepted.
+    pub impersonator: bool,
     pub vhost: &'a Arc<VHost>,
     pub access: &'a Access,
     pub message_size_max_bytes: u64,
@@ -328,6 +330,16 @@ impl Channel {
             .ok_or_else(|| AmqpError::not_found("no previously declared queue"))
     }
 
+    /// queue.bind/unbind with an empty queue name and an empty routing key bind the last
+    /// declared queue with its name as the key (RabbitMQ's `expand_routing_key_shortcut`).
+    fn binding_key(&self, queue: &ByteString, key: &ByteString) -> AmqpResult<ByteString> {
+        if queue.is_empty() && key.is_empty() {
+            self.queue_name(queue)
+        } else {
+            Ok(key.clone())
+        }
+    }
+
     /// While a publish is being assembled: what the next frame must be.
     pub fn expecting_content(&self) -> Option<&'static str> {
         match self.publish {
@@ -373,6 +385,17 @@ impl Channel {
             Method::BasicCancel(c) => {
                 if let Some(consumer) = self.consumers.remove(&c.consumer_tag) {
                     remove_consumer(vhost, &consumer);
+                    // The reply consumer's pseudo-queue goes with it: consuming again makes a
+                    // new one, and replies to the old name are dropped, as in RabbitMQ.
+                    if self
+                        .direct_reply
+                        .as_ref()
+                        .is_some_and(|q| **q == *consumer.queue.name)
+                    {
+                        if let Some(q) = self.direct_reply.take() {
+                            vhost.drop_direct_reply_queue(&q);
+                        }
+                    }
                 }
                 if !c.nowait {
                     self.reply(BasicCancelOk {
@@ -400,19 +423,20 @@ impl Channel {
             }
             Method::BasicRecoverAsync(r) => self.recover(r.requeue)?,
             Method::ExchangeDeclare(x) => {
-                if !x.passive && !x.exchange.is_empty() {
-                    self.allow(ctx, Perm::Configure, Resource::Exchange, &x.exchange)?;
+                let xname = strip_cr_lf(&x.exchange);
+                if !x.passive && !xname.is_empty() {
+                    self.allow(ctx, Perm::Configure, Resource::Exchange, &xname)?;
                     if let Some(ae) = x
                         .arguments
                         .get("alternate-exchange")
                         .and_then(|v| v.as_str())
                     {
-                        self.allow(ctx, Perm::Read, Resource::Exchange, &x.exchange)?;
+                        self.allow(ctx, Perm::Read, Resource::Exchange, &xname)?;
                         self.allow(ctx, Perm::Write, Resource::Exchange, ae)?;
                     }
                 }
                 vhost.declare_exchange(&ExchangeSpec {
-                    name: &x.exchange,
+                    name: &xname,
                     kind: &x.kind,
                     passive: x.passive,
                     durable: x.durable,
@@ -425,60 +449,58 @@ impl Channel {
                 }
             }
             Method::ExchangeDelete(x) => {
-                if !x.exchange.is_empty() && !x.exchange.starts_with("amq.") {
-                    self.allow(ctx, Perm::Configure, Resource::Exchange, &x.exchange)?;
+                let xname = strip_cr_lf(&x.exchange);
+                if !xname.is_empty() && !xname.starts_with("amq.") {
+                    self.allow(ctx, Perm::Configure, Resource::Exchange, &xname)?;
                 }
-                vhost.delete_exchange(&x.exchange, x.if_unused)?;
+                vhost.delete_exchange(&xname, x.if_unused)?;
                 if !x.nowait {
                     self.reply(ExchangeDeleteOk {});
                 }
             }
             Method::ExchangeBind(b) => {
-                self.allow(ctx, Perm::Write, Resource::Exchange, &b.destination)?;
-                self.allow(ctx, Perm::Read, Resource::Exchange, &b.source)?;
-                vhost.bind_exchange(
-                    &b.destination,
-                    &b.source,
-                    &b.routing_key,
-                    &b.arguments,
-                    true,
-                )?;
+                let (dest, source) = (strip_cr_lf(&b.destination), strip_cr_lf(&b.source));
+                self.allow(ctx, Perm::Write, Resource::Exchange, &dest)?;
+                self.allow(ctx, Perm::Read, Resource::Exchange, &source)?;
+                vhost.bind_exchange(&dest, &source, &b.routing_key, &b.arguments, true)?;
                 if !b.nowait {
                     self.reply(ExchangeBindOk {});
                 }
             }
             Method::ExchangeUnbind(b) => {
-                self.allow(ctx, Perm::Write, Resource::Exchange, &b.destination)?;
-                self.allow(ctx, Perm::Read, Resource::Exchange, &b.source)?;
-                vhost.bind_exchange(
-                    &b.destination,
-                    &b.source,
-                    &b.routing_key,
-                    &b.arguments,
-                    false,
-                )?;
+                let (dest, source) = (strip_cr_lf(&b.destination), strip_cr_lf(&b.source));
+                self.allow(ctx, Perm::Write, Resource::Exchange, &dest)?;
+                self.allow(ctx, Perm::Read, Resource::Exchange, &source)?;
+                vhost.bind_exchange(&dest, &source, &b.routing_key, &b.arguments, false)?;
                 if !b.nowait {
                     self.reply(ExchangeUnbindOk {});
                 }
             }
             // RabbitMQ answers any declare of the direct reply-to pseudo-queue, passive or not,
-            // whatever its flags and arguments, with declare-ok: 0 messages, 1 consumer.
-            Method::QueueDeclare(d) if &*d.queue == DIRECT_REPLY_TO => {
-                self.last_queue = Some(d.queue.clone());
+            // whatever its flags and arguments, with declare-ok: 0 messages, 1 consumer; the
+            // same for a requester's encoded name (`amq.rabbitmq.reply-to.<token>`, as its
+            // replies' reply_to reads) while that requester consumes, else 404.
+            Method::QueueDeclare(d) if d.queue.starts_with(DIRECT_REPLY_TO) => {
+                let name = strip_cr_lf(&d.queue);
+                if &*name != DIRECT_REPLY_TO && !vhost.direct_reply_exists(&name) {
+                    return Err(vhost.no_queue(&name));
+                }
+                self.last_queue = Some(name.clone());
                 if !d.nowait {
                     self.reply(QueueDeclareOk {
-                        queue: d.queue.clone(),
+                        queue: name,
                         message_count: 0,
                         consumer_count: 1,
                     });
                 }
             }
             Method::QueueDeclare(d) => {
-                let server_named = d.queue.is_empty() && !d.passive;
+                let name = strip_cr_lf(&d.queue);
+                let server_named = name.is_empty() && !d.passive;
                 let name = if server_named {
                     ByteString::from(gen_name("amq.gen-"))
                 } else {
-                    d.queue.clone()
+                    name
                 };
                 // A client-chosen 'amq.' name gets the reserved-prefix refusal from the vhost.
                 if !d.passive && (server_named || !name.starts_with("amq.")) {
@@ -520,15 +542,17 @@ impl Channel {
                 }
             }
             Method::QueueBind(b) => {
-                let name = self.queue_name(&b.queue)?;
+                let name = strip_cr_lf(&self.queue_name(&b.queue)?);
+                let exchange = strip_cr_lf(&b.exchange);
+                let key = self.binding_key(&b.queue, &b.routing_key)?;
                 self.allow(ctx, Perm::Write, Resource::Queue, &name)?;
-                self.allow(ctx, Perm::Read, Resource::Exchange, &b.exchange)?;
+                self.allow(ctx, Perm::Read, Resource::Exchange, &exchange)?;
                 // RabbitMQ's order: default exchange (403), source (404), queue (404), binding
                 // arguments (406), then another connection's exclusive queue (405).
                 vhost.bind_queue(
                     &name,
-                    &b.exchange,
-                    &b.routing_key,
+                    &exchange,
+                    &key,
                     &b.arguments,
                     true,
                     Some(ctx.conn_id),
@@ -538,20 +562,15 @@ impl Channel {
                 }
             }
             Method::QueueUnbind(b) => {
-                let name = self.queue_name(&b.queue)?;
+                let name = strip_cr_lf(&self.queue_name(&b.queue)?);
+                let exchange = strip_cr_lf(&b.exchange);
+                let key = self.binding_key(&b.queue, &b.routing_key)?;
                 self.allow(ctx, Perm::Write, Resource::Queue, &name)?;
-                self.allow(ctx, Perm::Read, Resource::Exchange, &b.exchange)?;
+                self.allow(ctx, Perm::Read, Resource::Exchange, &exchange)?;
                 if vhost.queue(&name).is_some() {
                     vhost.queue_for(&name, ctx.conn_id)?;
                 }
-                vhost.bind_queue(
-                    &name,
-                    &b.exchange,
-                    &b.routing_key,
-                    &b.arguments,
-                    false,
-                    None,
-                )?;
+                vhost.bind_queue(&name, &exchange, &key, &b.arguments, false, None)?;
                 self.reply(QueueUnbindOk {});
             }
             Method::QueuePurge(p) => {
@@ -564,7 +583,7 @@ impl Channel {
                 }
             }
             Method::QueueDelete(d) => {
-                let name = self.queue_name(&d.queue)?;
+                let name = strip_cr_lf(&self.queue_name(&d.queue)?);
                 self.allow(ctx, Perm::Configure, Resource::Queue, &name)?;
                 let deleted =
                     vhost.delete_queue(&name, d.if_unused, d.if_empty, Some(ctx.conn_id))?;
@@ -868,7 +887,7 @@ impl Channel {
                 AmqpError::frame_error(format!("cannot decode properties: {e}")).on(60, 40)
             })?;
             if let Some(u) = &props.user_id {
-                if &**u != ctx.user {
+                if &**u != ctx.user && !ctx.impersonator {
                     return Err(AmqpError::precondition_failed(format!(
                         "user_id property set to '{u}' but authenticated user was '{}'",
                         ctx.user
@@ -1003,11 +1022,18 @@ impl Channel {
     /// Releases everything the channel holds: unacked messages go back to their queues,
     /// consumers are removed (auto-delete queues may go).
     pub fn close(&mut self, vhost: &Arc<VHost>) {
-        let taken = {
+        let mut taken = {
             let mut d = self.shared.deliveries.lock();
             d.closed = true;
             d.unacked.drain(..).collect::<Vec<_>>()
         };
+        // Acks, nacks and rejects of an uncommitted transaction are discarded, as in RabbitMQ:
+        // those deliveries go back to their queues with the rest.
+        for op in self.tx.take().into_iter().flatten() {
+            if let TxOp::Settle(held, _) = op {
+                taken.extend(held);
+            }
+        }
         for c in self.consumers.values() {
             c.cancelled.store(true, Ordering::Relaxed);
         }
@@ -1056,4 +1082,13 @@ pub fn gen_name(prefix: &str) -> String {
         s.push(ALPHABET[rng.gen_range(0..ALPHABET.len())] as char);
     }
     s
+}
+
+/// RabbitMQ strips CR and LF from exchange and queue names in declare, delete and bind methods
+/// (`rabbit_channel:strip_cr_lf`); basic.publish, consume, get and queue.purge take names as given.
+fn strip_cr_lf(name: &ByteString) -> ByteString {
+    if !name.bytes().any(|b| b == b'\r' || b == b'\n') {
+        return name.clone();
+    }
+    ByteString::from(name.replace(['\r', '\n'], ""))
 }

@@ -905,10 +905,12 @@ impl Conn {
             return Err(AmqpError::internal_error("no vhost"));
         };
         let user = self.user.as_ref().map_or("", |u| u.name.as_str());
+        let impersonator = self.user.as_ref().is_some_and(|u| u.impersonator);
         let max_size = self.broker.config.limits.message_size_max_bytes;
         let mut ctx = Ctx {
             conn_id: self.id,
             user,
+            impersonator,
             vhost,
             access: &self.broker.access,
             message_size_max_bytes: max_size,

@@ -1219,6 +1219,11 @@ impl VHost {
         q
     }
 
+    /// Whether `name` is a live direct reply-to pseudo-queue (its requester still consumes).
+    pub fn direct_reply_exists(&self, name: &str) -> bool {
+        self.direct_reply.lock().contains_key(name)
+    }
+
     pub fn drop_direct_reply_queue(&self, name: &str) {
         if let Some(q) = self.direct_reply.lock().remove(name) {
             q.mark_deleted();

@@ -378,3 +378,39 @@ def test_change_that_cannot_be_written_is_refused():
         assert api.call("GET", "/api/vhosts/full-vh")[0] == 404
     finally:
         n.cleanup()
+
+
+@pytest.mark.parametrize("tags", ["impersonator", "monitoring"])
+def test_impersonator_may_publish_any_user_id(api, amqp_url, res, tags):
+    user, password = uname("imp"), "s3cret"
+    assert api.call("PUT", f"/api/users/{q(user)}", {"password": password, "tags": tags})[0] == 201
+    try:
+        st, _ = api.call("PUT", f"/api/permissions/%2F/{q(user)}",
+                         {"configure": ".*", "write": ".*", "read": ".*"})
+        assert st == 201
+        name = res.queue("imp")
+        c = connect(url_with(amqp_url, user=user, password=password))
+        try:
+            ch = c.channel()
+            ch.queue_declare(name)
+            props = pika.BasicProperties(user_id="somebody-else")
+            if tags == "impersonator":
+                ch.basic_publish("", name, b"as-someone", props)
+                _m, p, b = _get_one(ch, name)
+                assert (b, p.user_id) == (b"as-someone", "somebody-else")
+            else:
+                with channel_closed(406, "PRECONDITION_FAILED - user_id property set to "
+                                         f"'somebody-else' but authenticated user was '{user}'"):
+                    ch.basic_publish("", name, b"refused", props)
+                    ch.queue_declare(name, passive=True)
+        finally:
+            safe_close(c)
+    finally:
+        api.call("DELETE", f"/api/users/{q(user)}")
+
+
+def _get_one(ch, name):
+    def got():
+        m, p, b = ch.basic_get(name, auto_ack=True)
+        return (m, p, b) if m else None
+    return wait_until(got, what=f"a message in {name}")
