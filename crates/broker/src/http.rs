@@ -15,6 +15,7 @@ use axum::routing::{get, put};
 use axum::{Json, Router};
 use base64::Engine;
 use serde_json::{json, Value};
+use tower::Layer;
 use warren_routing::Destination;
 
 use crate::access::{
@@ -95,10 +96,10 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let app = router(broker.clone());
+    let app = tower::util::MapRequestLayer::new(trim_trailing_slash).layer(router(broker));
     let r = axum::serve(
         listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
+        axum::ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app),
     )
     .with_graceful_shutdown(async move {
         let _ = shutdown.wait_for(|v| *v).await;
@@ -107,6 +108,33 @@ pub async fn serve(
     if let Err(e) = r {
         tracing::error!(error = %e, "management API stopped");
     }
+}
+
+/// RabbitMQ's router answers a path with one trailing slash as the path without it
+/// (`/api/queues/%2F/` lists the vhost's queues), and client libraries call it that way. axum
+/// matches exact paths, so the slash is cut before routing, once: `/api/overview//` stays a 404,
+/// as in RabbitMQ (tower-http's `NormalizePath` would cut them all).
+fn trim_trailing_slash(mut req: Request) -> Request {
+    let uri = req.uri();
+    let path = uri.path();
+    if path.len() <= 1 || !path.ends_with('/') {
+        return req;
+    }
+    let trimmed = &path[..path.len() - 1];
+    let path_and_query = match uri.query() {
+        Some(q) => format!("{trimmed}?{q}"),
+        None => trimmed.to_string(),
+    };
+    let mut parts = uri.clone().into_parts();
+    // Cutting a '/' off a valid URI leaves a valid one; were it refused, the request would
+    // simply be routed as it came.
+    if let Ok(pq) = path_and_query.parse() {
+        parts.path_and_query = Some(pq);
+        if let Ok(u) = axum::http::Uri::from_parts(parts) {
+            *req.uri_mut() = u;
+        }
+    }
+    req
 }
 
 pub fn router(broker: Arc<Broker>) -> Router {
