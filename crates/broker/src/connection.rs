@@ -237,8 +237,10 @@ impl Conn {
             FieldValue::str("Warren, an AMQP 0-9-1 broker; see README.md"),
         );
         props.insert("platform", FieldValue::str("Rust"));
-        props.insert("product", FieldValue::str("Warren"));
-        props.insert("version", FieldValue::str(env!("CARGO_PKG_VERSION")));
+        // Configurable: some clients and applications gate features on these.
+        let announced = &self.broker.config.server_properties;
+        props.insert("product", FieldValue::str(&announced.product));
+        props.insert("version", FieldValue::str(&announced.version));
         self.outbox.method(
             0,
             &Method::ConnectionStart(ConnectionStart {

@@ -310,8 +310,8 @@ async fn overview(State(b): B) -> ApiResult {
     ok_json(json!({
         "management_version": env!("CARGO_PKG_VERSION"),
         "rabbitmq_version": "3.10.8",
-        "product_name": "Warren",
-        "product_version": env!("CARGO_PKG_VERSION"),
+        "product_name": b.config.server_properties.product,
+        "product_version": b.config.server_properties.version,
         "cluster_name": "warren",
         "node": "warren@localhost",
         "object_totals": {
