@@ -29,7 +29,7 @@ use crate::vhost::{ExchangeSpec, QueueSpec, VHost};
 type B = State<Arc<Broker>>;
 
 /// An API error with RabbitMQ's body shape.
-pub struct ApiError(StatusCode, Value);
+pub struct ApiError(pub StatusCode, pub Value);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -51,7 +51,7 @@ fn not_found() -> ApiError {
     )
 }
 
-fn bad_request(reason: impl Into<String>) -> ApiError {
+pub(crate) fn bad_request(reason: impl Into<String>) -> ApiError {
     ApiError(
         StatusCode::BAD_REQUEST,
         json!({"error": "bad_request", "reason": reason.into()}),
@@ -71,13 +71,13 @@ impl From<MgmtError> for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(crate) type ApiResult = Result<Response, ApiError>;
 
-fn ok_json(v: Value) -> ApiResult {
+pub(crate) fn ok_json(v: Value) -> ApiResult {
     Ok(Json(v).into_response())
 }
 
-fn no_content() -> ApiResult {
+pub(crate) fn no_content() -> ApiResult {
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -205,6 +205,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
             "/api/definitions",
             get(get_definitions).post(post_definitions),
         )
+        .merge(crate::ctl_api::routes())
         .fallback(|| async { not_found() })
         .layer(middleware::from_fn_with_state(broker.clone(), authenticate))
         .with_state(broker)
@@ -271,7 +272,7 @@ fn vhost_of(b: &Broker, name: &str) -> Result<Arc<VHost>, ApiError> {
     b.vhost(name).ok_or_else(not_found)
 }
 
-fn body_object(body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn body_object(body: &[u8]) -> Result<Value, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
@@ -761,7 +762,7 @@ async fn list_bindings_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
 
 // ---- connections ----
 
-fn connection_json(c: &crate::tracking::ConnInfo) -> Value {
+pub(crate) fn connection_json(c: &crate::tracking::ConnInfo) -> Value {
     use std::sync::atomic::Ordering::Relaxed;
     json!({
         "name": c.name, "node": "warren@localhost", "type": "network", "state": "running",

@@ -11,6 +11,8 @@
 //! - [`confirm`]: publisher confirms; [`persist`]: group commit of durable queue logs;
 //!   [`definitions`]: the durable definitions file.
 //! - [`config`], [`limits`], [`error`], [`auth`].
+//! - [`http`]: the management API (RabbitMQ's URLs); [`ctl_api`]: its `/api/warren/…` endpoints
+//!   for `warren ctl`.
 
 pub mod access;
 pub mod admission;
@@ -21,6 +23,7 @@ pub mod channel;
 pub mod config;
 pub mod confirm;
 pub mod connection;
+pub mod ctl_api;
 pub mod definitions;
 pub mod error;
 pub mod export;
