@@ -151,7 +151,8 @@ pub async fn serve_listener<F, Fut>(
             if shutting_down {
                 return;
             }
-            app.status.send_modify(|s| s.listening -= 1);
+            app.status
+                .send_modify(|s| s.listening = s.listening.saturating_sub(1));
         }
         tokio::select! {
             _ = shutdown.changed() => return,

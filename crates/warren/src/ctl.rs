@@ -36,8 +36,8 @@ pub struct CtlArgs {
     /// Listings without their header line.
     #[arg(long = "no-table-headers", global = true)]
     no_table_headers: bool,
-    /// Seconds to wait for the broker's answer [default: 30; stop_app and start_app wait
-    /// for the listeners up to 30 s on the broker's side].
+    /// Seconds to wait for the broker's answer [default: 45, since stop_app and start_app
+    /// wait up to 30 s for the listeners on the broker's side].
     #[arg(long, short = 't', value_name = "SECONDS", global = true)]
     timeout: Option<u64>,
     /// rabbitmqctl's long node names: accepted and ignored.
