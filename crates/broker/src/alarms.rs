@@ -2,7 +2,8 @@
 //! absolute size) and a disk free limit (default 50 MB). While either is on, every connection
 //! that publishes gets connection.blocked (if it announced the capability) and its socket is not
 //! read until the alarm clears, so TCP pushes back on the publisher; consumers keep draining.
-//! Thresholds are re-read from the config file on SIGHUP.
+//! Thresholds are re-read from the config file on SIGHUP; the memory one is also set at runtime
+//! by `warren ctl set_vm_memory_high_watermark` (through the management API).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,21 +35,43 @@ impl AlarmState {
     }
 }
 
+/// RabbitMQ's `vm_memory_high_watermark`: a fraction of RAM or an absolute size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MemoryWatermark {
+    Fraction(f64),
+    Absolute(u64),
+}
+
+impl MemoryWatermark {
+    /// The resident size at which the memory alarm goes on.
+    pub fn bytes(self) -> u64 {
+        match self {
+            MemoryWatermark::Fraction(f) => {
+                (total_memory_bytes().unwrap_or(u64::MAX / 2) as f64 * f) as u64
+            }
+            MemoryWatermark::Absolute(b) => b,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Thresholds {
     pub memory_bytes: u64,
     pub disk_free_bytes: u64,
+    /// What `memory_bytes` was computed from, as status reports it.
+    pub memory_watermark: MemoryWatermark,
 }
 
 impl Thresholds {
     pub fn from_limits(l: &LimitsConfig) -> Thresholds {
-        let ram = total_memory_bytes().unwrap_or(u64::MAX / 2);
-        let memory_bytes = l
-            .memory_high_watermark_bytes
-            .unwrap_or((ram as f64 * l.memory_high_watermark) as u64);
+        let memory_watermark = match l.memory_high_watermark_bytes {
+            Some(b) => MemoryWatermark::Absolute(b),
+            None => MemoryWatermark::Fraction(l.memory_high_watermark),
+        };
         Thresholds {
-            memory_bytes,
+            memory_bytes: memory_watermark.bytes(),
             disk_free_bytes: l.disk_free_limit_bytes,
+            memory_watermark,
         }
     }
 }
@@ -83,6 +106,28 @@ impl Alarms {
         );
         *self.thresholds.lock() = t;
         self.check();
+    }
+
+    /// rabbitmqctl's set_vm_memory_high_watermark: a new memory threshold, in force at once (the
+    /// disk one stays). Until the next SIGHUP re-reads the config file, or a restart.
+    pub fn set_memory_watermark(&self, w: MemoryWatermark) {
+        let mut t = self.thresholds();
+        t.memory_watermark = w;
+        t.memory_bytes = w.bytes();
+        self.set_thresholds(t);
+    }
+
+    pub fn thresholds(&self) -> Thresholds {
+        *self.thresholds.lock()
+    }
+
+    pub fn state(&self) -> AlarmState {
+        *self.tx.borrow()
+    }
+
+    /// Free space on the data directory's file system, if it can be read.
+    pub fn disk_free_bytes(&self) -> Option<u64> {
+        disk_free_bytes(&self.data_dir)
     }
 
     /// Samples memory and disk and flips the alarms (logged once per change).
@@ -140,12 +185,13 @@ impl Alarms {
     }
 }
 
-fn total_memory_bytes() -> Option<u64> {
+pub fn total_memory_bytes() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/meminfo").ok()?;
     kb_field(&s, "MemTotal:")
 }
 
-fn resident_bytes() -> Option<u64> {
+/// This process's resident memory (what the memory alarm compares, RabbitMQ's `rss` strategy).
+pub fn resident_bytes() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     kb_field(&s, "VmRSS:")
 }
@@ -184,6 +230,7 @@ mod tests {
             Thresholds {
                 memory_bytes: u64::MAX,
                 disk_free_bytes: 0,
+                memory_watermark: MemoryWatermark::Absolute(u64::MAX),
             },
             PathBuf::from("/"),
         );
@@ -192,13 +239,35 @@ mod tests {
         a.set_thresholds(Thresholds {
             memory_bytes: 1,
             disk_free_bytes: 0,
+            memory_watermark: MemoryWatermark::Absolute(1),
         });
         assert!(rx.borrow().memory);
         assert_eq!(rx.borrow().reason(), "low on memory");
         a.set_thresholds(Thresholds {
             memory_bytes: u64::MAX,
             disk_free_bytes: u64::MAX,
+            memory_watermark: MemoryWatermark::Absolute(u64::MAX),
         });
         assert!(!rx.borrow().memory && rx.borrow().disk);
+    }
+
+    #[test]
+    fn memory_watermark_set_at_runtime_keeps_the_disk_limit() {
+        let a = Alarms::new(
+            Thresholds {
+                memory_bytes: u64::MAX,
+                disk_free_bytes: 7,
+                memory_watermark: MemoryWatermark::Absolute(u64::MAX),
+            },
+            PathBuf::from("/"),
+        );
+        a.set_memory_watermark(MemoryWatermark::Fraction(0.0));
+        assert!(a.state().memory, "a zero watermark is always exceeded");
+        let t = a.thresholds();
+        assert_eq!((t.memory_bytes, t.disk_free_bytes), (0, 7));
+        a.set_memory_watermark(MemoryWatermark::Absolute(u64::MAX));
+        assert!(!a.state().memory);
+        let ram = total_memory_bytes().expect("meminfo");
+        assert_eq!(MemoryWatermark::Fraction(0.5).bytes(), ram / 2);
     }
 }

@@ -6,7 +6,7 @@
 //! under one small mutex, so that tags reach the socket in order.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -61,6 +61,17 @@ pub struct ChannelShared {
     pub id: u16,
     pub outbox: Arc<Outbox>,
     deliveries: Mutex<Deliveries>,
+    /// What `list_channels` shows of the channel's modes; only the channel's task writes it.
+    pub modes: ChannelModes,
+}
+
+/// A channel's settings as its task last set them, readable from the management side.
+#[derive(Default)]
+pub struct ChannelModes {
+    /// basic.qos global=false: the prefetch given to consumers created afterwards.
+    pub prefetch_count: AtomicU16,
+    pub confirm: AtomicBool,
+    pub transactional: AtomicBool,
 }
 
 impl ChannelShared {
@@ -72,7 +83,19 @@ impl ChannelShared {
                 next_tag: 1,
                 ..Default::default()
             }),
+            modes: ChannelModes::default(),
         })
+    }
+
+    /// Closed (by either side, or with its connection): no longer listed.
+    pub fn is_closed(&self) -> bool {
+        self.deliveries.lock().closed
+    }
+
+    /// Deliveries awaiting ack, and the basic.qos global=true limit (0 = none).
+    pub fn unacked_and_global_prefetch(&self) -> (usize, u16) {
+        let d = self.deliveries.lock();
+        (d.unacked.len(), d.global_prefetch)
     }
 
     /// Called by a queue (under its lock) to hand `m` to consumer `c`.
@@ -378,6 +401,10 @@ impl Channel {
                     self.kick_consumers();
                 } else {
                     self.consumer_prefetch = q.prefetch_count;
+                    self.shared
+                        .modes
+                        .prefetch_count
+                        .store(q.prefetch_count, Ordering::Relaxed);
                 }
                 self.reply(BasicQosOk {});
             }
@@ -602,6 +629,7 @@ impl Channel {
                     ));
                 }
                 self.confirm = true;
+                self.shared.modes.confirm.store(true, Ordering::Relaxed);
                 if !c.nowait {
                     self.reply(ConfirmSelectOk {});
                 }
@@ -615,6 +643,10 @@ impl Channel {
                 if self.tx.is_none() {
                     self.tx = Some(Vec::new());
                 }
+                self.shared
+                    .modes
+                    .transactional
+                    .store(true, Ordering::Relaxed);
                 self.reply(TxSelectOk {});
             }
             Method::TxCommit(_) => {

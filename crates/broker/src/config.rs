@@ -28,6 +28,37 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// AMQPS on a second listener, when a certificate is configured.
     pub tls: Option<TlsConfig>,
+    /// What connection.start announces as `product` and `version`.
+    pub server_properties: ServerProperties,
+}
+
+/// `[server_properties]`: the `product` and `version` announced in connection.start (and as
+/// `product_name` / `product_version` in /api/overview). Some applications and client tools
+/// gate features on them (a RabbitMQ version check); they can be told "RabbitMQ" / "3.10.8".
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerProperties {
+    pub product: String,
+    /// A plain `x.y.z` (digits only): clients parse it as a version number.
+    pub version: String,
+}
+
+impl Default for ServerProperties {
+    fn default() -> Self {
+        ServerProperties {
+            product: "Warren".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+}
+
+/// Whether `v` is `x.y.z` with each part a run of ASCII digits.
+fn is_plain_version(v: &str) -> bool {
+    let parts: Vec<&str> = v.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `[tls]`: RabbitMQ's `ssl_options` (certfile, keyfile, cacertfile, verify,
@@ -162,6 +193,7 @@ impl Default for Config {
             definitions_file: None,
             limits: LimitsConfig::default(),
             tls: None,
+            server_properties: ServerProperties::default(),
         }
     }
 }
@@ -201,6 +233,15 @@ impl Config {
         if self.vhosts.is_empty() {
             return Err("at least one vhost must be configured".into());
         }
+        if self.server_properties.product.is_empty() {
+            return Err("server_properties.product must not be empty".into());
+        }
+        if !is_plain_version(&self.server_properties.version) {
+            return Err(format!(
+                "server_properties.version must be a plain x.y.z version of digits (such as \"3.10.8\"), got {:?}",
+                self.server_properties.version
+            ));
+        }
         Ok(())
     }
 }
@@ -227,6 +268,33 @@ mod tests {
         assert!(Config::from_toml("[limits]\nframe_max = 100").is_err());
         assert!(Config::from_toml("[limits.vhosts.'/']\nmax_queus = 1").is_err());
         assert!(Config::from_toml("[limits]\nsend_timeout_ms = 0").is_err());
+    }
+
+    #[test]
+    fn server_properties_default_and_override() {
+        let c = Config::default();
+        assert_eq!(c.server_properties.product, "Warren");
+        assert!(c.validate().is_ok(), "the crate's own version is x.y.z");
+        let c = Config::from_toml(
+            "[server_properties]\nproduct = \"RabbitMQ\"\nversion = \"3.10.8\"\n",
+        )
+        .expect("valid");
+        assert_eq!(c.server_properties.product, "RabbitMQ");
+        assert_eq!(c.server_properties.version, "3.10.8");
+        for bad in [
+            "3.10",
+            "3.10.8-rc1",
+            "v3.10.8",
+            "3..8",
+            "",
+            "3.10.8.1",
+            "３.1.0",
+        ] {
+            let text = format!("[server_properties]\nversion = {bad:?}\n");
+            assert!(Config::from_toml(&text).is_err(), "{bad:?} accepted");
+        }
+        assert!(Config::from_toml("[server_properties]\nproduct = \"\"\n").is_err());
+        assert!(Config::from_toml("[server_properties]\nplatform = \"x\"\n").is_err());
     }
 
     #[test]

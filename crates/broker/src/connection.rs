@@ -237,8 +237,10 @@ impl Conn {
             FieldValue::str("Warren, an AMQP 0-9-1 broker; see README.md"),
         );
         props.insert("platform", FieldValue::str("Rust"));
-        props.insert("product", FieldValue::str("Warren"));
-        props.insert("version", FieldValue::str(env!("CARGO_PKG_VERSION")));
+        // Configurable: some clients and applications gate features on these.
+        let announced = &self.broker.config.server_properties;
+        props.insert("product", FieldValue::str(&announced.product));
+        props.insert("version", FieldValue::str(&announced.version));
         self.outbox.method(
             0,
             &Method::ConnectionStart(ConnectionStart {
@@ -865,6 +867,9 @@ impl Conn {
                         ch.place = Some(place);
                         ch.shared
                             .set_unacked_max(self.broker.config.limits.unacked_max_per_channel);
+                        if let Some(i) = &self.info {
+                            i.channel_opened(ch.shared.clone());
+                        }
                         self.channels.insert(id, Slot::Open(Box::new(ch)));
                         self.outbox.method(
                             id,
@@ -989,9 +994,13 @@ impl Conn {
     /// Enters the broker's connection registry (management API, forced closes).
     fn register(&mut self, user: String, vhost: String) {
         let local = self.local.unwrap_or(self.peer);
-        let props = crate::json::table_to_json(&self.client_properties);
         let info = Arc::new(crate::tracking::ConnInfo::new(
-            self.id, self.peer, local, user, vhost, props,
+            self.id,
+            self.peer,
+            local,
+            user,
+            vhost,
+            &self.client_properties,
         ));
         info.frame_max
             .store(self.decoder.frame_max as u64, Ordering::Relaxed);

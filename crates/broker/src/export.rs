@@ -77,8 +77,8 @@ pub fn export(broker: &Broker) -> Value {
     json!({
         "rabbit_version": "3.10.8",
         "rabbitmq_version": "3.10.8",
-        "product_name": "Warren",
-        "product_version": env!("CARGO_PKG_VERSION"),
+        "product_name": broker.config.server_properties.product,
+        "product_version": broker.config.server_properties.version,
         "users": a.users,
         "vhosts": a.vhosts,
         "permissions": a.permissions,

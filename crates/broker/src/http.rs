@@ -15,6 +15,7 @@ use axum::routing::{get, put};
 use axum::{Json, Router};
 use base64::Engine;
 use serde_json::{json, Value};
+use tower::Layer;
 use warren_routing::Destination;
 
 use crate::access::{
@@ -28,7 +29,7 @@ use crate::vhost::{ExchangeSpec, QueueSpec, VHost};
 type B = State<Arc<Broker>>;
 
 /// An API error with RabbitMQ's body shape.
-pub struct ApiError(StatusCode, Value);
+pub struct ApiError(pub StatusCode, pub Value);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -50,7 +51,7 @@ fn not_found() -> ApiError {
     )
 }
 
-fn bad_request(reason: impl Into<String>) -> ApiError {
+pub(crate) fn bad_request(reason: impl Into<String>) -> ApiError {
     ApiError(
         StatusCode::BAD_REQUEST,
         json!({"error": "bad_request", "reason": reason.into()}),
@@ -70,13 +71,13 @@ impl From<MgmtError> for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(crate) type ApiResult = Result<Response, ApiError>;
 
-fn ok_json(v: Value) -> ApiResult {
+pub(crate) fn ok_json(v: Value) -> ApiResult {
     Ok(Json(v).into_response())
 }
 
-fn no_content() -> ApiResult {
+pub(crate) fn no_content() -> ApiResult {
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -95,10 +96,10 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let app = router(broker.clone());
+    let app = tower::util::MapRequestLayer::new(trim_trailing_slash).layer(router(broker));
     let r = axum::serve(
         listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
+        axum::ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app),
     )
     .with_graceful_shutdown(async move {
         let _ = shutdown.wait_for(|v| *v).await;
@@ -107,6 +108,33 @@ pub async fn serve(
     if let Err(e) = r {
         tracing::error!(error = %e, "management API stopped");
     }
+}
+
+/// RabbitMQ's router answers a path with one trailing slash as the path without it
+/// (`/api/queues/%2F/` lists the vhost's queues), and client libraries call it that way. axum
+/// matches exact paths, so the slash is cut before routing, once: `/api/overview//` stays a 404,
+/// as in RabbitMQ (tower-http's `NormalizePath` would cut them all).
+fn trim_trailing_slash(mut req: Request) -> Request {
+    let uri = req.uri();
+    let path = uri.path();
+    if path.len() <= 1 || !path.ends_with('/') {
+        return req;
+    }
+    let trimmed = &path[..path.len() - 1];
+    let path_and_query = match uri.query() {
+        Some(q) => format!("{trimmed}?{q}"),
+        None => trimmed.to_string(),
+    };
+    let mut parts = uri.clone().into_parts();
+    // Cutting a '/' off a valid URI leaves a valid one; were it refused, the request would
+    // simply be routed as it came.
+    if let Ok(pq) = path_and_query.parse() {
+        parts.path_and_query = Some(pq);
+        if let Ok(u) = axum::http::Uri::from_parts(parts) {
+            *req.uri_mut() = u;
+        }
+    }
+    req
 }
 
 pub fn router(broker: Arc<Broker>) -> Router {
@@ -177,6 +205,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
             "/api/definitions",
             get(get_definitions).post(post_definitions),
         )
+        .merge(crate::ctl_api::routes())
         .fallback(|| async { not_found() })
         .layer(middleware::from_fn_with_state(broker.clone(), authenticate))
         .with_state(broker)
@@ -243,7 +272,7 @@ fn vhost_of(b: &Broker, name: &str) -> Result<Arc<VHost>, ApiError> {
     b.vhost(name).ok_or_else(not_found)
 }
 
-fn body_object(body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn body_object(body: &[u8]) -> Result<Value, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
@@ -282,8 +311,8 @@ async fn overview(State(b): B) -> ApiResult {
     ok_json(json!({
         "management_version": env!("CARGO_PKG_VERSION"),
         "rabbitmq_version": "3.10.8",
-        "product_name": "Warren",
-        "product_version": env!("CARGO_PKG_VERSION"),
+        "product_name": b.config.server_properties.product,
+        "product_version": b.config.server_properties.version,
         "cluster_name": "warren",
         "node": "warren@localhost",
         "object_totals": {
@@ -733,7 +762,7 @@ async fn list_bindings_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
 
 // ---- connections ----
 
-fn connection_json(c: &crate::tracking::ConnInfo) -> Value {
+pub(crate) fn connection_json(c: &crate::tracking::ConnInfo) -> Value {
     use std::sync::atomic::Ordering::Relaxed;
     json!({
         "name": c.name, "node": "warren@localhost", "type": "network", "state": "running",

@@ -2,7 +2,7 @@
 //! and routing (`warren-routing`) to sockets.
 //!
 //! Layout (a publish flows down, a delivery flows up):
-//! - [`server`]: listener, accept loop, shutdown.
+//! - [`server`]: the broker, shutdown; [`app`]: listeners, accept loop, stop_app/start_app.
 //! - [`connection`]: handshake, auth, tune, heartbeats, frame dispatch to channels, close.
 //! - [`channel`]: publish assembly, consumers, acks, prefetch, confirms, tx.
 //! - [`vhost`]: exchanges, queues and the routing snapshot publishers read without a lock.
@@ -11,15 +11,19 @@
 //! - [`confirm`]: publisher confirms; [`persist`]: group commit of durable queue logs;
 //!   [`definitions`]: the durable definitions file.
 //! - [`config`], [`limits`], [`error`], [`auth`].
+//! - [`http`]: the management API (RabbitMQ's URLs); [`ctl_api`]: its `/api/warren/…` endpoints
+//!   for `warren ctl`.
 
 pub mod access;
 pub mod admission;
 pub mod alarms;
+pub mod app;
 pub mod auth;
 pub mod channel;
 pub mod config;
 pub mod confirm;
 pub mod connection;
+pub mod ctl_api;
 pub mod definitions;
 pub mod error;
 pub mod export;

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
 use crate::access::{Access, LimitScope, MgmtError, VhostDef};
 use crate::alarms::{Alarms, Thresholds};
@@ -32,6 +31,10 @@ pub struct Broker {
     pub alarms: Arc<Alarms>,
     /// Connection and queue limits (node, per vhost, per user).
     pub admission: Arc<crate::admission::Admission>,
+    /// Whether AMQP is served (stop_app / start_app).
+    pub app: crate::app::App,
+    /// For status's uptime.
+    pub started_at: std::time::Instant,
 }
 
 impl Broker {
@@ -61,6 +64,8 @@ impl Broker {
             persister,
             alarms,
             admission,
+            app: crate::app::App::default(),
+            started_at: std::time::Instant::now(),
         });
         for v in b.vhosts() {
             v.set_max_queues(b.admission.max_queues(&v.name));
@@ -194,43 +199,22 @@ impl Broker {
         }
     }
 
-    /// Accepts connections until `shutdown` turns true, then asks every connection to close
-    /// (connection.close 320) and waits for them, bounded.
-    pub async fn serve(
-        self: Arc<Self>,
-        listener: TcpListener,
-        mut shutdown: watch::Receiver<bool>,
-    ) {
+    /// Accepts connections until `shutdown` turns true (pausing between stop_app and
+    /// start_app), then asks every connection to close (connection.close 320) and waits for
+    /// them, bounded.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
         let sweeper = tokio::spawn(self.clone().sweep_expired());
         let alarms = tokio::spawn(self.alarms.clone().run());
-        let mut conns = JoinSet::new();
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        conns.spawn(connection::serve(self.clone(), stream, peer, shutdown.clone()));
-                    }
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                },
-                _ = shutdown.changed() => break,
-            }
-            while conns.try_join_next().is_some() {}
-        }
-        drop(listener);
+        let b = self.clone();
+        crate::app::serve_listener(
+            self.clone(),
+            listener,
+            shutdown,
+            move |stream, peer, close| connection::serve(b.clone(), stream, peer, close),
+        )
+        .await;
         sweeper.abort();
         alarms.abort();
-        let n = conns.len();
-        if n > 0 {
-            tracing::info!(connections = n, "closing client connections");
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(10), async {
-            while conns.join_next().await.is_some() {}
-        })
-        .await;
         let p = self.persister.clone();
         let _ = tokio::task::spawn_blocking(move || p.stop()).await;
     }

@@ -15,7 +15,6 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
@@ -77,35 +76,19 @@ pub fn acceptor(c: &TlsConfig) -> Result<TlsAcceptor, String> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Accepts TLS clients until `shutdown` turns true, then waits (bounded) for their
-/// connections, which the same shutdown signal closes with 320.
+/// Accepts TLS clients until `shutdown` turns true (pausing between stop_app and start_app),
+/// then waits (bounded) for their connections, which the same signal closes with 320.
 pub async fn serve(
     broker: Arc<Broker>,
     listener: TcpListener,
     acceptor: TlsAcceptor,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    conns.spawn(handshake(broker.clone(), acceptor.clone(), stream, peer, shutdown.clone()));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "TLS accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-            _ = shutdown.changed() => break,
-        }
-        while conns.try_join_next().is_some() {}
-    }
-    drop(listener);
-    let _ = tokio::time::timeout(Duration::from_secs(10), async {
-        while conns.join_next().await.is_some() {}
+    let b = broker.clone();
+    crate::app::serve_listener(broker, listener, shutdown, move |stream, peer, close| {
+        handshake(b.clone(), acceptor.clone(), stream, peer, close)
     })
-    .await;
+    .await
 }
 
 async fn handshake(

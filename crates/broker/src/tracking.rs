@@ -3,8 +3,15 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
+use warren_protocol::FieldTable;
+
+use crate::channel::ChannelShared;
+
+/// The node name Warren reports wherever RabbitMQ reports its Erlang node.
+pub const NODE: &str = "warren@localhost";
 
 pub struct ConnInfo {
     pub id: u64,
@@ -18,6 +25,11 @@ pub struct ConnInfo {
     pub vhost: String,
     /// The client's properties (product, version, connection_name, …) as JSON.
     pub client_properties: serde_json::Value,
+    /// The same as sent, in the client's order: rabbitmqctl lists them that way.
+    pub client_table: FieldTable,
+    /// Channels opened on this connection, for `list_channels`; closed ones are dropped as
+    /// more open, and skipped when listing.
+    open_channels: Mutex<Vec<Arc<ChannelShared>>>,
     pub channels: AtomicU32,
     pub frame_max: AtomicU64,
     pub heartbeat_s: AtomicU32,
@@ -32,7 +44,7 @@ impl ConnInfo {
         local: SocketAddr,
         user: String,
         vhost: String,
-        client_properties: serde_json::Value,
+        client_properties: &FieldTable,
     ) -> ConnInfo {
         ConnInfo {
             id,
@@ -44,7 +56,9 @@ impl ConnInfo {
                 .map_or(0, |d| d.as_millis() as u64),
             user,
             vhost,
-            client_properties,
+            client_properties: crate::json::table_to_json(client_properties),
+            client_table: client_properties.clone(),
+            open_channels: Mutex::new(Vec::new()),
             channels: AtomicU32::new(0),
             frame_max: AtomicU64::new(0),
             heartbeat_s: AtomicU32::new(0),
@@ -69,5 +83,36 @@ impl ConnInfo {
 
     pub fn set_channels(&self, n: usize) {
         self.channels.store(n as u32, Ordering::Relaxed);
+    }
+
+    /// Records a channel just opened (channel.open), for listings.
+    pub fn channel_opened(&self, ch: Arc<ChannelShared>) {
+        let mut chs = self.open_channels.lock();
+        chs.retain(|c| !c.is_closed());
+        chs.push(ch);
+    }
+
+    /// The open channels, by channel number.
+    pub fn channels(&self) -> Vec<Arc<ChannelShared>> {
+        let mut chs: Vec<_> = self
+            .open_channels
+            .lock()
+            .iter()
+            .filter(|c| !c.is_closed())
+            .cloned()
+            .collect();
+        chs.sort_by_key(|c| c.id);
+        chs
+    }
+
+    /// rabbitmqctl's `pid` of this connection. Warren has no Erlang processes; the form is an
+    /// Erlang pid's, as scripts expect, and names the connection: `<NODE.1.ID.0>`.
+    pub fn pid(&self) -> String {
+        format!("<{NODE}.1.{}.0>", self.id)
+    }
+
+    /// The `pid` of channel `number` on this connection: `<NODE.1.ID.NUMBER>` (never 0).
+    pub fn channel_pid(&self, number: u16) -> String {
+        format!("<{NODE}.1.{}.{number}>", self.id)
     }
 }

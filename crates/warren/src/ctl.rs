@@ -1,8 +1,12 @@
 //! `warren ctl`: rabbitmqctl's everyday commands, run against a live broker through its HTTP
-//! management API. Listings print a tab-separated header line, then one row per item, as
-//! rabbitmqctl does (its "Listing … " banner goes to stderr, so stdout stays parseable).
-//! Exit status: 0 on success, 1 when the broker refused (unknown name, bad value), 69 when the
-//! broker cannot be reached, 2 on bad usage.
+//! management API (RabbitMQ's URLs, plus `/api/warren/…` for what only rabbitmqctl does:
+//! pids, stop_app/start_app, status, environment, the memory watermark). Listings print a
+//! tab-separated header line, then one row per item, as rabbitmqctl does (its "Listing … "
+//! banner goes to stderr, so stdout stays parseable); values are printed as rabbitmqctl prints
+//! them (pids `<node.1.N.0>`, client properties as Erlang terms, protocol `{0,9,1}`).
+//! Exit status: 0 on success, 1 when the broker refused (unknown name, bad value), 65 for an
+//! argument rabbitmqctl also rejects (a watermark out of range), 69 when the broker cannot be
+//! reached, 2 on bad usage.
 
 use std::io::Write;
 
@@ -12,10 +16,12 @@ use serde_json::{json, Value};
 #[derive(Parser)]
 pub struct CtlArgs {
     /// Management API base URL [default: http://localhost:15672].
-    #[arg(long, value_name = "URL", global = true, conflicts_with = "node")]
+    #[arg(long, value_name = "URL", global = true)]
     url: Option<String>,
-    /// Broker host[:port] of the management API (port 15672 unless given).
-    #[arg(long, short = 'n', value_name = "HOST[:PORT]", global = true)]
+    /// HOST[:PORT] of the management API (port 15672 unless given). A value with '@' is an
+    /// Erlang node name, as scripts pass to rabbitmqctl (`-n rabbit@myhost`): accepted and
+    /// ignored, the API is then --url's or the default.
+    #[arg(long, short = 'n', value_name = "HOST[:PORT]|NODE@HOST", global = true)]
     node: Option<String>,
     #[arg(long, short = 'u', default_value = "guest", global = true)]
     username: String,
@@ -24,6 +30,19 @@ pub struct CtlArgs {
     /// Don't print the informational "Listing …" lines.
     #[arg(long, short = 'q', global = true)]
     quiet: bool,
+    /// As --quiet, and listings without their header line (rabbitmqctl's -s).
+    #[arg(long, short = 's', global = true)]
+    silent: bool,
+    /// Listings without their header line.
+    #[arg(long = "no-table-headers", global = true)]
+    no_table_headers: bool,
+    /// Seconds to wait for the broker's answer [default: 45, since stop_app and start_app
+    /// wait up to 30 s for the listeners on the broker's side].
+    #[arg(long, short = 't', value_name = "SECONDS", global = true)]
+    timeout: Option<u64>,
+    /// rabbitmqctl's long node names: accepted and ignored.
+    #[arg(long, short = 'l', global = true)]
+    longnames: bool,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -109,15 +128,67 @@ enum Cmd {
         v: VhostOpt,
         columns: Vec<String>,
     },
-    /// Columns: name user vhost peer_host peer_port host port channels state protocol
-    /// connected_at [default: user peer_host peer_port state].
+    /// Columns: pid name user vhost peer_host peer_port host port channels channel_max
+    /// frame_max timeout state protocol auth_mechanism ssl connected_at client_properties
+    /// [default: user peer_host peer_port state].
     ListConnections {
         columns: Vec<String>,
     },
-    /// Closes a connection (by the name list_connections name shows) with 320 and a reason.
+    /// Closes a connection, named by its pid or its name (as list_connections shows them),
+    /// with 320 CONNECTION_FORCED and the explanation as its reason.
     CloseConnection {
-        name: String,
+        #[arg(value_name = "PID|NAME")]
+        connection: String,
         explanation: String,
+    },
+    /// Closes every connection of a vhost (or, with --global, of the node) with 320.
+    CloseAllConnections {
+        #[command(flatten)]
+        v: VhostOpt,
+        /// Every vhost's connections.
+        #[arg(long)]
+        global: bool,
+        /// Close at most this many (0: all).
+        #[arg(long, default_value_t = 0)]
+        limit: usize,
+        /// Milliseconds to wait between two closes.
+        #[arg(long = "per-connection-delay", default_value_t = 0)]
+        per_connection_delay: u64,
+        explanation: String,
+    },
+    /// Columns: pid connection name number user vhost consumer_count messages_unacknowledged
+    /// prefetch_count global_prefetch_count confirm transactional
+    /// [default: pid user consumer_count messages_unacknowledged].
+    ListChannels {
+        columns: Vec<String>,
+    },
+    /// Columns: queue_name channel_pid consumer_tag ack_required prefetch_count active
+    /// activity_status arguments [default: all but activity_status].
+    ListConsumers {
+        #[command(flatten)]
+        v: VhostOpt,
+        columns: Vec<String>,
+    },
+    /// Stops serving AMQP (every connection gets 320, new ones are refused) without stopping
+    /// the process; queues, messages and definitions stay, the HTTP API keeps answering.
+    StopApp,
+    /// Serves AMQP again on the same listeners, after stop_app.
+    StartApp,
+    /// The node's runtime, alarms, memory, disk, totals and listeners.
+    Status,
+    /// The settings in force, as Erlang terms under RabbitMQ's names where it has them.
+    Environment,
+    /// The memory alarm's threshold, in force at once: a FRACTION of RAM (0.0 to 1.0), or
+    /// `absolute BYTES` (units k kiB M MiB G GiB = powers of 1024, kB MB GB = of 1000).
+    #[command(name = "set_vm_memory_high_watermark")]
+    SetVmMemoryHighWatermark {
+        #[arg(
+            value_name = "FRACTION | absolute BYTES",
+            num_args = 1..=2,
+            required = true,
+            allow_hyphen_values = true
+        )]
+        args: Vec<String>,
     },
     PurgeQueue {
         #[command(flatten)]
@@ -216,6 +287,7 @@ fn fail(message: impl Into<String>) -> Failure {
 struct Api {
     base: String,
     auth: String,
+    timeout: std::time::Duration,
 }
 
 /// Percent-encodes one path segment (vhost `/` becomes `%2F`).
@@ -243,7 +315,7 @@ impl Api {
         let url = format!("{}{path}", self.base);
         let mut req = ureq::request(method, &url)
             .set("authorization", &self.auth)
-            .timeout(std::time::Duration::from_secs(30));
+            .timeout(self.timeout);
         for (k, v) in headers {
             req = req.set(k, v);
         }
@@ -308,8 +380,15 @@ impl Api {
 }
 
 pub fn main(args: CtlArgs) -> u8 {
-    let base = match (&args.url, &args.node) {
-        (Some(u), _) => u.trim_end_matches('/').to_string(),
+    // A node name (rabbit@host) is how scripts address rabbitmqctl; Warren's ctl reaches the
+    // broker over HTTP, so it names nothing here.
+    let api_host = args.node.as_deref().filter(|n| !n.contains('@'));
+    let base = match (&args.url, api_host) {
+        (Some(_), Some(_)) => {
+            eprintln!("Error: --url and --node HOST[:PORT] both name the management API; give one");
+            return 2;
+        }
+        (Some(u), None) => u.trim_end_matches('/').to_string(),
         (None, Some(n)) if n.contains(':') => format!("http://{n}"),
         (None, Some(n)) => format!("http://{n}:15672"),
         (None, None) => "http://localhost:15672".to_string(),
@@ -321,16 +400,37 @@ pub fn main(args: CtlArgs) -> u8 {
             "Basic {}",
             encode(format!("{}:{}", args.username, args.password).as_bytes())
         ),
+        // stop_app waits for connections to close, start_app for listeners: up to 30 s each
+        // on the broker's side, so the default leaves room for that.
+        timeout: std::time::Duration::from_secs(args.timeout.unwrap_or(45).max(1)),
+    };
+    let _ = args.longnames;
+    let view = View {
+        quiet: args.quiet || args.silent,
+        headers: !(args.silent || args.no_table_headers),
     };
     let mut out = std::io::stdout().lock();
-    match run(&api, args.command, args.quiet, &mut out) {
+    match run(&api, args.command, view, &mut out) {
         Ok(()) => 0,
         Err(f) => {
             let _ = out.flush();
-            eprintln!("Error: {}", f.message);
+            if f.code == 65 {
+                eprintln!("Error (argument validation): {}", f.message);
+            } else {
+                eprintln!("Error: {}", f.message);
+            }
             f.code
         }
     }
+}
+
+/// What the global output flags ask for.
+#[derive(Clone, Copy)]
+struct View {
+    /// No informational banner lines.
+    quiet: bool,
+    /// Listings start with their header line.
+    headers: bool,
 }
 
 fn info(quiet: bool, s: String) {
@@ -353,6 +453,9 @@ fn cell(v: Option<&Value>) -> String {
     }
 }
 
+/// Whether listings print their header line (-s and --no-table-headers drop it).
+static HEADERS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 fn table(
     out: &mut impl Write,
     columns: &[&str],
@@ -360,7 +463,9 @@ fn table(
     lookup: impl Fn(&Value, &str) -> Option<Value>,
 ) -> Result<(), Failure> {
     let io = |e: std::io::Error| fail(format!("writing output: {e}"));
-    writeln!(out, "{}", columns.join("\t")).map_err(io)?;
+    if HEADERS.load(std::sync::atomic::Ordering::Relaxed) {
+        writeln!(out, "{}", columns.join("\t")).map_err(io)?;
+    }
     for r in rows {
         let cells: Vec<String> = columns
             .iter()
@@ -491,7 +596,9 @@ fn list_limits(
     }
 }
 
-fn run(api: &Api, cmd: Cmd, quiet: bool, out: &mut impl Write) -> Result<(), Failure> {
+fn run(api: &Api, cmd: Cmd, view: View, out: &mut impl Write) -> Result<(), Failure> {
+    HEADERS.store(view.headers, std::sync::atomic::Ordering::Relaxed);
+    let quiet = view.quiet;
     match cmd {
         Cmd::AddUser { name, password } => {
             if api.get(&format!("/api/users/{}", seg(&name)))?.is_some() {
@@ -741,6 +848,7 @@ fn run(api: &Api, cmd: Cmd, quiet: bool, out: &mut impl Write) -> Result<(), Fai
         }
         Cmd::ListConnections { columns: cols } => {
             let known = [
+                "pid",
                 "name",
                 "user",
                 "vhost",
@@ -749,9 +857,15 @@ fn run(api: &Api, cmd: Cmd, quiet: bool, out: &mut impl Write) -> Result<(), Fai
                 "host",
                 "port",
                 "channels",
+                "channel_max",
+                "frame_max",
+                "timeout",
                 "state",
                 "protocol",
+                "auth_mechanism",
+                "ssl",
                 "connected_at",
+                "client_properties",
             ];
             let cols = columns(
                 &cols,
@@ -760,20 +874,204 @@ fn run(api: &Api, cmd: Cmd, quiet: bool, out: &mut impl Write) -> Result<(), Fai
                 "connection",
             )?;
             info(quiet, "Listing connections ...".into());
-            table(out, &cols, &list(api.get("/api/connections")?), field)?;
+            let rows = list(api.get("/api/warren/connections")?);
+            table(out, &cols, &rows, |r, c| match c {
+                "client_properties" => r.get(c).map(|t| Value::String(erlang_term(t))),
+                // rabbitmqctl prints the protocol version as an Erlang tuple.
+                "protocol" => Some(json!("{0,9,1}")),
+                _ => field(r, c),
+            })?;
         }
-        Cmd::CloseConnection { name, explanation } => {
+        Cmd::CloseConnection {
+            connection,
+            explanation,
+        } => {
             info(
                 quiet,
-                format!("Closing connection {name}, reason: {explanation}..."),
+                format!("Closing connection {connection}, reason: {explanation}..."),
             );
+            let name = connection_name(api, &connection)?
+                .ok_or_else(|| fail(format!("connection '{connection}' does not exist")))?;
             api.call(
                 "DELETE",
                 &format!("/api/connections/{}", seg(&name)),
                 None,
                 &[("x-reason", &explanation)],
             )?
-            .ok_or_else(|| fail(format!("connection '{name}' does not exist")))?;
+            .ok_or_else(|| fail(format!("connection '{connection}' does not exist")))?;
+        }
+        Cmd::CloseAllConnections {
+            v,
+            global,
+            limit,
+            per_connection_delay,
+            explanation,
+        } => {
+            let banner = match (global, limit) {
+                (true, _) => format!(
+                    "Closing all connections to node {} (across all vhosts), reason: {explanation}...",
+                    node_name(api)?
+                ),
+                (false, 0) => format!(
+                    "Closing all connections in vhost {}, reason: {explanation}...",
+                    v.vhost
+                ),
+                (false, n) => format!(
+                    "Closing {n} connections in vhost {}, reason: {explanation}...",
+                    v.vhost
+                ),
+            };
+            info(quiet, banner);
+            let mut names: Vec<String> = list(api.get("/api/connections")?)
+                .iter()
+                .filter(|c| global || c.get("vhost").and_then(Value::as_str) == Some(&v.vhost))
+                .filter_map(|c| c.get("name").and_then(Value::as_str).map(String::from))
+                .collect();
+            if !global && limit > 0 {
+                names.truncate(limit);
+            }
+            let mut closed = 0;
+            for (i, name) in names.iter().enumerate() {
+                if i > 0 && per_connection_delay > 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(per_connection_delay));
+                }
+                let path = format!("/api/connections/{}", seg(name));
+                // Gone meanwhile (closed by its client): nothing left to close.
+                if api
+                    .call("DELETE", &path, None, &[("x-reason", &explanation)])?
+                    .is_some()
+                {
+                    closed += 1;
+                }
+            }
+            writeln!(out, "Closed {closed} connections")
+                .map_err(|e| fail(format!("writing output: {e}")))?;
+        }
+        Cmd::ListChannels { columns: cols } => {
+            let known = [
+                "pid",
+                "connection",
+                "name",
+                "number",
+                "user",
+                "vhost",
+                "consumer_count",
+                "messages_unacknowledged",
+                "prefetch_count",
+                "global_prefetch_count",
+                "confirm",
+                "transactional",
+            ];
+            let cols = columns(
+                &cols,
+                &["pid", "user", "consumer_count", "messages_unacknowledged"],
+                &known,
+                "channel",
+            )?;
+            info(quiet, "Listing channels ...".into());
+            table(out, &cols, &list(api.get("/api/warren/channels")?), field)?;
+        }
+        Cmd::ListConsumers { v, columns: cols } => {
+            let known = [
+                "queue_name",
+                "channel_pid",
+                "consumer_tag",
+                "ack_required",
+                "prefetch_count",
+                "active",
+                "activity_status",
+                "arguments",
+            ];
+            let default = [
+                "queue_name",
+                "channel_pid",
+                "consumer_tag",
+                "ack_required",
+                "prefetch_count",
+                "active",
+                "arguments",
+            ];
+            let cols = columns(&cols, &default, &known, "consumer")?;
+            if api
+                .get(&format!("/api/vhosts/{}", seg(&v.vhost)))?
+                .is_none()
+            {
+                return Err(fail(format!("vhost '{}' does not exist", v.vhost)));
+            }
+            info(quiet, format!("Listing consumers in vhost {} ...", v.vhost));
+            let rows: Vec<Value> = list(api.get("/api/warren/consumers")?)
+                .into_iter()
+                .filter(|c| c.get("vhost").and_then(Value::as_str) == Some(&v.vhost))
+                .collect();
+            table(out, &cols, &rows, |r, c| match c {
+                "arguments" => r.get(c).map(|t| Value::String(erlang_term(t))),
+                _ => field(r, c),
+            })?;
+        }
+        Cmd::StopApp => {
+            info(
+                quiet,
+                format!(
+                    "Stopping rabbit application on node {} ...",
+                    node_name(api)?
+                ),
+            );
+            api.must(
+                "POST",
+                "/api/warren/stop_app",
+                None,
+                "the broker has no stop_app endpoint".into(),
+            )?;
+        }
+        Cmd::StartApp => {
+            info(quiet, format!("Starting node {} ...", node_name(api)?));
+            api.must(
+                "POST",
+                "/api/warren/start_app",
+                None,
+                "the broker has no start_app endpoint".into(),
+            )?;
+        }
+        Cmd::Status => {
+            let s = api.must(
+                "GET",
+                "/api/warren/status",
+                None,
+                "the broker has no status endpoint".into(),
+            )?;
+            let node = s.get("node").and_then(Value::as_str).unwrap_or("");
+            info(quiet, format!("Status of node {node} ..."));
+            write!(out, "{}", status_text(&s)).map_err(|e| fail(format!("writing output: {e}")))?;
+        }
+        Cmd::Environment => {
+            let env = api.must(
+                "GET",
+                "/api/warren/environment",
+                None,
+                "the broker has no environment endpoint".into(),
+            )?;
+            info(
+                quiet,
+                format!("Application environment of node {} ...", node_name(api)?),
+            );
+            writeln!(out, "{}", environment_text(&env))
+                .map_err(|e| fail(format!("writing output: {e}")))?;
+        }
+        Cmd::SetVmMemoryHighWatermark { args } => {
+            let (body, shown) = watermark_arg(&args)?;
+            info(
+                quiet,
+                format!(
+                    "Setting memory threshold on {} to {shown} ...",
+                    node_name(api)?
+                ),
+            );
+            api.must(
+                "PUT",
+                "/api/warren/vm_memory_high_watermark",
+                Some(&body),
+                "the broker has no vm_memory_high_watermark endpoint".into(),
+            )?;
         }
         Cmd::PurgeQueue { v, name } => {
             info(
@@ -960,6 +1258,236 @@ fn run(api: &Api, cmd: Cmd, quiet: bool, out: &mut impl Write) -> Result<(), Fai
         }
     }
     Ok(())
+}
+
+/// The node name the broker reports (for banners that name it, as rabbitmqctl's do).
+fn node_name(api: &Api) -> Result<String, Failure> {
+    let o = api.must(
+        "GET",
+        "/api/overview",
+        None,
+        "the broker has no overview".into(),
+    )?;
+    Ok(o.get("node")
+        .and_then(Value::as_str)
+        .unwrap_or("warren@localhost")
+        .to_string())
+}
+
+/// The name of the connection `id` names: its pid (`<…>`, as list_connections pid prints it)
+/// or its name. None if no open connection has it.
+fn connection_name(api: &Api, id: &str) -> Result<Option<String>, Failure> {
+    if !id.starts_with('<') {
+        return Ok(Some(id.to_string()));
+    }
+    Ok(list(api.get("/api/warren/connections")?)
+        .iter()
+        .find(|c| c.get("pid").and_then(Value::as_str) == Some(id))
+        .and_then(|c| c.get("name").and_then(Value::as_str).map(String::from)))
+}
+
+/// A value of `/api/warren/…` as rabbitmqctl prints the Erlang term: a table
+/// (`{"table": [[k, v], …]}`) is `[{"k",v},…]`, a list `[v,…]`, a string `"…"`.
+fn erlang_term(v: &Value) -> String {
+    match v {
+        Value::Object(o) => match o.get("table") {
+            Some(Value::Array(pairs)) => {
+                let items: Vec<String> = pairs
+                    .iter()
+                    .map(|p| match p.as_array().map(Vec::as_slice) {
+                        Some([k, v]) => format!(
+                            "{{{},{}}}",
+                            erlang_string(k.as_str().unwrap_or("")),
+                            erlang_term(v)
+                        ),
+                        _ => erlang_term(p),
+                    })
+                    .collect();
+                format!("[{}]", items.join(","))
+            }
+            _ => v.to_string(),
+        },
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(erlang_term).collect::<Vec<_>>().join(",")
+        ),
+        Value::String(s) => erlang_string(s),
+        Value::Null => "undefined".into(),
+        other => other.to_string(),
+    }
+}
+
+fn erlang_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// Bytes as rabbitmqctl's status prints them: gigabytes (10^9) to 4 decimals.
+fn gb(bytes: Option<u64>) -> String {
+    match bytes {
+        Some(b) => format!("{:?} gb", (b as f64 / 1e9 * 10_000.0).round() / 10_000.0),
+        None => "unknown".into(),
+    }
+}
+
+/// `rabbitmqctl status`'s sections, from `/api/warren/status`.
+fn status_text(s: &Value) -> String {
+    let u = |v: &Value, path: &[&str]| -> Option<u64> {
+        path.iter().try_fold(v, |v, k| v.get(k))?.as_u64()
+    };
+    let t = |v: &Value, path: &[&str]| -> String {
+        path.iter()
+            .try_fold(v, |v, k| v.get(k))
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .unwrap_or_default()
+    };
+    let node = t(s, &["node"]);
+    let mut o = String::new();
+    o.push_str("Runtime\n\n");
+    o.push_str(&format!("OS PID: {}\n", t(s, &["os_pid"])));
+    o.push_str("OS: Linux\n");
+    o.push_str(&format!("Uptime (seconds): {}\n", t(s, &["uptime_s"])));
+    o.push_str("Is under maintenance?: false\n");
+    o.push_str(&format!(
+        "RabbitMQ version: {}\n",
+        t(s, &["rabbitmq_version"])
+    ));
+    o.push_str(&format!("Node name: {node}\n"));
+    o.push_str(&format!("Warren version: {}\n", t(s, &["warren_version"])));
+    o.push_str("\nAlarms\n\n");
+    let alarm = |k: &str| s.get("alarms").and_then(|a| a.get(k)) == Some(&Value::Bool(true));
+    if !alarm("memory") && !alarm("disk") {
+        o.push_str("(none)\n");
+    }
+    if alarm("disk") {
+        o.push_str(&format!("Free disk space alarm on node {node}\n"));
+    }
+    if alarm("memory") {
+        o.push_str(&format!("Memory alarm on node {node}\n"));
+    }
+    o.push_str("\nMemory\n\n");
+    o.push_str(&format!(
+        "Total memory used: {}\n",
+        gb(u(s, &["memory", "used_bytes"]))
+    ));
+    o.push_str(&format!(
+        "Calculation strategy: {}\n",
+        t(s, &["memory", "strategy"])
+    ));
+    let limit = gb(u(s, &["memory", "limit_bytes"]));
+    let setting = match s.get("memory").and_then(|m| m.get("watermark")) {
+        Some(w) if w.get("absolute").is_some() => gb(u(w, &["absolute"])),
+        Some(w) => format!("{} of available memory", t(w, &["fraction"])),
+        None => String::new(),
+    };
+    o.push_str(&format!(
+        "Memory high watermark setting: {setting}, computed to: {limit}\n"
+    ));
+    o.push_str("\nFile Descriptors\n\n");
+    o.push_str(&format!(
+        "Total: {}, limit: {}\n",
+        t(s, &["file_descriptors", "open"]),
+        t(s, &["file_descriptors", "limit"])
+    ));
+    o.push_str("\nFree Disk Space\n\n");
+    o.push_str(&format!(
+        "Low free disk space watermark: {}\n",
+        gb(u(s, &["disk", "limit_bytes"]))
+    ));
+    o.push_str(&format!(
+        "Free disk space: {}\n",
+        gb(u(s, &["disk", "free_bytes"]))
+    ));
+    o.push_str("\nTotals\n\n");
+    o.push_str(&format!(
+        "Connection count: {}\n",
+        t(s, &["totals", "connections"])
+    ));
+    o.push_str(&format!("Queue count: {}\n", t(s, &["totals", "queues"])));
+    o.push_str(&format!(
+        "Virtual host count: {}\n",
+        t(s, &["totals", "vhosts"])
+    ));
+    o.push_str("\nListeners\n\n");
+    for l in list(s.get("listeners").cloned()) {
+        o.push_str(&format!(
+            "Interface: {}, port: {}, protocol: {}, purpose: {}\n",
+            t(&l, &["interface"]),
+            t(&l, &["port"]),
+            t(&l, &["protocol"]),
+            t(&l, &["purpose"])
+        ));
+    }
+    o
+}
+
+/// `rabbitmqctl environment`'s layout of `[[app, [[key, term], …]], …]`.
+fn environment_text(env: &Value) -> String {
+    let apps: Vec<String> = list(Some(env.clone()))
+        .iter()
+        .map(|a| {
+            let name = a.get(0).and_then(Value::as_str).unwrap_or("");
+            let keys: Vec<String> = list(a.get(1).cloned())
+                .iter()
+                .map(|kv| {
+                    format!(
+                        "{{{},{}}}",
+                        kv.get(0).and_then(Value::as_str).unwrap_or(""),
+                        kv.get(1).and_then(Value::as_str).unwrap_or("")
+                    )
+                })
+                .collect();
+            format!("{{{name},\n     [{}]}}", keys.join(",\n      "))
+        })
+        .collect();
+    format!("[{}]", apps.join(",\n "))
+}
+
+/// `set_vm_memory_high_watermark`'s arguments, checked as rabbitmqctl checks them (exit 65):
+/// the request body, and the value as its banner shows it.
+fn watermark_arg(args: &[String]) -> Result<(Value, String), Failure> {
+    let bad = |why: &str| Failure {
+        code: 65,
+        message: format!("Bad argument{why}"),
+    };
+    match args {
+        [f] => match f.parse::<f64>() {
+            Ok(x) if (0.0..=1.0).contains(&x) => Ok((json!({ "fraction": x }), f.clone())),
+            Ok(_) => Err(bad(
+                ": The threshold should be a fraction between 0.0 and 1.0",
+            )),
+            Err(_) => Err(bad(".")),
+        },
+        [a, v] if a == "absolute" => {
+            let digits = v.bytes().take_while(u8::is_ascii_digit).count();
+            let (num, unit) = v.split_at(digits);
+            let Ok(n) = num.parse::<u64>() else {
+                return Err(bad("."));
+            };
+            let scale: u64 = match unit {
+                "" => 1,
+                "k" | "kiB" => 1 << 10,
+                "M" | "MiB" => 1 << 20,
+                "G" | "GiB" => 1 << 30,
+                "kB" => 1_000,
+                "MB" => 1_000_000,
+                "GB" => 1_000_000_000,
+                u if u.starts_with('.') => {
+                    return Err(bad(": The threshold should be an integer."))
+                }
+                _ => return Err(bad(": Invalid units.")),
+            };
+            match n.checked_mul(scale) {
+                Some(bytes) if bytes > 0 => {
+                    Ok((json!({ "absolute": bytes }), format!("{v} bytes")))
+                }
+                _ => Err(bad(".")),
+            }
+        }
+        _ => Err(bad(": give FRACTION or absolute BYTES")),
+    }
 }
 
 /// Standard base64 for the basic-auth header (the one place the binary needs it).

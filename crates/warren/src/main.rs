@@ -143,14 +143,14 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async move {
         let addr = std::net::SocketAddr::new(config.amqp_bind, config.amqp_port);
-        let listener = listen(addr).with_context(|| format!("cannot listen for AMQP on {addr}"))?;
+        let listener = warren_broker::app::listen(addr).with_context(|| format!("cannot listen for AMQP on {addr}"))?;
         tracing::info!(%addr, data_dir = %config.data_dir.display(), version = env!("CARGO_PKG_VERSION"), "warren listening for AMQP 0-9-1");
         // AMQPS when a certificate is configured: a bad file fails startup with its name.
         let tls = match &config.tls {
             Some(t) => {
                 let acceptor = warren_broker::tls::acceptor(t).map_err(anyhow::Error::msg)?;
                 let addr = std::net::SocketAddr::new(t.bind.unwrap_or(config.amqp_bind), t.port);
-                let l = listen(addr).with_context(|| format!("cannot listen for AMQPS on {addr}"))?;
+                let l = warren_broker::app::listen(addr).with_context(|| format!("cannot listen for AMQPS on {addr}"))?;
                 tracing::info!(%addr, verify = ?t.verify, "warren listening for AMQP 0-9-1 over TLS");
                 Some((l, acceptor))
             }
@@ -191,28 +191,6 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         tracing::info!("stopped");
         Ok(())
     })
-}
-
-/// The AMQP listener. Accepted sockets inherit its receive buffer: a fixed 192 KiB (RabbitMQ's
-/// recommended `recbuf`) instead of autotuning up to several MB, so that when a queue holds a
-/// publisher back, what waits in our kernel buffers (and adds to its latency) stays small.
-fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.set_recv_buffer_size(warren_broker::limits::SOCKET_RECV_BUFFER_BYTES)?;
-    // Inherited by accepted sockets: caps the segments we send (see `SEGMENT_MAX_BYTES`).
-    nix::sys::socket::setsockopt(
-        &socket,
-        nix::sys::socket::sockopt::TcpMaxSeg,
-        &warren_broker::limits::SEGMENT_MAX_BYTES,
-    )
-    .map_err(std::io::Error::from)?;
-    socket.bind(addr)?;
-    socket.listen(1024)
 }
 
 /// SIGHUP re-reads the config file's alarm thresholds (RabbitMQ changes them at runtime with

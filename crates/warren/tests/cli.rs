@@ -75,6 +75,94 @@ fn bad_config_is_a_clear_error() {
 }
 
 #[test]
+fn server_version_that_is_not_x_y_z_is_a_config_error() {
+    let dir = tempdir();
+    for bad in ["3.10", "3.10.8-rc1", "v3"] {
+        let cfg = dir.join("version.toml");
+        std::fs::write(
+            &cfg,
+            format!("[server_properties]\nproduct = \"RabbitMQ\"\nversion = \"{bad}\"\n"),
+        )
+        .expect("write");
+        let out = bin()
+            .args(["server", "--config"])
+            .arg(&cfg)
+            .arg("--data-dir")
+            .arg(dir.join("d"))
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("server_properties.version must be a plain x.y.z version")
+                && err.contains(bad),
+            "{err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// connection.start's `product` and `version`: Warren's own by default, the configured ones
+/// when `[server_properties]` sets them.
+#[test]
+fn server_properties_announce_the_configured_product_and_version() {
+    fn start_frame(port: u16) -> Vec<u8> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s.write_all(b"AMQP\x00\x00\x09\x01").expect("write");
+        let mut head = [0u8; 7];
+        s.read_exact(&mut head).expect("frame header");
+        let size = u32::from_be_bytes([head[3], head[4], head[5], head[6]]) as usize;
+        let mut payload = vec![0u8; size];
+        s.read_exact(&mut payload).expect("connection.start");
+        payload
+    }
+    /// A field-table entry: short name, 'S', long string.
+    fn entry(name: &str, value: &str) -> Vec<u8> {
+        let mut e = vec![name.len() as u8];
+        e.extend_from_slice(name.as_bytes());
+        e.push(b'S');
+        e.extend_from_slice(&(value.len() as u32).to_be_bytes());
+        e.extend_from_slice(value.as_bytes());
+        e
+    }
+    let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+    let dir = tempdir();
+    let port = free_port();
+    let broker = KillOnDrop(server(port, &dir.join("default")));
+    assert!(wait_for_port(port), "broker did not listen");
+    let start = start_frame(port);
+    assert!(has(&start, &entry("product", "Warren")));
+    assert!(has(&start, &entry("version", env!("CARGO_PKG_VERSION"))));
+    drop(broker);
+
+    let cfg = dir.join("props.toml");
+    std::fs::write(
+        &cfg,
+        "[server_properties]\nproduct = \"RabbitMQ\"\nversion = \"3.10.8\"\n",
+    )
+    .expect("write");
+    let port = free_port();
+    let _broker = KillOnDrop(
+        bin()
+            .args(["server", "--config"])
+            .arg(&cfg)
+            .args(["--amqp-port", &port.to_string()])
+            .args(["--http-port", &free_port().to_string(), "--data-dir"])
+            .arg(dir.join("configured"))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starts"),
+    );
+    assert!(wait_for_port(port), "broker did not listen");
+    let start = start_frame(port);
+    assert!(has(&start, &entry("product", "RabbitMQ")));
+    assert!(has(&start, &entry("version", "3.10.8")));
+    assert!(!has(&start, b"Warren\x07version"));
+}
+
+#[test]
 fn port_in_use_is_a_clear_error() {
     let held = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = held.local_addr().expect("addr").port();

@@ -62,8 +62,10 @@ def _free_port() -> int:
 
 
 class WarrenProcess:
-    def __init__(self, binary: str):
+    def __init__(self, binary: str, config: str | None = None):
+        """`config`: TOML text for `--config` (flags still set the ports and data dir)."""
         self.binary = binary
+        self.config = config
         self.dir = tempfile.mkdtemp(prefix="warren-interop-")
         self.amqp_port = _free_port()
         self.http_port = _free_port()
@@ -89,6 +91,11 @@ class WarrenProcess:
     def start(self) -> None:
         cmd = [self.binary, "server", "--amqp-port", str(self.amqp_port),
                "--http-port", str(self.http_port), "--data-dir", self.data_dir]
+        if self.config is not None:
+            path = os.path.join(self.dir, "warren.toml")
+            with open(path, "w") as f:
+                f.write(self.config)
+            cmd += ["--config", path]
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + START_TIMEOUT

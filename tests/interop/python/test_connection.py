@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import pika
 import pika.exceptions
 import pytest
 
 import rawamqp as raw
+from conftest import WarrenProcess
 from helpers import (assert_broker_alive, assert_connection_usable, connect, host_port,
                      safe_close, url_with)
 
@@ -111,6 +115,36 @@ def test_server_properties_via_pika(conn):
     assert conn.basic_nack_supported
     assert conn.consumer_cancel_notify_supported
     assert conn.exchange_exchange_bindings_supported
+
+
+def test_server_product_and_version_via_pika(conn):
+    props = conn._impl.server_properties
+    # RabbitMQ announces its own; Warren its own unless configured (see the next test).
+    expected = "Warren" if os.environ.get("WARREN_BIN") else "RabbitMQ"
+    assert props["product"] == expected
+    # A plain x.y.z: clients and applications parse it to gate features.
+    assert re.fullmatch(r"\d+\.\d+\.\d+", props["version"]), props["version"]
+
+
+def test_configured_product_and_version_via_pika():
+    """`[server_properties]` makes Warren announce what applications that check for RabbitMQ
+    expect; there is no such setting in RabbitMQ."""
+    binary = os.environ.get("WARREN_BIN")
+    if not binary:
+        pytest.skip("a Warren setting: needs WARREN_BIN")
+    w = WarrenProcess(binary, config='[server_properties]\nproduct = "RabbitMQ"\n'
+                                     'version = "3.10.8"\n')
+    w.start()
+    try:
+        c = connect(w.url)
+        try:
+            props = c._impl.server_properties
+            assert (props["product"], props["version"]) == ("RabbitMQ", "3.10.8")
+            assert props["capabilities"]["publisher_confirms"] is True
+        finally:
+            safe_close(c)
+    finally:
+        w.stop()
 
 
 def test_tune_defaults_raw(amqp_url):

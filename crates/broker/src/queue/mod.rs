@@ -688,6 +688,12 @@ impl Queue {
         self.state.lock().consumers.len() as u32
     }
 
+    /// The consumers in dispatch order (with a single active consumer, the first is the
+    /// active one), for the management side.
+    pub fn consumers(&self) -> Vec<Arc<Consumer>> {
+        self.state.lock().consumers.clone()
+    }
+
     pub fn purge(self: &Arc<Self>) -> u32 {
         self.locked(|_, st| {
             let n = st.ready_len as u32;

@@ -1,0 +1,241 @@
+//! rabbitmqctl's `stop_app` / `start_app`: the AMQP listeners close and bind again while the
+//! process stays up. Stopping closes every client connection with 320 CONNECTION_FORCED (the
+//! text RabbitMQ's stop_app gives: the same as a shutdown) and refuses new ones; queues, their
+//! messages and every definition stay as they are, and the management API keeps serving, since
+//! `warren ctl` reaches the broker through it. Starting binds the same addresses again.
+//!
+//! Each listener (AMQP, AMQPS) runs [`serve_listener`], which watches [`App`]'s wanted state
+//! and reports what it did; the management API's handlers wait on that report.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::limits;
+use crate::server::Broker;
+
+/// How long a listener waits for its connections to close (320, then close-ok or the
+/// close-ok timeout) before it reports stopped and lets the stragglers finish on their own.
+const DRAIN_WAIT: Duration = Duration::from_secs(10);
+
+/// How long stop_app / start_app wait for every listener's report.
+const REPORT_WAIT: Duration = Duration::from_secs(30);
+
+/// Whether AMQP is served, as stop_app/start_app asked, and what the listeners did about it.
+pub struct App {
+    /// stop_app sets false, start_app true; each listener loop watches it.
+    want: watch::Sender<bool>,
+    status: watch::Sender<AppStatus>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AppStatus {
+    /// Listener loops running (AMQP, and AMQPS when configured).
+    pub listeners: usize,
+    /// Of those, bound and accepting now.
+    pub listening: usize,
+    /// Why the last start_app could not bind a listener.
+    pub error: Option<String>,
+}
+
+impl Default for App {
+    fn default() -> Self {
+        App {
+            want: watch::Sender::new(true),
+            status: watch::Sender::new(AppStatus::default()),
+        }
+    }
+}
+
+impl App {
+    /// False between stop_app and start_app.
+    pub fn running(&self) -> bool {
+        *self.want.borrow()
+    }
+
+    pub fn status(&self) -> AppStatus {
+        self.status.borrow().clone()
+    }
+
+    /// Stops serving AMQP; returns once every listener is closed and has seen its
+    /// connections close (or waited for them, bounded).
+    pub async fn stop(&self) -> Result<(), String> {
+        self.want.send_replace(false);
+        self.wait(|s| s.listening == 0).await.map(|_| ())
+    }
+
+    /// Serves AMQP again; returns once every listener is bound, or with the bind error.
+    pub async fn start(&self) -> Result<(), String> {
+        self.status.send_modify(|s| s.error = None);
+        // Also when already true: a listener whose bind failed tries again.
+        self.want.send_replace(true);
+        let s = self
+            .wait(|s| s.error.is_some() || s.listening == s.listeners)
+            .await?;
+        match s.error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    async fn wait(&self, done: impl FnMut(&AppStatus) -> bool) -> Result<AppStatus, String> {
+        let mut rx = self.status.subscribe();
+        let waited = tokio::time::timeout(REPORT_WAIT, async {
+            rx.wait_for(done).await.map(|s| s.clone())
+        })
+        .await;
+        match waited {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(_)) => Err("the broker is shutting down".into()),
+            Err(_) => Err(format!(
+                "the listeners did not answer within {} s",
+                REPORT_WAIT.as_secs()
+            )),
+        }
+    }
+}
+
+/// A listening socket for AMQP. Accepted sockets inherit its receive buffer: a fixed 192 KiB
+/// (RabbitMQ's recommended `recbuf`) instead of autotuning up to several MB, so that when a
+/// queue holds a publisher back, what waits in our kernel buffers (and adds to its latency)
+/// stays small. SO_REUSEADDR lets start_app bind again at once, whatever TIME_WAIT is left.
+pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_recv_buffer_size(limits::SOCKET_RECV_BUFFER_BYTES)?;
+    // Inherited by accepted sockets: caps the segments we send (see `SEGMENT_MAX_BYTES`).
+    nix::sys::socket::setsockopt(
+        &socket,
+        nix::sys::socket::sockopt::TcpMaxSeg,
+        &limits::SEGMENT_MAX_BYTES,
+    )
+    .map_err(std::io::Error::from)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// Accepts on `listener` and hands each socket to `serve_one` with the signal that closes it
+/// (320). On stop_app the listener is dropped (connections refused) and its connections are
+/// closed; on start_app the same address is bound again. Returns at shutdown, once its
+/// connections closed (bounded).
+pub async fn serve_listener<F, Fut>(
+    broker: Arc<Broker>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+    serve_one: F,
+) where
+    F: Fn(TcpStream, SocketAddr, watch::Receiver<bool>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let app = &broker.app;
+    let mut want = app.want.subscribe();
+    want.borrow_and_update();
+    let addr = listener.local_addr();
+    app.status.send_modify(|s| {
+        s.listeners += 1;
+        s.listening += 1;
+    });
+    let mut listener = Some(listener);
+    loop {
+        if let Some(l) = listener.take() {
+            let shutting_down = accept_until_stopped(l, &mut shutdown, &mut want, &serve_one).await;
+            if shutting_down {
+                return;
+            }
+            app.status
+                .send_modify(|s| s.listening = s.listening.saturating_sub(1));
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            r = want.changed() => if r.is_err() { return },
+        }
+        if !*want.borrow_and_update() {
+            continue;
+        }
+        let bound = addr
+            .as_ref()
+            .map_err(|e| e.to_string())
+            .and_then(|a| listen(*a).map_err(|e| format!("cannot listen for AMQP on {a}: {e}")));
+        match bound {
+            Ok(l) => {
+                tracing::info!(addr = ?l.local_addr().ok(), "start_app: accepting AMQP connections again");
+                listener = Some(l);
+                app.status.send_modify(|s| s.listening += 1);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "start_app failed");
+                app.status.send_modify(|s| s.error = Some(e));
+            }
+        }
+    }
+}
+
+/// One serving period: accepts until stop_app (false) or shutdown (true), then closes the
+/// listener and this period's connections.
+async fn accept_until_stopped<F, Fut>(
+    listener: TcpListener,
+    shutdown: &mut watch::Receiver<bool>,
+    want: &mut watch::Receiver<bool>,
+    serve_one: &F,
+) -> bool
+where
+    F: Fn(TcpStream, SocketAddr, watch::Receiver<bool>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    // Connections of this period watch `close`, not the process's shutdown signal, so that
+    // stop_app can close them while the process goes on.
+    let (close, closing) = watch::channel(false);
+    let mut conns = JoinSet::new();
+    let shutting_down = loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    conns.spawn(serve_one(stream, peer, closing.clone()));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            _ = shutdown.changed() => break true,
+            r = want.changed() => match r {
+                Err(_) => break true,
+                Ok(()) if !*want.borrow_and_update() => break false,
+                Ok(()) => {}
+            },
+        }
+        while conns.try_join_next().is_some() {}
+    };
+    let addr = listener.local_addr().ok();
+    // Closed first: from here on a connect is refused, not left waiting in the backlog.
+    drop(listener);
+    let _ = close.send(true);
+    let n = conns.len();
+    if n > 0 {
+        tracing::info!(connections = n, ?addr, "closing client connections");
+    }
+    let drained = tokio::time::timeout(DRAIN_WAIT, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await
+    .is_ok();
+    if !drained && !shutting_down {
+        // Still closing (a client that reads nothing): they finish, and clean up, on their own.
+        // At shutdown they are dropped with the set instead, before the persister stops.
+        conns.detach_all();
+    }
+    if !shutting_down {
+        tracing::info!(?addr, "stop_app: AMQP listener closed");
+    }
+    shutting_down
+}

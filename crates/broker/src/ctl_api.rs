@@ -1,0 +1,453 @@
+//! The management API's Warren endpoints, under `/api/warren/`: what `warren ctl` needs to stand
+//! in for rabbitmqctl where RabbitMQ's HTTP API has no URL (rabbitmqctl talks Erlang
+//! distribution instead). Reading takes a management user, as RabbitMQ's own listings do;
+//! changing (stop_app, start_app, the watermark) an administrator. Listings carry what rabbitmqctl prints and
+//! RabbitMQ's JSON lacks (pids; client properties in the client's order, with their types'
+//! distinctions); `warren ctl` lays them out.
+//!
+//! | endpoint | answer |
+//! |---|---|
+//! | GET `connections`, `channels`, `consumers` | rows keyed by rabbitmqctl's column names |
+//! | GET `status`, `environment` | the figures and settings `status` / `environment` print |
+//! | PUT `vm_memory_high_watermark` | `{"fraction": F}` or `{"absolute": BYTES}`; in force at once |
+//! | POST `stop_app`, `start_app` | 204 once done (connections closed / listeners bound) |
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::routing::{get, post, put};
+use axum::Router;
+use serde_json::{json, Value};
+use warren_protocol::{FieldTable, FieldValue};
+
+use crate::alarms::MemoryWatermark;
+use crate::channel::ChannelShared;
+use crate::http::{bad_request, connection_json, no_content, ok_json, ApiError, ApiResult};
+use crate::server::Broker;
+use crate::tracking::{ConnInfo, NODE};
+
+type B = State<Arc<Broker>>;
+
+pub fn routes() -> Router<Arc<Broker>> {
+    Router::new()
+        .route("/api/warren/connections", get(connections))
+        .route("/api/warren/channels", get(channels))
+        .route("/api/warren/consumers", get(consumers))
+        .route("/api/warren/status", get(status))
+        .route("/api/warren/environment", get(environment))
+        .route(
+            "/api/warren/vm_memory_high_watermark",
+            put(set_memory_watermark),
+        )
+        .route("/api/warren/stop_app", post(stop_app))
+        .route("/api/warren/start_app", post(start_app))
+}
+
+/// A field table in the client's order, keeping what JSON objects would lose: a table is
+/// `{"table": [[key, value], ...]}`, an array a JSON array; other values as `json.rs` maps them.
+fn ordered_table(t: &FieldTable) -> Value {
+    let pairs: Vec<Value> =
+        t.0.iter()
+            .map(|(k, v)| json!([&**k, ordered_value(v)]))
+            .collect();
+    json!({ "table": pairs })
+}
+
+fn ordered_value(v: &FieldValue) -> Value {
+    match v {
+        FieldValue::Table(t) => ordered_table(t),
+        FieldValue::Array(a) => Value::Array(a.iter().map(ordered_value).collect()),
+        other => crate::json::value_to_json(other),
+    }
+}
+
+fn open_connections(b: &Broker) -> Vec<Arc<ConnInfo>> {
+    let mut cs: Vec<_> = b.connections.lock().values().cloned().collect();
+    cs.sort_by_key(|c| c.id);
+    cs
+}
+
+async fn connections(State(b): B) -> ApiResult {
+    let rows = open_connections(&b)
+        .iter()
+        .map(|c| {
+            let mut row = connection_json(c);
+            row["pid"] = json!(c.pid());
+            row["client_properties"] = ordered_table(&c.client_table);
+            row["channel_max"] = json!(b.config.limits.channel_max);
+            row
+        })
+        .collect();
+    ok_json(Value::Array(rows))
+}
+
+/// Every open channel's pid, by the address of its shared half (which consumers hold).
+fn channel_pids(conns: &[Arc<ConnInfo>]) -> HashMap<*const ChannelShared, String> {
+    let mut pids = HashMap::new();
+    for c in conns {
+        for ch in c.channels() {
+            pids.insert(Arc::as_ptr(&ch), c.channel_pid(ch.id));
+        }
+    }
+    pids
+}
+
+async fn channels(State(b): B) -> ApiResult {
+    let mut consumers_on: HashMap<*const ChannelShared, u32> = HashMap::new();
+    for v in b.vhosts() {
+        for q in v.snapshot().queues.values() {
+            for c in q.consumers() {
+                *consumers_on.entry(Arc::as_ptr(&c.channel)).or_default() += 1;
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for c in open_connections(&b) {
+        for ch in c.channels() {
+            let (unacked, global_prefetch) = ch.unacked_and_global_prefetch();
+            rows.push(json!({
+                "pid": c.channel_pid(ch.id),
+                "connection": c.pid(),
+                "name": format!("{} ({})", c.name, ch.id),
+                "number": ch.id,
+                "user": c.user,
+                "vhost": c.vhost,
+                "consumer_count": consumers_on.get(&Arc::as_ptr(&ch)).copied().unwrap_or(0),
+                "messages_unacknowledged": unacked,
+                "prefetch_count": ch.modes.prefetch_count.load(Relaxed),
+                "global_prefetch_count": global_prefetch,
+                "confirm": ch.modes.confirm.load(Relaxed),
+                "transactional": ch.modes.transactional.load(Relaxed),
+            }));
+        }
+    }
+    ok_json(Value::Array(rows))
+}
+
+async fn consumers(State(b): B) -> ApiResult {
+    let pids = channel_pids(&open_connections(&b));
+    let mut rows = Vec::new();
+    for v in b.vhosts() {
+        let s = v.snapshot();
+        let mut qs: Vec<_> = s.queues.values().collect();
+        qs.sort_by(|a, b| a.name.cmp(&b.name));
+        for q in qs {
+            let single_active = q.options.args.single_active_consumer;
+            for (i, c) in q.consumers().iter().enumerate() {
+                let active = !single_active || i == 0;
+                let mut args = FieldTable::new();
+                // Warren keeps a consumer's x-priority, not the arguments table it came in.
+                if c.priority != 0 {
+                    args.insert("x-priority", FieldValue::I64(c.priority));
+                }
+                rows.push(json!({
+                    "vhost": &*v.name,
+                    "queue_name": &*q.name,
+                    "channel_pid": pids.get(&Arc::as_ptr(&c.channel)).cloned().unwrap_or_default(),
+                    "consumer_tag": &*c.tag,
+                    "ack_required": !c.no_ack,
+                    "prefetch_count": c.prefetch,
+                    "exclusive": c.exclusive,
+                    "active": active,
+                    "activity_status": match (single_active, active) {
+                        (false, _) => "up",
+                        (true, true) => "single_active",
+                        (true, false) => "waiting",
+                    },
+                    "arguments": ordered_table(&args),
+                }));
+            }
+        }
+    }
+    ok_json(Value::Array(rows))
+}
+
+/// Open file descriptors and their soft limit, from /proc (None where it cannot be read).
+fn file_descriptors() -> (Option<u64>, Option<u64>) {
+    let open = std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|d| d.count() as u64);
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("Max open files"))?;
+            line["Max open files".len()..]
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        });
+    (open, limit)
+}
+
+fn watermark_json(w: MemoryWatermark) -> Value {
+    match w {
+        MemoryWatermark::Fraction(f) => json!({ "fraction": f }),
+        MemoryWatermark::Absolute(n) => json!({ "absolute": n }),
+    }
+}
+
+async fn status(State(b): B) -> ApiResult {
+    let t = b.alarms.thresholds();
+    let alarms = b.alarms.state();
+    let (fds, fd_limit) = file_descriptors();
+    let queues: usize = b.vhosts().iter().map(|v| v.snapshot().queues.len()).sum();
+    let running = b.app.running() && b.app.status().listening > 0;
+    let mut listeners = Vec::new();
+    if running {
+        listeners.push(
+            json!({"interface": b.config.amqp_bind.to_string(), "port": b.config.amqp_port,
+            "protocol": "amqp", "purpose": "AMQP 0-9-1 and AMQP 1.0"}),
+        );
+        if let Some(tls) = &b.config.tls {
+            listeners.push(json!({"interface": tls.bind.unwrap_or(b.config.amqp_bind).to_string(),
+                "port": tls.port, "protocol": "amqp/ssl", "purpose": "AMQP 0-9-1 and AMQP 1.0 over TLS"}));
+        }
+    }
+    listeners.push(
+        json!({"interface": b.config.http_bind.to_string(), "port": b.config.http_port,
+        "protocol": "http", "purpose": "HTTP API"}),
+    );
+    ok_json(json!({
+        "node": NODE,
+        "os_pid": std::process::id(),
+        "uptime_s": b.started_at.elapsed().as_secs(),
+        "rabbitmq_version": "3.10.8",
+        "product_name": b.config.server_properties.product,
+        "product_version": b.config.server_properties.version,
+        "warren_version": env!("CARGO_PKG_VERSION"),
+        "running": running,
+        "data_dir": b.config.data_dir.display().to_string(),
+        "alarms": {"memory": alarms.memory, "disk": alarms.disk},
+        "memory": {
+            "used_bytes": crate::alarms::resident_bytes(),
+            "strategy": "rss",
+            "watermark": watermark_json(t.memory_watermark),
+            "limit_bytes": t.memory_bytes,
+        },
+        "file_descriptors": {"open": fds, "limit": fd_limit},
+        "disk": {"free_bytes": b.alarms.disk_free_bytes(), "limit_bytes": t.disk_free_bytes},
+        "totals": {
+            "connections": b.connections.lock().len(),
+            "queues": queues,
+            "vhosts": b.vhosts().len(),
+        },
+        "listeners": listeners,
+    }))
+}
+
+/// An Erlang string ("…", a charlist as rabbitmqctl prints paths and addresses).
+fn erl_str(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// An Erlang binary (<<"…">>, as RabbitMQ keeps user names).
+fn erl_bin(s: &str) -> String {
+    format!("<<{}>>", erl_str(s))
+}
+
+fn erl_list(items: impl IntoIterator<Item = String>) -> String {
+    format!("[{}]", items.into_iter().collect::<Vec<_>>().join(","))
+}
+
+/// `[[app, [[key, term], ...]], ...]`: the settings in force, under RabbitMQ's application
+/// and key names where RabbitMQ has the setting (`warren` for the others), each value already
+/// an Erlang term as `rabbitmqctl environment` prints it.
+async fn environment(State(b): B) -> ApiResult {
+    let c = &b.config;
+    let l = &c.limits;
+    let watermark = match b.alarms.thresholds().memory_watermark {
+        MemoryWatermark::Fraction(f) => format!("{f:?}"),
+        MemoryWatermark::Absolute(n) => format!("{{absolute,{n}}}"),
+    };
+    let mut rabbit = vec![
+        ("channel_max", l.channel_max.to_string()),
+        (
+            "connection_max",
+            match l.connection_max {
+                0 => "infinity".to_string(),
+                n => n.to_string(),
+            },
+        ),
+        ("disk_free_limit", l.disk_free_limit_bytes.to_string()),
+        ("frame_max", l.frame_max.to_string()),
+        ("handshake_timeout", l.handshake_timeout_ms.to_string()),
+        ("heartbeat", l.heartbeat_s.to_string()),
+        (
+            "loopback_users",
+            erl_list(c.loopback_users.iter().map(|u| erl_bin(u))),
+        ),
+        ("max_message_size", l.message_size_max_bytes.to_string()),
+    ];
+    if let Some(t) = &c.tls {
+        let bind = t.bind.unwrap_or(c.amqp_bind).to_string();
+        rabbit.push((
+            "ssl_listeners",
+            format!("[{{{},{}}}]", erl_str(&bind), t.port),
+        ));
+        let mut opts = vec![
+            format!(
+                "{{certfile,{}}}",
+                erl_str(&t.cert_file.display().to_string())
+            ),
+            format!("{{keyfile,{}}}", erl_str(&t.key_file.display().to_string())),
+        ];
+        if let Some(ca) = &t.ca_file {
+            opts.push(format!(
+                "{{cacertfile,{}}}",
+                erl_str(&ca.display().to_string())
+            ));
+        }
+        let verify = match t.verify {
+            crate::config::TlsVerify::VerifyNone => "verify_none",
+            crate::config::TlsVerify::VerifyPeer => "verify_peer",
+        };
+        opts.push(format!("{{verify,{verify}}}"));
+        opts.push(format!(
+            "{{fail_if_no_peer_cert,{}}}",
+            t.fail_if_no_peer_cert
+        ));
+        rabbit.push(("ssl_options", erl_list(opts)));
+    }
+    rabbit.extend([
+        (
+            "tcp_listen_options",
+            format!(
+                "[{{backlog,1024}},{{nodelay,true}},{{recbuf,{}}},{{send_timeout,{}}}]",
+                crate::limits::SOCKET_RECV_BUFFER_BYTES,
+                l.send_timeout_ms
+            ),
+        ),
+        (
+            "tcp_listeners",
+            format!(
+                "[{{{},{}}}]",
+                erl_str(&c.amqp_bind.to_string()),
+                c.amqp_port
+            ),
+        ),
+        ("vm_memory_calculation_strategy", "rss".to_string()),
+        ("vm_memory_high_watermark", watermark),
+    ]);
+    let management = vec![(
+        "tcp_config",
+        format!(
+            "[{{ip,{}}},{{port,{}}}]",
+            erl_str(&c.http_bind.to_string()),
+            c.http_port
+        ),
+    )];
+    let mut warren = vec![
+        ("auth_failure_delay", l.auth_failure_delay_ms.to_string()),
+        ("data_dir", erl_str(&c.data_dir.display().to_string())),
+    ];
+    if let Some(f) = &c.definitions_file {
+        warren.push(("definitions_file", erl_str(&f.display().to_string())));
+    }
+    warren.extend([
+        (
+            "server_properties",
+            format!(
+                "[{{product,{}}},{{version,{}}}]",
+                erl_bin(&c.server_properties.product),
+                erl_bin(&c.server_properties.version)
+            ),
+        ),
+        (
+            "unacked_max_per_channel",
+            l.unacked_max_per_channel.to_string(),
+        ),
+    ]);
+    let app = |name: &str, keys: Vec<(&str, String)>| json!([name, keys]);
+    ok_json(json!([
+        app("rabbit", rabbit),
+        app("rabbitmq_management", management),
+        app("warren", warren),
+    ]))
+}
+
+async fn set_memory_watermark(State(b): B, body: axum::body::Bytes) -> ApiResult {
+    let v = crate::http::body_object(&body)?;
+    let w = match (v.get("fraction"), v.get("absolute")) {
+        (Some(f), None) => match f.as_f64() {
+            Some(f) if (0.0..=1.0).contains(&f) => MemoryWatermark::Fraction(f),
+            _ => {
+                return Err(bad_request(
+                    "The threshold should be a fraction between 0.0 and 1.0",
+                ))
+            }
+        },
+        (None, Some(n)) => match n.as_u64() {
+            Some(n) if n > 0 => MemoryWatermark::Absolute(n),
+            _ => {
+                return Err(bad_request(
+                    "The threshold should be an integer above 0 (bytes).",
+                ))
+            }
+        },
+        _ => {
+            return Err(bad_request(
+                "give either \"fraction\" or \"absolute\" (bytes)",
+            ))
+        }
+    };
+    b.alarms.set_memory_watermark(w);
+    no_content()
+}
+
+fn app_error(reason: String) -> ApiError {
+    ApiError(
+        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        json!({"error": "internal_error", "reason": reason}),
+    )
+}
+
+async fn stop_app(State(b): B) -> ApiResult {
+    tracing::info!("stop_app: closing AMQP listeners and connections");
+    b.app.stop().await.map_err(app_error)?;
+    no_content()
+}
+
+async fn start_app(State(b): B) -> ApiResult {
+    tracing::info!("start_app");
+    b.app.start().await.map_err(app_error)?;
+    no_content()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordered_table_keeps_order_and_nesting() {
+        let mut inner = FieldTable::new();
+        inner.insert("z", FieldValue::Bool(true));
+        inner.insert("a", FieldValue::I32(1));
+        let mut t = FieldTable::new();
+        t.insert("product", FieldValue::str("x"));
+        t.insert("capabilities", FieldValue::Table(inner));
+        t.insert(
+            "list",
+            FieldValue::Array(vec![
+                FieldValue::str("a"),
+                FieldValue::Table(FieldTable::new()),
+            ]),
+        );
+        assert_eq!(
+            ordered_table(&t),
+            json!({"table": [
+                ["product", "x"],
+                ["capabilities", {"table": [["z", true], ["a", 1]]}],
+                ["list", ["a", {"table": []}]],
+            ]})
+        );
+    }
+
+    #[test]
+    fn erlang_terms() {
+        assert_eq!(erl_bin("gu\"est"), "<<\"gu\\\"est\">>");
+        assert_eq!(erl_list(["1".to_string(), "2".to_string()]), "[1,2]");
+    }
+}
