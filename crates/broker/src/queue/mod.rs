@@ -587,26 +587,36 @@ impl Queue {
         })
     }
 
-    /// Settles acked messages and dispatches.
-    pub fn settle(self: &Arc<Self>, msgs: impl IntoIterator<Item = QueuedMessage>) {
+    /// Settles acked messages and, with `dispatch`, dispatches. A channel under a channel-wide
+    /// limit passes false and dispatches all its queues itself, in a fair order.
+    pub fn settle(self: &Arc<Self>, msgs: impl IntoIterator<Item = QueuedMessage>, dispatch: bool) {
         self.locked(|q, st| {
             for m in msgs {
                 st.unacked = st.unacked.saturating_sub(1);
                 st.forget(&m);
             }
-            q.dispatch_locked(st);
+            if dispatch {
+                q.dispatch_locked(st);
+            }
         })
     }
 
     /// Rejected without requeue: settled, and dead-lettered if the queue has a DLX.
-    pub fn discard(self: &Arc<Self>, msgs: impl IntoIterator<Item = QueuedMessage>) {
+    /// `dispatch` as for [`Queue::settle`].
+    pub fn discard(
+        self: &Arc<Self>,
+        msgs: impl IntoIterator<Item = QueuedMessage>,
+        dispatch: bool,
+    ) {
         self.locked(|q, st| {
             for m in msgs {
                 st.unacked = st.unacked.saturating_sub(1);
                 st.forget(&m);
                 st.dead.push((m.msg, Reason::Rejected));
             }
-            q.dispatch_locked(st);
+            if dispatch {
+                q.dispatch_locked(st);
+            }
         })
     }
 
