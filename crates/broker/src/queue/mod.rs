@@ -455,14 +455,7 @@ impl Queue {
             {
                 q.pressure.store(true, Ordering::Relaxed);
             }
-            if a.overflow == Overflow::DropHead {
-                while st.is_full(a, 0) {
-                    if let Some(m) = st.pop_ready() {
-                        st.forget(&m);
-                        st.dead.push((m.msg, Reason::MaxLen));
-                    }
-                }
-            }
+            st.drop_head(a);
             Enqueued::Accepted
         })
     }
@@ -620,7 +613,9 @@ impl Queue {
         })
     }
 
-    /// Puts unacked messages back at their original positions, marked redelivered.
+    /// Puts unacked messages back at their original positions, marked redelivered. A queue
+    /// this takes past x-max-length(-bytes) drops from the head under drop-head, as RabbitMQ's
+    /// requeue does; the reject overflow modes refuse publishes only, so it stays over.
     pub fn requeue(self: &Arc<Self>, msgs: impl IntoIterator<Item = QueuedMessage>) {
         self.locked(|q, st| {
             if st.deleted {
@@ -636,6 +631,7 @@ impl Queue {
                 let pos = lane.partition_point(|r| r.seq < m.seq);
                 lane.insert(pos, m);
             }
+            st.drop_head(&q.args());
             q.dispatch_locked(st);
         })
     }
@@ -894,6 +890,19 @@ impl State {
                     break;
                 }
             }
+        }
+    }
+
+    /// Under drop-head, drops (dead-letters, reason maxlen) from the head until the queue is
+    /// within its length limits.
+    fn drop_head(&mut self, a: &QueueArgs) {
+        if a.overflow != Overflow::DropHead {
+            return;
+        }
+        while self.is_full(a, 0) {
+            let Some(m) = self.pop_ready() else { break };
+            self.forget(&m);
+            self.dead.push((m.msg, Reason::MaxLen));
         }
     }
 
