@@ -1,10 +1,14 @@
-"""Length limits after a requeue, as RabbitMQ 3.10's classic queues answer them."""
+"""Length limits after a requeue, and message TTL at the edges (TTL 0, expired messages behind
+a live head), as RabbitMQ 3.10's classic queues answer them."""
 
 from __future__ import annotations
 
+import time
+
+import pika
 import pytest
 
-from helpers import get_all, settle, wait_depth
+from helpers import Collector, get_all, pump, settle, wait_depth
 
 
 def _dead_letter_queues(ch, args: dict) -> tuple[str, str]:
@@ -83,3 +87,84 @@ def test_requeue_past_max_length_with_reject_overflow_keeps_everything(conn, ch,
     assert ch.queue_declare(dlq, passive=True).method.message_count == 0
     got = [(b, m.redelivered) for m, _, b in get_all(ch, q, 3)]
     assert got == [(b"m0", True), (b"m1", False), (b"m2", False)]
+
+
+TTL0 = [
+    pytest.param({"x-message-ttl": 0}, None, id="queue-ttl"),
+    pytest.param({}, pika.BasicProperties(expiration="0"), id="message-expiration"),
+]
+
+
+@pytest.mark.parametrize("qargs,props", TTL0)
+@pytest.mark.parametrize("auto_ack", [False, True], ids=["ack", "no-ack"])
+def test_ttl_zero_is_delivered_to_a_consumer_that_can_take_it(conn, ch, qargs, props, auto_ack):
+    q, dlq = _dead_letter_queues(ch, qargs)
+    col = Collector()
+    ch.basic_consume(q, col, auto_ack=auto_ack)
+    for i in range(5):
+        ch.basic_publish("", q, b"t%d" % i, properties=props)
+    pump(conn, lambda: len(col) == 5, what="5 deliveries of TTL 0 messages")
+    assert col.bodies == [b"t%d" % i for i in range(5)]
+    settle(conn, 0.2)
+    assert ch.queue_declare(dlq, passive=True).method.message_count == 0
+
+
+@pytest.mark.parametrize("qargs,props", TTL0)
+def test_ttl_zero_expires_when_no_consumer_can_take_it(conn, ch, qargs, props):
+    q, dlq = _dead_letter_queues(ch, qargs)
+    ch.basic_publish("", q, b"alone", properties=props)
+    [(_, p, b)] = get_all(ch, dlq, 1)
+    assert b == b"alone" and _death(p) == ("expired", q, 1)
+    # A consumer out of prefetch cannot take it at once either.
+    cch = conn.channel()
+    cch.basic_qos(prefetch_count=1)
+    col = Collector()
+    cch.basic_consume(q, col)
+    ch.basic_publish("", q, b"taken", properties=props)
+    pump(conn, lambda: len(col) == 1)
+    ch.basic_publish("", q, b"blocked", properties=props)
+    [(_, p, b)] = get_all(ch, dlq, 1)
+    assert b == b"blocked" and _death(p) == ("expired", q, 1)
+    assert ch.queue_declare(q, passive=True).method.message_count == 0
+    cch.basic_ack(col.deliveries[0][0].delivery_tag)
+    settle(conn, 0.3)
+    assert col.bodies == [b"taken"]
+
+
+def _live_head_then_expired(conn, ch) -> tuple[str, str]:
+    """A queue holding: a message without TTL, two that expire, one without TTL."""
+    q, dlq = _dead_letter_queues(ch, {})
+    ch.basic_publish("", q, b"live")
+    ch.basic_publish("", q, b"short", properties=pika.BasicProperties(expiration="50"))
+    ch.basic_publish("", q, b"zero", properties=pika.BasicProperties(expiration="0"))
+    ch.basic_publish("", q, b"live2")
+    wait_depth(conn, q, 4)
+    time.sleep(0.3)  # well past the 50 ms TTL
+    # Classic queues expire from the head only: both still count while "live" is ahead of them.
+    assert ch.queue_declare(q, passive=True).method.message_count == 4
+    assert ch.queue_declare(dlq, passive=True).method.message_count == 0
+    return q, dlq
+
+
+def test_expired_message_behind_a_live_head_is_never_got(conn, ch):
+    q, dlq = _live_head_then_expired(conn, ch)
+    m, _, b = ch.basic_get(q, auto_ack=True)
+    # Taking the head drops the expired messages now at the head, before the count is given.
+    assert (b, m.message_count) == (b"live", 1)
+    dead = get_all(ch, dlq, 2)
+    assert [(b, _death(p)) for _, p, b in dead] == [
+        (b"short", ("expired", q, 1)), (b"zero", ("expired", q, 1))]
+    m, _, b = ch.basic_get(q, auto_ack=True)
+    assert (b, m.message_count) == (b"live2", 0)
+
+
+def test_expired_message_behind_a_live_head_is_never_delivered(conn, ch):
+    q, dlq = _live_head_then_expired(conn, ch)
+    col = Collector()
+    ch.basic_consume(q, col, auto_ack=True)
+    pump(conn, lambda: len(col) == 2)
+    dead = get_all(ch, dlq, 2)
+    assert [(b, _death(p)) for _, p, b in dead] == [
+        (b"short", ("expired", q, 1)), (b"zero", ("expired", q, 1))]
+    settle(conn, 0.2)
+    assert col.bodies == [b"live", b"live2"]

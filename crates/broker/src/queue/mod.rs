@@ -413,6 +413,7 @@ impl Queue {
             st.next_seq += 1;
             let level = q.level(&msg);
             let stored = q.stores(&msg);
+            let was_empty = st.ready_len == 0;
             st.ready_bytes += size;
             st.ready_len += 1;
             let page_out = st.paged.is_some()
@@ -442,7 +443,14 @@ impl Queue {
                     logged,
                 });
             }
-            q.dispatch_locked(st);
+            if was_empty {
+                // A message that finds the queue empty is offered before any deadline is
+                // checked, as RabbitMQ does: a TTL 0 message reaches a consumer that can take it
+                // at once, and expires just below otherwise.
+                q.deliver_locked(st, None);
+            } else {
+                q.dispatch_locked(st);
+            }
             if expires_at_ms.is_some() {
                 st.expire(now);
             }
@@ -509,9 +517,21 @@ impl Queue {
     }
 
     fn dispatch_locked(self: &Arc<Self>, st: &mut State) {
-        if st.ready_len > 0 && self.may_expire.load(Ordering::Relaxed) {
-            st.expire(now_ms());
-        }
+        let expiring = if st.ready_len > 0 && self.may_expire.load(Ordering::Relaxed) {
+            let now = now_ms();
+            st.expire(now);
+            Some(now)
+        } else {
+            None
+        };
+        self.deliver_locked(st, expiring);
+    }
+
+    /// Offers ready messages to the consumers. With `expiring`, deadlines are checked against
+    /// it each time a message leaves: classic queues expire from the head only, so a message
+    /// that expired behind a live one is dropped when it becomes the head, never delivered.
+    /// `None` (no message here has a deadline) keeps the loop free of clock and deadline work.
+    fn deliver_locked(self: &Arc<Self>, st: &mut State, expiring: Option<u64>) {
         st.outbox_bound = false;
         'messages: while st.ready_len > 0 && !st.consumers.is_empty() {
             st.fill();
@@ -546,6 +566,9 @@ impl Queue {
                                     st.unacked += 1;
                                 }
                             }
+                            if let Some(now) = expiring {
+                                st.expire(now);
+                            }
                             st.rr = st.rr.wrapping_add(k + 1);
                             continue 'messages;
                         }
@@ -564,12 +587,17 @@ impl Queue {
 
     /// basic.get: takes the head message. `ack_mode` counts it as unacked.
     pub fn get(self: &Arc<Self>, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> bool {
-        self.locked(|_, st| {
+        self.locked(|q, st| {
             st.last_used_ms = now_ms();
             st.expire(st.last_used_ms);
             let Some(m) = st.pop_ready() else {
                 return false;
             };
+            // RabbitMQ drops what expired behind the head as soon as it is the head, before
+            // the count in get-ok is taken.
+            if q.may_expire.load(Ordering::Relaxed) {
+                st.expire(st.last_used_ms);
+            }
             if ack_mode {
                 st.unacked += 1;
             } else {
