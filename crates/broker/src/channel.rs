@@ -110,7 +110,9 @@ impl ChannelShared {
         if d.closed || d.paused || !consumer_has_credit(c) {
             return Offer::NoCredit;
         }
-        if !c.no_ack && d.global_prefetch > 0 && d.global_unacked >= d.global_prefetch as u32 {
+        // A full channel-wide limit holds back no-ack consumers too, as RabbitMQ's limiter
+        // does; their deliveries just do not count towards it.
+        if d.global_prefetch > 0 && d.global_unacked >= d.global_prefetch as u32 {
             return Offer::NoCredit;
         }
         if !c.no_ack && d.unacked_max > 0 && d.unacked.len() >= d.unacked_max as usize {
@@ -137,6 +139,13 @@ impl ChannelShared {
 
     pub fn set_unacked_max(&self, max: u32) {
         self.deliveries.lock().unacked_max = max;
+    }
+
+    /// A limit shared by the channel's consumers is set (basic.qos global or the broker's
+    /// cap): room it regains may go to any of the channel's queues.
+    fn capped(&self) -> bool {
+        let d = self.deliveries.lock();
+        d.global_prefetch > 0 || d.unacked_max > 0
     }
 
     /// basic.get-ok for `m` (called under the queue lock).
@@ -215,6 +224,12 @@ fn unknown_tag(tag: u64) -> AmqpError {
 
 /// Settles, requeues or discards taken deliveries, one queue lock per run of the same queue.
 fn finish(taken: Vec<Unacked>, how: Settle) {
+    finish_with(taken, how, true)
+}
+
+/// [`finish`]; `dispatch` false leaves the settled queues undispatched (a requeue always
+/// dispatches: its messages may go to any consumer of the queue).
+fn finish_with(taken: Vec<Unacked>, how: Settle, dispatch: bool) {
     let mut i = 0;
     while i < taken.len() {
         let q = taken[i].queue.clone();
@@ -224,9 +239,9 @@ fn finish(taken: Vec<Unacked>, how: Settle) {
         }
         let msgs = taken[i..j].iter().map(|u| u.msg.clone());
         match how {
-            Settle::Ack => q.settle(msgs),
+            Settle::Ack => q.settle(msgs, dispatch),
             Settle::Requeue => q.requeue(msgs),
-            Settle::Discard => q.discard(msgs),
+            Settle::Discard => q.discard(msgs, dispatch),
         }
         i = j;
     }
@@ -764,11 +779,10 @@ impl Channel {
             ops.push(TxOp::Settle(taken, how));
             return Ok(());
         }
-        finish(taken, how);
-        let capped = {
-            let d = self.shared.deliveries.lock();
-            d.global_prefetch > 0 || d.unacked_max > 0
-        };
+        // Under a channel-wide limit the room an ack opens is the channel's: the settled
+        // queue dispatching first would take it every time and starve the channel's others.
+        let capped = self.shared.capped();
+        finish_with(taken, how, !capped);
         if capped {
             self.kick_consumers();
         }
@@ -781,13 +795,31 @@ impl Channel {
         }
         let taken = self.shared.take(0, true)?;
         finish(taken, Settle::Requeue);
+        // The channel-wide count dropped: queues with nothing to requeue may deliver again.
+        if self.shared.capped() {
+            self.kick_consumers();
+        }
         Ok(())
     }
 
-    /// Lets every queue this channel consumes from try again (after prefetch space opened).
+    /// Lets every queue this channel consumes from try again (after prefetch space opened),
+    /// each once, starting from a random one as RabbitMQ's limiter resumes blocked queues:
+    /// under a channel-wide limit the first queue dispatched takes the room, so a fixed order
+    /// would serve the same queue every time.
     fn kick_consumers(&self) {
+        use rand::Rng;
+        let mut queues: Vec<&Arc<Queue>> = Vec::with_capacity(self.consumers.len());
         for c in self.consumers.values() {
-            c.queue.dispatch();
+            if !queues.iter().any(|q| Arc::ptr_eq(q, &c.queue)) {
+                queues.push(&c.queue);
+            }
+        }
+        if queues.len() > 1 {
+            let start = rand::thread_rng().gen_range(0..queues.len());
+            queues.rotate_left(start);
+        }
+        for q in queues {
+            q.dispatch();
         }
     }
 

@@ -413,6 +413,7 @@ impl Queue {
             st.next_seq += 1;
             let level = q.level(&msg);
             let stored = q.stores(&msg);
+            let was_empty = st.ready_len == 0;
             st.ready_bytes += size;
             st.ready_len += 1;
             let page_out = st.paged.is_some()
@@ -442,7 +443,14 @@ impl Queue {
                     logged,
                 });
             }
-            q.dispatch_locked(st);
+            if was_empty {
+                // A message that finds the queue empty is offered before any deadline is
+                // checked, as RabbitMQ does: a TTL 0 message reaches a consumer that can take it
+                // at once, and expires just below otherwise.
+                q.deliver_locked(st, None);
+            } else {
+                q.dispatch_locked(st);
+            }
             if expires_at_ms.is_some() {
                 st.expire(now);
             }
@@ -455,14 +463,7 @@ impl Queue {
             {
                 q.pressure.store(true, Ordering::Relaxed);
             }
-            if a.overflow == Overflow::DropHead {
-                while st.is_full(a, 0) {
-                    if let Some(m) = st.pop_ready() {
-                        st.forget(&m);
-                        st.dead.push((m.msg, Reason::MaxLen));
-                    }
-                }
-            }
+            st.drop_head(a);
             Enqueued::Accepted
         })
     }
@@ -516,9 +517,21 @@ impl Queue {
     }
 
     fn dispatch_locked(self: &Arc<Self>, st: &mut State) {
-        if st.ready_len > 0 && self.may_expire.load(Ordering::Relaxed) {
-            st.expire(now_ms());
-        }
+        let expiring = if st.ready_len > 0 && self.may_expire.load(Ordering::Relaxed) {
+            let now = now_ms();
+            st.expire(now);
+            Some(now)
+        } else {
+            None
+        };
+        self.deliver_locked(st, expiring);
+    }
+
+    /// Offers ready messages to the consumers. With `expiring`, deadlines are checked against
+    /// it each time a message leaves: classic queues expire from the head only, so a message
+    /// that expired behind a live one is dropped when it becomes the head, never delivered.
+    /// `None` (no message here has a deadline) keeps the loop free of clock and deadline work.
+    fn deliver_locked(self: &Arc<Self>, st: &mut State, expiring: Option<u64>) {
         st.outbox_bound = false;
         'messages: while st.ready_len > 0 && !st.consumers.is_empty() {
             st.fill();
@@ -553,6 +566,9 @@ impl Queue {
                                     st.unacked += 1;
                                 }
                             }
+                            if let Some(now) = expiring {
+                                st.expire(now);
+                            }
                             st.rr = st.rr.wrapping_add(k + 1);
                             continue 'messages;
                         }
@@ -571,12 +587,17 @@ impl Queue {
 
     /// basic.get: takes the head message. `ack_mode` counts it as unacked.
     pub fn get(self: &Arc<Self>, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> bool {
-        self.locked(|_, st| {
+        self.locked(|q, st| {
             st.last_used_ms = now_ms();
             st.expire(st.last_used_ms);
             let Some(m) = st.pop_ready() else {
                 return false;
             };
+            // RabbitMQ drops what expired behind the head as soon as it is the head, before
+            // the count in get-ok is taken.
+            if q.may_expire.load(Ordering::Relaxed) {
+                st.expire(st.last_used_ms);
+            }
             if ack_mode {
                 st.unacked += 1;
             } else {
@@ -587,30 +608,42 @@ impl Queue {
         })
     }
 
-    /// Settles acked messages and dispatches.
-    pub fn settle(self: &Arc<Self>, msgs: impl IntoIterator<Item = QueuedMessage>) {
+    /// Settles acked messages and, with `dispatch`, dispatches. A channel under a channel-wide
+    /// limit passes false and dispatches all its queues itself, in a fair order.
+    pub fn settle(self: &Arc<Self>, msgs: impl IntoIterator<Item = QueuedMessage>, dispatch: bool) {
         self.locked(|q, st| {
             for m in msgs {
                 st.unacked = st.unacked.saturating_sub(1);
                 st.forget(&m);
             }
-            q.dispatch_locked(st);
+            if dispatch {
+                q.dispatch_locked(st);
+            }
         })
     }
 
     /// Rejected without requeue: settled, and dead-lettered if the queue has a DLX.
-    pub fn discard(self: &Arc<Self>, msgs: impl IntoIterator<Item = QueuedMessage>) {
+    /// `dispatch` as for [`Queue::settle`].
+    pub fn discard(
+        self: &Arc<Self>,
+        msgs: impl IntoIterator<Item = QueuedMessage>,
+        dispatch: bool,
+    ) {
         self.locked(|q, st| {
             for m in msgs {
                 st.unacked = st.unacked.saturating_sub(1);
                 st.forget(&m);
                 st.dead.push((m.msg, Reason::Rejected));
             }
-            q.dispatch_locked(st);
+            if dispatch {
+                q.dispatch_locked(st);
+            }
         })
     }
 
-    /// Puts unacked messages back at their original positions, marked redelivered.
+    /// Puts unacked messages back at their original positions, marked redelivered. A queue
+    /// this takes past x-max-length(-bytes) drops from the head under drop-head, as RabbitMQ's
+    /// requeue does; the reject overflow modes refuse publishes only, so it stays over.
     pub fn requeue(self: &Arc<Self>, msgs: impl IntoIterator<Item = QueuedMessage>) {
         self.locked(|q, st| {
             if st.deleted {
@@ -626,6 +659,7 @@ impl Queue {
                 let pos = lane.partition_point(|r| r.seq < m.seq);
                 lane.insert(pos, m);
             }
+            st.drop_head(&q.args());
             q.dispatch_locked(st);
         })
     }
@@ -890,6 +924,19 @@ impl State {
                     break;
                 }
             }
+        }
+    }
+
+    /// Under drop-head, drops (dead-letters, reason maxlen) from the head until the queue is
+    /// within its length limits.
+    fn drop_head(&mut self, a: &QueueArgs) {
+        if a.overflow != Overflow::DropHead {
+            return;
+        }
+        while self.is_full(a, 0) {
+            let Some(m) = self.pop_ready() else { break };
+            self.forget(&m);
+            self.dead.push((m.msg, Reason::MaxLen));
         }
     }
 
