@@ -18,7 +18,7 @@ use warren_protocol::{frame, reply, ByteString, Method};
 use crate::access::{exchange_resource, Access, Perm, PermCache, Resource};
 use crate::confirm::Confirms;
 use crate::error::{AmqpError, AmqpResult};
-use crate::message::Message;
+use crate::message::{header_routes, Message};
 use crate::outbox::{self, Outbox};
 use crate::queue::args::parse_expiration;
 use crate::queue::{consumer_has_credit, Consumer, Enqueued, Queue, QueuedMessage};
@@ -278,7 +278,8 @@ enum PublishState {
 
 /// Work a transaction holds until commit.
 enum TxOp {
-    Publish(Message, bool),
+    /// The message, mandatory, and its CC/BCC routing keys.
+    Publish(Message, bool, Vec<ByteString>),
     Settle(Vec<Unacked>, Settle),
 }
 
@@ -669,11 +670,22 @@ impl Channel {
                     AmqpError::precondition_failed("channel is not transactional")
                 })?;
                 let ops = std::mem::take(ops);
+                let capped = self.shared.capped();
+                let mut settled = false;
                 for op in ops {
                     match op {
-                        TxOp::Publish(msg, mandatory) => self.route(msg, mandatory, vhost)?,
-                        TxOp::Settle(taken, how) => finish(taken, how),
+                        TxOp::Publish(msg, mandatory, cc) => {
+                            self.route(msg, &cc, mandatory, vhost)?
+                        }
+                        TxOp::Settle(taken, how) => {
+                            settled = true;
+                            finish_with(taken, how, !capped);
+                        }
                     }
+                }
+                // As for an ack outside a transaction: the room opened is the channel's.
+                if capped && settled {
+                    self.kick_consumers();
                 }
                 self.reply(TxCommitOk {});
             }
@@ -989,6 +1001,31 @@ impl Channel {
             exchange_resource(&publish.exchange),
         )
         .map_err(|e| e.on(60, 40))?;
+        // CC and BCC headers (sender-selected distribution): decoded only when the headers
+        // hold either key's bytes, so other publishes pay one scan of their headers at most.
+        let mut cc = Vec::new();
+        if properties::may_have_header(&raw, "CC") || properties::may_have_header(&raw, "BCC") {
+            let mut props = BasicProperties::decode(&raw).map_err(|e| {
+                AmqpError::frame_error(format!("cannot decode properties: {e}")).on(60, 40)
+            })?;
+            if let Some(h) = props.headers.as_mut() {
+                cc = match header_routes(h) {
+                    Ok(keys) => keys,
+                    Err(e) => {
+                        // RabbitMQ looks the exchange up first: a missing one is the 404.
+                        ctx.vhost
+                            .route(&publish.exchange, "", &Bytes::new(), &mut Vec::new())
+                            .map_err(|e| e.on(60, 40))?;
+                        return Err(e.on(60, 40));
+                    }
+                };
+                let n = h.0.len();
+                h.0.retain(|(k, _)| &**k != "BCC");
+                if h.0.len() != n {
+                    raw = props.to_bytes();
+                }
+            }
+        }
         let msg = Message {
             exchange: publish.exchange,
             routing_key: publish.routing_key,
@@ -1001,19 +1038,26 @@ impl Channel {
         if let Some(ops) = &mut self.tx {
             ctx.vhost
                 .route(&msg.exchange, "", &Bytes::new(), &mut Vec::new())?;
-            ops.push(TxOp::Publish(msg, publish.mandatory));
+            ops.push(TxOp::Publish(msg, publish.mandatory, cc));
             return Ok(());
         }
-        self.route(msg, publish.mandatory, ctx.vhost)
+        self.route(msg, &cc, publish.mandatory, ctx.vhost)
             .map_err(|e| e.on(60, 40))
     }
 
-    fn route(&mut self, msg: Message, mandatory: bool, vhost: &Arc<VHost>) -> AmqpResult<()> {
+    fn route(
+        &mut self,
+        msg: Message,
+        cc: &[ByteString],
+        mandatory: bool,
+        vhost: &Arc<VHost>,
+    ) -> AmqpResult<()> {
         let mut targets = std::mem::take(&mut self.route_buf);
         targets.clear();
-        let routed = vhost.route(
+        let routed = vhost.route_keys(
             &msg.exchange,
             &msg.routing_key,
+            cc,
             &msg.properties,
             &mut targets,
         );

@@ -1,7 +1,9 @@
 //! A published message, shared by every queue it was routed to.
 
 use bytes::Bytes;
-use warren_protocol::ByteString;
+use warren_protocol::{ByteString, FieldTable, FieldValue};
+
+use crate::error::AmqpError;
 
 #[derive(Debug)]
 pub struct Message {
@@ -21,5 +23,64 @@ impl Message {
     /// Bytes this message holds in memory, for queue accounting.
     pub fn size(&self) -> usize {
         self.body.len() + self.properties.len()
+    }
+}
+
+/// The extra routing keys of RabbitMQ's sender-selected distribution: the long strings in the
+/// `CC` and `BCC` header arrays, in that order (other entries are skipped, as RabbitMQ's
+/// `rabbit_basic:header_routes` skips them). Either header as anything but an array makes the
+/// message invalid, with RabbitMQ's text.
+pub fn header_routes(headers: &FieldTable) -> Result<Vec<ByteString>, AmqpError> {
+    let mut keys = Vec::new();
+    for name in ["CC", "BCC"] {
+        match headers.get(name) {
+            None => {}
+            Some(FieldValue::Array(routes)) => keys.extend(routes.iter().filter_map(|v| match v {
+                FieldValue::LongStr(b) => ByteString::try_from(b.clone()).ok(),
+                _ => None,
+            })),
+            Some(other) => {
+                return Err(AmqpError::precondition_failed(format!(
+                    "invalid message: {{unacceptable_type_in_header,\"{name}\",{}}}",
+                    crate::queue::args::type_name(other)
+                )))
+            }
+        }
+    }
+    Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_routes_take_long_strings_from_cc_then_bcc() {
+        let mut h = FieldTable::new();
+        h.insert("BCC", FieldValue::Array(vec![FieldValue::str("b")]));
+        h.insert(
+            "CC",
+            FieldValue::Array(vec![
+                FieldValue::str("a"),
+                FieldValue::I32(5),
+                FieldValue::Bytes(Bytes::from_static(b"x")),
+                FieldValue::str(""),
+            ]),
+        );
+        h.insert("cc", FieldValue::Array(vec![FieldValue::str("lower")]));
+        let keys = header_routes(&h).expect("valid");
+        assert_eq!(keys, vec!["a", "", "b"]);
+    }
+
+    #[test]
+    fn header_routes_refuse_a_non_array() {
+        let mut h = FieldTable::new();
+        h.insert("CC", FieldValue::str("a"));
+        let e = header_routes(&h).expect_err("invalid");
+        assert_eq!(e.code, 406);
+        assert_eq!(
+            e.text,
+            "PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,\"CC\",longstr}"
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use warren_protocol::{FieldTable, FieldValue};
+use warren_protocol::{ByteString, FieldTable, FieldValue};
 use warren_routing::consistent_hash::{self, HashOn};
 use warren_routing::{Binding, Destination, Exchange, ExchangeKind, HashRing, Table};
 
@@ -1177,14 +1177,34 @@ impl VHost {
         properties: &bytes::Bytes,
         out: &mut Vec<Arc<Queue>>,
     ) -> AmqpResult<()> {
+        self.route_keys(exchange, routing_key, &[], properties, out)
+    }
+
+    /// [`VHost::route`] with the extra routing keys of the `CC` and `BCC` headers.
+    pub fn route_keys(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        extra_keys: &[ByteString],
+        properties: &bytes::Bytes,
+        out: &mut Vec<Arc<Queue>>,
+    ) -> AmqpResult<()> {
         let snap = self.snapshot.load();
         if exchange.is_empty() {
-            if let Some(q) = snap.queues.get(routing_key) {
-                out.push(q.clone());
-            } else if routing_key.starts_with(DIRECT_REPLY_TO) {
-                // A reply whose requester is gone is dropped, as in RabbitMQ.
-                if let Some(q) = self.direct_reply.lock().get(routing_key) {
-                    out.push(q.clone());
+            for key in std::iter::once(routing_key).chain(extra_keys.iter().map(|k| &**k)) {
+                let q = if let Some(q) = snap.queues.get(key) {
+                    q.clone()
+                } else if key.starts_with(DIRECT_REPLY_TO) {
+                    // A reply whose requester is gone is dropped, as in RabbitMQ.
+                    match self.direct_reply.lock().get(key) {
+                        Some(q) => q.clone(),
+                        None => continue,
+                    }
+                } else {
+                    continue;
+                };
+                if !out.iter().any(|x| Arc::ptr_eq(x, &q)) {
+                    out.push(q);
                 }
             }
             return Ok(());
@@ -1200,7 +1220,8 @@ impl VHost {
             Some(_) => {}
         }
         let mut props = || warren_protocol::properties::BasicProperties::decode(properties).ok();
-        snap.table.route(exchange, routing_key, &mut props, out);
+        snap.table
+            .route_keys(exchange, routing_key, extra_keys, &mut props, out);
         Ok(())
     }
 

@@ -187,6 +187,18 @@ impl BasicProperties {
     }
 }
 
+/// Whether the headers may hold the key `key`: headers are present and the key's shortstr bytes
+/// (length, then name) occur somewhere in `raw`. False means certainly absent, so a publish is
+/// decoded to look for a rarely used header only when its bytes are there.
+pub fn may_have_header(raw: &[u8], key: &str) -> bool {
+    if raw.len() < 2 || u16::from_be_bytes([raw[0], raw[1]]) & HEADERS == 0 {
+        return false;
+    }
+    let n = key.len();
+    raw.windows(n + 1)
+        .any(|w| w[0] as usize == n && &w[1..] == key.as_bytes())
+}
+
 /// Reads delivery_mode without decoding the rest: it sits after content-type, content-encoding and
 /// headers, each skippable in O(1). Used on every publish to tell persistent messages apart.
 pub fn delivery_mode(raw: &[u8]) -> Option<u8> {
@@ -242,6 +254,31 @@ mod tests {
     }
 
     #[test]
+    fn header_precheck() {
+        let mut h = FieldTable::new();
+        h.insert("BCC", FieldValue::Array(vec![FieldValue::str("k")]));
+        let with = BasicProperties {
+            headers: Some(h),
+            ..Default::default()
+        }
+        .to_bytes();
+        assert!(may_have_header(&with, "BCC"));
+        assert!(
+            !may_have_header(&with, "CC"),
+            "'BCC' is not the shortstr 'CC'"
+        );
+        let without = BasicProperties {
+            content_type: Some("CC".into()),
+            ..Default::default()
+        }
+        .to_bytes();
+        assert!(
+            !may_have_header(&without, "CC"),
+            "no headers, whatever the bytes"
+        );
+    }
+
+    #[test]
     fn truncated_properties_error() {
         let raw = Bytes::from_static(&[0x80, 0, 5, b'a']);
         assert!(BasicProperties::decode(&raw).is_err());
@@ -261,6 +298,10 @@ mod props {
             let raw = p.to_bytes();
             prop_assert_eq!(BasicProperties::decode(&raw).expect("decodes"), p.clone());
             prop_assert_eq!(delivery_mode(&raw), p.delivery_mode);
+            // The header pre-check never misses a key that is there.
+            for (k, _) in p.headers.iter().flat_map(|h| h.0.iter()) {
+                prop_assert!(may_have_header(&raw, k));
+            }
             let mut framed = BytesMut::new();
             crate::frame::write_content_header(&mut framed, 1, 60, size, &raw);
             let f = crate::FrameDecoder::new(0).decode(&mut framed).expect("frames").expect("whole");

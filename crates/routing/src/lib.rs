@@ -17,7 +17,7 @@ use ahash::AHashMap;
 use smallvec::SmallVec;
 
 use warren_protocol::properties::BasicProperties;
-use warren_protocol::FieldTable;
+use warren_protocol::{ByteString, FieldTable};
 
 pub use consistent_hash::HashRing;
 
@@ -168,6 +168,20 @@ impl<Q: Clone + QueueKey> Table<Q> {
         props: &mut dyn FnMut() -> Option<BasicProperties>,
         out: &mut Vec<Q>,
     ) {
+        self.route_keys(exchange, routing_key, &[], props, out)
+    }
+
+    /// [`Table::route`] with more routing keys (RabbitMQ's `CC` and `BCC` headers): the message
+    /// goes wherever any of its keys leads, each queue once; the alternate exchange is tried
+    /// only when no key matched.
+    pub fn route_keys(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        extra_keys: &[ByteString],
+        props: &mut dyn FnMut() -> Option<BasicProperties>,
+        out: &mut Vec<Q>,
+    ) {
         let mut decoded: Option<Option<BasicProperties>> = None;
         // On the stack: routing allocates nothing for the common shallow case.
         let mut tried: SmallVec<[&str; 4]> = SmallVec::new();
@@ -175,6 +189,9 @@ impl<Q: Clone + QueueKey> Table<Q> {
         loop {
             let before = out.len();
             self.route_from(current, routing_key, props, &mut decoded, out);
+            for key in extra_keys {
+                self.route_from(current, key, props, &mut decoded, out);
+            }
             if out.len() > before {
                 return;
             }
@@ -379,6 +396,51 @@ mod tests {
         out.clear();
         t.route("missing", "k", &mut || None, &mut out);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn extra_keys_route_each_queue_once_and_alternate_only_when_none_match() {
+        let mut t = Table::default();
+        t.exchanges.insert(
+            "d".into(),
+            Arc::new(ex(
+                "d",
+                ExchangeKind::Direct,
+                vec![to_q(1, "a"), to_q(2, "b"), to_q(3, "b"), to_x("t", "c")],
+            )),
+        );
+        t.exchanges.insert(
+            "t".into(),
+            Arc::new(ex(
+                "t",
+                ExchangeKind::Topic,
+                vec![to_q(2, "#"), to_q(4, "c")],
+            )),
+        );
+        let mut alt = ex("alt", ExchangeKind::Fanout, vec![to_q(9, "")]);
+        alt.alternate = None;
+        t.exchanges.insert("alt".into(), Arc::new(alt));
+        let mut d = (**t.exchanges.get("d").expect("d")).clone();
+        d.alternate = Some("alt".into());
+        t.exchanges.insert("d".into(), Arc::new(d));
+        let route = |key: &str, extra: &[&str]| {
+            let extra: Vec<ByteString> = extra.iter().map(|k| ByteString::from(*k)).collect();
+            let mut out = Vec::new();
+            t.route_keys("d", key, &extra, &mut || None, &mut out);
+            out
+        };
+        assert_eq!(route("a", &[]), vec![Q(1)]);
+        assert_eq!(route("a", &["b", "a", "b"]), vec![Q(1), Q(2), Q(3)]);
+        assert_eq!(
+            route("none", &["c"]),
+            vec![Q(2), Q(4)],
+            "through e2e, once each"
+        );
+        assert_eq!(
+            route("none", &["zzz"]),
+            vec![Q(9)],
+            "no key matched: alternate"
+        );
     }
 
     #[test]

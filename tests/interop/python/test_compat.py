@@ -217,3 +217,105 @@ def test_committed_acks_stay_acked_at_close(amqp_url, res):
         assert [b for _m, _p, b in get_all(ch, name, 1)] == [b"m1"]
     finally:
         safe_close(c)
+
+
+# --- CC and BCC headers: sender-selected distribution ---
+
+def _depths(ch, queues):
+    return [ch.queue_declare(q, passive=True).method.message_count for q in queues]
+
+
+def _cc_setup(ch, res, kind: str, keys: list[str]):
+    x = res.exchange("cc")
+    ch.exchange_declare(x, kind)
+    qs = [res.queue("cc") for _ in keys]
+    for q, k in zip(qs, keys):
+        ch.queue_declare(q)
+        ch.queue_bind(q, x, routing_key=k)
+    return x, qs
+
+
+def test_cc_and_bcc_route_on_a_direct_exchange(conn, res):
+    ch = conn.channel()
+    ch.confirm_delivery()
+    x, qs = _cc_setup(ch, res, "direct", ["main", "c1", "c2", "b1", "none"])
+    headers = {"CC": ["c1", "c2", "c1", "main"], "BCC": ["b1"], "other": "kept"}
+    ch.basic_publish(x, "main", b"m", pika.BasicProperties(headers=headers))
+    assert _depths(ch, qs) == [1, 1, 1, 1, 0], "each queue once"
+    for q in qs[:4]:
+        m, p, b = get_all(ch, q, 1)[0]
+        assert (m.routing_key, b) == ("main", b"m")
+        assert p.headers == {"CC": ["c1", "c2", "c1", "main"], "other": "kept"}, "BCC removed"
+    # BCC alone leaves an empty headers table behind, as in RabbitMQ.
+    ch.basic_publish(x, "main", b"bcc", pika.BasicProperties(headers={"BCC": ["b1"]}))
+    assert _depths(ch, qs) == [1, 0, 0, 1, 0]
+    assert get_all(ch, qs[3], 1)[0][1].headers == {}
+
+
+def test_cc_on_topic_and_exchange_to_exchange_routes(conn, res):
+    ch = conn.channel()
+    ch.confirm_delivery()
+    topic, qs = _cc_setup(ch, res, "topic", ["a.*", "b.#"])
+    src = res.exchange("cc-src")
+    ch.exchange_declare(src, "direct")
+    ch.exchange_bind(topic, src, routing_key="b.x")
+    ch.exchange_bind(topic, src, routing_key="a.y")
+    ch.basic_publish(topic, "nothing", b"t", pika.BasicProperties(headers={"CC": ["a.1", "b.2.3"]}))
+    assert _depths(ch, qs) == [1, 1]
+    ch.queue_purge(qs[0])
+    ch.queue_purge(qs[1])
+    ch.basic_publish(src, "nothing", b"e2e",
+                     pika.BasicProperties(headers={"BCC": ["b.x", "a.y", "b.x"]}))
+    assert _depths(ch, qs) == [1, 1]
+
+
+def test_cc_entries_that_are_not_strings_and_other_header_names_are_ignored(conn, res):
+    ch = conn.channel()
+    ch.confirm_delivery()
+    x, qs = _cc_setup(ch, res, "direct", ["main", "c1", "lower"])
+    ch.basic_publish(x, "main", b"m",
+                     pika.BasicProperties(headers={"CC": [5, b"c1", "", "c1"], "cc": ["lower"]}))
+    assert _depths(ch, qs) == [1, 1, 0]
+
+
+@pytest.mark.parametrize("header,value,kind", [("CC", "c1", "longstr"), ("BCC", 5, "signedint"),
+                                               ("CC", {"a": 1}, "table")])
+def test_cc_that_is_not_an_array_is_refused(conn, res, header, value, kind):
+    ch = conn.channel()
+    x, qs = _cc_setup(ch, res, "direct", ["main"])
+    with channel_closed(406, "PRECONDITION_FAILED - invalid message: "
+                             f'{{unacceptable_type_in_header,"{header}",{kind}}}'):
+        ch.basic_publish(x, "main", b"m", pika.BasicProperties(headers={header: value}))
+        ch.queue_declare(qs[0], passive=True)
+    ch = conn.channel()
+    assert _depths(ch, qs) == [0]
+
+
+@pytest.mark.parametrize("dl_key", [None, "dead"])
+def test_dead_lettering_keeps_cc_unless_given_a_new_routing_key(conn, res, dl_key):
+    ch = conn.channel()
+    ch.confirm_delivery()
+    dlx, (q_k, q_c, q_dead) = _cc_setup(ch, res, "direct", ["k", "c", "dead"])
+    pub = res.exchange("cc-pub")
+    ch.exchange_declare(pub, "direct")
+    src = res.queue("cc-src")
+    args = {"x-dead-letter-exchange": dlx}
+    if dl_key:
+        args["x-dead-letter-routing-key"] = dl_key
+    ch.queue_declare(src, arguments=args)
+    ch.queue_bind(src, pub, routing_key="k")
+    ch.basic_publish(pub, "k", b"m", pika.BasicProperties(headers={"CC": ["c"]}))
+    m, _p, _b = get_all(ch, src, 1, no_ack=False)[0]
+    ch.basic_reject(m.delivery_tag, requeue=False)
+    if dl_key:
+        wait_until(lambda: _depths(ch, [q_dead])[0] == 1)
+        assert _depths(ch, [q_k, q_c]) == [0, 0]
+        _m, p, _b = get_all(ch, q_dead, 1)[0]
+        assert "CC" not in p.headers
+    else:
+        wait_until(lambda: _depths(ch, [q_k, q_c]) == [1, 1])
+        assert _depths(ch, [q_dead]) == [0]
+        _m, p, _b = get_all(ch, q_c, 1)[0]
+        assert p.headers["CC"] == ["c"]
+    death = p.headers["x-death"][0]
+    assert (death["reason"], death["routing-keys"]) == ("rejected", ["k", "c"])

@@ -3,6 +3,8 @@ the limit holds back no-ack consumers too, and blocked queues resume in random o
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import Collector, pump, settle, wait_depth
 
 
@@ -31,9 +33,10 @@ def test_global_prefetch_holds_back_no_ack_consumers(conn, ch):
     assert free.bodies == [b"free0", b"free1", b"free2"]
 
 
-def test_global_prefetch_serves_the_channels_queues_fairly(conn, ch):
-    # Prefetch 1 shared by consumers of two queues, each ack making room for one delivery: the
-    # next one must not always come from the same queue.
+@pytest.mark.parametrize("tx", [False, True])
+def test_global_prefetch_serves_the_channels_queues_fairly(conn, ch, tx):
+    # Prefetch 1 shared by consumers of two queues, each ack (or each committed ack) making room
+    # for one delivery: the next one must not always come from the same queue.
     q1, q2 = _queue(ch), _queue(ch)
     n = 100
     for q in (q1, q2):
@@ -42,12 +45,16 @@ def test_global_prefetch_serves_the_channels_queues_fairly(conn, ch):
     wait_depth(conn, q1, n + 20)
     wait_depth(conn, q2, n + 20)
     ch.basic_qos(prefetch_count=1, global_qos=True)
+    if tx:
+        ch.tx_select()
     got: list[bytes] = []
 
     def on_message(chan, method, props, body):
         got.append(body)
         if len(got) <= n:
             chan.basic_ack(method.delivery_tag)
+            if tx:
+                chan.tx_commit()
 
     ch.basic_consume(q1, on_message)
     ch.basic_consume(q2, on_message)

@@ -765,7 +765,7 @@ impl Queue {
             .map_or(0, |d| d.as_secs());
         let mut targets = Vec::new();
         for (msg, reason) in dead {
-            let m = dead_letter::dead_lettered(
+            let (m, cc) = dead_letter::dead_lettered(
                 &msg,
                 &self.name,
                 reason,
@@ -776,7 +776,13 @@ impl Queue {
             targets.clear();
             // A missing dead-letter exchange drops the message, as in RabbitMQ.
             if vhost
-                .route(&m.exchange, &m.routing_key, &m.properties, &mut targets)
+                .route_keys(
+                    &m.exchange,
+                    &m.routing_key,
+                    &cc,
+                    &m.properties,
+                    &mut targets,
+                )
                 .is_err()
             {
                 continue;
