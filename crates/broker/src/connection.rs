@@ -93,6 +93,9 @@ struct Conn {
     auth_refusal: Option<AmqpError>,
     /// process() stopped early because the outbox is over its pause mark; frames wait in buf.
     backlog: bool,
+    /// The byte stream is out of step (a framing error): input is dropped until the socket
+    /// closes, so the client can still read our connection.close instead of a reset.
+    discard_input: bool,
     /// Queues this connection published into whose consumers fell behind: while any stays
     /// pressured, a connection that consumes nothing is not read (credit flow).
     starved: Vec<Arc<Queue>>,
@@ -172,8 +175,8 @@ pub async fn serve_split<R: AsyncRead + Unpin>(
         id,
         peer,
         outbox: outbox.clone(),
-        // Until tune-ok the limit is ours; a client's start-ok must fit in it.
-        decoder: FrameDecoder::new(frame_max),
+        // Until tune-ok, RabbitMQ's initial frame_max: a start-ok must fit in 4096 octets.
+        decoder: FrameDecoder::new(warren_protocol::frame::FRAME_MIN_SIZE),
         phase: Phase::AwaitStartOk,
         user: None,
         vhost: None,
@@ -197,6 +200,7 @@ pub async fn serve_split<R: AsyncRead + Unpin>(
         place: None,
         auth_refusal: None,
         backlog: false,
+        discard_input: false,
         starved: Vec::new(),
         trickle: false,
     };
@@ -480,7 +484,10 @@ impl Conn {
     fn process(&mut self, buf: &mut BytesMut) -> Vec<Arc<Queue>> {
         let mut pressured = Vec::new();
         crate::outbox::begin_batch();
-        while self.phase != Phase::Done {
+        if self.discard_input {
+            buf.clear();
+        }
+        while self.phase != Phase::Done && !self.discard_input {
             if self.outbox.pending() >= limits::OUTBOX_READ_PAUSE_BYTES {
                 // The client is not reading its replies: hold its requests until it does.
                 self.backlog = true;
@@ -494,19 +501,30 @@ impl Conn {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    // The stream is out of step: answer, then stop reading.
+                    // The stream is out of step: answer, stop decoding, and keep the socket
+                    // open for the close-ok wait (RabbitMQ holds it 3 s) so the client reads
+                    // the close rather than a reset.
                     let code = match e {
                         DecodeError::BadFrameEnd(_) | DecodeError::FrameTooLarge { .. } => {
                             reply::FRAME_ERROR
                         }
                         _ => reply::SYNTAX_ERROR,
                     };
-                    if self.phase == Phase::CloseSent {
-                        self.phase = Phase::Done;
-                    } else {
-                        self.close_connection(AmqpError::new(code, e));
+                    match self.phase {
+                        // Before tune-ok RabbitMQ answers nothing: it waits, then closes.
+                        Phase::AwaitStartOk | Phase::AwaitTuneOk => {
+                            tracing::info!(peer = %self.peer, conn = self.id, error = %e, "closing connection on a framing error during the handshake");
+                            self.reason = e.to_string();
+                            self.phase = Phase::CloseSent;
+                            self.deadline =
+                                Instant::now() + Duration::from_millis(limits::CLOSE_OK_TIMEOUT_MS);
+                        }
+                        Phase::Open | Phase::AwaitOpen => {
+                            self.close_connection(AmqpError::new(code, e))
+                        }
+                        _ => {}
                     }
-                    self.phase = Phase::Done;
+                    self.discard_input = true;
                     buf.clear();
                 }
             }

@@ -21,7 +21,8 @@ pub enum DecodeError {
     /// A frame whose last octet is not 0xCE (501 FRAME_ERROR).
     #[error("bad frame end octet {0:#04x}")]
     BadFrameEnd(u8),
-    /// A frame larger than the negotiated frame_max (501).
-    #[error("frame size {size} exceeds frame_max {max}")]
-    FrameTooLarge { size: u32, max: u32 },
+    /// A frame whose payload is larger than the negotiated frame_max (501), in RabbitMQ's
+    /// words: it compares the payload, not the whole frame, and names frame_max less 8.
+    #[error("type {kind}, all octets = <<>>: {{frame_too_large,{payload},{}}}", max.saturating_sub(8))]
+    FrameTooLarge { kind: u8, payload: u32, max: u32 },
 }

@@ -62,9 +62,12 @@ impl FrameDecoder {
         };
         let channel = u16::from_be_bytes([buf[1], buf[2]]);
         let size = u32::from_be_bytes([buf[3], buf[4], buf[5], buf[6]]);
-        if self.frame_max != 0 && size as u64 + FRAME_OVERHEAD as u64 > self.frame_max as u64 {
+        // RabbitMQ refuses a payload over frame_max (not a frame over it: up to 8 octets more
+        // pass there), so clients tuned against it work here too.
+        if self.frame_max != 0 && size > self.frame_max {
             return Err(DecodeError::FrameTooLarge {
-                size: size.saturating_add(FRAME_OVERHEAD as u32),
+                kind: buf[0],
+                payload: size,
                 max: self.frame_max,
             });
         }
@@ -166,6 +169,21 @@ mod tests {
             FrameDecoder::new(4096).decode(&mut b),
             Err(DecodeError::FrameTooLarge { .. })
         ));
+        // RabbitMQ's rule and words: the payload is compared with frame_max.
+        let mut b = BytesMut::from(&[3u8, 0, 1, 0, 0, 0x10, 0x01][..]);
+        let e = FrameDecoder::new(4096)
+            .decode(&mut b)
+            .expect_err("4097 > 4096");
+        assert_eq!(
+            e.to_string(),
+            "type 3, all octets = <<>>: {frame_too_large,4097,4088}"
+        );
+        let mut b = BytesMut::from(&[3u8, 0, 1, 0, 0, 0x10, 0x00][..]);
+        assert_eq!(
+            FrameDecoder::new(4096).decode(&mut b),
+            Ok(None),
+            "4096 fits"
+        );
     }
 
     #[test]

@@ -269,6 +269,54 @@ def test_frame_of_exactly_frame_max_is_accepted(rc1):
         rc1.send(raw.queue_declare(1, q, passive=True))
 
 
+def _start_ok(pad: str) -> bytes:
+    """A valid start-ok payload whose client properties carry `pad`."""
+    return (struct.pack(">HH", 10, 11) + raw.table({"product": "t", "pad": pad})
+            + raw.shortstr("PLAIN") + raw.longstr(b"\0guest\0guest") + raw.shortstr("en_US"))
+
+
+@pytest.mark.parametrize("phase", ["start-ok", "tune-ok"])
+def test_frame_over_4096_before_tune_ok_is_dropped_silently(amqp_url, phase):
+    # Before tune-ok the limit is RabbitMQ's initial frame_max, 4096: a bigger frame gets no
+    # connection.close, the socket is closed (after RabbitMQ's 3 s wait).
+    with raw.RawConnection(*host_port(amqp_url)) as c:
+        c.start()
+        if phase == "start-ok":
+            c.send(raw.frame(1, 0, _start_ok("x" * 5000)))
+        else:
+            c.send(raw.frame(1, 0, _start_ok("")))
+            c.expect(raw.CONNECTION_TUNE)
+            # A valid tune-ok followed by padding inside the same frame.
+            c.send(raw.frame(1, 0, raw.tune_ok(2047, 131072, 0)[7:-1] + b"\x00" * 5000))
+        _silently_dropped(c, timeout=10)
+    assert_broker_alive(amqp_url)
+
+
+def test_start_ok_of_4096_octets_is_accepted(amqp_url):
+    payload = _start_ok("x" * (4096 - len(_start_ok(""))))
+    assert len(payload) == 4096
+    with raw.RawConnection(*host_port(amqp_url)) as c:
+        c.start()
+        c.send(raw.frame(1, 0, payload))
+        c.expect(raw.CONNECTION_TUNE)
+
+
+def test_frame_too_large_close_is_readable_while_the_client_still_writes(amqp_url):
+    # After the 501 the server keeps the socket (RabbitMQ: 3 s) and drops what follows, so a
+    # client still writing reads the close, not a reset.
+    with raw.RawConnection(*host_port(amqp_url)) as c:
+        c.handshake(frame_max=4096)
+        c.open_channel(1)
+        c.send(raw.frame(1, 1, struct.pack(">HH", 60, 40) + b"\x00" * 6000))
+        for _ in range(8):
+            c.send(b"\x00" * 16384)
+        time.sleep(0.5)
+        f = c.expect_connection_close()
+        assert (f.args["reply_code"], f.args["reply_text"]) == (
+            501, "FRAME_ERROR - type 1, all octets = <<>>: {frame_too_large,6004,4088}")
+    assert_broker_alive(amqp_url)
+
+
 @pytest.mark.parametrize("ftype,channel", [(7, 0), (9, 1), (0, 0), (255, 0)])
 def test_unknown_frame_type(rc1, ftype, channel):
     # "FRAME_ERROR - type 7, all octets = <<"abc">>: unknown_frame"
