@@ -1004,7 +1004,11 @@ impl Channel {
         // CC and BCC headers (sender-selected distribution): decoded only when the headers
         // hold either key's bytes, so other publishes pay one scan of their headers at most.
         let mut cc = Vec::new();
-        if properties::may_have_header(&raw, "CC") || properties::may_have_header(&raw, "BCC") {
+        // headers (flag bit 13) tested here first: the common publish pays one branch.
+        if raw.len() >= 2
+            && raw[0] & 0x20 != 0
+            && (properties::may_have_header(&raw, "CC") || properties::may_have_header(&raw, "BCC"))
+        {
             let mut props = BasicProperties::decode(&raw).map_err(|e| {
                 AmqpError::frame_error(format!("cannot decode properties: {e}")).on(60, 40)
             })?;

@@ -168,13 +168,31 @@ impl<Q: Clone + QueueKey> Table<Q> {
         props: &mut dyn FnMut() -> Option<BasicProperties>,
         out: &mut Vec<Q>,
     ) {
-        self.route_keys(exchange, routing_key, &[], props, out)
+        self.route_all(exchange, routing_key, &[], props, out)
     }
 
     /// [`Table::route`] with more routing keys (RabbitMQ's `CC` and `BCC` headers): the message
     /// goes wherever any of its keys leads, each queue once; the alternate exchange is tried
     /// only when no key matched.
     pub fn route_keys(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        extra_keys: &[ByteString],
+        props: &mut dyn FnMut() -> Option<BasicProperties>,
+        out: &mut Vec<Q>,
+    ) {
+        if extra_keys.is_empty() {
+            self.route(exchange, routing_key, props, out)
+        } else {
+            self.route_all(exchange, routing_key, extra_keys, props, out)
+        }
+    }
+
+    // Inlined into `route` with no extra keys, so the usual publish compiles as before the
+    // extra keys existed (callgrind: ~50 instructions per publish otherwise).
+    #[inline(always)]
+    fn route_all(
         &self,
         exchange: &str,
         routing_key: &str,
