@@ -463,7 +463,9 @@ impl Queue {
             {
                 q.pressure.store(true, Ordering::Relaxed);
             }
-            st.drop_head(a);
+            if a.overflow == Overflow::DropHead {
+                st.drop_head(a);
+            }
             Enqueued::Accepted
         })
     }
@@ -867,6 +869,7 @@ impl State {
         }
     }
 
+    #[inline]
     fn pop_ready(&mut self) -> Option<QueuedMessage> {
         self.fill();
         let m = self.ready.iter_mut().rev().find_map(|l| l.pop_front())?;
@@ -893,6 +896,7 @@ impl State {
     }
 
     /// A message left the queue for good: record it in the log (or cancel its buffered write).
+    #[inline]
     fn forget(&mut self, m: &QueuedMessage) {
         if !m.logged {
             return;
