@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Bounded fuzzing of the protocol decoders (fuzz/): each target runs FUZZ_SECONDS (default 60).
+# Bounded fuzzing (fuzz/): the protocol decoders, and random command sequences against the queue
+# state machine (queue_commands); each target runs FUZZ_SECONDS (default 60).
 #   scripts/fuzz.sh [target...]     # default: every target
 # Needs a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`); without them it says so
 # and exits 0. A crash stops the run with exit 1 and leaves the input in fuzz/artifacts/<target>/:
-# fix the decoder, then copy the input to crates/protocol/tests/crashers/<target>/.
+# fix the code, then copy the input to crates/protocol/tests/crashers/<target>/ (decoders) or
+# crates/queue/tests/crashers/queue_commands/ (the queue), where the test suite replays it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

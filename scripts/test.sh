@@ -3,7 +3,8 @@
 #   1. cargo tests (unit tests next to the code, and crates/warren/tests/ against the real binary);
 #   2. the Python interop suite (pika; venv in .venv-interop) against the real binary;
 #   3. the Go interop suite (amqp091-go) against the real binary.
-# Between 1 and 2, a bounded fuzzing run of the protocol decoders (scripts/fuzz.sh).
+# Between 1 and 2, a bounded fuzzing run of the protocol decoders and the queue state machine
+# (scripts/fuzz.sh).
 # CARGO_TARGET_DIR is honoured. Exits non-zero if anything fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,7 +27,7 @@ cargo build --release --locked -p warren
 echo "== cargo test"
 cargo test --release --locked --workspace
 
-echo "== fuzz (scripts/fuzz.sh: every decoder target, ${FUZZ_SECONDS:-30} s each; skipped without nightly + cargo-fuzz)"
+echo "== fuzz (scripts/fuzz.sh: every target, ${FUZZ_SECONDS:-30} s each; skipped without nightly + cargo-fuzz)"
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}" scripts/fuzz.sh
 
 export WARREN_BIN="$TARGET_DIR/release/warren"

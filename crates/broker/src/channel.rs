@@ -759,6 +759,7 @@ impl Channel {
             })?,
         };
         let consumer = Arc::new(Consumer {
+            key: crate::queue::consumer_key(),
             tag: tag.clone(),
             channel: self.shared.clone(),
             queue: q.clone(),

@@ -19,6 +19,21 @@ pub struct Message {
     pub expiration_ms: Option<u64>,
 }
 
+impl warren_queue::Payload for Message {
+    #[inline]
+    fn body_len(&self) -> u64 {
+        self.body.len() as u64
+    }
+    #[inline]
+    fn priority(&self) -> Option<u8> {
+        self.priority
+    }
+    #[inline]
+    fn expiration_ms(&self) -> Option<u64> {
+        self.expiration_ms
+    }
+}
+
 impl Message {
     /// Bytes this message holds in memory, for queue accounting.
     pub fn size(&self) -> usize {

@@ -29,14 +29,33 @@ use std::collections::VecDeque;
 #[allow(clippy::unwrap_used)]
 mod tests;
 
+#[cfg(any(test, feature = "testing"))]
+#[allow(clippy::unwrap_used)]
+pub mod testing;
+
 /// What the queue needs to know of a message.
-pub trait Payload: Clone {
+pub trait Payload {
     /// Body bytes, for `x-max-length-bytes`.
     fn body_len(&self) -> u64;
     /// The `priority` property, if set.
     fn priority(&self) -> Option<u8>;
     /// The `expiration` property in ms, if set.
     fn expiration_ms(&self) -> Option<u64>;
+}
+
+impl<T: Payload> Payload for std::sync::Arc<T> {
+    #[inline]
+    fn body_len(&self) -> u64 {
+        (**self).body_len()
+    }
+    #[inline]
+    fn priority(&self) -> Option<u8> {
+        (**self).priority()
+    }
+    #[inline]
+    fn expiration_ms(&self) -> Option<u64> {
+        (**self).expiration_ms()
+    }
 }
 
 /// What happens to a publish into a full queue (`x-overflow`).

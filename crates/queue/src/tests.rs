@@ -1,186 +1,12 @@
-//! The queue core against a naive model, and its invariants under random command sequences.
-//! `Sim` is a host: consumers with prefetch, a log that pages in a few records at a time, a
-//! virtual clock, and a record of every effect.
+//! The queue core against a naive model, and its invariants under random command sequences
+//! (the simulated host and the checker are in `testing`).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
-use super::*;
-
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Msg {
-    id: u32,
-    size: u64,
-    prio: Option<u8>,
-    exp: Option<u64>,
-}
-
-impl Payload for Msg {
-    fn body_len(&self) -> u64 {
-        self.size
-    }
-    fn priority(&self) -> Option<u8> {
-        self.prio
-    }
-    fn expiration_ms(&self) -> Option<u64> {
-        self.exp
-    }
-}
-
-#[derive(Debug, Default)]
-struct SimConsumer {
-    prefetch: usize,
-    no_ack: bool,
-    /// Refuses every offer (its connection's output is full).
-    paused: bool,
-    held: Vec<Entry<Msg>>,
-}
-
-#[derive(Debug, Default)]
-struct Sim {
-    now: u64,
-    consumers: BTreeMap<u64, SimConsumer>,
-    /// The log's tail: records of messages that live on disk only, in order.
-    tail: VecDeque<Entry<Msg>>,
-    paging: bool,
-    can_page: bool,
-    /// Seqs written to the log and not yet forgotten.
-    logged: BTreeSet<u64>,
-    dead: Vec<(u32, Reason)>,
-    /// (consumer, id, redelivered, expires_at) for each delivery.
-    delivered: Vec<(u64, u32, bool, Option<u64>)>,
-    /// Ids that left the queue for good through the consumer side (no-ack deliveries).
-    gone: BTreeSet<u32>,
-    errors: Vec<String>,
-}
-
-impl Host<u64, Msg> for Sim {
-    fn offer(&mut self, consumer: &u64, entry: &Entry<Msg>) -> Offer {
-        let Some(c) = self.consumers.get_mut(consumer) else {
-            self.errors
-                .push(format!("offer to unknown consumer {consumer}"));
-            return Offer::Refused;
-        };
-        if c.paused || (!c.no_ack && c.prefetch > 0 && c.held.len() >= c.prefetch) {
-            return Offer::Refused;
-        }
-        self.delivered.push((
-            *consumer,
-            entry.msg.id,
-            entry.redelivered,
-            entry.expires_at_ms,
-        ));
-        if entry.expires_at_ms.is_some_and(|t| t < self.now) {
-            self.errors.push(format!(
-                "message {} delivered after its deadline",
-                entry.msg.id
-            ));
-        }
-        if c.no_ack {
-            self.gone.insert(entry.msg.id);
-        } else {
-            c.held.push(entry.clone());
-        }
-        Offer::Taken
-    }
-
-    fn page_in(&mut self, remaining: usize, out: &mut Vec<Entry<Msg>>) -> PagedIn {
-        // Three at a time, so reading back happens in the middle of everything.
-        let mut r = PagedIn::default();
-        while r.records < remaining.min(3) {
-            let Some(e) = self.tail.pop_front() else {
-                break;
-            };
-            r.records += 1;
-            r.bytes += e.msg.size;
-            out.push(e);
-        }
-        r
-    }
-
-    fn can_page(&mut self) -> bool {
-        self.can_page
-    }
-
-    fn now(&mut self) -> u64 {
-        self.now
-    }
-
-    fn effect(&mut self, effect: Effect<'_, Msg>) {
-        match effect {
-            Effect::PageOut { from_seq } => {
-                if self.paging && !self.tail.is_empty() {
-                    self.errors
-                        .push(format!("page out again at {from_seq} with a tail"));
-                }
-                self.paging = true;
-            }
-            Effect::Append { entry, paged } => {
-                if !self.logged.insert(entry.seq) {
-                    self.errors
-                        .push(format!("seq {} appended twice", entry.seq));
-                }
-                if paged {
-                    let mut e = entry.clone();
-                    e.logged = true;
-                    self.tail.push_back(e);
-                }
-            }
-            Effect::Forget { seq } => {
-                if !self.logged.remove(&seq) {
-                    self.errors
-                        .push(format!("seq {seq} forgotten but not logged"));
-                }
-            }
-            Effect::ForgetTail { last_seq } => {
-                for e in self.tail.drain(..) {
-                    if e.seq > last_seq {
-                        self.errors
-                            .push(format!("tail seq {} past {last_seq}", e.seq));
-                    }
-                    self.logged.remove(&e.seq);
-                }
-            }
-            Effect::DeadLetter(m, r) => self.dead.push((m.id, r)),
-        }
-    }
-}
-
-type Q = State<u64, Msg>;
-
-fn msg(id: u32, size: u64, prio: Option<u8>, exp: Option<u64>) -> Msg {
-    Msg {
-        id,
-        size,
-        prio,
-        exp,
-    }
-}
-
-fn consumer(key: u64, priority: i64) -> Consumer<u64> {
-    Consumer {
-        key,
-        handle: key,
-        priority,
-        no_ack: false,
-        exclusive: false,
-    }
-}
-
-fn sim_with(keys: &[(u64, usize)]) -> Sim {
-    let mut s = Sim::default();
-    for &(k, prefetch) in keys {
-        s.consumers.insert(
-            k,
-            SimConsumer {
-                prefetch,
-                ..Default::default()
-            },
-        );
-    }
-    s
-}
+use crate::testing::*;
+use crate::*;
 
 #[test]
 fn round_robin_within_a_priority_and_higher_priority_first() {
@@ -633,45 +459,6 @@ proptest! {
 
 // ---- invariants with consumers ----
 
-#[derive(Debug, Clone)]
-enum Op {
-    Publish {
-        size: u64,
-        prio: Option<u8>,
-        exp: Option<u64>,
-        logged: bool,
-    },
-    Get {
-        ack: bool,
-    },
-    Consume {
-        key: u64,
-        priority: i64,
-        prefetch: usize,
-        no_ack: bool,
-        exclusive: bool,
-    },
-    Cancel {
-        key: u64,
-    },
-    /// A consumer settles what it holds: ack, reject or requeue, with or without dispatch.
-    Settle {
-        key: u64,
-        how: u8,
-        dispatch: bool,
-    },
-    Pause {
-        key: u64,
-        paused: bool,
-    },
-    Dispatch,
-    Advance(u64),
-    Expire,
-    Purge,
-    SetLimits(Limits),
-    Delete,
-}
-
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => (0u64..10, proptest::option::of(0u8..4), proptest::option::of(0u64..20), any::<bool>())
@@ -692,282 +479,6 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Where each accepted message is: exactly one of ready, held by a consumer or a get, or gone.
-fn check_conservation(
-    q: &Q,
-    s: &Sim,
-    gets: &[Entry<Msg>],
-    accepted: &BTreeSet<u32>,
-    finished: &BTreeSet<u32>,
-) -> Result<(), String> {
-    let mut seen = BTreeMap::<u32, &str>::new();
-    let mut place = |id: u32, at: &'static str| match seen.insert(id, at) {
-        Some(prev) => Err(format!("message {id} both {prev} and {at}")),
-        None => Ok(()),
-    };
-    for e in q.ready.iter().flatten() {
-        place(e.msg.id, "ready")?;
-    }
-    for e in &s.tail {
-        place(e.msg.id, "paged")?;
-    }
-    for c in s.consumers.values() {
-        for e in &c.held {
-            place(e.msg.id, "held")?;
-        }
-    }
-    for e in gets {
-        place(e.msg.id, "got")?;
-    }
-    for id in finished {
-        place(*id, "finished")?;
-    }
-    let all: BTreeSet<u32> = seen.keys().copied().collect();
-    if &all != accepted {
-        let missing: Vec<_> = accepted.difference(&all).collect();
-        let extra: Vec<_> = all.difference(accepted).collect();
-        return Err(format!("lost {missing:?}, invented {extra:?}"));
-    }
-    Ok(())
-}
-
-/// Runs `ops` against a fresh queue, checking every invariant after each.
-fn run_ops(ops: Vec<Op>, config: Config, limits: Limits) -> Result<(), String> {
-    let mut s = Sim {
-        can_page: true,
-        ..Sim::default()
-    };
-    let mut q = Q::new(config, limits, 0);
-    let mut gets: Vec<Entry<Msg>> = Vec::new();
-    let mut accepted = BTreeSet::new();
-    let mut finished = BTreeSet::new();
-    let mut owed_dispatch = false;
-    let mut id = 0u32;
-    for op in ops {
-        let dead_before = s.dead.len();
-        let delivered_before = s.delivered.len();
-        let mut dispatched = true;
-        let mut just_published = None;
-        match op {
-            Op::Publish {
-                size,
-                prio,
-                exp,
-                logged,
-            } => {
-                let x = msg(id, size, prio, exp);
-                just_published = Some(id);
-                id += 1;
-                match q.publish(x, logged, &mut s) {
-                    Published::Accepted { .. } => {
-                        accepted.insert(id - 1);
-                        let l = q.limits;
-                        // Within the limits after an accepted publish, whatever the mode.
-                        if l.max_length.is_some_and(|m| q.ready_len() as u64 > m)
-                            || l.max_length_bytes.is_some_and(|m| q.ready_bytes() > m)
-                        {
-                            return Err("over a length limit after a publish".into());
-                        }
-                    }
-                    // Refused and dead-lettered: it still exists, at the dead-letter exchange.
-                    // A refused publish does not dispatch.
-                    Published::Rejected => {
-                        dispatched = false;
-                        if s.dead[dead_before..].iter().any(|d| d.0 == id - 1) {
-                            accepted.insert(id - 1);
-                        }
-                    }
-                    Published::Gone => dispatched = false,
-                }
-            }
-            Op::Get { ack } => {
-                dispatched = false;
-                if let Some((e, _)) = q.get(ack, &mut s) {
-                    if e.expires_at_ms.is_some_and(|t| t <= s.now) {
-                        return Err(format!("got message {} past its deadline", e.msg.id));
-                    }
-                    if ack {
-                        gets.push(e);
-                    } else {
-                        finished.insert(e.msg.id);
-                    }
-                }
-            }
-            Op::Consume {
-                key,
-                priority,
-                prefetch,
-                no_ack,
-                exclusive,
-            } => {
-                if let std::collections::btree_map::Entry::Vacant(v) = s.consumers.entry(key) {
-                    v.insert(SimConsumer {
-                        prefetch,
-                        no_ack,
-                        ..Default::default()
-                    });
-                    let c = Consumer {
-                        key,
-                        handle: key,
-                        priority,
-                        no_ack,
-                        exclusive,
-                    };
-                    if q.add_consumer(c, s.now).is_ok() {
-                        q.dispatch(&mut s);
-                    } else {
-                        s.consumers.remove(&key);
-                        dispatched = false;
-                    }
-                } else {
-                    dispatched = false;
-                }
-            }
-            Op::Cancel { key } => {
-                if s.consumers.contains_key(&key) {
-                    let (removed, _) = q.remove_consumer(key, &mut s);
-                    let c = s.consumers.remove(&key).unwrap_or_default();
-                    if removed.is_none() && !q.is_deleted() {
-                        return Err(format!("consumer {key} was not in the queue"));
-                    }
-                    // Its unacked deliveries go back, as a channel close does (nowhere, once
-                    // the queue is deleted).
-                    if q.is_deleted() {
-                        finished.extend(c.held.iter().map(|e| e.msg.id));
-                    }
-                    q.requeue(c.held, &mut s);
-                } else {
-                    dispatched = false;
-                }
-            }
-            Op::Settle { key, how, dispatch } => {
-                let held = if key == 4 {
-                    std::mem::take(&mut gets)
-                } else {
-                    s.consumers
-                        .get_mut(&key)
-                        .map(|c| std::mem::take(&mut c.held))
-                        .unwrap_or_default()
-                };
-                match how {
-                    0 => {
-                        finished.extend(held.iter().map(|e| e.msg.id));
-                        q.settle(held, dispatch, &mut s);
-                    }
-                    1 => {
-                        finished.extend(held.iter().map(|e| e.msg.id));
-                        q.discard(held, dispatch, &mut s);
-                    }
-                    _ => {
-                        if q.is_deleted() {
-                            finished.extend(held.iter().map(|e| e.msg.id));
-                        }
-                        q.requeue(held, &mut s)
-                    }
-                }
-                dispatched = dispatch || how == 2;
-                if !dispatched {
-                    owed_dispatch = true;
-                }
-            }
-            Op::Pause { key, paused } => {
-                if let Some(c) = s.consumers.get_mut(&key) {
-                    c.paused = paused;
-                    owed_dispatch |= !paused;
-                }
-                dispatched = false;
-            }
-            Op::Dispatch => q.dispatch(&mut s),
-            Op::Advance(ms) => {
-                s.now += ms;
-                dispatched = false;
-            }
-            Op::Expire => {
-                q.expire(s.now, &mut s);
-                dispatched = false;
-            }
-            Op::Purge => {
-                let before: Vec<u32> = q
-                    .ready
-                    .iter()
-                    .flatten()
-                    .map(|e| e.msg.id)
-                    .chain(s.tail.iter().map(|e| e.msg.id))
-                    .collect();
-                let n = q.purge(&mut s);
-                if n as usize != before.len() {
-                    return Err(format!("purge said {n}, held {}", before.len()));
-                }
-                finished.extend(before);
-                dispatched = false;
-            }
-            Op::SetLimits(l) => {
-                q.set_limits(l);
-                dispatched = false;
-            }
-            Op::Delete => {
-                let before: Vec<u32> = q
-                    .ready
-                    .iter()
-                    .flatten()
-                    .map(|e| e.msg.id)
-                    .chain(s.tail.iter().map(|e| e.msg.id))
-                    .collect();
-                q.delete(&mut s);
-                finished.extend(before);
-            }
-        }
-        for (i, (_, mid, _, exp)) in s.delivered[delivered_before..].iter().enumerate() {
-            // A deadline equal to now is delivered only as a message that found the queue empty.
-            if exp.is_some_and(|t| t == s.now) && (just_published != Some(*mid) || i > 0) {
-                return Err(format!("message {mid} delivered at its deadline"));
-            }
-        }
-        finished.extend(s.dead[dead_before..].iter().map(|d| d.0));
-        finished.extend(std::mem::take(&mut s.gone));
-        if dispatched {
-            owed_dispatch = false;
-        }
-        // Work-conserving: after a dispatch, nothing ready may be left for a consumer that can
-        // take it.
-        if !owed_dispatch && q.ready_len() > 0 && !q.is_deleted() {
-            let n = if q.config.single_active_consumer {
-                q.consumers.len().min(1)
-            } else {
-                q.consumers.len()
-            };
-            for c in &q.consumers[..n] {
-                let sc = &s.consumers[&c.key];
-                if !sc.paused && (sc.no_ack || sc.prefetch == 0 || sc.held.len() < sc.prefetch) {
-                    // Unless everything left is expired and waiting behind the head.
-                    return Err(format!("consumer {} could take a ready message", c.key));
-                }
-            }
-        }
-        if q.unacked() != gets.len() + s.consumers.values().map(|c| c.held.len()).sum::<usize>()
-            && !q.is_deleted()
-        {
-            return Err("unacked count differs from what is held".into());
-        }
-        if let Some(m) = s.delivered[delivered_before..].iter().find(|d| {
-            q.config.single_active_consumer
-                && Some(d.0) != q.consumers.first().map(|c| c.key)
-                && !q.consumers.is_empty()
-        }) {
-            return Err(format!(
-                "single active consumer: {} delivered to {}",
-                m.1, m.0
-            ));
-        }
-        q.check_invariants()?;
-        check_conservation(&q, &s, &gets, &accepted, &finished)?;
-        if let Some(e) = s.errors.first() {
-            return Err(e.clone());
-        }
-    }
-    Ok(())
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
 
@@ -983,5 +494,33 @@ proptest! {
     ) {
         let config = Config { max_priority, single_active_consumer: sac, page_out_msgs, ..Config::default() };
         run_ops(ops, config, limits).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// The fuzz target's decoding, on random bytes: never panics, and the run keeps every
+    /// invariant.
+    #[test]
+    fn fuzz_bytes_keep_invariants(data in proptest::collection::vec(any::<u8>(), 0..400)) {
+        let (ops, config, limits) = ops_from_bytes(&data);
+        run_ops(ops, config, limits).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// Every input that ever broke the fuzz target, kept under `tests/crashers/queue_commands/`.
+#[test]
+fn fuzz_crashers_stay_fixed() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/crashers/queue_commands");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            continue;
+        }
+        let (ops, config, limits) = ops_from_bytes(&std::fs::read(&path).unwrap());
+        if let Err(e) = run_ops(ops, config, limits) {
+            panic!("{}: {e}", path.display());
+        }
     }
 }

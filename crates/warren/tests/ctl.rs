@@ -393,16 +393,22 @@ impl Broker {
     }
 }
 
-/// What the broker closed `c` with, seen by the client's next request: (code, text).
+/// What the broker closed `c` with, seen by the client's next request: (code, text). The
+/// close is asynchronous (as rabbitmqctl's): a request that reached the connection before the
+/// close signal is answered, so a few more are tried, for at most 2 s.
 fn closed_with(rt: &tokio::runtime::Runtime, c: &mut Conn) -> (u16, String) {
-    match rt.block_on(c.channel_open(2)) {
-        Err(ClientError::Closed {
-            what: "connection",
-            code,
-            text,
-        }) => (code, text),
-        other => panic!("expected connection.close, got {other:?}"),
+    for ch in 2..42 {
+        match rt.block_on(c.channel_open(ch)) {
+            Err(ClientError::Closed {
+                what: "connection",
+                code,
+                text,
+            }) => return (code, text),
+            Ok(()) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            other => panic!("expected connection.close, got {other:?}"),
+        }
     }
+    panic!("the connection was not closed within 2 s");
 }
 
 /// `-n rabbit@host`, as scripts pass it to rabbitmqctl, is an Erlang node name: accepted and

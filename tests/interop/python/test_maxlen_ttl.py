@@ -89,6 +89,28 @@ def test_requeue_past_max_length_with_reject_overflow_keeps_everything(conn, ch,
     assert got == [(b"m0", True), (b"m1", False), (b"m2", False)]
 
 
+@pytest.mark.parametrize("overflow", ["reject-publish", "reject-publish-dlx"])
+def test_an_empty_message_counts_against_max_length(conn, ch, overflow):
+    # RabbitMQ's will_overflow counts the message (length + 1 > max) whatever its size; Warren
+    # once let an empty body past a full queue.
+    q, dlq = _dead_letter_queues(ch, {"x-max-length": 1, "x-overflow": overflow})
+    ch.confirm_delivery()
+    answers = []
+    for _ in range(3):
+        try:
+            ch.basic_publish("", q, b"")
+            answers.append("ack")
+        except pika.exceptions.NackError:
+            answers.append("nack")
+    assert answers == ["ack", "nack", "nack"]
+    assert ch.queue_declare(q, passive=True).method.message_count == 1
+    if overflow == "reject-publish-dlx":
+        wait_depth(conn, dlq, 2)
+    else:
+        settle(conn, 0.3)
+        assert ch.queue_declare(dlq, passive=True).method.message_count == 0
+
+
 TTL0 = [
     pytest.param({"x-message-ttl": 0}, None, id="queue-ttl"),
     pytest.param({}, pika.BasicProperties(expiration="0"), id="message-expiration"),

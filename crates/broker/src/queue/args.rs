@@ -6,13 +6,7 @@ use warren_protocol::{FieldTable, FieldValue};
 use crate::error::{AmqpError, AmqpResult};
 
 /// What happens to a publish into a full queue (`x-overflow`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Overflow {
-    #[default]
-    DropHead,
-    RejectPublish,
-    RejectPublishDlx,
-}
+pub use warren_queue::Overflow;
 
 /// The parsed arguments a queue acts on. Absent arguments cost nothing on the message path.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

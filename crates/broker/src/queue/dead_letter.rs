@@ -6,23 +6,7 @@ use warren_protocol::{FieldTable, FieldValue};
 
 use crate::message::{header_routes, Message};
 
-/// Why a message was dead-lettered, as written in `x-death`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    Rejected,
-    Expired,
-    MaxLen,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::Rejected => "rejected",
-            Reason::Expired => "expired",
-            Reason::MaxLen => "maxlen",
-        }
-    }
-}
+pub use warren_queue::Reason;
 
 /// The copy of `msg` to publish to the dead-letter exchange `dlx`: headers gain an `x-death`
 /// entry (count incremented if this queue and reason are already there, and moved first), the
