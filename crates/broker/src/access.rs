@@ -414,7 +414,8 @@ impl Access {
             return Ok(());
         };
         let bytes = serde_json::to_vec_pretty(&Self::to_file(inner))?;
-        warren_store::snapshot::write_atomic(path, &bytes)
+        // Called from the management API's handlers: the fsync must not hold up a worker.
+        crate::definitions::off_worker(|| warren_store::snapshot::write_atomic(path, &bytes))
     }
 
     fn to_file(inner: &Inner) -> AccessFile {

@@ -6,7 +6,7 @@
 //! under one small mutex, so that tags reach the socket in order.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -21,7 +21,7 @@ use crate::error::{AmqpError, AmqpResult};
 use crate::message::{header_routes, Message};
 use crate::outbox::{self, Outbox};
 use crate::queue::args::parse_expiration;
-use crate::queue::{consumer_has_credit, Consumer, Enqueued, Queue, QueuedMessage};
+use crate::queue::{Consumer, DeliverySink, Enqueued, Queue, QueueRef, QueuedMessage};
 use crate::vhost::{ExchangeSpec, QueueSpec, VHost, DIRECT_REPLY_TO};
 
 /// What a queue's offer of a message to a consumer came to.
@@ -36,7 +36,7 @@ pub enum Offer {
 /// A delivery awaiting ack.
 struct Unacked {
     tag: u64,
-    queue: Arc<Queue>,
+    queue: QueueRef,
     msg: QueuedMessage,
     consumer: Option<Arc<Consumer>>,
 }
@@ -107,7 +107,8 @@ impl ChannelShared {
             return Offer::OutboxFull;
         }
         let mut d = self.deliveries.lock();
-        if d.closed || d.paused || !consumer_has_credit(c) {
+        // The consumer's own prefetch is the queue's to check (its credit is queue state).
+        if d.closed || d.paused {
             return Offer::NoCredit;
         }
         // A full channel-wide limit holds back no-ack consumers too, as RabbitMQ's limiter
@@ -125,11 +126,10 @@ impl ChannelShared {
             outbox::write_delivery(b, self.id, frame_max, &c.tag, tag, m.redelivered, &m.msg);
         });
         if !c.no_ack {
-            c.unacked.fetch_add(1, Ordering::Relaxed);
             d.global_unacked += 1;
             d.unacked.push_back(Unacked {
                 tag,
-                queue: q.clone(),
+                queue: QueueRef::Local(q.clone()),
                 msg: m.clone(),
                 consumer: Some(c.clone()),
             });
@@ -149,7 +149,7 @@ impl ChannelShared {
     }
 
     /// basic.get-ok for `m` (called under the queue lock).
-    fn deliver_get(&self, q: &Arc<Queue>, m: &QueuedMessage, remaining: u32, no_ack: bool) {
+    fn deliver_get(&self, q: &QueueRef, m: &QueuedMessage, remaining: u32, no_ack: bool) {
         let mut d = self.deliveries.lock();
         let tag = d.next_tag;
         d.next_tag += 1;
@@ -196,8 +196,7 @@ impl ChannelShared {
             d.unacked.remove(i).into_iter().collect()
         };
         for u in &taken {
-            if let Some(c) = &u.consumer {
-                c.unacked.fetch_sub(1, Ordering::Relaxed);
+            if u.consumer.is_some() {
                 d.global_unacked = d.global_unacked.saturating_sub(1);
             }
         }
@@ -208,8 +207,7 @@ impl ChannelShared {
     fn untake(&self, back: Vec<Unacked>) {
         let mut d = self.deliveries.lock();
         for u in back {
-            if let Some(c) = &u.consumer {
-                c.unacked.fetch_add(1, Ordering::Relaxed);
+            if u.consumer.is_some() {
                 d.global_unacked += 1;
             }
             let i = d.unacked.partition_point(|x| x.tag < u.tag);
@@ -230,20 +228,19 @@ fn finish(taken: Vec<Unacked>, how: Settle) {
 /// [`finish`]; `dispatch` false leaves the settled queues undispatched (a requeue always
 /// dispatches: its messages may go to any consumer of the queue).
 fn finish_with(taken: Vec<Unacked>, how: Settle, dispatch: bool) {
-    let mut i = 0;
-    while i < taken.len() {
-        let q = taken[i].queue.clone();
-        let mut j = i;
-        while j < taken.len() && Arc::ptr_eq(&taken[j].queue, &q) {
-            j += 1;
-        }
-        let msgs = taken[i..j].iter().map(|u| u.msg.clone());
+    let mut taken = taken.into_iter().peekable();
+    while let Some(first) = taken.next() {
+        let q = first.queue.clone();
+        let rest = std::iter::from_fn(|| taken.next_if(|u| u.queue.ptr_eq(&q)));
+        // Each names the consumer it went to, whose credit the queue gives back.
+        let msgs = std::iter::once(first)
+            .chain(rest)
+            .map(|u| (u.consumer.map(|c| c.key), u.msg));
         match how {
             Settle::Ack => q.settle(msgs, dispatch),
             Settle::Requeue => q.requeue(msgs),
             Settle::Discard => q.discard(msgs, dispatch),
         }
-        i = j;
     }
 }
 
@@ -293,7 +290,7 @@ pub struct Ctx<'a> {
     pub access: &'a Access,
     pub message_size_max_bytes: u64,
     /// Exclusive queues declared on this connection, deleted when it closes.
-    pub exclusive_queues: &'a mut Vec<Arc<Queue>>,
+    pub exclusive_queues: &'a mut Vec<QueueRef>,
 }
 
 pub struct Channel {
@@ -309,11 +306,11 @@ pub struct Channel {
     /// Confirm bookkeeping, shared with durable queues that confirm after their fsync.
     confirms: Arc<Confirms>,
     tx: Option<Vec<TxOp>>,
-    route_buf: Vec<Arc<Queue>>,
+    route_buf: Vec<QueueRef>,
     /// The name of this channel's direct reply-to pseudo-queue, once it consumes from it.
     direct_reply: Option<Arc<str>>,
     /// Queues this read batch published into that asked publishers to slow down.
-    pub pressured: Vec<Arc<Queue>>,
+    pub pressured: Vec<QueueRef>,
     /// Permission decisions already granted, so publishing does no regex work.
     perms: PermCache,
     /// This channel's place in its user's channel count (max-channels), given back on drop.
@@ -433,7 +430,7 @@ impl Channel {
                     if self
                         .direct_reply
                         .as_ref()
-                        .is_some_and(|q| **q == *consumer.queue.name)
+                        .is_some_and(|q| **q == **consumer.queue.name())
                     {
                         if let Some(q) = self.direct_reply.take() {
                             vhost.drop_direct_reply_queue(&q);
@@ -570,8 +567,8 @@ impl Channel {
                 if !d.passive {
                     crate::policy::apply(ctx.access, &q);
                 }
-                if q.options.exclusive_owner == Some(ctx.conn_id)
-                    && !ctx.exclusive_queues.iter().any(|x| Arc::ptr_eq(x, &q))
+                if q.options().exclusive_owner == Some(ctx.conn_id)
+                    && !ctx.exclusive_queues.iter().any(|x| x.ptr_eq(&q))
                 {
                     ctx.exclusive_queues.push(q.clone());
                 }
@@ -631,7 +628,7 @@ impl Channel {
                 let deleted =
                     vhost.delete_queue(&name, d.if_unused, d.if_empty, Some(ctx.conn_id))?;
                 notify_cancelled(&deleted.consumers);
-                ctx.exclusive_queues.retain(|q| *q.name != *name);
+                ctx.exclusive_queues.retain(|q| **q.name() != *name);
                 if !d.nowait {
                     self.reply(QueueDeleteOk {
                         message_count: deleted.message_count,
@@ -728,7 +725,7 @@ impl Channel {
                 return Err(AmqpError::precondition_failed("reply consumer already set"));
             }
             let q = ctx.vhost.new_direct_reply_queue();
-            self.direct_reply = Some(q.name.clone());
+            self.direct_reply = Some(q.name().clone());
             q
         } else {
             let name = self.queue_name(&c.queue)?;
@@ -761,13 +758,12 @@ impl Channel {
         let consumer = Arc::new(Consumer {
             key: crate::queue::consumer_key(),
             tag: tag.clone(),
-            channel: self.shared.clone(),
+            sink: self.shared.clone(),
             queue: q.clone(),
             no_ack: c.no_ack,
             exclusive: c.exclusive,
             priority,
             prefetch: self.consumer_prefetch,
-            unacked: AtomicU32::new(0),
             cancelled: AtomicBool::new(false),
         });
         let (outbox, id, nowait) = (&self.shared.outbox, self.id(), c.nowait);
@@ -821,9 +817,9 @@ impl Channel {
     /// would serve the same queue every time.
     fn kick_consumers(&self) {
         use rand::Rng;
-        let mut queues: Vec<&Arc<Queue>> = Vec::with_capacity(self.consumers.len());
+        let mut queues: Vec<&QueueRef> = Vec::with_capacity(self.consumers.len());
         for c in self.consumers.values() {
-            if !queues.iter().any(|q| Arc::ptr_eq(q, &c.queue)) {
+            if !queues.iter().any(|q| q.ptr_eq(&c.queue)) {
                 queues.push(&c.queue);
             }
         }
@@ -1103,7 +1099,7 @@ impl Channel {
             for q in targets.drain(..) {
                 let storing = q.stores(&msg);
                 let r = q.publish(msg.clone(), if storing { handle.as_ref() } else { None });
-                if q.pressured() && !self.pressured.iter().any(|x| Arc::ptr_eq(x, &q)) {
+                if q.pressured() && !self.pressured.iter().any(|x| x.ptr_eq(&q)) {
                     self.pressured.push(q.clone());
                 }
                 accepted &= r != Enqueued::Rejected;
@@ -1164,8 +1160,30 @@ impl Channel {
 
 fn remove_consumer(vhost: &Arc<VHost>, c: &Arc<Consumer>) {
     c.cancelled.store(true, Ordering::Relaxed);
-    if c.queue.remove_consumer(c).auto_delete_now {
-        let _ = vhost.delete_queue(&c.queue.name, false, false, None);
+    if c.queue.remove_consumer(c) {
+        let _ = vhost.delete_queue(c.queue.name(), false, false, None);
+    }
+}
+
+/// A local channel is the sink of its consumers' deliveries.
+impl DeliverySink for ChannelShared {
+    #[inline]
+    fn offer(&self, c: &Arc<Consumer>, q: &Arc<Queue>, m: &QueuedMessage) -> Offer {
+        ChannelShared::offer(self, c, q, m)
+    }
+
+    fn wait_for_space(&self, q: &Arc<Queue>) {
+        self.outbox.wait_for_space(q)
+    }
+
+    fn cancelled(&self, c: &Consumer) {
+        self.outbox.method(
+            self.id,
+            &Method::BasicCancel(BasicCancel {
+                consumer_tag: c.tag.clone(),
+                nowait: true,
+            }),
+        );
     }
 }
 
@@ -1173,13 +1191,7 @@ fn remove_consumer(vhost: &Arc<VHost>, c: &Arc<Consumer>) {
 pub fn notify_cancelled(consumers: &[Arc<Consumer>]) {
     for c in consumers {
         if !c.cancelled.swap(true, Ordering::Relaxed) {
-            c.channel.outbox.method(
-                c.channel.id,
-                &Method::BasicCancel(BasicCancel {
-                    consumer_tag: c.tag.clone(),
-                    nowait: true,
-                }),
-            );
+            c.sink.cancelled(c);
         }
     }
 }

@@ -30,6 +30,29 @@ pub struct Config {
     pub tls: Option<TlsConfig>,
     /// What connection.start announces as `product` and `version`.
     pub server_properties: ServerProperties,
+    /// This node's name, as RabbitMQ's `rabbit@host`: in the management API, rabbitmqctl-style
+    /// pids and `warren ctl`'s output; a cluster tells its nodes apart by it. Default
+    /// `warren@<short hostname>`; a name without `@` gets `@<short hostname>` appended, as
+    /// RabbitMQ does with RABBITMQ_NODENAME.
+    pub node_name: String,
+}
+
+/// The short host name (before the first dot), `localhost` if it cannot be read.
+pub fn short_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .and_then(|h| h.trim().split('.').next().map(str::to_string))
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// `name` as a full node name: `name@<short hostname>` when it has no host part.
+pub fn full_node_name(name: &str) -> String {
+    if name.contains('@') {
+        name.to_string()
+    } else {
+        format!("{name}@{}", short_hostname())
+    }
 }
 
 /// `[server_properties]`: the `product` and `version` announced in connection.start (and as
@@ -194,13 +217,15 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             tls: None,
             server_properties: ServerProperties::default(),
+            node_name: full_node_name("warren"),
         }
     }
 }
 
 impl Config {
     pub fn from_toml(text: &str) -> Result<Config, String> {
-        let c: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut c: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        c.node_name = full_node_name(&c.node_name);
         c.validate()?;
         Ok(c)
     }
@@ -229,6 +254,23 @@ impl Config {
             if t.port == self.amqp_port && t.bind.unwrap_or(self.amqp_bind) == self.amqp_bind {
                 return Err("tls.port must differ from amqp_port".into());
             }
+        }
+        let (name, host) = self
+            .node_name
+            .split_once('@')
+            .unwrap_or((&self.node_name, "x"));
+        if name.is_empty()
+            || host.is_empty()
+            || host.contains('@')
+            || self
+                .node_name
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(format!(
+                "node_name must be NAME@HOST (or NAME) without spaces, got {:?}",
+                self.node_name
+            ));
         }
         if self.vhosts.is_empty() {
             return Err("at least one vhost must be configured".into());
@@ -268,6 +310,17 @@ mod tests {
         assert!(Config::from_toml("[limits]\nframe_max = 100").is_err());
         assert!(Config::from_toml("[limits.vhosts.'/']\nmax_queus = 1").is_err());
         assert!(Config::from_toml("[limits]\nsend_timeout_ms = 0").is_err());
+    }
+
+    #[test]
+    fn node_name_defaults_to_the_host_and_gets_one_appended() {
+        let host = short_hostname();
+        assert_eq!(Config::default().node_name, format!("warren@{host}"));
+        let c = Config::from_toml("node_name = \"rabbit\"\n").expect("valid");
+        assert_eq!(c.node_name, format!("rabbit@{host}"));
+        let c = Config::from_toml("node_name = \"n1@box\"\n").expect("valid");
+        assert_eq!(c.node_name, "n1@box");
+        assert!(Config::from_toml("node_name = \"n1@\"\n").is_err());
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::channel::{notify_cancelled, Channel, Ctx};
 use crate::error::AmqpError;
 use crate::limits;
 use crate::outbox::{Outbox, WriteHalf};
-use crate::queue::Queue;
+use crate::queue::QueueRef;
 use crate::server::Broker;
 use crate::vhost::VHost;
 
@@ -67,7 +67,7 @@ struct Conn {
     channels: ahash::AHashMap<u16, Slot>,
     /// Channels with confirms to flush at the end of the read batch.
     dirty: Vec<u16>,
-    exclusive_queues: Vec<Arc<Queue>>,
+    exclusive_queues: Vec<QueueRef>,
     /// Our end of the socket, for the connection's name.
     local: Option<SocketAddr>,
     /// The client's properties from start-ok, kept for the management API.
@@ -98,7 +98,7 @@ struct Conn {
     discard_input: bool,
     /// Queues this connection published into whose consumers fell behind: while any stays
     /// pressured, a connection that consumes nothing is not read (credit flow).
-    starved: Vec<Arc<Queue>>,
+    starved: Vec<QueueRef>,
     /// Starved for a whole `CREDIT_RECHECK_MS`: the next read takes at most
     /// `STARVED_READ_BYTES`, so the publisher trickles on rather than stopping dead for seconds.
     trickle: bool,
@@ -386,7 +386,7 @@ impl Conn {
     /// TCP pushes back on the publisher. A connection that only publishes waits until the queue
     /// is relieved (in the select loop, so heartbeats and closes still work); one that also
     /// consumes waits a bounded time, since it must keep reading its own acks.
-    async fn await_credit(&mut self, pressured: Vec<Arc<Queue>>) {
+    async fn await_credit(&mut self, pressured: Vec<QueueRef>) {
         if pressured.is_empty() {
             return;
         }
@@ -481,7 +481,7 @@ impl Conn {
 
     /// Handles every whole frame in `buf`, then flushes confirms. Returns the queues that asked
     /// this connection's publishers to slow down.
-    fn process(&mut self, buf: &mut BytesMut) -> Vec<Arc<Queue>> {
+    fn process(&mut self, buf: &mut BytesMut) -> Vec<QueueRef> {
         let mut pressured = Vec::new();
         crate::outbox::begin_batch();
         if self.discard_input {
@@ -1013,6 +1013,7 @@ impl Conn {
     fn register(&mut self, user: String, vhost: String) {
         let local = self.local.unwrap_or(self.peer);
         let info = Arc::new(crate::tracking::ConnInfo::new(
+            self.broker.config.node_name.as_str().into(),
             self.id,
             self.peer,
             local,
@@ -1028,23 +1029,23 @@ impl Conn {
         self.info = Some(info);
     }
 
-    /// Releases channels and exclusive queues.
+    /// Releases channels and exclusive queues, then leaves the registry: once the management
+    /// API no longer lists a connection, its channels no longer count against any limit.
     fn cleanup(&mut self) {
+        if let Some(vhost) = self.vhost.clone() {
+            for (_, slot) in self.channels.drain() {
+                if let Slot::Open(mut ch) = slot {
+                    ch.close(&vhost);
+                }
+            }
+            for q in std::mem::take(&mut self.exclusive_queues) {
+                if let Ok(d) = vhost.delete_queue(q.name(), false, false, None) {
+                    notify_cancelled(&d.consumers);
+                }
+            }
+        }
         if self.info.take().is_some() {
             self.broker.connections.lock().remove(&self.id);
-        }
-        let Some(vhost) = self.vhost.clone() else {
-            return;
-        };
-        for (_, slot) in self.channels.drain() {
-            if let Slot::Open(mut ch) = slot {
-                ch.close(&vhost);
-            }
-        }
-        for q in std::mem::take(&mut self.exclusive_queues) {
-            if let Ok(d) = vhost.delete_queue(&q.name, false, false, None) {
-                notify_cancelled(&d.consumers);
-            }
         }
     }
 }

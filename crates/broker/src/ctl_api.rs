@@ -23,10 +23,9 @@ use serde_json::{json, Value};
 use warren_protocol::{FieldTable, FieldValue};
 
 use crate::alarms::MemoryWatermark;
-use crate::channel::ChannelShared;
 use crate::http::{bad_request, connection_json, no_content, ok_json, ApiError, ApiResult};
 use crate::server::Broker;
-use crate::tracking::{ConnInfo, NODE};
+use crate::tracking::ConnInfo;
 
 type B = State<Arc<Broker>>;
 
@@ -84,22 +83,27 @@ async fn connections(State(b): B) -> ApiResult {
 }
 
 /// Every open channel's pid, by the address of its shared half (which consumers hold).
-fn channel_pids(conns: &[Arc<ConnInfo>]) -> HashMap<*const ChannelShared, String> {
+/// A consumer's sink or a channel, by address (a local consumer's sink is its channel).
+fn addr<T: ?Sized>(p: &Arc<T>) -> usize {
+    Arc::as_ptr(p) as *const () as usize
+}
+
+fn channel_pids(conns: &[Arc<ConnInfo>]) -> HashMap<usize, String> {
     let mut pids = HashMap::new();
     for c in conns {
         for ch in c.channels() {
-            pids.insert(Arc::as_ptr(&ch), c.channel_pid(ch.id));
+            pids.insert(addr(&ch), c.channel_pid(ch.id));
         }
     }
     pids
 }
 
 async fn channels(State(b): B) -> ApiResult {
-    let mut consumers_on: HashMap<*const ChannelShared, u32> = HashMap::new();
+    let mut consumers_on: HashMap<usize, u32> = HashMap::new();
     for v in b.vhosts() {
         for q in v.snapshot().queues.values() {
             for c in q.consumers() {
-                *consumers_on.entry(Arc::as_ptr(&c.channel)).or_default() += 1;
+                *consumers_on.entry(addr(&c.sink)).or_default() += 1;
             }
         }
     }
@@ -114,7 +118,7 @@ async fn channels(State(b): B) -> ApiResult {
                 "number": ch.id,
                 "user": c.user,
                 "vhost": c.vhost,
-                "consumer_count": consumers_on.get(&Arc::as_ptr(&ch)).copied().unwrap_or(0),
+                "consumer_count": consumers_on.get(&addr(&ch)).copied().unwrap_or(0),
                 "messages_unacknowledged": unacked,
                 "prefetch_count": ch.modes.prefetch_count.load(Relaxed),
                 "global_prefetch_count": global_prefetch,
@@ -132,9 +136,9 @@ async fn consumers(State(b): B) -> ApiResult {
     for v in b.vhosts() {
         let s = v.snapshot();
         let mut qs: Vec<_> = s.queues.values().collect();
-        qs.sort_by(|a, b| a.name.cmp(&b.name));
+        qs.sort_by(|a, b| a.name().cmp(b.name()));
         for q in qs {
-            let single_active = q.options.args.single_active_consumer;
+            let single_active = q.options().args.single_active_consumer;
             for (i, c) in q.consumers().iter().enumerate() {
                 let active = !single_active || i == 0;
                 let mut args = FieldTable::new();
@@ -144,8 +148,8 @@ async fn consumers(State(b): B) -> ApiResult {
                 }
                 rows.push(json!({
                     "vhost": &*v.name,
-                    "queue_name": &*q.name,
-                    "channel_pid": pids.get(&Arc::as_ptr(&c.channel)).cloned().unwrap_or_default(),
+                    "queue_name": &**q.name(),
+                    "channel_pid": pids.get(&addr(&c.sink)).cloned().unwrap_or_default(),
                     "consumer_tag": &*c.tag,
                     "ack_required": !c.no_ack,
                     "prefetch_count": c.prefetch,
@@ -211,7 +215,7 @@ async fn status(State(b): B) -> ApiResult {
         "protocol": "http", "purpose": "HTTP API"}),
     );
     ok_json(json!({
-        "node": NODE,
+        "node": b.config.node_name,
         "os_pid": std::process::id(),
         "uptime_s": b.started_at.elapsed().as_secs(),
         "rabbitmq_version": "3.10.8",

@@ -11,7 +11,11 @@
 //! journal: a crash between the two leaves a journal that is ignored, its changes already in
 //! the snapshot.
 
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
 use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
 use warren_protocol::method::{
     ExchangeBind, ExchangeDeclare, ExchangeDelete, ExchangeUnbind, QueueBind, QueueDeclare,
     QueueDelete, QueueUnbind,
@@ -113,7 +117,155 @@ pub fn decode(bytes: Vec<u8>) -> Vec<Definition> {
     out
 }
 
+/// Where a vhost's durable definitions are kept. A change is recorded durably before the vhost
+/// publishes it, and refused if it cannot be; `load` gives back, in order, what recovery replays.
+/// [`FileStore`] is the one-node store; a Raft metadata group implements the same interface
+/// (record = commit on a majority).
+pub trait DefinitionsStore: Send + Sync {
+    /// Everything recorded, in order (a snapshot, then the changes after it).
+    fn load(&self) -> std::io::Result<Vec<Definition>>;
+    /// Records `ops` durably. `all` gives every definition, for a store that folds its changes
+    /// into a new snapshot now.
+    fn append(&self, ops: &[Definition], all: &dyn Fn() -> Vec<Definition>) -> std::io::Result<()>;
+    /// Replaces what is recorded with `all` (compaction, and the boot-time rewrite).
+    fn compact(&self, all: Vec<Definition>) -> std::io::Result<()>;
+}
+
+/// The journal is folded into a new snapshot once it outgrows both this and the snapshot, so
+/// compaction costs O(1) amortized per change.
+const JOURNAL_COMPACT_MIN_BYTES: u64 = 256 * 1024;
+
+/// The definitions of one vhost in two files under its directory: `definitions` (a snapshot)
+/// and `definitions.log` (the journal), as the module documentation describes.
+pub struct FileStore {
+    path: PathBuf,
+    /// For log lines.
+    vhost: String,
+    journal: Mutex<Journal>,
+}
+
+/// The journal and what decides when to compact it.
+#[derive(Default)]
+struct Journal {
+    /// Open for appending; `None` before the first snapshot or after an I/O error, when every
+    /// change rewrites the snapshot instead.
+    file: Option<std::fs::File>,
+    /// Of the last snapshot written (or recovered).
+    generation: u64,
+    bytes: u64,
+    snapshot_bytes: u64,
+}
+
+impl FileStore {
+    pub fn new(dir: &Path, vhost: &str) -> FileStore {
+        FileStore {
+            path: dir.join("definitions"),
+            vhost: vhost.into(),
+            journal: Mutex::new(Journal::default()),
+        }
+    }
+}
+
+impl DefinitionsStore for FileStore {
+    fn load(&self) -> std::io::Result<Vec<Definition>> {
+        let mut defs = warren_store::snapshot::read(&self.path)?
+            .map(decode)
+            .unwrap_or_default();
+        let generation = match defs.first() {
+            Some(Definition::Generation(g)) => *g,
+            _ => 0,
+        };
+        let journal = warren_store::snapshot::read(&self.path.with_extension("log"))?
+            .map(decode)
+            .unwrap_or_default();
+        match journal.first() {
+            Some(Definition::Generation(g)) if *g == generation => defs.extend(journal),
+            Some(_) => tracing::info!(
+                vhost = %self.vhost,
+                "definitions journal predates the snapshot; ignored"
+            ),
+            None => {}
+        }
+        self.journal.lock().generation = generation;
+        Ok(defs
+            .into_iter()
+            .filter(|d| !matches!(d, Definition::Generation(_)))
+            .collect())
+    }
+
+    fn append(&self, ops: &[Definition], all: &dyn Fn() -> Vec<Definition>) -> std::io::Result<()> {
+        let mut j = self.journal.lock();
+        let (len, grown) = (
+            j.bytes,
+            j.bytes > JOURNAL_COMPACT_MIN_BYTES && j.bytes > j.snapshot_bytes,
+        );
+        let Some(file) = j.file.as_mut().filter(|_| !grown) else {
+            drop(j);
+            return self.compact(all());
+        };
+        let rec = encode(ops);
+        match off_worker(|| file.write_all(&rec).and_then(|()| file.sync_data())) {
+            Ok(()) => {
+                j.bytes += rec.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // Cut back what part of the record got in (all of it, if only the fsync
+                // failed), so a change refused now cannot come back at recovery; the snapshot
+                // rewrite below, if it succeeds, replaces the journal anyway.
+                tracing::error!(vhost = %self.vhost, error = %e, "cannot append to the definitions journal; rewriting the snapshot");
+                let _ = file.set_len(len);
+                j.file = None;
+                drop(j);
+                self.compact(all())
+            }
+        }
+    }
+
+    fn compact(&self, all: Vec<Definition>) -> std::io::Result<()> {
+        let mut j = self.journal.lock();
+        let generation = j.generation + 1;
+        let mut out = Vec::with_capacity(all.len() + 1);
+        out.push(Definition::Generation(generation));
+        out.extend(all);
+        let snapshot = encode(&out);
+        let log = self.path.with_extension("log");
+        let header = encode(&[Definition::Generation(generation)]);
+        let reset = off_worker(|| {
+            warren_store::snapshot::write_atomic(&self.path, &snapshot)?;
+            // The snapshot holds everything now; a crash before the journal is reset leaves an
+            // older-generation journal, which recovery ignores.
+            Ok::<_, std::io::Error>(
+                warren_store::snapshot::write_atomic(&log, &header)
+                    .and_then(|()| std::fs::OpenOptions::new().append(true).open(&log)),
+            )
+        })?;
+        *j = Journal {
+            file: reset
+                .map_err(|e| tracing::error!(vhost = %self.vhost, error = %e, "cannot reset the definitions journal; rewriting the snapshot on each change"))
+                .ok(),
+            generation,
+            bytes: header.len() as u64,
+            snapshot_bytes: snapshot.len() as u64,
+        };
+        Ok(())
+    }
+}
+
+/// Runs blocking file I/O (an fsync) so that it does not hold up the tasks of a tokio worker:
+/// on the multi-threaded runtime the worker hands its other tasks to another thread first
+/// (`block_in_place`); elsewhere (a plain thread, a test's current-thread runtime) it just runs.
+pub fn off_worker<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use warren_protocol::{FieldTable, FieldValue};
@@ -169,5 +321,46 @@ mod tests {
             }),
         ]);
         assert_eq!(decode(encode(&defs)), defs);
+    }
+
+    fn queue_def(name: &str) -> Definition {
+        Definition::Queue(
+            1,
+            QueueDeclare {
+                queue: name.into(),
+                durable: true,
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn file_store_replays_the_snapshot_then_the_journal() {
+        let dir = std::env::temp_dir().join(format!("warren-defs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = FileStore::new(&dir, "/");
+        assert!(store.load().unwrap().is_empty());
+        store.compact(vec![queue_def("a")]).unwrap();
+        store.append(&[queue_def("b")], &|| unreachable!()).unwrap();
+        let delete = Definition::QueueDelete(QueueDelete {
+            queue: "a".into(),
+            ..Default::default()
+        });
+        store
+            .append(std::slice::from_ref(&delete), &|| unreachable!())
+            .unwrap();
+        let again = FileStore::new(&dir, "/");
+        assert_eq!(
+            again.load().unwrap(),
+            vec![queue_def("a"), queue_def("b"), delete]
+        );
+        // A compaction leaves only what it was given; the old journal is not replayed.
+        again.compact(vec![queue_def("b")]).unwrap();
+        assert_eq!(
+            FileStore::new(&dir, "/").load().unwrap(),
+            vec![queue_def("b")]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -22,14 +22,14 @@ pub fn export(broker: &Broker) -> Value {
         let mut qs: Vec<_> = snap
             .queues
             .values()
-            .filter(|q| q.options.durable && q.options.exclusive_owner.is_none())
+            .filter(|q| q.options().durable && q.options().exclusive_owner.is_none())
             .collect();
-        qs.sort_by(|a, b| a.name.cmp(&b.name));
+        qs.sort_by(|a, b| a.name().cmp(b.name()));
         for q in qs {
             queues.push(json!({
-                "name": &*q.name, "vhost": &*v.name, "durable": true,
-                "auto_delete": q.options.auto_delete,
-                "arguments": table_to_json(&q.options.arguments),
+                "name": &**q.name(), "vhost": &*v.name, "durable": true,
+                "auto_delete": q.options().auto_delete,
+                "arguments": table_to_json(&q.options().arguments),
             }));
         }
         let mut xs: Vec<_> = snap.table.exchanges.values().collect();
@@ -55,9 +55,9 @@ pub fn export(broker: &Broker) -> Value {
             for b in &x.bindings {
                 let (dest, kind) = match &b.destination {
                     Destination::Queue(q)
-                        if q.options.durable && q.options.exclusive_owner.is_none() =>
+                        if q.options().durable && q.options().exclusive_owner.is_none() =>
                     {
-                        (q.name.clone(), "queue")
+                        (q.name().clone(), "queue")
                     }
                     Destination::Exchange(e)
                         if snap.table.exchanges.get(e).is_some_and(|d| d.durable) =>

@@ -22,7 +22,7 @@ use crate::access::{
     parse_tags, LimitScope, MgmtError, PermissionDef, PolicyDef, User, UserDef, VhostDef,
 };
 use crate::json::{json_to_table, table_to_json};
-use crate::queue::Queue;
+use crate::queue::QueueRef;
 use crate::server::Broker;
 use crate::vhost::{ExchangeSpec, QueueSpec, VHost};
 
@@ -314,7 +314,7 @@ async fn overview(State(b): B) -> ApiResult {
         "product_name": b.config.server_properties.product,
         "product_version": b.config.server_properties.version,
         "cluster_name": "warren",
-        "node": "warren@localhost",
+        "node": b.config.node_name,
         "object_totals": {
             "connections": conns.len(), "channels": channels, "exchanges": exchanges,
             "queues": queues, "consumers": consumers,
@@ -324,8 +324,8 @@ async fn overview(State(b): B) -> ApiResult {
             "messages_unacknowledged": unacked,
         },
         "listeners": [
-            {"node": "warren@localhost", "protocol": "amqp", "ip_address": b.config.amqp_bind.to_string(), "port": b.config.amqp_port},
-            {"node": "warren@localhost", "protocol": "http", "ip_address": b.config.http_bind.to_string(), "port": b.config.http_port},
+            {"node": b.config.node_name, "protocol": "amqp", "ip_address": b.config.amqp_bind.to_string(), "port": b.config.amqp_port},
+            {"node": b.config.node_name, "protocol": "http", "ip_address": b.config.http_bind.to_string(), "port": b.config.http_port},
         ],
     }))
 }
@@ -529,19 +529,19 @@ async fn delete_permission(State(b): B, Path((vhost, user)): Path<(String, Strin
 
 // ---- queues ----
 
-fn queue_json(b: &Broker, q: &Arc<Queue>) -> Value {
+fn queue_json(b: &Broker, q: &QueueRef) -> Value {
     let ready = q.message_count();
     let unacked = q.unacked_count();
-    let policy = crate::policy::matching(&b.access.policies_of(&q.vhost), &q.name, true).cloned();
+    let policy = crate::policy::matching(&b.access.policies_of(q.vhost()), q.name(), true).cloned();
     json!({
-        "name": &*q.name, "vhost": &*q.vhost, "durable": q.options.durable,
-        "auto_delete": q.options.auto_delete, "exclusive": q.options.exclusive_owner.is_some(),
-        "arguments": table_to_json(&q.options.arguments),
+        "name": &**q.name(), "vhost": &**q.vhost(), "durable": q.options().durable,
+        "auto_delete": q.options().auto_delete, "exclusive": q.options().exclusive_owner.is_some(),
+        "arguments": table_to_json(&q.options().arguments),
         "messages": ready + unacked, "messages_ready": ready,
         "messages_unacknowledged": unacked, "consumers": q.consumer_count(),
         "policy": policy.as_ref().map(|p| p.name.clone()),
         "effective_policy_definition": policy.map(|p| Value::Object(p.definition)).unwrap_or(json!({})),
-        "state": "running", "type": "classic", "node": "warren@localhost",
+        "state": "running", "type": "classic", "node": b.config.node_name,
     })
 }
 
@@ -550,7 +550,7 @@ fn queues_of(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Value {
     for v in vhosts {
         let s = v.snapshot();
         let mut qs: Vec<_> = s.queues.values().collect();
-        qs.sort_by(|a, b| a.name.cmp(&b.name));
+        qs.sort_by(|a, b| a.name().cmp(b.name()));
         out.extend(qs.into_iter().map(|q| queue_json(b, q)));
     }
     Value::Array(out)
@@ -622,7 +622,7 @@ async fn purge_queue(State(b): B, Path((vhost, name)): Path<(String, String)>) -
 
 // ---- exchanges ----
 
-fn exchange_json(vhost: &str, x: &warren_routing::Exchange<Arc<Queue>>) -> Value {
+fn exchange_json(vhost: &str, x: &warren_routing::Exchange<QueueRef>) -> Value {
     json!({
         "name": &*x.name, "vhost": vhost, "type": x.kind.as_str(), "durable": x.durable,
         "auto_delete": x.auto_delete, "internal": x.internal,
@@ -737,7 +737,7 @@ fn bindings_of(vhosts: Vec<Arc<VHost>>) -> Value {
         for x in xs {
             for b in &x.bindings {
                 let (dest, kind) = match &b.destination {
-                    Destination::Queue(q) => (q.name.clone(), "queue"),
+                    Destination::Queue(q) => (q.name().clone(), "queue"),
                     Destination::Exchange(e) => (e.clone(), "exchange"),
                 };
                 out.push(json!({
@@ -765,7 +765,7 @@ async fn list_bindings_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
 pub(crate) fn connection_json(c: &crate::tracking::ConnInfo) -> Value {
     use std::sync::atomic::Ordering::Relaxed;
     json!({
-        "name": c.name, "node": "warren@localhost", "type": "network", "state": "running",
+        "name": c.name, "node": &*c.node, "type": "network", "state": "running",
         "protocol": "AMQP 0-9-1", "auth_mechanism": "PLAIN",
         "user": c.user, "vhost": c.vhost,
         "host": c.local.ip().to_string(), "port": c.local.port(),

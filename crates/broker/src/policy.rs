@@ -11,7 +11,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use crate::access::{Access, PolicyDef};
-use crate::queue::{Overflow, Queue, QueueArgs};
+use crate::queue::{Overflow, QueueArgs, QueueRef};
 use crate::server::Broker;
 use crate::vhost::VHost;
 
@@ -189,18 +189,18 @@ pub fn effective(
 }
 
 /// Sets `q`'s arguments in force from the vhost's policies.
-pub fn apply(access: &Access, q: &Queue) {
-    let policies = access.policies_of(&q.vhost);
-    let p = matching(&policies, &q.name, true);
-    q.set_effective_args(effective(&q.options.args, &q.options.arguments, p));
+pub fn apply(access: &Access, q: &QueueRef) {
+    let policies = access.policies_of(q.vhost());
+    let p = matching(&policies, q.name(), true);
+    q.set_effective_args(effective(&q.options().args, &q.options().arguments, p));
 }
 
 /// Re-evaluates every queue and exchange of `vhost` (after a policy change, or at boot).
 pub fn apply_all(broker: &Broker, vhost: &VHost) {
     let policies = broker.access.policies_of(&vhost.name);
     for q in vhost.snapshot().queues.values() {
-        let p = matching(&policies, &q.name, true);
-        q.set_effective_args(effective(&q.options.args, &q.options.arguments, p));
+        let p = matching(&policies, q.name(), true);
+        q.set_effective_args(effective(&q.options().args, &q.options().arguments, p));
     }
     vhost.set_policies(policies);
 }

@@ -10,10 +10,9 @@ use warren_protocol::FieldTable;
 
 use crate::channel::ChannelShared;
 
-/// The node name Warren reports wherever RabbitMQ reports its Erlang node.
-pub const NODE: &str = "warren@localhost";
-
 pub struct ConnInfo {
+    /// The node serving it (its pids carry the name).
+    pub node: Arc<str>,
     pub id: u64,
     /// RabbitMQ's connection name: "peer -> local".
     pub name: String,
@@ -39,6 +38,7 @@ pub struct ConnInfo {
 
 impl ConnInfo {
     pub fn new(
+        node: Arc<str>,
         id: u64,
         peer: SocketAddr,
         local: SocketAddr,
@@ -47,6 +47,7 @@ impl ConnInfo {
         client_properties: &FieldTable,
     ) -> ConnInfo {
         ConnInfo {
+            node,
             id,
             name: format!("{peer} -> {local}"),
             peer,
@@ -108,11 +109,11 @@ impl ConnInfo {
     /// rabbitmqctl's `pid` of this connection. Warren has no Erlang processes; the form is an
     /// Erlang pid's, as scripts expect, and names the connection: `<NODE.1.ID.0>`.
     pub fn pid(&self) -> String {
-        format!("<{NODE}.1.{}.0>", self.id)
+        format!("<{}.1.{}.0>", self.node, self.id)
     }
 
     /// The `pid` of channel `number` on this connection: `<NODE.1.ID.NUMBER>` (never 0).
     pub fn channel_pid(&self, number: u16) -> String {
-        format!("<{NODE}.1.{}.{number}>", self.id)
+        format!("<{}.1.{}.{number}>", self.node, self.id)
     }
 }

@@ -19,17 +19,17 @@ use warren_protocol::method::{
 };
 
 use crate::access::PolicyDef;
-use crate::definitions::{self, Definition};
+use crate::definitions::{self, Definition, DefinitionsStore};
 use crate::error::{AmqpError, AmqpResult};
 use crate::persist::Persister;
-use crate::queue::{Backing, Consumer, Queue, QueueArgs, QueueOptions};
+use crate::queue::{Backing, Consumer, Queue, QueueArgs, QueueOptions, QueueRef};
 
 #[derive(Clone, Default)]
 pub struct Snapshot {
-    pub table: Table<Arc<Queue>>,
+    pub table: Table<QueueRef>,
     /// By name; ahash because every publish through the default exchange looks a name up here
     /// (SipHash showed in profiles) and names come from clients (it stays DoS-resistant).
-    pub queues: ahash::AHashMap<Arc<str>, Arc<Queue>>,
+    pub queues: ahash::AHashMap<Arc<str>, QueueRef>,
 }
 
 pub struct VHost {
@@ -38,13 +38,13 @@ pub struct VHost {
     /// The authoritative definitions; `snapshot` is a copy swapped in after each change.
     defs: Mutex<Snapshot>,
     /// Direct reply-to pseudo-queues (`amq.rabbitmq.reply-to.<token>`), one per consuming channel.
-    direct_reply: Mutex<HashMap<Arc<str>, Arc<Queue>>>,
+    direct_reply: Mutex<HashMap<Arc<str>, QueueRef>>,
     /// Where durable definitions and queue logs live; `None` keeps everything in memory.
     storage: Option<Storage>,
     /// Set while the definitions file is replayed at boot, so replaying does not rewrite it.
     loading: std::sync::atomic::AtomicBool,
-    /// The definitions journal (see `definitions.rs`); used under `defs`.
-    journal: Mutex<Journal>,
+    /// Where durable definitions are recorded (see `definitions.rs`); used under `defs`.
+    store: Option<Box<dyn DefinitionsStore>>,
     /// RabbitMQ's `max-queues` vhost limit (`u32::MAX` = none), checked when a queue is created.
     max_queues: std::sync::atomic::AtomicU32,
     /// This vhost's policies, for the `alternate-exchange` of exchanges declared later; set
@@ -56,22 +56,6 @@ pub struct Storage {
     pub dir: PathBuf,
     pub persister: Arc<Persister>,
 }
-
-/// The definitions journal and what decides when to compact it.
-#[derive(Default)]
-struct Journal {
-    /// Open for appending; `None` before the first snapshot or after an I/O error, when every
-    /// change rewrites the snapshot instead.
-    file: Option<std::fs::File>,
-    /// Of the last snapshot written (or recovered).
-    generation: u64,
-    bytes: u64,
-    snapshot_bytes: u64,
-}
-
-/// The journal is folded into a new snapshot once it outgrows both this and the snapshot, so
-/// compaction costs O(1) amortized per change.
-const JOURNAL_COMPACT_MIN_BYTES: u64 = 256 * 1024;
 
 /// The pseudo-queue RPC clients consume from for direct reply-to.
 pub const DIRECT_REPLY_TO: &str = "amq.rabbitmq.reply-to";
@@ -240,7 +224,7 @@ fn inequivalent(
 
 impl VHost {
     pub fn new(name: &str) -> Arc<VHost> {
-        Self::with_storage(name, None)
+        Self::with_storage(name, None, None)
     }
 
     /// A vhost whose durable definitions and messages live under `storage.dir`; what is there
@@ -249,27 +233,10 @@ impl VHost {
         std::fs::create_dir_all(storage.dir.join("queues"))?;
         // Scratch logs hold non-durable queues' paged-out messages: nothing there outlives a run.
         let _ = std::fs::remove_dir_all(storage.dir.join("scratch"));
-        let file = storage.dir.join("definitions");
-        let v = Self::with_storage(name, Some(storage));
+        let store = definitions::FileStore::new(&storage.dir, name);
+        let defs = store.load()?;
+        let v = Self::with_storage(name, Some(storage), Some(Box::new(store)));
         v.loading.store(true, std::sync::atomic::Ordering::Relaxed);
-        let mut defs = warren_store::snapshot::read(&file)?
-            .map(definitions::decode)
-            .unwrap_or_default();
-        let generation = match defs.first() {
-            Some(Definition::Generation(g)) => *g,
-            _ => 0,
-        };
-        let journal = warren_store::snapshot::read(&file.with_extension("log"))?
-            .map(definitions::decode)
-            .unwrap_or_default();
-        match journal.first() {
-            Some(Definition::Generation(g)) if *g == generation => defs.extend(journal),
-            Some(_) => tracing::info!(
-                vhost = name,
-                "definitions journal predates the snapshot; ignored"
-            ),
-            None => {}
-        }
         let (mut queues, mut messages) = (0usize, 0u64);
         for d in defs {
             let r = match d {
@@ -329,7 +296,6 @@ impl VHost {
         v.loading.store(false, std::sync::atomic::Ordering::Relaxed);
         v.remove_orphan_logs();
         // Compacts: one snapshot of what was recovered, and an empty journal after it.
-        v.journal.lock().generation = generation;
         if let Err(e) = v.save(&v.defs.lock()) {
             // What was read stays valid on disk; each change will retry the rewrite.
             tracing::error!(vhost = name, error = %e, "cannot compact the definitions at boot");
@@ -338,7 +304,11 @@ impl VHost {
         Ok(v)
     }
 
-    fn with_storage(name: &str, storage: Option<Storage>) -> Arc<VHost> {
+    fn with_storage(
+        name: &str,
+        storage: Option<Storage>,
+        store: Option<Box<dyn DefinitionsStore>>,
+    ) -> Arc<VHost> {
         let mut s = Snapshot::default();
         let mk = |n: &str, kind, internal| {
             let n: Arc<str> = n.into();
@@ -383,7 +353,7 @@ impl VHost {
             direct_reply: Mutex::new(HashMap::new()),
             storage,
             loading: std::sync::atomic::AtomicBool::new(false),
-            journal: Mutex::new(Journal::default()),
+            store,
             max_queues: std::sync::atomic::AtomicU32::new(u32::MAX),
             policies: Mutex::new(Vec::new()),
         })
@@ -423,62 +393,43 @@ impl VHost {
         Ok(())
     }
 
-    /// Appends changes to the journal and fsyncs it, or compacts when the journal has grown.
+    /// Records changes to durable definitions in the store (not while replaying it at boot).
     fn journal(&self, defs: &Snapshot, ops: &[Definition]) -> std::io::Result<()> {
         if self.loading.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(());
         }
-        use std::io::Write;
-        let mut j = self.journal.lock();
-        let (len, grown) = (
-            j.bytes,
-            j.bytes > JOURNAL_COMPACT_MIN_BYTES && j.bytes > j.snapshot_bytes,
-        );
-        let Some(file) = j.file.as_mut().filter(|_| !grown) else {
-            drop(j);
-            return self.save(defs);
-        };
-        let rec = definitions::encode(ops);
-        match file.write_all(&rec).and_then(|()| file.sync_data()) {
-            Ok(()) => {
-                j.bytes += rec.len() as u64;
-                Ok(())
-            }
-            Err(e) => {
-                // Cut back what part of the record got in (all of it, if only the fsync
-                // failed), so a change refused now cannot come back at recovery; the snapshot
-                // rewrite below, if it succeeds, replaces the journal anyway.
-                tracing::error!(vhost = %self.name, error = %e, "cannot append to the definitions journal; rewriting the snapshot");
-                let _ = file.set_len(len);
-                j.file = None;
-                drop(j);
-                self.save(defs)
-            }
+        match &self.store {
+            Some(store) => store.append(ops, &|| Self::all_definitions(defs)),
+            None => Ok(()),
         }
     }
 
     /// Queues whose definition is kept across restarts (RabbitMQ drops exclusive ones).
-    fn kept(q: &Queue) -> bool {
-        q.options.durable && q.options.exclusive_owner.is_none()
+    fn kept(q: &QueueRef) -> bool {
+        q.options().durable && q.options().exclusive_owner.is_none()
     }
 
-    /// Writes every durable definition as a new snapshot and starts an empty journal after it.
+    /// Replaces what the store holds with every durable definition (a compaction).
     fn save(&self, defs: &Snapshot) -> std::io::Result<()> {
-        let Some(storage) = &self.storage else {
-            return Ok(());
-        };
         if self.loading.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(());
         }
-        let mut j = self.journal.lock();
-        let generation = j.generation + 1;
-        let mut out = vec![Definition::Generation(generation)];
+        match &self.store {
+            Some(store) => store.compact(Self::all_definitions(defs)),
+            None => Ok(()),
+        }
+    }
+
+    /// Every durable definition, in the order recovery replays them: exchanges, queues, then
+    /// bindings (each sorted by name, so equal states write equal files).
+    fn all_definitions(defs: &Snapshot) -> Vec<Definition> {
+        let mut out = Vec::new();
         let mut xs: Vec<_> = defs.table.exchanges.values().collect();
         xs.sort_by(|a, b| a.name.cmp(&b.name));
         out.extend(xs.into_iter().filter_map(|x| Self::exchange_def(x)));
         let mut qs: Vec<_> = defs.queues.values().collect();
-        qs.sort_by(|a, b| a.name.cmp(&b.name));
-        out.extend(qs.into_iter().filter_map(|q| Self::queue_def(q)));
+        qs.sort_by(|a, b| a.name().cmp(b.name()));
+        out.extend(qs.into_iter().filter_map(Self::queue_def));
         let mut names: Vec<_> = defs.table.exchanges.keys().collect();
         names.sort();
         for name in names {
@@ -493,28 +444,11 @@ impl VHost {
                 }
             }
         }
-        let snapshot = definitions::encode(&out);
-        let path = storage.dir.join("definitions");
-        warren_store::snapshot::write_atomic(&path, &snapshot)?;
-        // The snapshot holds everything now; a crash before the journal is reset leaves an
-        // older-generation journal, which recovery ignores.
-        let log = path.with_extension("log");
-        let header = definitions::encode(&[Definition::Generation(generation)]);
-        let reset = warren_store::snapshot::write_atomic(&log, &header)
-            .and_then(|()| std::fs::OpenOptions::new().append(true).open(&log));
-        *j = Journal {
-            file: reset
-                .map_err(|e| tracing::error!(vhost = %self.name, error = %e, "cannot reset the definitions journal; rewriting the snapshot on each change"))
-                .ok(),
-            generation,
-            bytes: header.len() as u64,
-            snapshot_bytes: snapshot.len() as u64,
-        };
-        Ok(())
+        out
     }
 
     /// How the definitions files keep an exchange; `None` for one they do not keep.
-    fn exchange_def(x: &Exchange<Arc<Queue>>) -> Option<Definition> {
+    fn exchange_def(x: &Exchange<QueueRef>) -> Option<Definition> {
         (x.durable && !x.name.is_empty() && !x.name.starts_with("amq.")).then(|| {
             Definition::Exchange(ExchangeDeclare {
                 exchange: (&*x.name).into(),
@@ -529,15 +463,18 @@ impl VHost {
     }
 
     /// How the definitions files keep a queue (with its log's id); `None` for one they do not.
-    fn queue_def(q: &Queue) -> Option<Definition> {
-        let id = q.store_id.filter(|_| Self::kept(q))?;
+    fn queue_def(q: &QueueRef) -> Option<Definition> {
+        let id = q
+            .local()
+            .and_then(|l| l.store_id)
+            .filter(|_| Self::kept(q))?;
         Some(Definition::Queue(
             id,
             QueueDeclare {
-                queue: (&*q.name).into(),
+                queue: (&**q.name()).into(),
                 durable: true,
-                auto_delete: q.options.auto_delete,
-                arguments: q.options.arguments.clone(),
+                auto_delete: q.options().auto_delete,
+                arguments: q.options().arguments.clone(),
                 ..Default::default()
             },
         ))
@@ -600,13 +537,13 @@ impl VHost {
             .and_then(|b| b.durable.as_ref())
             .map_or(0, |(_, _, rec)| rec.count as u64);
         let name: Arc<str> = (&*d.queue).into();
-        let q = Queue::with_log(
+        let q = QueueRef::Local(Queue::with_log(
             name.clone(),
             self.name.clone(),
             opts,
             Arc::downgrade(self),
             backing,
-        );
+        ));
         let mut defs = self.defs.lock();
         defs.queues.insert(name, q);
         self.publish(&defs);
@@ -622,7 +559,7 @@ impl VHost {
             .lock()
             .queues
             .values()
-            .filter_map(|q| q.store_id)
+            .filter_map(|q| q.local().and_then(|l| l.store_id))
             .map(|id| format!("{id:016x}"))
             .collect();
         let Ok(entries) = std::fs::read_dir(storage.dir.join("queues")) else {
@@ -842,7 +779,7 @@ impl VHost {
     /// caused it may not be journaled itself (a transient queue's last binding).
     fn remove_bindings_to(
         defs: &mut Snapshot,
-        pred: &dyn Fn(&Destination<Arc<Queue>>) -> bool,
+        pred: &dyn Fn(&Destination<QueueRef>) -> bool,
         ops: &mut Vec<Definition>,
     ) {
         let mut emptied: Vec<Arc<str>> = Vec::new();
@@ -879,13 +816,13 @@ impl VHost {
     }
 
     fn same_binding(
-        b: &Binding<Arc<Queue>>,
-        dest: &Destination<Arc<Queue>>,
+        b: &Binding<QueueRef>,
+        dest: &Destination<QueueRef>,
         key: &str,
         args: &FieldTable,
     ) -> bool {
         let same_dest = match (&b.destination, dest) {
-            (Destination::Queue(a), Destination::Queue(c)) => Arc::ptr_eq(a, c),
+            (Destination::Queue(a), Destination::Queue(c)) => a.ptr_eq(c),
             (Destination::Exchange(a), Destination::Exchange(c)) => a == c,
             _ => false,
         };
@@ -896,7 +833,7 @@ impl VHost {
         &self,
         source: &str,
         dest_name: &str,
-        dest: impl FnOnce(&Snapshot) -> AmqpResult<Destination<Arc<Queue>>>,
+        dest: impl FnOnce(&Snapshot) -> AmqpResult<Destination<QueueRef>>,
         key: &str,
         args: &FieldTable,
         add: bool,
@@ -935,8 +872,8 @@ impl VHost {
         }
         // Then, both found and the binding valid, another connection's exclusive queue: 405.
         if let (true, Some(me), Destination::Queue(q)) = (add, conn_id, &dest) {
-            if q.options.exclusive_owner.is_some_and(|o| o != me) {
-                return Err(self.locked(&q.name));
+            if q.options().exclusive_owner.is_some_and(|o| o != me) {
+                return Err(self.locked(q.name()));
             }
         }
         let op = (x.durable && dest_kept).then(|| Self::binding_op(source, &dest, key, args, add));
@@ -971,7 +908,7 @@ impl VHost {
 
     /// Whether a binding from a durable exchange to `dest` is kept: to a kept queue, or to a
     /// durable exchange.
-    fn dest_kept(defs: &Snapshot, dest: &Destination<Arc<Queue>>) -> bool {
+    fn dest_kept(defs: &Snapshot, dest: &Destination<QueueRef>) -> bool {
         match dest {
             Destination::Queue(q) => Self::kept(q),
             Destination::Exchange(d) => defs.table.exchanges.get(d).is_some_and(|dx| dx.durable),
@@ -981,7 +918,7 @@ impl VHost {
     /// The record of a binding added or removed.
     fn binding_op(
         source: &str,
-        dest: &Destination<Arc<Queue>>,
+        dest: &Destination<QueueRef>,
         key: &str,
         args: &FieldTable,
         add: bool,
@@ -989,14 +926,14 @@ impl VHost {
         let (source, key, arguments) = (source.into(), key.into(), args.clone());
         match (dest, add) {
             (Destination::Queue(q), true) => Definition::QueueBind(QueueBind {
-                queue: (&*q.name).into(),
+                queue: (&**q.name()).into(),
                 exchange: source,
                 routing_key: key,
                 arguments,
                 ..Default::default()
             }),
             (Destination::Queue(q), false) => Definition::QueueUnbind(QueueUnbind {
-                queue: (&*q.name).into(),
+                queue: (&**q.name()).into(),
                 exchange: source,
                 routing_key: key,
                 arguments,
@@ -1071,7 +1008,7 @@ impl VHost {
     }
 
     /// Declares (or checks) a queue; returns it.
-    pub fn declare_queue(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<Arc<Queue>> {
+    pub fn declare_queue(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<QueueRef> {
         // RabbitMQ checks the name before looking the queue up: a client-chosen 'amq.' name is
         // refused even when that queue exists (a server-named 'amq.gen-' one declared again).
         if !spec.passive && !spec.server_named && spec.name.starts_with("amq.") {
@@ -1082,7 +1019,7 @@ impl VHost {
         }
         let mut defs = self.defs.lock();
         if let Some(q) = defs.queues.get(spec.name) {
-            if let Some(owner) = q.options.exclusive_owner {
+            if let Some(owner) = q.options().exclusive_owner {
                 if owner != spec.conn_id {
                     return Err(self.locked(spec.name));
                 }
@@ -1091,7 +1028,7 @@ impl VHost {
             if spec.passive {
                 return Ok(q.clone());
             }
-            let (n, v, o) = (spec.name, &*self.name, &q.options);
+            let (n, v, o) = (spec.name, &*self.name, q.options());
             if o.durable != spec.durable {
                 return Err(inequivalent(
                     "queue",
@@ -1151,13 +1088,13 @@ impl VHost {
             }
             None => None,
         };
-        let q = Queue::with_log(
+        let q = QueueRef::Local(Queue::with_log(
             name.clone(),
             self.name.clone(),
             options,
             Arc::downgrade(self),
             backing,
-        );
+        ));
         defs.queues.insert(name, q.clone());
         if let Err(e) = self.changed(&mut defs, Self::queue_def(&q).into_iter().collect()) {
             q.mark_deleted(); // its new log goes with it
@@ -1175,7 +1112,7 @@ impl VHost {
         exchange: &str,
         routing_key: &str,
         properties: &bytes::Bytes,
-        out: &mut Vec<Arc<Queue>>,
+        out: &mut Vec<QueueRef>,
     ) -> AmqpResult<()> {
         self.route_keys(exchange, routing_key, &[], properties, out)
     }
@@ -1187,7 +1124,7 @@ impl VHost {
         routing_key: &str,
         extra_keys: &[ByteString],
         properties: &bytes::Bytes,
-        out: &mut Vec<Arc<Queue>>,
+        out: &mut Vec<QueueRef>,
     ) -> AmqpResult<()> {
         let snap = self.snapshot.load();
         if exchange.is_empty() {
@@ -1203,7 +1140,7 @@ impl VHost {
                 } else {
                     continue;
                 };
-                if !out.iter().any(|x| Arc::ptr_eq(x, &q)) {
+                if !out.iter().any(|x| x.ptr_eq(&q)) {
                     out.push(q);
                 }
             }
@@ -1226,7 +1163,7 @@ impl VHost {
     }
 
     /// Creates the private queue behind a channel's direct reply-to consumer.
-    pub fn new_direct_reply_queue(self: &Arc<Self>) -> Arc<Queue> {
+    pub fn new_direct_reply_queue(self: &Arc<Self>) -> QueueRef {
         let name: Arc<str> = crate::channel::gen_name(&format!("{DIRECT_REPLY_TO}.")).into();
         let opts = QueueOptions {
             durable: false,
@@ -1235,7 +1172,12 @@ impl VHost {
             arguments: FieldTable::new(),
             args: QueueArgs::default(),
         };
-        let q = Queue::new(name.clone(), self.name.clone(), opts, Arc::downgrade(self));
+        let q = QueueRef::Local(Queue::new(
+            name.clone(),
+            self.name.clone(),
+            opts,
+            Arc::downgrade(self),
+        ));
         self.direct_reply.lock().insert(name, q.clone());
         q
     }
@@ -1252,12 +1194,12 @@ impl VHost {
     }
 
     /// Queues with messages that have deadlines, for the TTL sweeper.
-    pub fn expiring_queues(&self) -> Vec<Arc<Queue>> {
+    pub fn expiring_queues(&self) -> Vec<QueueRef> {
         self.snapshot
             .load()
             .queues
             .values()
-            .filter(|q| q.may_expire.load(std::sync::atomic::Ordering::Relaxed))
+            .filter(|q| q.may_expire())
             .cloned()
             .collect()
     }
@@ -1265,7 +1207,7 @@ impl VHost {
     /// Deletes `x-expires` queues whose lease ran out.
     pub fn delete_unused(&self) {
         let now = crate::queue::now_ms();
-        let due: Vec<Arc<Queue>> = self
+        let due: Vec<QueueRef> = self
             .snapshot
             .load()
             .queues
@@ -1274,8 +1216,8 @@ impl VHost {
             .cloned()
             .collect();
         for q in due {
-            tracing::info!(vhost = %self.name, queue = %q.name, "queue expired (x-expires)");
-            let _ = self.delete_queue(&q.name, false, false, None);
+            tracing::info!(vhost = %self.name, queue = %q.name(), "queue expired (x-expires)");
+            let _ = self.delete_queue(q.name(), false, false, None);
         }
     }
 
@@ -1286,15 +1228,15 @@ impl VHost {
         ))
     }
 
-    pub fn queue(&self, name: &str) -> Option<Arc<Queue>> {
+    pub fn queue(&self, name: &str) -> Option<QueueRef> {
         self.snapshot.load().queues.get(name).cloned()
     }
 
     /// Looks a queue up for use by `conn_id`: 404 if missing, 405 if another connection's
     /// exclusive queue.
-    pub fn queue_for(&self, name: &str, conn_id: u64) -> AmqpResult<Arc<Queue>> {
+    pub fn queue_for(&self, name: &str, conn_id: u64) -> AmqpResult<QueueRef> {
         let q = self.queue(name).ok_or_else(|| self.no_queue(name))?;
-        match q.options.exclusive_owner {
+        match q.options().exclusive_owner {
             Some(owner) if owner != conn_id => Err(self.locked(name)),
             _ => Ok(q),
         }
@@ -1315,7 +1257,7 @@ impl VHost {
                 consumers: Vec::new(),
             });
         };
-        if let (Some(owner), Some(me)) = (q.options.exclusive_owner, conn_id) {
+        if let (Some(owner), Some(me)) = (q.options().exclusive_owner, conn_id) {
             if owner != me {
                 return Err(self.locked(name));
             }
@@ -1344,7 +1286,7 @@ impl VHost {
             .collect();
         Self::remove_bindings_to(
             &mut defs,
-            &|d| matches!(d, Destination::Queue(x) if Arc::ptr_eq(x, &q)),
+            &|d| matches!(d, Destination::Queue(x) if x.ptr_eq(&q)),
             &mut ops,
         );
         self.changed(&mut defs, ops)?;

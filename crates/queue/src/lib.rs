@@ -7,16 +7,18 @@
 //! queue needs from the outside world it asks its [`Host`], and everything it does to the outside
 //! world it hands the host as an [`Effect`], in order:
 //!
-//! - **questions** (inputs): may this consumer take this message now ([`Host::offer`]: its
-//!   connection's output may be full, or a channel-wide prefetch shared with other queues may be
-//!   used up, which only the channel knows at that moment, as RabbitMQ's classic queues ask
-//!   `rabbit_limiter:can_send`), the next paged-out messages ([`Host::page_in`]), whether the
+//! - **questions** (inputs): may this consumer, which has credit, take this message now
+//!   ([`Host::offer`]: its connection's output may be full, or a channel-wide prefetch shared
+//!   with other queues may be used up, which only the channel knows at that moment, as
+//!   RabbitMQ's classic queues ask `rabbit_limiter:can_send`), the next paged-out messages ([`Host::page_in`]), whether the
 //!   queue may page out at all ([`Host::can_page`]), and the time ([`Host::now`]: a replicated
 //!   host answers with the command's timestamp, not a clock);
 //! - **effects** (outputs): write a message to the log, record that one left, dead-letter one.
 //!
 //! Deliveries are effects too: an accepted [`Host::offer`] *is* the delivery, so a message is
-//! never handed to a consumer that can no longer take it and never has to be taken back.
+//! never handed to a consumer that can no longer take it and never has to be taken back. Each
+//! consumer's credit (its prefetch less its unsettled deliveries) is queue state, as in
+//! `rabbit_fifo`: a delivery spends it and a settle naming the consumer gives it back.
 //!
 //! A host runs it inline under the queue's lock (`warren-broker`'s `queue` module), so a publish
 //! reaches a consumer with no task hop. [`State::apply`] takes a [`Command`] and is what tests,
@@ -146,6 +148,20 @@ pub struct Consumer<C> {
     /// A delivery is settled the moment it is made.
     pub no_ack: bool,
     pub exclusive: bool,
+    /// Unsettled deliveries it may hold (basic.qos global=false at consume time); 0 = no limit.
+    /// Its credit lives here, in the queue: a delivery spends one, a settle of a delivery made
+    /// to it (ack, reject, requeue) gives it back, so the state says who may receive next.
+    pub prefetch: u32,
+    /// Its deliveries not yet settled (ack mode only).
+    pub outstanding: u32,
+}
+
+impl<C> Consumer<C> {
+    /// May take another delivery under its own prefetch.
+    #[inline]
+    pub fn has_credit(&self) -> bool {
+        self.no_ack || self.prefetch == 0 || self.outstanding < self.prefetch
+    }
 }
 
 /// The host's answer to an offer.
@@ -153,7 +169,9 @@ pub struct Consumer<C> {
 pub enum Offer {
     /// Delivered: the host wrote it to the consumer (and holds it as unacked unless no-ack).
     Taken,
-    /// Not now: no credit, output full, channel paused or closing.
+    /// Not now: the channel-wide prefetch is used up, the output is full, the channel is
+    /// paused or closing. (A consumer's own prefetch is the queue's to check: it is never
+    /// offered a message without credit.)
     Refused,
 }
 
@@ -264,15 +282,15 @@ pub enum Command<C, M> {
         ack: bool,
     },
     Settle {
-        entries: Vec<Entry<M>>,
+        entries: Vec<Settled<M>>,
         dispatch: bool,
     },
     Discard {
-        entries: Vec<Entry<M>>,
+        entries: Vec<Settled<M>>,
         dispatch: bool,
     },
     Requeue {
-        entries: Vec<Entry<M>>,
+        entries: Vec<Settled<M>>,
     },
     AddConsumer(Consumer<C>),
     RemoveConsumer {
@@ -283,6 +301,10 @@ pub enum Command<C, M> {
     SetLimits(Limits),
     Touch,
 }
+
+/// A delivery coming back to settle, with the key of the consumer it was made to (`None`: a
+/// basic.get), whose credit it returns.
+pub type Settled<M> = (Option<u64>, Entry<M>);
 
 /// The answer to a [`Command`].
 #[derive(Debug)]
@@ -590,9 +612,12 @@ impl<C, M: Payload> State<C, M> {
                     let Some(front) = self.ready.iter().rev().find_map(|l| l.front()) else {
                         break 'messages;
                     };
-                    let c = &self.consumers[idx];
-                    if host.offer(&c.handle, front) == Offer::Taken {
+                    let c = &mut self.consumers[idx];
+                    if c.has_credit() && host.offer(&c.handle, front) == Offer::Taken {
                         let no_ack = c.no_ack;
+                        if !no_ack {
+                            c.outstanding += 1;
+                        }
                         if let Some(m) = self.ready.iter_mut().rev().find_map(|l| l.pop_front()) {
                             self.ready_bytes -= m.msg.body_len();
                             self.ready_len -= 1;
@@ -639,30 +664,37 @@ impl<C, M: Payload> State<C, M> {
     /// dispatches all its queues itself, in a fair order.
     pub fn settle(
         &mut self,
-        entries: impl IntoIterator<Item = Entry<M>>,
+        entries: impl IntoIterator<Item = Settled<M>>,
         dispatch: bool,
         host: &mut impl Host<C, M>,
     ) {
-        for m in entries {
-            self.unacked = self.unacked.saturating_sub(1);
-            forget(&m, host);
-        }
-        if dispatch {
-            self.dispatch(host);
-        }
+        self.leave(entries, None, dispatch, host)
     }
 
     /// Rejected without requeue: settled, and dead-lettered. `dispatch` as for `settle`.
     pub fn discard(
         &mut self,
-        entries: impl IntoIterator<Item = Entry<M>>,
+        entries: impl IntoIterator<Item = Settled<M>>,
         dispatch: bool,
         host: &mut impl Host<C, M>,
     ) {
-        for m in entries {
-            self.unacked = self.unacked.saturating_sub(1);
+        self.leave(entries, Some(Reason::Rejected), dispatch, host)
+    }
+
+    /// Settled deliveries leave for good, dead-lettered with `dead` if given.
+    fn leave(
+        &mut self,
+        entries: impl IntoIterator<Item = Settled<M>>,
+        dead: Option<Reason>,
+        dispatch: bool,
+        host: &mut impl Host<C, M>,
+    ) {
+        for (consumer, m) in entries {
+            self.settled(consumer);
             forget(&m, host);
-            host.effect(Effect::DeadLetter(m.msg, Reason::Rejected));
+            if let Some(reason) = dead {
+                host.effect(Effect::DeadLetter(m.msg, reason));
+            }
         }
         if dispatch {
             self.dispatch(host);
@@ -674,14 +706,14 @@ impl<C, M: Payload> State<C, M> {
     /// does; the reject overflow modes refuse publishes only, so it stays over.
     pub fn requeue(
         &mut self,
-        entries: impl IntoIterator<Item = Entry<M>>,
+        entries: impl IntoIterator<Item = Settled<M>>,
         host: &mut impl Host<C, M>,
     ) {
         if self.deleted {
             return;
         }
-        for mut m in entries {
-            self.unacked = self.unacked.saturating_sub(1);
+        for (consumer, mut m) in entries {
+            self.settled(consumer);
             m.redelivered = true;
             let level = self.level(&m.msg);
             self.ready_bytes += m.msg.body_len();
@@ -695,9 +727,21 @@ impl<C, M: Payload> State<C, M> {
         self.dispatch(host);
     }
 
+    /// One unacked delivery settled: its consumer, if still here, gets its credit back.
+    #[inline]
+    fn settled(&mut self, consumer: Option<u64>) {
+        self.unacked = self.unacked.saturating_sub(1);
+        if let Some(key) = consumer {
+            if let Some(c) = self.consumers.iter_mut().find(|c| c.key == key) {
+                c.outstanding = c.outstanding.saturating_sub(1);
+            }
+        }
+    }
+
     /// Adds a consumer after its equals in priority. The host dispatches once it has told the
     /// client (consume-ok before any delivery).
-    pub fn add_consumer(&mut self, c: Consumer<C>, now: u64) -> Result<(), ConsumeRefused> {
+    pub fn add_consumer(&mut self, mut c: Consumer<C>, now: u64) -> Result<(), ConsumeRefused> {
+        c.outstanding = 0;
         if self.deleted {
             return Err(ConsumeRefused::Deleted);
         }
@@ -906,6 +950,13 @@ impl<C, M: Payload> State<C, M> {
             .any(|(a, b)| a.priority < b.priority)
         {
             return Err("consumers out of priority order".into());
+        }
+        if let Some(c) = self
+            .consumers
+            .iter()
+            .find(|c| c.prefetch > 0 && !c.no_ack && c.outstanding > c.prefetch)
+        {
+            return Err(format!("consumer {} holds more than its prefetch", c.key));
         }
         if self.deleted && (self.ready_len > 0 || !self.consumers.is_empty()) {
             return Err("a deleted queue holds messages or consumers".into());

@@ -62,7 +62,13 @@ impl Host<u64, Msg> for Sim {
                 .push(format!("offer to unknown consumer {consumer}"));
             return Offer::Refused;
         };
-        if c.paused || (!c.no_ack && c.prefetch > 0 && c.held.len() >= c.prefetch) {
+        if !c.no_ack && c.prefetch > 0 && c.held.len() >= c.prefetch {
+            self.errors.push(format!(
+                "consumer {consumer} offered a message beyond its prefetch"
+            ));
+            return Offer::Refused;
+        }
+        if c.paused {
             return Offer::Refused;
         }
         self.delivered.push((
@@ -158,6 +164,7 @@ pub fn msg(id: u32, size: u64, prio: Option<u8>, exp: Option<u64>) -> Msg {
     }
 }
 
+/// An ack-mode consumer with no prefetch limit.
 pub fn consumer(key: u64, priority: i64) -> Consumer<u64> {
     Consumer {
         key,
@@ -165,6 +172,8 @@ pub fn consumer(key: u64, priority: i64) -> Consumer<u64> {
         priority,
         no_ack: false,
         exclusive: false,
+        prefetch: 0,
+        outstanding: 0,
     }
 }
 
@@ -260,6 +269,17 @@ fn check_conservation(
     Ok(())
 }
 
+/// The ids of the ready messages, in memory and paged out.
+fn ready_ids(q: &Q, s: &Sim) -> Vec<u32> {
+    let paged = s.tail.iter().map(|e| e.msg.id);
+    q.ready
+        .iter()
+        .flatten()
+        .map(|e| e.msg.id)
+        .chain(paged)
+        .collect()
+}
+
 /// Runs `ops` against a fresh queue, checking every invariant after each.
 pub fn run_ops(ops: Vec<Op>, config: Config, limits: Limits) -> Result<(), String> {
     let mut s = Sim {
@@ -341,6 +361,8 @@ pub fn run_ops(ops: Vec<Op>, config: Config, limits: Limits) -> Result<(), Strin
                         priority,
                         no_ack,
                         exclusive,
+                        prefetch: prefetch as u32,
+                        outstanding: 0,
                     };
                     if q.add_consumer(c, s.now).is_ok() {
                         q.dispatch(&mut s);
@@ -364,32 +386,37 @@ pub fn run_ops(ops: Vec<Op>, config: Config, limits: Limits) -> Result<(), Strin
                     if q.is_deleted() {
                         finished.extend(c.held.iter().map(|e| e.msg.id));
                     }
-                    q.requeue(c.held, &mut s);
+                    q.requeue(c.held.into_iter().map(|e| (Some(key), e)), &mut s);
                 } else {
                     dispatched = false;
                 }
             }
             Op::Settle { key, how, dispatch } => {
-                let held = if key == 4 {
-                    std::mem::take(&mut gets)
+                // Key 4 settles what basic.get took (no consumer's credit).
+                let (from, held) = if key == 4 {
+                    (None, std::mem::take(&mut gets))
                 } else {
-                    s.consumers
+                    let held = s
+                        .consumers
                         .get_mut(&key)
                         .map(|c| std::mem::take(&mut c.held))
-                        .unwrap_or_default()
+                        .unwrap_or_default();
+                    (Some(key), held)
                 };
+                let ids: Vec<u32> = held.iter().map(|e| e.msg.id).collect();
+                let held = held.into_iter().map(|e| (from, e));
                 match how {
                     0 => {
-                        finished.extend(held.iter().map(|e| e.msg.id));
+                        finished.extend(ids);
                         q.settle(held, dispatch, &mut s);
                     }
                     1 => {
-                        finished.extend(held.iter().map(|e| e.msg.id));
+                        finished.extend(ids);
                         q.discard(held, dispatch, &mut s);
                     }
                     _ => {
                         if q.is_deleted() {
-                            finished.extend(held.iter().map(|e| e.msg.id));
+                            finished.extend(ids);
                         }
                         q.requeue(held, &mut s)
                     }
@@ -416,13 +443,7 @@ pub fn run_ops(ops: Vec<Op>, config: Config, limits: Limits) -> Result<(), Strin
                 dispatched = false;
             }
             Op::Purge => {
-                let before: Vec<u32> = q
-                    .ready
-                    .iter()
-                    .flatten()
-                    .map(|e| e.msg.id)
-                    .chain(s.tail.iter().map(|e| e.msg.id))
-                    .collect();
+                let before = ready_ids(&q, &s);
                 let n = q.purge(&mut s);
                 if n as usize != before.len() {
                     return Err(format!("purge said {n}, held {}", before.len()));
@@ -435,13 +456,7 @@ pub fn run_ops(ops: Vec<Op>, config: Config, limits: Limits) -> Result<(), Strin
                 dispatched = false;
             }
             Op::Delete => {
-                let before: Vec<u32> = q
-                    .ready
-                    .iter()
-                    .flatten()
-                    .map(|e| e.msg.id)
-                    .chain(s.tail.iter().map(|e| e.msg.id))
-                    .collect();
+                let before = ready_ids(&q, &s);
                 q.delete(&mut s);
                 finished.extend(before);
             }
@@ -497,7 +512,6 @@ pub fn run_ops(ops: Vec<Op>, config: Config, limits: Limits) -> Result<(), Strin
     Ok(())
 }
 
-
 /// Reads a command sequence, a config and limits from fuzzer bytes: every input is valid.
 pub fn ops_from_bytes(data: &[u8]) -> (Vec<Op>, Config, Limits) {
     let mut b = data.iter().copied();
@@ -538,13 +552,18 @@ pub fn ops_from_bytes(data: &[u8]) -> (Vec<Op>, Config, Limits) {
                 no_ack: a & 0x40 != 0,
                 exclusive: a & 0x80 != 0 && a & 3 == 0,
             },
-            5 => Op::Cancel { key: (a % 4) as u64 },
+            5 => Op::Cancel {
+                key: (a % 4) as u64,
+            },
             6 | 7 => Op::Settle {
                 key: (a % 5) as u64,
                 how: (a >> 3) % 3,
                 dispatch: a & 0x80 == 0,
             },
-            8 => Op::Pause { key: (a % 4) as u64, paused: a & 0x10 != 0 },
+            8 => Op::Pause {
+                key: (a % 4) as u64,
+                paused: a & 0x10 != 0,
+            },
             9 => Op::Advance((a % 16) as u64),
             10 => match a % 4 {
                 0 => Op::Expire,

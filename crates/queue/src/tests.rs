@@ -28,6 +28,33 @@ fn round_robin_within_a_priority_and_higher_priority_first() {
 }
 
 #[test]
+fn credit_is_spent_by_deliveries_and_given_back_by_settles_naming_the_consumer() {
+    let mut s = sim_with(&[(1, 2)]);
+    let mut q = Q::new(Config::default(), Limits::default(), 0);
+    let mut c = consumer(1, 0);
+    c.prefetch = 2;
+    q.add_consumer(c, 0).unwrap();
+    for i in 0..5 {
+        q.publish(msg(i, 1, None, None), false, &mut s);
+    }
+    assert_eq!(s.delivered.len(), 2, "two of credit");
+    assert_eq!(q.consumers()[0].outstanding, 2);
+    // A settle that names no consumer (a basic.get's) gives no credit.
+    let (got, _) = q.get(true, &mut s).unwrap();
+    q.settle([(None, got)], true, &mut s);
+    assert_eq!(s.delivered.len(), 2);
+    let first = s.consumers.get_mut(&1).unwrap().held.remove(0);
+    q.settle([(Some(1), first)], true, &mut s);
+    assert_eq!(s.delivered.len(), 3, "one settled, one more delivered");
+    let back = s.consumers.get_mut(&1).unwrap().held.remove(0);
+    q.requeue([(Some(1), back)], &mut s);
+    assert_eq!(s.delivered.len(), 4, "a requeue gives credit back too");
+    assert_eq!(s.delivered[3].1, 1, "the requeued message first");
+    assert!(s.delivered[3].2, "marked redelivered");
+    assert!(s.errors.is_empty(), "{:?}", s.errors);
+}
+
+#[test]
 fn single_active_consumer_feeds_only_the_first_and_hands_over_on_cancel() {
     let mut s = sim_with(&[(1, 0), (2, 0)]);
     let config = Config {
@@ -55,7 +82,9 @@ fn ttl_zero_reaches_a_waiting_consumer_and_expires_otherwise() {
         ..Limits::default()
     };
     let mut q = Q::new(Config::default(), limits, 0);
-    q.add_consumer(consumer(1, 0), 0).unwrap();
+    let mut c = consumer(1, 0);
+    c.prefetch = 1;
+    q.add_consumer(c, 0).unwrap();
     q.publish(msg(0, 1, None, None), false, &mut s);
     q.publish(msg(1, 1, None, None), false, &mut s);
     assert_eq!(s.delivered.len(), 1);
@@ -96,7 +125,7 @@ fn requeue_restores_position_and_drop_head_applies_after_it() {
     q.publish(msg(1, 1, None, None), false, &mut s);
     q.publish(msg(2, 1, None, None), false, &mut s);
     let held = std::mem::take(&mut s.consumers.get_mut(&1).unwrap().held);
-    q.requeue(held, &mut s);
+    q.requeue(held.into_iter().map(|e| (Some(1), e)), &mut s);
     // 0 went back to the head, which made three: the head (0, redelivered) is dropped.
     assert_eq!(s.dead, [(0, Reason::MaxLen)]);
     let (m, _) = q.get(false, &mut s).unwrap();
@@ -417,19 +446,19 @@ proptest! {
                     }
                 }
                 ModelOp::AckAll => {
-                    q.settle(held.drain(..), true, &mut s);
+                    q.settle(held.drain(..).map(|e| (None, e)), true, &mut s);
                     mheld.clear();
                     m.expire(s.now);
                 }
                 ModelOp::RejectAll => {
-                    q.discard(held.drain(..), true, &mut s);
+                    q.discard(held.drain(..).map(|e| (None, e)), true, &mut s);
                     for r in mheld.drain(..) {
                         m.dead.push((r.1.id, Reason::Rejected));
                     }
                     m.expire(s.now);
                 }
                 ModelOp::RequeueAll => {
-                    q.requeue(held.drain(..), &mut s);
+                    q.requeue(held.drain(..).map(|e| (None, e)), &mut s);
                     m.requeue(std::mem::take(&mut mheld), s.now);
                 }
                 ModelOp::Advance(ms) => s.now += ms,
@@ -512,7 +541,8 @@ proptest! {
 /// Every input that ever broke the fuzz target, kept under `tests/crashers/queue_commands/`.
 #[test]
 fn fuzz_crashers_stay_fixed() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/crashers/queue_commands");
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/crashers/queue_commands");
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "md") {

@@ -1270,7 +1270,7 @@ fn node_name(api: &Api) -> Result<String, Failure> {
     )?;
     Ok(o.get("node")
         .and_then(Value::as_str)
-        .unwrap_or("warren@localhost")
+        .unwrap_or("warren")
         .to_string())
 }
 

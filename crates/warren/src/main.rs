@@ -70,6 +70,10 @@ struct ServerArgs {
     /// Directory for durable state [default: ./warren-data].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// This node's name, NAME@HOST (NAME alone gets @<short hostname>) [default: warren@<short
+    /// hostname>].
+    #[arg(long, value_name = "NAME")]
+    node_name: Option<String>,
 }
 
 fn load_config(args: &ServerArgs) -> anyhow::Result<Config> {
@@ -96,6 +100,11 @@ fn load_config(args: &ServerArgs) -> anyhow::Result<Config> {
     }
     if let Some(f) = &args.definitions {
         c.definitions_file = Some(f.clone());
+    }
+    if let Some(n) = &args.node_name {
+        c.node_name = warren_broker::config::full_node_name(n);
+        c.validate()
+            .map_err(|e| anyhow::anyhow!("invalid --node-name: {e}"))?;
     }
     if let Some(d) = &args.data_dir {
         c.data_dir = d.clone();

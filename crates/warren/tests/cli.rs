@@ -44,7 +44,13 @@ fn help_explains_every_server_flag() {
     let out = bin().args(["server", "--help"]).output().expect("runs");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for flag in ["--amqp-port", "--http-port", "--data-dir", "--config"] {
+    for flag in [
+        "--amqp-port",
+        "--http-port",
+        "--data-dir",
+        "--config",
+        "--node-name",
+    ] {
         assert!(text.contains(flag), "{flag} missing from --help:\n{text}");
     }
 }
@@ -54,13 +60,7 @@ fn bad_config_is_a_clear_error() {
     let dir = tempdir();
     let cfg = dir.join("bad.toml");
     std::fs::write(&cfg, "amqp_prot = 1\n").expect("write");
-    let out = bin()
-        .args(["server", "--config"])
-        .arg(&cfg)
-        .output()
-        .expect("runs");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_config(&cfg);
     assert!(
         err.contains("invalid config file") && err.contains("amqp_prot"),
         "{err}"
@@ -72,6 +72,35 @@ fn bad_config_is_a_clear_error() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read config file"));
+}
+
+#[test]
+fn bad_node_name_is_a_clear_error() {
+    let dir = tempdir();
+    for bad in ["two words", "a@b@c", "@host", "name@"] {
+        let out = bin()
+            .args(["server", "--node-name", bad, "--data-dir"])
+            .arg(dir.join("data"))
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("node_name must be NAME@HOST"), "{bad}: {err}");
+    }
+    let cfg = dir.join("node.toml");
+    std::fs::write(&cfg, "node_name = \"x y\"\n").expect("write");
+    assert!(refused_config(&cfg).contains("node_name must be NAME@HOST"));
+}
+
+/// `warren server --config cfg` exits 1 at once; its stderr.
+fn refused_config(cfg: &std::path::Path) -> String {
+    let out = bin()
+        .args(["server", "--config"])
+        .arg(cfg)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]

@@ -25,6 +25,9 @@ impl Broker {
                 &amqp.to_string(),
                 "--http-port",
                 &http.to_string(),
+                // Every node name in ctl's output comes from here.
+                "--node-name",
+                "warren@testhost",
                 "--data-dir",
             ])
             .arg(&data)
@@ -490,7 +493,7 @@ fn connections_channels_and_consumers_list_as_rabbitmqctl_prints_them() {
         // An Erlang pid's form: <node.1.N.0>.
         let pid = row[0];
         assert!(
-            pid.starts_with("<warren@localhost.1.") && pid.ends_with(".0>"),
+            pid.starts_with("<warren@testhost.1.") && pid.ends_with(".0>"),
             "{pid}"
         );
         assert!(
@@ -651,7 +654,7 @@ fn stop_app_and_start_app() {
     let o = b.ctl(&["stop_app"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr)
-        .contains("Stopping rabbit application on node warren@localhost ..."));
+        .contains("Stopping rabbit application on node warren@testhost ..."));
     assert_eq!(
         closed_with(&rt, &mut held),
         (
@@ -676,7 +679,7 @@ fn stop_app_and_start_app() {
 
     let o = b.ctl(&["start_app"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("Starting node warren@localhost ..."));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Starting node warren@testhost ..."));
     let mut again = b.connect(&rt, "again", "/");
     assert!(rt
         .block_on(again.exists(Some("kept"), None))
@@ -698,12 +701,12 @@ fn status_environment_and_memory_watermark() {
     let b = Broker::start(dir.join("data"));
     let o = b.ctl(&["status"]);
     assert!(o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("Status of node warren@localhost ..."));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Status of node warren@testhost ..."));
     let status = String::from_utf8_lossy(&o.stdout).into_owned();
     for line in [
         "Runtime\n\nOS PID: ",
         "RabbitMQ version: 3.10.8\n",
-        "Node name: warren@localhost\n",
+        "Node name: warren@testhost\n",
         "Alarms\n\n(none)\n",
         "Calculation strategy: rss\n",
         "Memory high watermark setting: 0.4 of available memory, computed to: ",
@@ -735,10 +738,10 @@ fn status_environment_and_memory_watermark() {
     let o = b.ctl(&["set_vm_memory_high_watermark", "0"]);
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr)
-        .contains("Setting memory threshold on warren@localhost to 0 ..."));
+        .contains("Setting memory threshold on warren@testhost to 0 ..."));
     assert!(b
         .ok(&["status"])
-        .contains("Alarms\n\nMemory alarm on node warren@localhost\n"));
+        .contains("Alarms\n\nMemory alarm on node warren@testhost\n"));
     b.ok(&["set_vm_memory_high_watermark", "0.4"]);
     assert!(b.ok(&["status"]).contains("Alarms\n\n(none)\n"));
     let o = b.ctl(&["set_vm_memory_high_watermark", "absolute", "2GB"]);

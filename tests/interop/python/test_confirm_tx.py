@@ -9,8 +9,8 @@ import pika.exceptions
 import pytest
 
 import rawamqp as raw
-from helpers import (assert_connection_usable, channel_closed, get_all, host_port, pump, settle,
-                     uname, wait_depth)
+from helpers import (Collector, assert_connection_usable, channel_closed, get_all, host_port, pump,
+                     settle, uname, wait_depth)
 
 
 class ConfirmChannel:
@@ -248,6 +248,29 @@ def test_tx_reject_applied_on_commit(conn, res):
     assert ch.queue_declare(q, passive=True).method.message_count == 0  # not yet
     ch.tx_commit()
     wait_depth(conn, q, 1)
+    ch.queue_delete(q)
+
+
+def test_tx_uncommitted_ack_keeps_the_consumers_prefetch_used(conn, res):
+    # The queue counts a consumer's credit: an ack inside a transaction reaches the queue at
+    # commit, so until then a consumer with prefetch 1 is still full, as in RabbitMQ.
+    q = res.queue()
+    ch = conn.channel()
+    ch.queue_declare(q)
+    ch.basic_publish("", q, b"first")
+    consumer = conn.channel()
+    consumer.basic_qos(prefetch_count=1)
+    consumer.tx_select()
+    got = Collector()
+    consumer.basic_consume(q, got)
+    pump(conn, lambda: len(got) == 1)
+    consumer.basic_ack(got.deliveries[0][0].delivery_tag)
+    ch.basic_publish("", q, b"second")
+    settle(conn, 0.5)
+    assert got.bodies == [b"first"]
+    consumer.tx_commit()
+    pump(conn, lambda: len(got) == 2)
+    assert got.bodies == [b"first", b"second"]
     ch.queue_delete(q)
 
 

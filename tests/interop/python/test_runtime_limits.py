@@ -11,7 +11,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from helpers import connect, safe_close, uname
+from helpers import connect, safe_close, uname, wait_until
 # A fresh user on a fresh vhost (configure ^cfg, write ^w, read ^r), and the API as guest.
 from test_access import Api, api, q, tenant  # noqa: F401 - fixtures
 from test_durability import Node
@@ -136,7 +136,10 @@ def test_user_max_channels_across_connections(api, tenant):
     assert e.value.reply_code == 530
     assert e.value.reply_text == (f"NOT_ALLOWED - number of channels opened for user '{u}' "
                                   "has reached the maximum allowed user limit of (2)")
-    # b's channel was given back with b; a keeps its channel.
+    # b's channel was given back with b (which goes once the client's close-ok arrives, so
+    # wait until the API no longer lists it); a keeps its channel.
+    wait_until(lambda: len([c for c in api.call("GET", "/api/connections")[1] if c["user"] == u]) == 1,
+               what=f"{u}'s second connection to go")
     assert a.is_open
     a.channel()
     clear_limit(api, "user-limits", u, "max-channels")

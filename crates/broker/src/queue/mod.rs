@@ -12,8 +12,9 @@
 
 pub mod args;
 pub mod dead_letter;
+pub mod handle;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -21,11 +22,12 @@ use warren_protocol::{ByteString, FieldTable};
 use warren_queue::{Effect, Host, PagedIn};
 
 pub use args::{display_value, type_name, Overflow, QueueArgs};
+pub use handle::{DeliverySink, QueueRef};
 pub use warren_queue::Reason;
 
 use warren_store::{Cursor, LiveSet, QueueLog};
 
-use crate::channel::{ChannelShared, Offer};
+use crate::channel::Offer;
 use crate::confirm::ConfirmHandle;
 use crate::error::{AmqpError, AmqpResult};
 use crate::limits;
@@ -36,21 +38,25 @@ use crate::vhost::VHost;
 /// A message in a queue, with its position so requeued messages go back where they were.
 pub type QueuedMessage = warren_queue::Entry<Arc<Message>>;
 
+/// A delivery coming back to its queue, with the key of the consumer it went to (`None`: a
+/// basic.get).
+pub type Settled = warren_queue::Settled<Arc<Message>>;
+
 /// A consumer: lives in its queue's consumer list and in its channel's consumer map.
 pub struct Consumer {
     /// Names it to its queue's state machine; unique in the process.
     pub key: u64,
     pub tag: ByteString,
-    pub channel: Arc<ChannelShared>,
-    pub queue: Arc<Queue>,
+    /// Where its deliveries go (its channel).
+    pub sink: Arc<dyn DeliverySink>,
+    pub queue: QueueRef,
     pub no_ack: bool,
     pub exclusive: bool,
     /// `x-priority` from basic.consume: higher is served first while it has credit.
     pub priority: i64,
-    /// Per-consumer prefetch (basic.qos global=false at consume time); 0 = unlimited.
+    /// Per-consumer prefetch (basic.qos global=false at consume time); 0 = unlimited. Its
+    /// credit is counted by the queue's state machine.
     pub prefetch: u16,
-    /// Unacked deliveries to this consumer; changed only under the channel's deliveries lock.
-    pub unacked: AtomicU32,
     /// Set when the broker cancelled it (queue deleted) or the client did.
     pub cancelled: AtomicBool,
 }
@@ -139,9 +145,12 @@ fn holds(recovered: &LiveSet, recovered_max: Option<u64>, seq: u64) -> bool {
     recovered_max.is_none_or(|m| seq > m) || recovered.holds(seq)
 }
 
+/// The state machine of a local queue.
+type Core = warren_queue::State<Arc<Consumer>, Arc<Message>>;
+
 /// Everything under the queue's mutex: the state machine and what its host keeps beside it.
 struct Locked {
-    core: warren_queue::State<Arc<Consumer>, Arc<Message>>,
+    core: Core,
     io: Io,
 }
 
@@ -176,11 +185,11 @@ struct Ctx<'a> {
 impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
     #[inline]
     fn offer(&mut self, c: &Arc<Consumer>, m: &QueuedMessage) -> warren_queue::Offer {
-        match c.channel.offer(c, self.q, m) {
+        match c.sink.offer(c, self.q, m) {
             Offer::Delivered => warren_queue::Offer::Taken,
             Offer::OutboxFull => {
                 self.io.outbox_bound = true;
-                c.channel.outbox.wait_for_space(self.q);
+                c.sink.wait_for_space(self.q);
                 warren_queue::Offer::Refused
             }
             Offer::NoCredit => warren_queue::Offer::Refused,
@@ -267,7 +276,10 @@ impl Io {
         for (seq, data) in got {
             // More records than the tail counts would be a bookkeeping bug: never overrun.
             if read.records == remaining {
-                tracing::error!(seq, "a paged-out record beyond the queue's count is ignored");
+                tracing::error!(
+                    seq,
+                    "a paged-out record beyond the queue's count is ignored"
+                );
                 break;
             }
             p.recovered.forget_below(seq);
@@ -464,17 +476,14 @@ impl Queue {
     /// Runs `f` on the state machine under the queue lock, then sends what its effects left to
     /// do: confirms, the persister's wake-up, dead letters.
     #[inline]
-    fn locked<R>(
-        self: &Arc<Self>,
-        f: impl FnOnce(&Arc<Self>, &mut warren_queue::State<Arc<Consumer>, Arc<Message>>, &mut Ctx<'_>) -> R,
-    ) -> R {
+    fn locked<R>(self: &Arc<Self>, f: impl FnOnce(&Arc<Self>, &mut Core, &mut Ctx<'_>) -> R) -> R {
         self.locked_with(None, f)
     }
 
     fn locked_with<R>(
         self: &Arc<Self>,
         confirm: Option<&Arc<ConfirmHandle>>,
-        f: impl FnOnce(&Arc<Self>, &mut warren_queue::State<Arc<Consumer>, Arc<Message>>, &mut Ctx<'_>) -> R,
+        f: impl FnOnce(&Arc<Self>, &mut Core, &mut Ctx<'_>) -> R,
     ) -> R {
         let mut guard = self.state.lock();
         let Locked { core, io } = &mut *guard;
@@ -602,23 +611,19 @@ impl Queue {
 
     /// Settles acked messages and, with `dispatch`, dispatches. A channel under a channel-wide
     /// limit passes false and dispatches all its queues itself, in a fair order.
-    pub fn settle(self: &Arc<Self>, msgs: impl IntoIterator<Item = QueuedMessage>, dispatch: bool) {
+    pub fn settle(self: &Arc<Self>, msgs: impl IntoIterator<Item = Settled>, dispatch: bool) {
         self.locked(|_, st, host| st.settle(msgs, dispatch, host))
     }
 
     /// Rejected without requeue: settled, and dead-lettered if the queue has a DLX.
     /// `dispatch` as for [`Queue::settle`].
-    pub fn discard(
-        self: &Arc<Self>,
-        msgs: impl IntoIterator<Item = QueuedMessage>,
-        dispatch: bool,
-    ) {
+    pub fn discard(self: &Arc<Self>, msgs: impl IntoIterator<Item = Settled>, dispatch: bool) {
         self.locked(|_, st, host| st.discard(msgs, dispatch, host))
     }
 
     /// Puts unacked messages back at their original positions, marked redelivered (see
     /// `warren_queue::State::requeue` for the length limits).
-    pub fn requeue(self: &Arc<Self>, msgs: impl IntoIterator<Item = QueuedMessage>) {
+    pub fn requeue(self: &Arc<Self>, msgs: impl IntoIterator<Item = Settled>) {
         self.locked(|_, st, host| st.requeue(msgs, host))
     }
 
@@ -635,6 +640,8 @@ impl Queue {
                 priority: c.priority,
                 no_ack: c.no_ack,
                 exclusive: c.exclusive,
+                prefetch: u32::from(c.prefetch),
+                outstanding: 0,
                 handle: c,
             };
             let now = host.now();
@@ -684,7 +691,11 @@ impl Queue {
     /// active one), for the management side.
     pub fn consumers(&self) -> Vec<Arc<Consumer>> {
         let st = self.state.lock();
-        st.core.consumers().iter().map(|c| c.handle.clone()).collect()
+        st.core
+            .consumers()
+            .iter()
+            .map(|c| c.handle.clone())
+            .collect()
     }
 
     pub fn purge(self: &Arc<Self>) -> u32 {
@@ -752,9 +763,4 @@ impl std::fmt::Debug for Queue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Queue({})", self.name)
     }
-}
-
-/// Checks if a consumer may take another delivery under its own prefetch.
-pub fn consumer_has_credit(c: &Consumer) -> bool {
-    c.no_ack || c.prefetch == 0 || c.unacked.load(Ordering::Relaxed) < c.prefetch as u32
 }
