@@ -19,6 +19,7 @@ use crate::access::{exchange_resource, Access, Perm, PermCache, Resource};
 use crate::confirm::Confirms;
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::{header_routes, Message};
+use crate::metrics::{bump, delivered, ChannelStats};
 use crate::outbox::{self, Outbox};
 use crate::queue::args::parse_expiration;
 use crate::queue::{Consumer, DeliverySink, Enqueued, Queue, QueueRef, QueuedMessage};
@@ -63,6 +64,8 @@ pub struct ChannelShared {
     deliveries: Mutex<Deliveries>,
     /// What `list_channels` shows of the channel's modes; only the channel's task writes it.
     pub modes: ChannelModes,
+    /// Message counts (management API, Prometheus).
+    pub stats: Arc<ChannelStats>,
 }
 
 /// A channel's settings as its task last set them, readable from the management side.
@@ -84,6 +87,7 @@ impl ChannelShared {
                 ..Default::default()
             }),
             modes: ChannelModes::default(),
+            stats: Arc::default(),
         })
     }
 
@@ -125,6 +129,14 @@ impl ChannelShared {
         self.outbox.push(|b| {
             outbox::write_delivery(b, self.id, frame_max, &c.tag, tag, m.redelivered, &m.msg);
         });
+        let st = &self.stats;
+        delivered(
+            &st.deliver,
+            &st.deliver_no_ack,
+            &st.redeliver,
+            c.no_ack,
+            m.redelivered,
+        );
         if !c.no_ack {
             d.global_unacked += 1;
             d.unacked.push_back(Unacked {
@@ -151,6 +163,14 @@ impl ChannelShared {
     /// basic.get-ok for `m` (called under the queue lock).
     fn deliver_get(&self, q: &QueueRef, m: &QueuedMessage, remaining: u32, no_ack: bool) {
         let mut d = self.deliveries.lock();
+        let st = &self.stats;
+        delivered(
+            &st.get,
+            &st.get_no_ack,
+            &st.redeliver,
+            no_ack,
+            m.redelivered,
+        );
         let tag = d.next_tag;
         d.next_tag += 1;
         let frame_max = self.outbox.frame_max.load(Ordering::Relaxed);
@@ -324,9 +344,10 @@ impl Channel {
     }
 
     pub fn new(id: u16, outbox: Arc<Outbox>) -> Channel {
+        let shared = ChannelShared::new(id, outbox.clone());
         Channel {
-            shared: ChannelShared::new(id, outbox.clone()),
-            confirms: Confirms::new(id, outbox),
+            confirms: Confirms::new(id, outbox, shared.stats.clone()),
+            shared,
             publish: PublishState::Idle,
             consumers: HashMap::new(),
             consumer_prefetch: 0,
@@ -452,6 +473,7 @@ impl Channel {
                     shared.deliver_get(&q, m, remaining, g.no_ack)
                 });
                 if !got {
+                    bump(&self.shared.stats.get_empty, 1);
                     self.reply(BasicGetEmpty {
                         reserved_1: "".into(),
                     });
@@ -784,6 +806,9 @@ impl Channel {
     fn settle(&mut self, tag: u64, multiple: bool, requeue: bool, ack: bool) -> AmqpResult<()> {
         let taken = self.shared.take(tag, multiple)?;
         let how = Settle::of(ack, requeue);
+        if how == Settle::Ack {
+            bump(&self.shared.stats.ack, taken.len() as u64);
+        }
         if let Some(ops) = &mut self.tx {
             ops.push(TxOp::Settle(taken, how));
             return Ok(());
@@ -1055,6 +1080,7 @@ impl Channel {
     ) -> AmqpResult<()> {
         let mut targets = std::mem::take(&mut self.route_buf);
         targets.clear();
+        bump(&self.shared.stats.publish, 1);
         let routed = vhost.route_keys(
             &msg.exchange,
             &msg.routing_key,
@@ -1072,6 +1098,17 @@ impl Channel {
         } else {
             None
         };
+        if targets.is_empty() {
+            let st = &self.shared.stats;
+            bump(
+                if mandatory {
+                    &st.return_unroutable
+                } else {
+                    &st.drop_unroutable
+                },
+                1,
+            );
+        }
         if targets.is_empty() && mandatory {
             let frame_max = self.shared.outbox.frame_max.load(Ordering::Relaxed);
             let ret = Method::BasicReturn(BasicReturn {
@@ -1133,6 +1170,11 @@ impl Channel {
     pub fn close(&mut self, vhost: &Arc<VHost>) {
         let mut taken = {
             let mut d = self.shared.deliveries.lock();
+            if !d.closed {
+                // Its counts stay in the vhost's totals once it is gone.
+                vhost.retired.absorb(&self.shared.stats);
+                vhost.churn.channel_closed.fetch_add(1, Ordering::Relaxed);
+            }
             d.closed = true;
             d.unacked.drain(..).collect::<Vec<_>>()
         };

@@ -12,6 +12,7 @@ use warren_protocol::frame;
 use warren_protocol::method::{BasicAck, BasicNack};
 use warren_protocol::Method;
 
+use crate::metrics::ChannelStats;
 use crate::outbox::Outbox;
 
 #[derive(Default)]
@@ -26,14 +27,17 @@ struct State {
 pub struct Confirms {
     channel: u16,
     outbox: Arc<Outbox>,
+    /// Its channel's counts (`confirm`).
+    stats: Arc<ChannelStats>,
     state: Mutex<State>,
 }
 
 impl Confirms {
-    pub fn new(channel: u16, outbox: Arc<Outbox>) -> Arc<Confirms> {
+    pub fn new(channel: u16, outbox: Arc<Outbox>, stats: Arc<ChannelStats>) -> Arc<Confirms> {
         Arc::new(Confirms {
             channel,
             outbox,
+            stats,
             state: Mutex::new(State::default()),
         })
     }
@@ -81,6 +85,10 @@ impl Confirms {
         let nacks = std::mem::take(&mut st.nacks);
         acks.sort_unstable();
         let split = acks.partition_point(|&t| t < low);
+        // Flushed from the channel's task and from the persister thread: added atomically.
+        self.stats
+            .confirm
+            .fetch_add(acks.len() as u64, Ordering::Relaxed);
         let id = self.channel;
         self.outbox.push(|b| {
             for &tag in &nacks {
@@ -177,7 +185,7 @@ mod tests {
     #[test]
     fn multiple_only_below_the_oldest_outstanding() {
         let o = Outbox::new(0);
-        let c = Confirms::new(1, o.clone());
+        let c = Confirms::new(1, o.clone(), Default::default());
         c.settled(1, true);
         let h2 = c.pending(2, 1);
         c.settled(3, true);

@@ -337,7 +337,11 @@ impl Conn {
                         }
                         return;
                     }
-                    Ok(_) => {
+                    Ok(n) => {
+                        if let Some(i) = &self.info {
+                            crate::metrics::bump(&i.recv_oct, n as u64);
+                            crate::metrics::bump(&i.recv_cnt, 1);
+                        }
                         self.last_read = Instant::now();
                         self.trickle = false;
                         let pressured = self.process(limited.get_mut());
@@ -888,6 +892,9 @@ impl Conn {
                         if let Some(i) = &self.info {
                             i.channel_opened(ch.shared.clone());
                         }
+                        if let Some(v) = &self.vhost {
+                            v.churn.channel_created.fetch_add(1, Ordering::Relaxed);
+                        }
                         self.channels.insert(id, Slot::Open(Box::new(ch)));
                         self.outbox.method(
                             id,
@@ -1014,9 +1021,9 @@ impl Conn {
         let local = self.local.unwrap_or(self.peer);
         let info = Arc::new(crate::tracking::ConnInfo::new(
             self.broker.config.node_name.as_str().into(),
+            self.outbox.clone(),
             self.id,
-            self.peer,
-            local,
+            (self.peer, local),
             user,
             vhost,
             &self.client_properties,
@@ -1026,6 +1033,10 @@ impl Conn {
         info.heartbeat_s
             .store(self.heartbeat_s as u32, Ordering::Relaxed);
         self.broker.connections.lock().insert(self.id, info.clone());
+        self.broker
+            .churn
+            .connection_created
+            .fetch_add(1, Ordering::Relaxed);
         self.info = Some(info);
     }
 
@@ -1046,6 +1057,10 @@ impl Conn {
         }
         if self.info.take().is_some() {
             self.broker.connections.lock().remove(&self.id);
+            self.broker
+                .churn
+                .connection_closed
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 }

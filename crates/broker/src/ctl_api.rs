@@ -25,6 +25,7 @@ use warren_protocol::{FieldTable, FieldValue};
 use crate::alarms::MemoryWatermark;
 use crate::http::{bad_request, connection_json, no_content, ok_json, ApiError, ApiResult};
 use crate::server::Broker;
+use crate::stats_api::addr;
 use crate::tracking::ConnInfo;
 
 type B = State<Arc<Broker>>;
@@ -82,12 +83,7 @@ async fn connections(State(b): B) -> ApiResult {
     ok_json(Value::Array(rows))
 }
 
-/// Every open channel's pid, by the address of its shared half (which consumers hold).
-/// A consumer's sink or a channel, by address (a local consumer's sink is its channel).
-fn addr<T: ?Sized>(p: &Arc<T>) -> usize {
-    Arc::as_ptr(p) as *const () as usize
-}
-
+/// Every open channel's pid, by the address of its shared half (which consumers' sinks are).
 fn channel_pids(conns: &[Arc<ConnInfo>]) -> HashMap<usize, String> {
     let mut pids = HashMap::new();
     for c in conns {
@@ -99,14 +95,7 @@ fn channel_pids(conns: &[Arc<ConnInfo>]) -> HashMap<usize, String> {
 }
 
 async fn channels(State(b): B) -> ApiResult {
-    let mut consumers_on: HashMap<usize, u32> = HashMap::new();
-    for v in b.vhosts() {
-        for q in v.snapshot().queues.values() {
-            for c in q.consumers() {
-                *consumers_on.entry(addr(&c.sink)).or_default() += 1;
-            }
-        }
-    }
+    let consumers_on = crate::stats_api::consumers_by_channel(&b);
     let mut rows = Vec::new();
     for c in open_connections(&b) {
         for ch in c.channels() {
@@ -132,44 +121,34 @@ async fn channels(State(b): B) -> ApiResult {
 
 async fn consumers(State(b): B) -> ApiResult {
     let pids = channel_pids(&open_connections(&b));
-    let mut rows = Vec::new();
-    for v in b.vhosts() {
-        let s = v.snapshot();
-        let mut qs: Vec<_> = s.queues.values().collect();
-        qs.sort_by(|a, b| a.name().cmp(b.name()));
-        for q in qs {
-            let single_active = q.options().args.single_active_consumer;
-            for (i, c) in q.consumers().iter().enumerate() {
-                let active = !single_active || i == 0;
-                let mut args = FieldTable::new();
-                // Warren keeps a consumer's x-priority, not the arguments table it came in.
-                if c.priority != 0 {
-                    args.insert("x-priority", FieldValue::I64(c.priority));
-                }
-                rows.push(json!({
-                    "vhost": &*v.name,
-                    "queue_name": &**q.name(),
-                    "channel_pid": pids.get(&addr(&c.sink)).cloned().unwrap_or_default(),
-                    "consumer_tag": &*c.tag,
-                    "ack_required": !c.no_ack,
-                    "prefetch_count": c.prefetch,
-                    "exclusive": c.exclusive,
-                    "active": active,
-                    "activity_status": match (single_active, active) {
-                        (false, _) => "up",
-                        (true, true) => "single_active",
-                        (true, false) => "waiting",
-                    },
-                    "arguments": ordered_table(&args),
-                }));
+    let rows = crate::stats_api::consumers_in(b.vhosts())
+        .into_iter()
+        .map(|l| {
+            let c = &l.consumer;
+            let mut args = FieldTable::new();
+            // Warren keeps a consumer's x-priority, not the arguments table it came in.
+            if c.priority != 0 {
+                args.insert("x-priority", FieldValue::I64(c.priority));
             }
-        }
-    }
+            json!({
+                "vhost": &*l.vhost.name,
+                "queue_name": &**l.queue.name(),
+                "channel_pid": pids.get(&addr(&c.sink)).cloned().unwrap_or_default(),
+                "consumer_tag": &*c.tag,
+                "ack_required": !c.no_ack,
+                "prefetch_count": c.prefetch,
+                "exclusive": c.exclusive,
+                "active": l.active,
+                "activity_status": l.status,
+                "arguments": ordered_table(&args),
+            })
+        })
+        .collect();
     ok_json(Value::Array(rows))
 }
 
 /// Open file descriptors and their soft limit, from /proc (None where it cannot be read).
-fn file_descriptors() -> (Option<u64>, Option<u64>) {
+pub(crate) fn file_descriptors() -> (Option<u64>, Option<u64>) {
     let open = std::fs::read_dir("/proc/self/fd")
         .ok()
         .map(|d| d.count() as u64);

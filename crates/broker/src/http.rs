@@ -26,7 +26,7 @@ use crate::queue::QueueRef;
 use crate::server::Broker;
 use crate::vhost::{ExchangeSpec, QueueSpec, VHost};
 
-type B = State<Arc<Broker>>;
+pub(crate) type B = State<Arc<Broker>>;
 
 /// An API error with RabbitMQ's body shape.
 pub struct ApiError(pub StatusCode, pub Value);
@@ -44,7 +44,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn not_found() -> ApiError {
+pub(crate) fn not_found() -> ApiError {
     ApiError(
         StatusCode::NOT_FOUND,
         json!({"error": "Object Not Found", "reason": "Not Found"}),
@@ -138,8 +138,18 @@ fn trim_trailing_slash(mut req: Request) -> Request {
 }
 
 pub fn router(broker: Arc<Broker>) -> Router {
-    Router::new()
+    use crate::stats_api as stats;
+    let api = Router::new()
         .route("/api/overview", get(overview))
+        .route("/api/channels", get(stats::list_channels))
+        .route("/api/channels/{name}", get(stats::get_channel))
+        .route("/api/vhosts/{name}/channels", get(stats::list_channels_in))
+        .route(
+            "/api/connections/{name}/channels",
+            get(stats::list_connection_channels),
+        )
+        .route("/api/consumers", get(stats::list_consumers))
+        .route("/api/consumers/{vhost}", get(stats::list_consumers_in))
         .route("/api/whoami", get(whoami))
         .route("/api/users", get(list_users))
         .route(
@@ -207,7 +217,12 @@ pub fn router(broker: Arc<Broker>) -> Router {
         )
         .merge(crate::ctl_api::routes())
         .fallback(|| async { not_found() })
-        .layer(middleware::from_fn_with_state(broker.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(broker.clone(), authenticate));
+    // Prometheus scrapes without credentials, as it does RabbitMQ's plugin (port 15692 there).
+    Router::new()
+        .route("/metrics", get(stats::metrics))
+        .route("/metrics/per-object", get(stats::metrics_per_object))
+        .merge(api)
         .with_state(broker)
 }
 
@@ -268,7 +283,7 @@ async fn authenticate(
     next.run(req).await
 }
 
-fn vhost_of(b: &Broker, name: &str) -> Result<Arc<VHost>, ApiError> {
+pub(crate) fn vhost_of(b: &Broker, name: &str) -> Result<Arc<VHost>, ApiError> {
     b.vhost(name).ok_or_else(not_found)
 }
 
@@ -291,16 +306,15 @@ fn str_field<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
 // ---- overview ----
 
 async fn overview(State(b): B) -> ApiResult {
-    let (mut queues, mut exchanges, mut consumers, mut ready, mut unacked) =
-        (0, 0, 0u64, 0u64, 0u64);
+    // Before the connections lock below: these take it too.
+    let (message_stats, queue_totals, churn_rates) = crate::stats_api::overview_stats(&b);
+    let (mut queues, mut exchanges, mut consumers) = (0, 0, 0u64);
     for v in b.vhosts() {
         let s = v.snapshot();
         queues += s.queues.len();
         exchanges += s.table.exchanges.len();
         for q in s.queues.values() {
             consumers += q.consumer_count() as u64;
-            ready += q.message_count() as u64;
-            unacked += q.unacked_count() as u64;
         }
     }
     let conns = b.connections.lock();
@@ -309,6 +323,8 @@ async fn overview(State(b): B) -> ApiResult {
         .map(|c| c.channels.load(std::sync::atomic::Ordering::Relaxed) as u64)
         .sum();
     ok_json(json!({
+        "message_stats": message_stats,
+        "churn_rates": churn_rates,
         "management_version": env!("CARGO_PKG_VERSION"),
         "rabbitmq_version": "3.10.8",
         "product_name": b.config.server_properties.product,
@@ -319,10 +335,7 @@ async fn overview(State(b): B) -> ApiResult {
             "connections": conns.len(), "channels": channels, "exchanges": exchanges,
             "queues": queues, "consumers": consumers,
         },
-        "queue_totals": {
-            "messages": ready + unacked, "messages_ready": ready,
-            "messages_unacknowledged": unacked,
-        },
+        "queue_totals": queue_totals,
         "listeners": [
             {"node": b.config.node_name, "protocol": "amqp", "ip_address": b.config.amqp_bind.to_string(), "port": b.config.amqp_port},
             {"node": b.config.node_name, "protocol": "http", "ip_address": b.config.http_bind.to_string(), "port": b.config.http_port},
@@ -542,6 +555,7 @@ fn queue_json(b: &Broker, q: &QueueRef) -> Value {
         "policy": policy.as_ref().map(|p| p.name.clone()),
         "effective_policy_definition": policy.map(|p| Value::Object(p.definition)).unwrap_or(json!({})),
         "state": "running", "type": "classic", "node": b.config.node_name,
+        "message_stats": crate::stats_api::queue_message_stats(b, q),
     })
 }
 
@@ -622,21 +636,22 @@ async fn purge_queue(State(b): B, Path((vhost, name)): Path<(String, String)>) -
 
 // ---- exchanges ----
 
-fn exchange_json(vhost: &str, x: &warren_routing::Exchange<QueueRef>) -> Value {
+fn exchange_json(b: &Broker, vhost: &str, x: &warren_routing::Exchange<QueueRef>) -> Value {
     json!({
         "name": &*x.name, "vhost": vhost, "type": x.kind.as_str(), "durable": x.durable,
         "auto_delete": x.auto_delete, "internal": x.internal,
         "arguments": table_to_json(&x.arguments),
+        "message_stats": crate::stats_api::exchange_message_stats(b, vhost, x),
     })
 }
 
-fn exchanges_of(vhosts: Vec<Arc<VHost>>) -> Value {
+fn exchanges_of(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Value {
     let mut out = Vec::new();
     for v in vhosts {
         let s = v.snapshot();
         let mut xs: Vec<_> = s.table.exchanges.values().collect();
         xs.sort_by(|a, b| a.name.cmp(&b.name));
-        out.extend(xs.into_iter().map(|x| exchange_json(&v.name, x)));
+        out.extend(xs.into_iter().map(|x| exchange_json(b, &v.name, x)));
     }
     Value::Array(out)
 }
@@ -651,11 +666,11 @@ fn exchange_name(n: &str) -> &str {
 }
 
 async fn list_exchanges(State(b): B) -> ApiResult {
-    ok_json(exchanges_of(b.vhosts()))
+    ok_json(exchanges_of(&b, b.vhosts()))
 }
 
 async fn list_exchanges_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
-    ok_json(exchanges_of(vec![vhost_of(&b, &vhost)?]))
+    ok_json(exchanges_of(&b, vec![vhost_of(&b, &vhost)?]))
 }
 
 async fn get_exchange(State(b): B, Path((vhost, name)): Path<(String, String)>) -> ApiResult {
@@ -666,7 +681,7 @@ async fn get_exchange(State(b): B, Path((vhost, name)): Path<(String, String)>) 
         .exchanges
         .get(exchange_name(&name))
         .ok_or_else(not_found)?;
-    ok_json(exchange_json(&v.name, x))
+    ok_json(exchange_json(&b, &v.name, x))
 }
 
 async fn put_exchange(
@@ -773,6 +788,9 @@ pub(crate) fn connection_json(c: &crate::tracking::ConnInfo) -> Value {
         "connected_at": c.connected_at_ms, "channels": c.channels.load(Relaxed),
         "frame_max": c.frame_max.load(Relaxed), "timeout": c.heartbeat_s.load(Relaxed),
         "client_properties": c.client_properties, "ssl": false,
+        "recv_oct": c.recv_oct.load(Relaxed), "recv_cnt": c.recv_cnt.load(Relaxed),
+        "send_oct": c.outbox.sent_octets.load(Relaxed),
+        "send_cnt": c.outbox.writes.load(Relaxed),
     })
 }
 
@@ -780,7 +798,13 @@ async fn list_connections(State(b): B) -> ApiResult {
     let mut cs: Vec<_> = b.connections.lock().values().cloned().collect();
     cs.sort_by_key(|c| c.id);
     ok_json(Value::Array(
-        cs.iter().map(|c| connection_json(c)).collect(),
+        cs.iter()
+            .map(|c| {
+                let mut row = connection_json(c);
+                crate::stats_api::add_connection_rates(&b, c, &mut row);
+                row
+            })
+            .collect(),
     ))
 }
 
@@ -795,7 +819,9 @@ fn find_connection(b: &Broker, name: &str) -> Result<Arc<crate::tracking::ConnIn
 
 async fn get_connection(State(b): B, Path(name): Path<String>) -> ApiResult {
     let c = find_connection(&b, &name)?;
-    ok_json(connection_json(&c))
+    let mut row = connection_json(&c);
+    crate::stats_api::add_connection_rates(&b, &c, &mut row);
+    ok_json(row)
 }
 
 async fn close_connection(State(b): B, Path(name): Path<String>, headers: HeaderMap) -> ApiResult {

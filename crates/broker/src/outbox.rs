@@ -43,6 +43,8 @@ pub struct Outbox {
     full: AtomicBool,
     /// Count of writes, so the heartbeat timer knows whether anything went out lately.
     pub writes: AtomicU64,
+    /// Octets written to the socket (the management API's `send_oct`).
+    pub sent_octets: AtomicU64,
     /// Negotiated frame_max, for splitting bodies.
     pub frame_max: std::sync::atomic::AtomicU32,
     /// Octets waiting in the buffer (not yet taken by a writer): the reader stops processing
@@ -93,6 +95,7 @@ impl Outbox {
             notify: Notify::new(),
             full: AtomicBool::new(false),
             writes: AtomicU64::new(0),
+            sent_octets: AtomicU64::new(0),
             frame_max: std::sync::atomic::AtomicU32::new(frame_max),
             pending: AtomicUsize::new(0),
             space: Notify::new(),
@@ -157,6 +160,7 @@ impl Outbox {
                 g.buf.advance(n);
                 self.pending.store(g.buf.len(), Ordering::Relaxed);
                 self.writes.fetch_add(1, Ordering::Relaxed);
+                self.sent_octets.fetch_add(n as u64, Ordering::Relaxed);
                 self.space.notify_one();
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -314,6 +318,8 @@ impl Outbox {
                 }
             }
             self.writes.fetch_add(1, Ordering::Relaxed);
+            self.sent_octets
+                .fetch_add(spare.len() as u64, Ordering::Relaxed);
             spare.clear();
             if spare.capacity() > 4 * 1024 * 1024 {
                 spare = BytesMut::with_capacity(64 * 1024);

@@ -35,6 +35,12 @@ pub struct Broker {
     pub app: crate::app::App,
     /// For status's uptime.
     pub started_at: std::time::Instant,
+    /// Connections and channels opened and closed; the counts of deleted vhosts.
+    pub churn: crate::metrics::Churn,
+    /// Closed channels' counts of deleted vhosts (live vhosts keep their own).
+    pub retired: crate::metrics::ChannelStats,
+    /// Samples for the management API's rates.
+    pub rates: crate::metrics::Rates,
 }
 
 impl Broker {
@@ -66,6 +72,9 @@ impl Broker {
             admission,
             app: crate::app::App::default(),
             started_at: std::time::Instant::now(),
+            churn: Default::default(),
+            retired: Default::default(),
+            rates: Default::default(),
         });
         for v in b.vhosts() {
             v.set_max_queues(b.admission.max_queues(&v.name));
@@ -160,6 +169,9 @@ impl Broker {
                 crate::channel::notify_cancelled(&d.consumers);
             }
         }
+        // Node totals never go down: what the vhost counted stays with the node.
+        self.churn.absorb(&vh.churn);
+        self.retired.absorb(&vh.retired);
         let dir = Self::vhost_dir(&self.config, name);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
@@ -204,6 +216,7 @@ impl Broker {
     /// them, bounded.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
         let sweeper = tokio::spawn(self.clone().sweep_expired());
+        let sampler = tokio::spawn(crate::stats_api::run_sampler(self.clone()));
         let alarms = tokio::spawn(self.alarms.clone().run());
         let b = self.clone();
         crate::app::serve_listener(
@@ -214,6 +227,7 @@ impl Broker {
         )
         .await;
         sweeper.abort();
+        sampler.abort();
         alarms.abort();
         let p = self.persister.clone();
         let _ = tokio::task::spawn_blocking(move || p.stop()).await;

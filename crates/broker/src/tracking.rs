@@ -13,6 +13,11 @@ use crate::channel::ChannelShared;
 pub struct ConnInfo {
     /// The node serving it (its pids carry the name).
     pub node: Arc<str>,
+    /// Its output (octets sent, for the management API).
+    pub outbox: Arc<crate::outbox::Outbox>,
+    /// Octets and reads received; written by the connection's task only.
+    pub recv_oct: AtomicU64,
+    pub recv_cnt: AtomicU64,
     pub id: u64,
     /// RabbitMQ's connection name: "peer -> local".
     pub name: String,
@@ -37,17 +42,21 @@ pub struct ConnInfo {
 }
 
 impl ConnInfo {
+    /// `addrs`: the peer's and ours.
     pub fn new(
         node: Arc<str>,
+        outbox: Arc<crate::outbox::Outbox>,
         id: u64,
-        peer: SocketAddr,
-        local: SocketAddr,
+        (peer, local): (SocketAddr, SocketAddr),
         user: String,
         vhost: String,
         client_properties: &FieldTable,
     ) -> ConnInfo {
         ConnInfo {
             node,
+            outbox,
+            recv_oct: AtomicU64::new(0),
+            recv_cnt: AtomicU64::new(0),
             id,
             name: format!("{peer} -> {local}"),
             peer,

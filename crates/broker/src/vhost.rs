@@ -3,12 +3,14 @@
 //! through `ArcSwap` without taking any lock.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use warren_protocol::{ByteString, FieldTable, FieldValue};
 use warren_routing::consistent_hash::{self, HashOn};
+use warren_routing::counter::ExchangeStats;
 use warren_routing::{Binding, Destination, Exchange, ExchangeKind, HashRing, Table};
 
 use std::path::PathBuf;
@@ -21,6 +23,7 @@ use warren_protocol::method::{
 use crate::access::PolicyDef;
 use crate::definitions::{self, Definition, DefinitionsStore};
 use crate::error::{AmqpError, AmqpResult};
+use crate::metrics::{ChannelStats, Churn};
 use crate::persist::Persister;
 use crate::queue::{Backing, Consumer, Queue, QueueArgs, QueueOptions, QueueRef};
 
@@ -34,6 +37,12 @@ pub struct Snapshot {
 
 pub struct VHost {
     pub name: Arc<str>,
+    /// The default exchange's statistics (its publishes skip the exchange table).
+    default_stats: Arc<ExchangeStats>,
+    /// Counts of this vhost's closed channels, so totals do not drop when a channel goes.
+    pub retired: ChannelStats,
+    /// Queues declared, created and deleted here.
+    pub churn: Churn,
     snapshot: ArcSwap<Snapshot>,
     /// The authoritative definitions; `snapshot` is a copy swapped in after each change.
     defs: Mutex<Snapshot>,
@@ -310,7 +319,13 @@ impl VHost {
         store: Option<Box<dyn DefinitionsStore>>,
     ) -> Arc<VHost> {
         let mut s = Snapshot::default();
+        let default_stats = Arc::new(ExchangeStats::default());
         let mk = |n: &str, kind, internal| {
+            let stats = if n.is_empty() {
+                default_stats.clone()
+            } else {
+                Default::default()
+            };
             let n: Arc<str> = n.into();
             (
                 n.clone(),
@@ -326,6 +341,7 @@ impl VHost {
                     ring: Default::default(),
                     direct: Default::default(),
                     topic: Default::default(),
+                    stats,
                 }),
             )
         };
@@ -348,6 +364,9 @@ impl VHost {
         }
         Arc::new(VHost {
             name: name.into(),
+            default_stats,
+            retired: ChannelStats::default(),
+            churn: Churn::default(),
             snapshot: ArcSwap::from_pointee(s.clone()),
             defs: Mutex::new(s),
             direct_reply: Mutex::new(HashMap::new()),
@@ -694,6 +713,7 @@ impl VHost {
             ring: HashRing::new(hash_on),
             direct: Default::default(),
             topic: Default::default(),
+            stats: Default::default(),
         };
         let op = Self::exchange_def(&x);
         defs.table.exchanges.insert(name, Arc::new(x));
@@ -1009,6 +1029,12 @@ impl VHost {
 
     /// Declares (or checks) a queue; returns it.
     pub fn declare_queue(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<QueueRef> {
+        let q = self.declare_queue_once(spec)?;
+        self.churn.queue_declared.fetch_add(1, Relaxed);
+        Ok(q)
+    }
+
+    fn declare_queue_once(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<QueueRef> {
         // RabbitMQ checks the name before looking the queue up: a client-chosen 'amq.' name is
         // refused even when that queue exists (a server-named 'amq.gen-' one declared again).
         if !spec.passive && !spec.server_named && spec.name.starts_with("amq.") {
@@ -1100,6 +1126,7 @@ impl VHost {
             q.mark_deleted(); // its new log goes with it
             return Err(e);
         }
+        self.churn.queue_created.fetch_add(1, Relaxed);
         tracing::info!(vhost = %self.name, queue = spec.name, durable = spec.durable, exclusive = spec.exclusive, auto_delete = spec.auto_delete, "queue declared");
         Ok(q)
     }
@@ -1127,7 +1154,9 @@ impl VHost {
         out: &mut Vec<QueueRef>,
     ) -> AmqpResult<()> {
         let snap = self.snapshot.load();
+        let before = out.len();
         if exchange.is_empty() {
+            self.default_stats.publish_in.add(1);
             for key in std::iter::once(routing_key).chain(extra_keys.iter().map(|k| &**k)) {
                 let q = if let Some(q) = snap.queues.get(key) {
                     q.clone()
@@ -1144,9 +1173,12 @@ impl VHost {
                     out.push(q);
                 }
             }
+            if out.len() > before {
+                self.default_stats.publish_out.add(1);
+            }
             return Ok(());
         }
-        match snap.table.exchanges.get(exchange) {
+        let stats = match snap.table.exchanges.get(exchange) {
             None => return Err(self.no_exchange(exchange)),
             Some(x) if x.internal => {
                 return Err(AmqpError::access_refused(format!(
@@ -1154,11 +1186,15 @@ impl VHost {
                     self.name
                 )))
             }
-            Some(_) => {}
-        }
+            Some(x) => &x.stats,
+        };
+        stats.publish_in.add(1);
         let mut props = || warren_protocol::properties::BasicProperties::decode(properties).ok();
         snap.table
             .route_keys(exchange, routing_key, extra_keys, &mut props, out);
+        if out.len() > before {
+            stats.publish_out.add(1);
+        }
         Ok(())
     }
 
@@ -1292,6 +1328,7 @@ impl VHost {
         self.changed(&mut defs, ops)?;
         drop(defs);
         let (message_count, consumers) = q.mark_deleted();
+        self.churn.queue_deleted.fetch_add(1, Relaxed);
         tracing::info!(vhost = %self.name, queue = name, "queue deleted");
         Ok(DeletedQueue {
             message_count,

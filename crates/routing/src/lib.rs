@@ -8,6 +8,7 @@
 //! Invariant: no I/O, no runtime, no clock. Queues are an opaque `Q` (the broker's queue handle).
 
 pub mod consistent_hash;
+pub mod counter;
 pub mod headers;
 pub mod topic;
 
@@ -88,6 +89,8 @@ pub struct Exchange<Q> {
     pub direct: AHashMap<Arc<str>, SmallVec<[u32; 2]>>,
     /// A topic exchange's patterns as a trie, kept in step by [`Exchange::bindings_changed`].
     pub topic: topic::Trie,
+    /// Message statistics, shared by every rebuild of this exchange.
+    pub stats: std::sync::Arc<counter::ExchangeStats>,
 }
 
 impl<Q> Exchange<Q> {
@@ -366,6 +369,7 @@ mod tests {
             ring: HashRing::default(),
             direct: AHashMap::new(),
             topic: topic::Trie::default(),
+            stats: Default::default(),
         };
         x.bindings_changed();
         x

@@ -32,6 +32,7 @@ use crate::confirm::ConfirmHandle;
 use crate::error::{AmqpError, AmqpResult};
 use crate::limits;
 use crate::message::Message;
+use crate::metrics::{bump, delivered, QueueStats};
 use crate::persist::Persister;
 use crate::vhost::VHost;
 
@@ -110,6 +111,8 @@ pub struct Queue {
     /// `relieved` for a bounded time. This is the queue's credit to its publishers.
     pressure: AtomicBool,
     relieved: tokio::sync::Notify,
+    /// Message counts (management API, Prometheus), bumped under `state`'s lock.
+    pub stats: QueueStats,
     state: Mutex<Locked>,
 }
 
@@ -186,7 +189,17 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
     #[inline]
     fn offer(&mut self, c: &Arc<Consumer>, m: &QueuedMessage) -> warren_queue::Offer {
         match c.sink.offer(c, self.q, m) {
-            Offer::Delivered => warren_queue::Offer::Taken,
+            Offer::Delivered => {
+                let st = &self.q.stats;
+                delivered(
+                    &st.deliver,
+                    &st.deliver_no_ack,
+                    &st.redeliver,
+                    c.no_ack,
+                    m.redelivered,
+                );
+                warren_queue::Offer::Taken
+            }
             Offer::OutboxFull => {
                 self.io.outbox_bound = true;
                 c.sink.wait_for_space(self.q);
@@ -390,6 +403,7 @@ impl Queue {
             store_id,
             pressure: AtomicBool::new(false),
             relieved: tokio::sync::Notify::new(),
+            stats: QueueStats::default(),
             state: Mutex::new(Locked { core, io }),
         });
         if let Some((next_seq, count, bytes)) = recovered {
@@ -566,7 +580,7 @@ impl Queue {
             let logged = q.stores(&msg) && host.io.log.is_some();
             host.io.outbox_bound = false;
             match st.publish(msg, logged, host) {
-                warren_queue::Published::Accepted { .. } => {}
+                warren_queue::Published::Accepted { .. } => bump(&q.stats.publish, 1),
                 warren_queue::Published::Rejected => return Enqueued::Rejected,
                 warren_queue::Published::Gone => return Enqueued::Gone,
             }
@@ -600,19 +614,34 @@ impl Queue {
 
     /// basic.get: takes the head message. `ack_mode` counts it as unacked.
     pub fn get(self: &Arc<Self>, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> bool {
-        self.locked(|_, st, host| match st.get(ack_mode, host) {
+        self.locked(|q, st, host| match st.get(ack_mode, host) {
             Some((m, left)) => {
+                let st = &q.stats;
+                delivered(
+                    &st.get,
+                    &st.get_no_ack,
+                    &st.redeliver,
+                    !ack_mode,
+                    m.redelivered,
+                );
                 take(&m, left);
                 true
             }
-            None => false,
+            None => {
+                bump(&q.stats.get_empty, 1);
+                false
+            }
         })
     }
 
     /// Settles acked messages and, with `dispatch`, dispatches. A channel under a channel-wide
     /// limit passes false and dispatches all its queues itself, in a fair order.
     pub fn settle(self: &Arc<Self>, msgs: impl IntoIterator<Item = Settled>, dispatch: bool) {
-        self.locked(|_, st, host| st.settle(msgs, dispatch, host))
+        self.locked(|q, st, host| {
+            let mut n = 0;
+            st.settle(msgs.into_iter().inspect(|_| n += 1), dispatch, host);
+            bump(&q.stats.ack, n);
+        })
     }
 
     /// Rejected without requeue: settled, and dead-lettered if the queue has a DLX.
