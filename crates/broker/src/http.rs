@@ -11,7 +11,7 @@ use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, put};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use base64::Engine;
 use serde_json::{json, Value};
@@ -148,6 +148,11 @@ pub fn router(broker: Arc<Broker>) -> Router {
             "/api/connections/{name}/channels",
             get(stats::list_connection_channels),
         )
+        .route(
+            "/api/exchanges/{vhost}/{name}/publish",
+            post(crate::api_messages::publish),
+        )
+        .route("/api/queues/{vhost}/{name}/get", post(crate::api_messages::get))
         .route("/api/consumers", get(stats::list_consumers))
         .route("/api/consumers/{vhost}", get(stats::list_consumers_in))
         .route("/api/whoami", get(whoami))
@@ -222,6 +227,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
     Router::new()
         .route("/metrics", get(stats::metrics))
         .route("/metrics/per-object", get(stats::metrics_per_object))
+        .merge(crate::ui::routes())
         .merge(api)
         .with_state(broker)
 }

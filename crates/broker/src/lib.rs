@@ -16,6 +16,7 @@
 
 pub mod access;
 pub mod admission;
+pub mod api_messages;
 pub mod alarms;
 pub mod app;
 pub mod auth;
@@ -41,6 +42,7 @@ pub mod server;
 pub mod stats_api;
 pub mod tls;
 pub mod tracking;
+pub mod ui;
 pub mod vhost;
 
 pub use config::Config;
