@@ -8,6 +8,52 @@ use crate::stats::{Sample, Summary};
 pub struct Output {
     tty: bool,
     status_shown: bool,
+    /// The HTML report rewritten while the runs go (`--report`), for watching them live.
+    pub live: Option<Live>,
+}
+
+/// The live HTML report: the runs finished so far and the one in progress, rewritten every
+/// sample interval with a refresh tag, until the final report replaces it.
+pub struct Live {
+    path: std::path::PathBuf,
+    refresh_s: u64,
+    report: crate::report::Report,
+    warned: bool,
+}
+
+impl Live {
+    pub fn new(path: std::path::PathBuf, refresh_s: u64, report: crate::report::Report) -> Live {
+        Live {
+            path,
+            refresh_s,
+            report,
+            warned: false,
+        }
+    }
+
+    /// A run finished: it stays in the live report.
+    pub fn finished(&mut self, r: crate::run::RunResult) {
+        self.report.runs.push(r);
+    }
+
+    /// Rewrites the file with `current` (the run in progress) after the finished runs.
+    pub fn write(&mut self, current: crate::run::RunResult) {
+        self.report.runs.push(current);
+        let html = crate::report::html_live(&self.report, self.refresh_s);
+        self.report.runs.pop();
+        // Written beside and renamed, so a browser never loads half a file.
+        let tmp = self.path.with_extension("html.tmp");
+        let r = std::fs::write(&tmp, html).and_then(|()| std::fs::rename(&tmp, &self.path));
+        if let Err(e) = r {
+            if !self.warned {
+                eprintln!(
+                    "warren perf: cannot write the live report {}: {e}",
+                    self.path.display()
+                );
+                self.warned = true;
+            }
+        }
+    }
 }
 
 impl Output {
@@ -15,6 +61,7 @@ impl Output {
         Output {
             tty: std::io::stdout().is_terminal(),
             status_shown: false,
+            live: None,
         }
     }
 

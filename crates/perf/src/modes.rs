@@ -124,6 +124,13 @@ fn fmt_us(v: Option<u64>) -> String {
 pub async fn execute(o: Options) -> i32 {
     let mut out = Output::new();
     let mut report = Report::new(&o);
+    if let Some(p) = &o.report {
+        out.live = Some(crate::display::Live::new(
+            p.clone(),
+            o.scenario.interval_s,
+            Report::new(&o),
+        ));
+    }
     let mut failed = false;
     match &o.mode {
         Mode::Single => match run::run(&o.scenario, "run", &mut out).await {

@@ -690,10 +690,26 @@ fn points_table(points: &[RatePoint]) -> String {
 }
 
 pub fn html(r: &Report) -> String {
+    page(r, None)
+}
+
+/// The report while the runs go: the page reloads itself every `refresh_s` seconds and says so.
+pub fn html_live(r: &Report, refresh_s: u64) -> String {
+    page(r, Some(refresh_s))
+}
+
+fn page(r: &Report, refresh_s: Option<u64>) -> String {
     let mut s = String::new();
+    let (refresh, banner) = match refresh_s {
+        Some(n) => (
+            format!("<meta http-equiv=\"refresh\" content=\"{n}\">"),
+            format!("<p id=\"live\"><b>Running</b>: this page reloads every {n} s until the run ends.</p>\n"),
+        ),
+        None => (String::new(), String::new()),
+    };
     let _ = write!(
         s,
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>warren perf: {}</title><style>{STYLE}</style></head>\n<body data-mode=\"{}\">\n<h1>warren perf report</h1>\n<p><code>{}</code></p>\n<p>{} producers, {} consumers, {} byte messages, against {}</p>\n",
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{refresh}<title>warren perf: {}</title><style>{STYLE}</style></head>\n<body data-mode=\"{}\">\n<h1>warren perf report</h1>\n{banner}<p><code>{}</code></p>\n<p>{} producers, {} consumers, {} byte messages, against {}</p>\n",
         esc(r.mode),
         r.mode,
         esc(&r.command),

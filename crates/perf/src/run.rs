@@ -273,6 +273,17 @@ pub async fn run(s: &Scenario, label: &str, out: &mut Output) -> Result<RunResul
             let (l, c) = stats.take_interval();
             let sample = sampler.sample(elapsed.as_secs_f64(), stats.snapshot(), &l, &c);
             out.line(&sample_line(&s.id, sample, s.confirm.is_some()));
+            if let Some(live) = &mut out.live {
+                live.write(RunResult {
+                    label: label.to_string(),
+                    uri: uri.clone(),
+                    attempted_rate: s.rate.map(|r| r * s.producers as f64),
+                    samples: sampler.samples.clone(),
+                    summary: sampler.summary(elapsed.as_secs_f64(), stats.snapshot()),
+                    error: None,
+                    ended_by: "running".into(),
+                });
+            }
             while next_sample <= now {
                 next_sample += interval;
             }
@@ -358,7 +369,7 @@ pub async fn run(s: &Scenario, label: &str, out: &mut Output) -> Result<RunResul
         out.line(&line);
     }
     let error = stats.error.lock().clone();
-    Ok(RunResult {
+    let result = RunResult {
         label: label.to_string(),
         uri,
         attempted_rate: s.rate.map(|r| r * s.producers as f64),
@@ -366,5 +377,9 @@ pub async fn run(s: &Scenario, label: &str, out: &mut Output) -> Result<RunResul
         summary,
         error,
         ended_by,
-    })
+    };
+    if let Some(live) = &mut out.live {
+        live.finished(result.clone());
+    }
+    Ok(result)
 }

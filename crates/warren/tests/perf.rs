@@ -580,3 +580,54 @@ fn sweep_report_has_a_point_per_step() {
     assert!(dom.contains(r#"data-chart="sweep-latency""#));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `--report` can be watched live: while the run goes, the file holds the samples so far and
+/// reloads itself; the finished report does not.
+#[test]
+fn report_is_rewritten_live_while_the_run_goes() {
+    let b = Broker::start();
+    let dir = tempdir();
+    let page = dir.join("live.html");
+    let mut run = bin()
+        .args([
+            "perf",
+            "-h",
+            &b.uri(),
+            "-x",
+            "1",
+            "-y",
+            "1",
+            "-u",
+            "perf-live",
+        ])
+        .args(["-r", "500", "-z", "5", "--report"])
+        .arg(&page)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("perf starts");
+    // Two samples in, the page is there, marked live, with a point per sample so far.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let live = loop {
+        let text = std::fs::read_to_string(&page).unwrap_or_default();
+        if text.contains(r#"data-points="2""#) {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no live report with two samples: {text:.300}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(live.contains(r#"<meta http-equiv="refresh" content="1">"#));
+    assert!(live.contains(r#"id="live""#), "says it is running");
+    assert!(run.wait().expect("perf ends").success());
+    let done = std::fs::read_to_string(&page).expect("final report");
+    assert!(
+        !done.contains("http-equiv=\"refresh\""),
+        "the final report stays still"
+    );
+    assert!(!done.contains(r#"id="live""#));
+    assert!(done.contains(r#"data-points="5""#) || done.contains(r#"data-points="6""#));
+    let _ = std::fs::remove_dir_all(dir);
+}
