@@ -14,20 +14,13 @@ use warren_protocol::properties::BasicProperties;
 use warren_protocol::ByteString;
 
 use crate::access::{Perm, PermCache, Resource, User};
-use crate::http::{body_object, ok_json, vhost_of, ApiError, ApiResult, B};
+use crate::http::{bad_request, body_object, ok_json, vhost_of, ApiError, ApiResult, B};
 use crate::message::Message;
 use crate::queue::args::parse_expiration;
 
 /// An AMQP refusal as RabbitMQ's API words it: `404 NOT_FOUND - no exchange 'x' in vhost '/'`.
 fn refused(e: crate::error::AmqpError) -> ApiError {
     bad_request(format!("{} {}", e.code, e.text))
-}
-
-fn bad_request(reason: impl Into<String>) -> ApiError {
-    ApiError(
-        StatusCode::BAD_REQUEST,
-        json!({"error": "bad_request", "reason": reason.into()}),
-    )
 }
 
 /// RabbitMQ's answer to missing keys: `[{key_missing,properties},{key_missing,payload}]`.

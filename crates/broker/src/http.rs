@@ -153,6 +153,40 @@ pub fn router(broker: Arc<Broker>) -> Router {
             post(crate::api_messages::publish),
         )
         .route("/api/queues/{vhost}/{name}/get", post(crate::api_messages::get))
+        .route("/api/nodes", get(crate::health_api::list_nodes))
+        .route("/api/nodes/{name}", get(crate::health_api::get_node))
+        .route(
+            "/api/health/checks/alarms",
+            get(crate::health_api::check_alarms),
+        )
+        .route(
+            "/api/health/checks/local-alarms",
+            get(crate::health_api::check_local_alarms),
+        )
+        .route(
+            "/api/health/checks/port-listener/{port}",
+            get(crate::health_api::check_port_listener),
+        )
+        .route(
+            "/api/health/checks/protocol-listener/{protocol}",
+            get(crate::health_api::check_protocol_listener),
+        )
+        .route(
+            "/api/health/checks/virtual-hosts",
+            get(crate::health_api::check_virtual_hosts),
+        )
+        .route(
+            "/api/health/checks/node-is-quorum-critical",
+            get(crate::health_api::check_single_node),
+        )
+        .route(
+            "/api/health/checks/node-is-mirror-sync-critical",
+            get(crate::health_api::check_single_node),
+        )
+        .route(
+            "/api/aliveness-test/{vhost}",
+            get(crate::health_api::aliveness_test),
+        )
         .route("/api/consumers", get(stats::list_consumers))
         .route("/api/consumers/{vhost}", get(stats::list_consumers_in))
         .route("/api/whoami", get(whoami))

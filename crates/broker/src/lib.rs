@@ -28,6 +28,7 @@ pub mod ctl_api;
 pub mod definitions;
 pub mod error;
 pub mod export;
+pub mod health_api;
 pub mod http;
 pub mod json;
 pub mod limits;

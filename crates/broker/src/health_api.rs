@@ -1,0 +1,198 @@
+//! RabbitMQ's health checks (`/api/health/checks/…`, `/api/aliveness-test/{vhost}`), which
+//! Kubernetes probes and monitoring scripts call, and the node listing (`/api/nodes`). A failed
+//! check is 503 with RabbitMQ's body: `{"status":"failed","reason":…}`.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde_json::{json, Value};
+
+use crate::http::{not_found, ok_json, vhost_of, ApiResult, B};
+use crate::server::Broker;
+
+fn failed(body: Value) -> ApiResult {
+    Ok((StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response())
+}
+
+/// The resources in alarm, as RabbitMQ lists them.
+fn alarms(b: &Broker) -> Vec<Value> {
+    let st = b.alarms.state();
+    let mut out = Vec::new();
+    if st.memory {
+        out.push(json!({"node": b.config.node_name, "resource": "memory"}));
+    }
+    if st.disk {
+        out.push(json!({"node": b.config.node_name, "resource": "disk"}));
+    }
+    out
+}
+
+fn alarm_check(b: &Broker, reason: &str) -> ApiResult {
+    let a = alarms(b);
+    if a.is_empty() {
+        ok_json(json!({"status": "ok"}))
+    } else {
+        failed(json!({"status": "failed", "reason": reason, "alarms": a}))
+    }
+}
+
+pub async fn check_alarms(State(b): B) -> ApiResult {
+    alarm_check(&b, "There are alarms in effect in the cluster")
+}
+
+pub async fn check_local_alarms(State(b): B) -> ApiResult {
+    alarm_check(&b, "There are alarms in effect on the node")
+}
+
+/// The listeners serving now: (protocol, port). AMQP ones only while the app runs.
+fn listeners(b: &Broker) -> Vec<(&'static str, u16)> {
+    let mut out = Vec::new();
+    if b.app.running() && b.app.status().listening > 0 {
+        out.push(("amqp", b.config.amqp_port));
+        if let Some(t) = &b.config.tls {
+            out.push(("amqp/ssl", t.port));
+        }
+    }
+    out.push(("http", b.config.http_port));
+    out
+}
+
+pub async fn check_port_listener(State(b): B, Path(port): Path<String>) -> ApiResult {
+    let Ok(port) = port.parse::<u16>() else {
+        return Err(crate::http::bad_request(format!("Invalid port: {port}")));
+    };
+    let l = listeners(&b);
+    if l.iter().any(|(_, p)| *p == port) {
+        ok_json(json!({"status": "ok", "port": port}))
+    } else {
+        let ports: Vec<u16> = l.iter().map(|(_, p)| *p).collect();
+        failed(json!({"status": "failed", "reason": "No active listener",
+                      "missing": port, "ports": ports}))
+    }
+}
+
+pub async fn check_protocol_listener(State(b): B, Path(protocol): Path<String>) -> ApiResult {
+    let l = listeners(&b);
+    if l.iter().any(|(p, _)| *p == protocol) {
+        ok_json(json!({"status": "ok", "protocol": protocol}))
+    } else {
+        let protocols: Vec<&str> = l.iter().map(|(p, _)| *p).collect();
+        failed(json!({"status": "failed", "reason": "No active listener",
+                      "missing": protocol, "protocols": protocols}))
+    }
+}
+
+pub async fn check_virtual_hosts(State(_b): B) -> ApiResult {
+    // Every vhost Warren knows is open: they are opened with the broker or refused at creation.
+    ok_json(json!({"status": "ok"}))
+}
+
+pub async fn check_single_node(State(_b): B) -> ApiResult {
+    ok_json(json!({"status": "ok", "reason": "single node cluster"}))
+}
+
+/// RabbitMQ's aliveness test: declare `aliveness-test`, publish `test_message` to it through
+/// the default exchange and get it back.
+pub async fn aliveness_test(State(b): B, Path(vhost): Path<String>) -> ApiResult {
+    let v = vhost_of(&b, &vhost)?;
+    let args = warren_protocol::FieldTable::new();
+    let spec = crate::vhost::QueueSpec {
+        name: "aliveness-test",
+        passive: false,
+        durable: false,
+        exclusive: false,
+        auto_delete: false,
+        arguments: &args,
+        conn_id: 0,
+        server_named: false,
+    };
+    let failure = |reason: String| failed(json!({"status": "failed", "reason": reason}));
+    let q = match v.declare_queue(&spec) {
+        Ok(q) => q,
+        Err(e) => return failure(e.text),
+    };
+    let msg = crate::message::Message {
+        exchange: "".into(),
+        routing_key: "aliveness-test".into(),
+        properties: bytes::Bytes::from_static(&[0, 0]),
+        body: bytes::Bytes::from_static(b"test_message"),
+        persistent: false,
+        priority: None,
+        expiration_ms: None,
+    };
+    q.publish(Arc::new(msg), None);
+    let mut body = None;
+    q.get(false, |m, _| body = Some(m.msg.body.clone()));
+    match body {
+        Some(b) if &b[..] == b"test_message" => ok_json(json!({"status": "ok"})),
+        _ => failure("the test message did not come back".into()),
+    }
+}
+
+/// RabbitMQ's node object, with what Warren measures.
+fn node_json(b: &Broker) -> Value {
+    let t = b.alarms.thresholds();
+    let st = b.alarms.state();
+    let (fd_used, fd_total) = crate::ctl_api::file_descriptors();
+    let connections = b.connections.lock().len();
+    let exchange_types: Vec<Value> = ["direct", "fanout", "topic", "headers", "x-consistent-hash"]
+        .iter()
+        .map(|n| json!({"name": n, "enabled": true}))
+        .collect();
+    let mut v = json!({
+        "name": b.config.node_name,
+        "type": "disc",
+        "running": true,
+        "os_pid": std::process::id().to_string(),
+        "mem_used": crate::alarms::resident_bytes().unwrap_or(0),
+        "mem_limit": t.memory_bytes,
+        "mem_alarm": st.memory,
+        "mem_calculation_strategy": "rss",
+        "disk_free": b.alarms.disk_free_bytes().unwrap_or(0),
+        "disk_free_limit": t.disk_free_bytes,
+        "disk_free_alarm": st.disk,
+        "fd_used": fd_used.unwrap_or(0),
+        "fd_total": fd_total.unwrap_or(0),
+        "sockets_used": connections,
+        "sockets_total": fd_total.unwrap_or(0),
+        "proc_used": connections,
+        "proc_total": fd_total.unwrap_or(0),
+        "processors": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "uptime": b.started_at.elapsed().as_millis() as u64,
+        "run_queue": 0,
+        "partitions": [],
+        "cluster_links": [],
+        "rates_mode": "basic",
+        "net_ticktime": 60,
+        "db_dir": b.config.data_dir.display().to_string(),
+        "exchange_types": exchange_types,
+        "auth_mechanisms": [
+            {"name": "PLAIN", "enabled": true},
+            {"name": "AMQPLAIN", "enabled": true},
+        ],
+        "applications": [{"name": "warren", "description": "Warren",
+                          "version": env!("CARGO_PKG_VERSION")}],
+    });
+    // The node's churn, as RabbitMQ puts it on the node object.
+    let churn = crate::stats_api::node_churn(b);
+    if let (Value::Object(m), Value::Object(c)) = (
+        &mut v,
+        crate::metrics::with_details(&churn, &vec![0.0; churn.len()]),
+    ) {
+        m.extend(c);
+    }
+    v
+}
+
+pub async fn list_nodes(State(b): B) -> ApiResult {
+    ok_json(json!([node_json(&b)]))
+}
+
+pub async fn get_node(State(b): B, Path(name): Path<String>) -> ApiResult {
+    if name != b.config.node_name {
+        return Err(not_found());
+    }
+    ok_json(node_json(&b))
+}
