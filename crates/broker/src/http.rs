@@ -29,6 +29,7 @@ use crate::vhost::{ExchangeSpec, QueueSpec, VHost};
 pub(crate) type B = State<Arc<Broker>>;
 
 /// An API error with RabbitMQ's body shape.
+#[derive(Debug)]
 pub struct ApiError(pub StatusCode, pub Value);
 
 impl IntoResponse for ApiError {
