@@ -22,6 +22,14 @@ if ! command -v chromium >/dev/null 2>&1; then
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium; } >/dev/null 2>&1 \
     || echo "test.sh: could not install chromium; the report rendering tests will be skipped" >&2
 fi
+# tests/interop/python/test_ui.py drives the management web UI in headless chromium through
+# Selenium and Debian's chromedriver (same version as Debian's chromium; nothing is downloaded).
+if ! command -v chromedriver >/dev/null 2>&1; then
+  echo "== installing chromium-driver (Debian's package; for the management UI test)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium-driver; } >/dev/null 2>&1 \
+    || echo "test.sh: could not install chromium-driver; the management UI test will be skipped" >&2
+fi
 echo "== cargo build (release)"
 cargo build --release --locked -p warren
 echo "== cargo test"

@@ -153,7 +153,10 @@ pub fn router(broker: Arc<Broker>) -> Router {
             "/api/exchanges/{vhost}/{name}/publish",
             post(crate::api_messages::publish),
         )
-        .route("/api/queues/{vhost}/{name}/get", post(crate::api_messages::get))
+        .route(
+            "/api/queues/{vhost}/{name}/get",
+            post(crate::api_messages::get),
+        )
         .route("/api/nodes", get(crate::health_api::list_nodes))
         .route("/api/nodes/{name}", get(crate::health_api::get_node))
         .route(

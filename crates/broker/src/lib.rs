@@ -16,8 +16,8 @@
 
 pub mod access;
 pub mod admission;
-pub mod api_messages;
 pub mod alarms;
+pub mod api_messages;
 pub mod app;
 pub mod auth;
 pub mod channel;

@@ -31,6 +31,12 @@ impl Live {
         }
     }
 
+    /// The steps of a sweep or of `--steps` finished so far: the live report charts them as a
+    /// sweep (attempted vs achieved vs latency), before the final report's own section.
+    pub fn points(&mut self, points: Vec<crate::modes::RatePoint>) {
+        self.report.sweep = Some(points);
+    }
+
     /// A run finished: it stays in the live report.
     pub fn finished(&mut self, r: crate::run::RunResult) {
         self.report.runs.push(r);

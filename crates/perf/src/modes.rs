@@ -150,6 +150,9 @@ pub async fn execute(o: Options) -> i32 {
                     Ok(r) => {
                         failed |= r.error.is_some();
                         points.push(RatePoint::of(&r));
+                        if let Some(live) = &mut out.live {
+                            live.points(points.clone());
+                        }
                         report.runs.push(r);
                     }
                     Err(e) => {
@@ -205,6 +208,9 @@ pub async fn execute(o: Options) -> i32 {
                     if ok { "held" } else { "not held" }
                 ));
                 points.push(p);
+                if let Some(live) = &mut out.live {
+                    live.points(points.clone());
+                }
                 report.runs.push(r);
                 if !ok {
                     break;

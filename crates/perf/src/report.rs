@@ -943,5 +943,15 @@ mod tests {
         let svg = stacked_svg(&headline_charts(&rep));
         assert_eq!(count(&svg, "class=\"chart\""), 2, "first run only");
         assert!(svg.starts_with("<svg xmlns"));
+        assert!(
+            !page.contains("http-equiv"),
+            "the final report does not reload"
+        );
+        // Live: it reloads, says so, and charts the steps done so far.
+        rep.sweep = Some(rep.runs.iter().map(crate::modes::RatePoint::of).collect());
+        let live = html_live(&rep, 2);
+        assert!(live.contains(r#"<meta http-equiv="refresh" content="2">"#));
+        assert!(live.contains(r#"id="live""#));
+        assert!(live.contains(r#"<section id="sweep">"#));
     }
 }

@@ -1,0 +1,476 @@
+"""The management web UI (served by Warren at / on the HTTP port), driven in a real headless
+Chromium through Selenium and Debian's chromedriver.
+
+Warren only (WARREN_BIN): RabbitMQ's UI is another program. Skipped, with the reason, when
+chromium or chromedriver is missing (scripts/test.sh installs Debian's `chromium` and
+`chromium-driver`) or the selenium package is not installed. Nothing is downloaded: the driver
+and browser paths are given explicitly, so Selenium Manager never runs.
+
+One broker of the test's own (so the overview's totals and rates are this test's): log in (a
+wrong password first: the API's reason is shown), the overview names the node, `warren perf`
+load makes the publish-rate chart's latest plotted value (`data-latest-publish` on its <svg>)
+rise above 0; then a queue is created with the "Add a new queue" form, found in the list,
+opened, published to through its "Publish message" form, read with "Get messages", purged and
+deleted (confirm() dialogs accepted), and the API confirms it is gone. Names and payloads
+carry markup characters: they must come back as text, never as elements.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+
+import pika
+import pytest
+
+from conftest import WarrenProcess
+
+try:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+except ImportError:  # the driver fixture skips, saying so
+    pass
+
+BIN = os.environ.get("WARREN_BIN")
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+pytestmark = pytest.mark.skipif(not BIN, reason="the management web UI is Warren's: Warren only (WARREN_BIN)")
+
+WAIT = 20.0
+
+
+def _major(cmd: str) -> str | None:
+    try:
+        out = subprocess.run([cmd, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"(\d+)\.\d+\.\d+", out)
+    return m.group(1) if m else None
+
+
+def _browser_or_skip() -> None:
+    for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
+        if not os.access(path, os.X_OK):
+            pytest.skip(f"{path} not found: install Debian's {package} (scripts/test.sh does)")
+    b, d = _major(CHROMIUM), _major(CHROMEDRIVER)
+    if b is None or d is None or b != d:
+        pytest.skip(f"chromium ({b}) and chromedriver ({d}) versions differ or are unknown: "
+                    "install both from the same Debian release")
+
+
+@pytest.fixture(scope="module")
+def broker():
+    w = WarrenProcess(BIN)
+    w.start()
+    try:
+        yield w
+    finally:
+        w.stop()
+
+
+@pytest.fixture(scope="module")
+def driver():
+    _browser_or_skip()
+    webdriver = pytest.importorskip("selenium.webdriver", reason="the selenium package is not installed "
+                                    "(tests/interop/python/requirements.txt)")
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="warren-ui-chromium-")
+    downloads = os.path.join(profile, "downloads")
+    os.makedirs(downloads)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    opts.add_experimental_option("prefs", {"download.default_directory": downloads,
+                                           "download.prompt_for_download": False})
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+              "--window-size=1400,1000", "--no-first-run", "--disable-extensions",
+              f"--user-data-dir={profile}"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(executable_path=CHROMEDRIVER, log_output=subprocess.DEVNULL)
+    d = webdriver.Chrome(service=service, options=opts)
+    d.set_page_load_timeout(WAIT)
+    d.set_script_timeout(WAIT)
+    d.downloads = downloads  # where "Download broker definitions" saves to
+    try:
+        yield d
+    finally:
+        d.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def api(broker: WarrenProcess, method: str, path: str, body=None):
+    """(status, parsed body) of an HTTP API call as guest."""
+    req = urllib.request.Request(f"http://127.0.0.1:{broker.http_port}/api{path}", method=method,
+                                 data=None if body is None else json.dumps(body).encode())
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            raw = r.read()
+            return r.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        return e.code, json.loads(raw) if raw else None
+
+
+def wait(d, cond, what: str, timeout: float = WAIT):
+    """cond(driver) until truthy; an element redrawn under it (the lists are redrawn every 5 s,
+    a message replaces the one before) or not there yet just means "not yet"."""
+    return WebDriverWait(d, timeout, poll_frequency=0.2,
+                         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+                         ).until(cond, message=f"waiting for {what}")
+
+
+def by_id(d, id_: str, what: str | None = None, timeout: float = WAIT):
+    return wait(d, EC.visibility_of_element_located((By.ID, id_)), what or f"#{id_}", timeout)
+
+
+def flash_text(d, expected: str, timeout: float = WAIT) -> str:
+    def seen(drv):
+        els = drv.find_elements(By.ID, "flash-text")
+        return els[0].text if els and expected in els[0].text else False
+    return wait(d, seen, f"the message {expected!r}", timeout)
+
+
+def accept_confirm(d, what: str) -> None:
+    alert = wait(d, EC.alert_is_present(), f"the confirm() for {what}", 5)
+    alert.accept()
+
+
+def login(d, user: str, password: str) -> None:
+    u = by_id(d, "login-username", "the login form")
+    u.clear()
+    u.send_keys(user)
+    p = d.find_element(By.ID, "login-password")
+    p.clear()
+    p.send_keys(password)
+    d.find_element(By.ID, "login-submit").click()
+
+
+def ensure_login(d, base: str, user: str = "guest", password: str = "guest") -> None:
+    """The overview, logged in as `user` (logging out whoever was logged in)."""
+    d.get(base + "/#/")
+    d.execute_script("sessionStorage.clear()")
+    d.refresh()
+    login(d, user, password)
+    wait(d, lambda drv: drv.find_element(By.ID, "hdr-user").text == user, f"logged in as {user}")
+
+
+def _debug(d) -> str:
+    """Where the browser was, and what it logged, for a failure message."""
+    try:
+        shot = os.path.join(tempfile.gettempdir(), f"warren-ui-failure-{uuid.uuid4().hex[:8]}.png")
+        d.save_screenshot(shot)
+        logs = "\n".join(str(e) for e in d.get_log("browser"))
+        return f"url {d.current_url}; screenshot {shot}\nbrowser log:\n{logs}"
+    except Exception as e:  # the browser itself may be gone
+        return f"(no browser state: {e})"
+
+
+def _row(d, attr: str, value: str):
+    for r in d.find_elements(By.CSS_SELECTOR, f"tr[{attr}]"):
+        if r.get_attribute(attr) == value:
+            return r
+    return None
+
+
+def click_in_row(d, attr: str, value: str, selector: str = "button") -> None:
+    """Clicks `selector` in the table row whose `attr` is `value` (again if the list was redrawn
+    under the click)."""
+    def click(drv):
+        r = _row(drv, attr, value)
+        if r is None:
+            return False
+        r.find_element(By.CSS_SELECTOR, selector).click()
+        return True
+    wait(d, click, f"the row {attr}={value!r}")
+
+
+def _submit(d, form: str, fields: dict[str, str]) -> None:
+    """Fills a form's text fields (ids) and presses its submit button."""
+    for id_, value in fields.items():
+        el = by_id(d, id_)
+        el.clear()
+        el.send_keys(value)
+    d.find_element(By.ID, form + "-submit").click()
+
+
+@pytest.mark.timeout(150)
+def test_ui_login_overview_chart_and_queue_lifecycle(driver, broker):
+    d = driver
+    base = f"http://127.0.0.1:{broker.http_port}"
+    perf = None
+    try:
+        # The page and its assets need no credentials.
+        d.get(base + "/")
+        assert d.title == "Warren Management"
+
+        # A wrong password: the API's reason is shown on the login page.
+        login(d, "guest", "not-the-password")
+        err = wait(d, lambda drv: drv.find_element(By.ID, "login-error").is_displayed()
+                   and drv.find_element(By.ID, "login-error"), "the login error")
+        assert err.text == "Login failed"
+
+        login(d, "guest", "guest")
+        status, ov = api(broker, "GET", "/overview")
+        assert status == 200
+        node = by_id(d, "node-name", "the overview's node name")
+        wait(d, lambda drv: node.text == ov["node"], f"node name {ov['node']!r}")
+        assert d.find_element(By.ID, "hdr-node").text == ov["node"]
+        assert d.find_element(By.ID, "hdr-user").text == "guest"
+        assert d.execute_script("return sessionStorage.getItem('warren.auth')") == \
+            "Basic " + base64.b64encode(b"guest:guest").decode()
+
+        # Load: the publish-rate chart's latest plotted value rises above 0 (the UI polls every
+        # 5 s; the broker's rates come from 5 s samples).
+        chart = d.find_element(By.CSS_SELECTOR, 'svg[data-chart="overview-rates"]')
+        perf = subprocess.Popen([BIN, "perf", "-h", broker.url, "-x", "1", "-y", "1", "-a",
+                                 "-s", "16", "-z", "40", "-r", "500"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                stdin=subprocess.DEVNULL)
+
+        def publishing(_):
+            v = chart.get_attribute("data-latest-publish")
+            return v is not None and float(v) > 0 and float(v)
+        rate = wait(d, publishing, "a publish rate > 0 on the overview chart", 25)
+        assert 0 < rate < 5000
+        legend = d.find_element(By.CSS_SELECTOR, '.legend-value[data-series="publish"]').text
+        assert legend.endswith("/s") and legend not in ("0.0/s", "–"), legend
+        assert d.find_elements(By.CSS_SELECTOR, 'svg[data-chart="overview-rates"] path[data-series="publish"]')
+        assert int(chart.get_attribute("data-samples")) >= 2
+        perf.terminate()
+        perf.wait(10)
+        perf = None
+
+        # Create a queue through the form; markup in its name stays text.
+        name = f"interop-ui-{uuid.uuid4().hex[:8]} <b>&\"é"
+        d.find_element(By.CSS_SELECTOR, '#tabs a[data-tab="queues"]').click()
+        field = by_id(d, "add-queue-name", "the add-queue form")
+        wait(d, lambda drv: [o.text for o in Select(drv.find_element(By.ID, "add-queue-vhost")).options] == ["/"],
+             "the vhost list")
+        field.send_keys(name)
+        Select(d.find_element(By.ID, "add-queue-durable")).select_by_value("false")
+        d.find_element(By.ID, "add-queue-submit").click()
+        flash_text(d, "added")
+        status, q = api(broker, "GET", "/queues/%2F/" + urllib.parse.quote(name, safe=""))
+        assert status == 200 and q["durable"] is False, (status, q)
+
+        def listed(drv):
+            r = _row(drv, "data-queue", name)
+            return r is not None and r.find_element(By.TAG_NAME, "a").text == name \
+                and not r.find_elements(By.TAG_NAME, "b")
+        wait(d, listed, "the new queue in the list, its name as text")
+        click_in_row(d, "data-queue", name, "a")
+        wait(d, lambda drv: drv.find_element(By.ID, "queue-name").text == name, "the queue's page")
+        assert d.find_elements(By.CSS_SELECTOR, 'svg[data-chart="queue-rates"]')
+
+        # Publish to it through the default exchange.
+        payload = '<i>hello</i> & "ui" ' + uuid.uuid4().hex
+        d.find_element(By.CSS_SELECTOR, "#publish-panel summary").click()
+        by_id(d, "publish-payload").send_keys(payload)
+        d.find_element(By.ID, "publish-submit").click()
+        flash_text(d, "Message published.")
+        assert d.find_element(By.ID, "flash-text").text == "Message published."
+        wait(d, lambda drv: drv.find_element(By.ID, "queue-ready").text == "1", "Ready = 1 on the queue page", 15)
+
+        # Get messages (requeue): the payload, as text.
+        assert Select(d.find_element(By.ID, "get-ackmode")).first_selected_option.get_attribute("value") == "ack_requeue_true"
+        d.find_element(By.ID, "get-submit").click()
+        pre = wait(d, lambda drv: drv.find_elements(By.CSS_SELECTOR, "#get-results pre.payload"), "the fetched message")[0]
+        assert pre.text == payload
+        assert not pre.find_elements(By.TAG_NAME, "i")
+        results = d.find_element(By.ID, "get-results").text
+        assert "Message 1" in results and "messages remaining" in results, results
+        status, q = api(broker, "GET", "/queues/%2F/" + urllib.parse.quote(name, safe=""))
+        assert q["messages"] == 1, q
+
+        # Purge (confirm dialog), then "Get messages" finds it empty.
+        d.find_element(By.ID, "purge-queue").click()
+        accept_confirm(d, "purge")
+        flash_text(d, "Queue purged.")
+        status, q = api(broker, "GET", "/queues/%2F/" + urllib.parse.quote(name, safe=""))
+        assert status == 200 and q["messages"] == 0, q
+        d.find_element(By.ID, "get-submit").click()
+        by_id(d, "get-empty", "'Queue is empty'")
+
+        # Delete (confirm dialog): back to the list, and the API no longer has it.
+        d.find_element(By.ID, "delete-queue").click()
+        accept_confirm(d, "delete")
+        flash_text(d, "deleted.")
+        wait(d, lambda drv: drv.execute_script("return location.hash") == "#/queues", "the queue list")
+        status, _ = api(broker, "GET", "/queues/%2F/" + urllib.parse.quote(name, safe=""))
+        assert status == 404
+        wait(d, lambda drv: _row(drv, "data-queue", name) is None, "the queue gone from the list")
+
+        # No markup from a name or payload ever ran, and the page logged no script error.
+        assert d.execute_script("return document.querySelectorAll('main b, main i').length") == 0
+        errors = [e for e in d.get_log("browser")
+                  if e["level"] == "SEVERE" and e.get("source") != "network"]
+        assert not errors, errors
+
+        # Log out: the credentials are forgotten and the login form is back.
+        d.find_element(By.ID, "logout").click()
+        by_id(d, "login-username", "the login form after logging out")
+        assert d.execute_script("return sessionStorage.getItem('warren.auth')") is None
+    except Exception as e:
+        raise AssertionError(f"{e}\n{_debug(d)}") from e
+    finally:
+        if perf is not None:
+            perf.kill()
+            perf.wait(10)
+
+
+@pytest.mark.timeout(150)
+def test_ui_admin_exchanges_and_definitions(driver, broker):
+    d = driver
+    base = f"http://127.0.0.1:{broker.http_port}"
+    tag = uuid.uuid4().hex[:8]
+    vhost, user, policy = f"ui-vh-{tag}", f"ui-user-{tag}", f"ui-pol-{tag}"
+    exchange, queue, imported = f"ui-x-{tag}", f"ui-q-{tag}", f"ui-imported-{tag}"
+    conn = None
+    q = urllib.parse.quote
+    try:
+        ensure_login(d, base)
+
+        # Virtual hosts: add one.
+        d.get(base + "/#/vhosts")
+        _submit(d, "add-vhost", {"add-vhost-name": vhost, "add-vhost-description": "made <by> the UI"})
+        flash_text(d, "added")
+        assert api(broker, "GET", "/vhosts/" + q(vhost, safe=""))[0] == 200
+        wait(d, lambda drv: _row(drv, "data-vhost", vhost), "the new vhost in the list")
+
+        # Users: add one with a tag, give it permissions on the new vhost.
+        d.get(base + "/#/users")
+        _submit(d, "add-user", {"add-user-name": user, "add-user-password": "secret-" + tag,
+                                "add-user-tags": "monitoring"})
+        flash_text(d, "added")
+        status, u = api(broker, "GET", "/users/" + q(user, safe=""))
+        assert status == 200 and u["tags"] == ["monitoring"], u
+        wait(d, lambda drv: _row(drv, "data-user", user), "the new user in the list")
+        d.find_element(By.XPATH, "//summary[text()='Set permission']").click()
+        wait(d, lambda drv: user in [o.get_attribute("value") for o in Select(drv.find_element(By.ID, "perm-user")).options], "the user in the permission form")
+        Select(d.find_element(By.ID, "perm-user")).select_by_value(user)
+        wait(d, lambda drv: vhost in [o.get_attribute("value") for o in Select(drv.find_element(By.ID, "perm-vhost")).options], "the vhost in the permission form")
+        Select(d.find_element(By.ID, "perm-vhost")).select_by_value(vhost)
+        _submit(d, "set-permission", {"perm-configure": "^ui-", "perm-write": ".*", "perm-read": ".*"})
+        flash_text(d, "Permissions of")
+        status, p = api(broker, "GET", f"/permissions/{q(vhost, safe='')}/{q(user, safe='')}")
+        assert status == 200 and p["configure"] == "^ui-", p
+
+        # Policies: add one (JSON definition), then delete it from its row.
+        d.get(base + "/#/policies")
+        wait(d, lambda drv: vhost in [o.get_attribute("value") for o in Select(drv.find_element(By.ID, "add-policy-vhost")).options], "the vhost in the policy form")
+        Select(d.find_element(By.ID, "add-policy-vhost")).select_by_value(vhost)
+        Select(d.find_element(By.ID, "add-policy-apply-to")).select_by_value("queues")
+        _submit(d, "add-policy", {"add-policy-name": policy, "add-policy-pattern": "^ui-",
+                                  "add-policy-priority": "3", "add-policy-definition": '{"max-length": 5}'})
+        flash_text(d, "set.")
+        status, pol = api(broker, "GET", f"/policies/{q(vhost, safe='')}/{q(policy, safe='')}")
+        assert status == 200 and pol["definition"] == {"max-length": 5} and pol["priority"] == 3 \
+            and pol["apply-to"] == "queues", pol
+        click_in_row(d, "data-policy", policy)
+        accept_confirm(d, "the policy's deletion")
+        flash_text(d, "deleted.")
+        assert api(broker, "GET", f"/policies/{q(vhost, safe='')}/{q(policy, safe='')}")[0] == 404
+
+        # Exchanges: add a fanout exchange, publish to it unbound, then bound.
+        d.get(base + "/#/exchanges")
+        Select(by_id(d, "add-exchange-type")).select_by_value("fanout")
+        _submit(d, "add-exchange", {"add-exchange-name": exchange})
+        flash_text(d, "added")
+        status, x = api(broker, "GET", "/exchanges/%2F/" + q(exchange, safe=""))
+        assert status == 200 and x["type"] == "fanout", x
+        d.get(base + "/#/exchanges/%2F/" + q(exchange, safe=""))
+        by_id(d, "exchange-name", "the exchange's page")
+        d.find_element(By.CSS_SELECTOR, "#publish-panel summary").click()
+        _submit(d, "publish", {"publish-routing-key": "any", "publish-payload": "nobody hears this",
+                               "publish-properties": "content_type=text/plain"})
+        flash_text(d, "Message published, but not routed.")
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        ch = conn.channel()
+        ch.queue_declare(queue)
+        ch.queue_bind(queue, exchange)
+        d.find_element(By.ID, "publish-submit").click()
+        wait(d, lambda drv: drv.find_element(By.ID, "flash-text").text == "Message published.", "'Message published.'")
+        assert ch.basic_get(queue, auto_ack=True)[2] == b"nobody hears this"
+        wait(d, lambda drv: any(a.text == queue for a in drv.find_elements(By.CSS_SELECTOR, "main table a")),
+             "the binding on the exchange's page", 15)
+        d.find_element(By.ID, "delete-exchange").click()
+        accept_confirm(d, "the exchange's deletion")
+        flash_text(d, "deleted.")
+        assert api(broker, "GET", "/exchanges/%2F/" + q(exchange, safe=""))[0] == 404
+
+        # Definitions: import a file, then export and find it in the download.
+        defs = {"vhosts": [{"name": vhost}],
+                "queues": [{"name": imported, "vhost": vhost, "durable": True, "auto_delete": False, "arguments": {}}]}
+        path = os.path.join(d.downloads, "..", f"import-{tag}.json")
+        with open(path, "w") as f:
+            json.dump(defs, f)
+        d.get(base + "/#/definitions")
+        by_id(d, "import-file").send_keys(os.path.abspath(path))
+        d.find_element(By.ID, "import-submit").click()
+        flash_text(d, "Your definitions were imported successfully.")
+        assert api(broker, "GET", f"/queues/{q(vhost, safe='')}/{q(imported, safe='')}")[0] == 200
+        _submit(d, "export", {"export-filename": f"export-{tag}.json"})
+        target = os.path.join(d.downloads, f"export-{tag}.json")
+        wait(d, lambda _: os.path.exists(target) and os.path.getsize(target) > 0, "the exported file", 15)
+        exported = json.load(open(target))
+        assert {"name": imported, "vhost": vhost} in [{"name": e["name"], "vhost": e["vhost"]} for e in exported["queues"]]
+        assert user in [e["name"] for e in exported["users"]]
+
+        # The monitoring user sees the pages but no Admin tab and no forms that write.
+        ensure_login(d, base, user, "secret-" + tag)
+        by_id(d, "node-name")
+        assert not d.find_elements(By.CSS_SELECTOR, '#tabs a[data-tab="admin"]')
+        d.get(base + "/#/queues")
+        wait(d, lambda drv: drv.find_element(By.CSS_SELECTOR, "main h1 small").text.startswith("("), "the queue list")
+        assert not d.find_elements(By.ID, "add-queue")
+
+        # A user without a management tag: the API's reason on the login page.
+        assert api(broker, "PUT", f"/users/{q(user, safe='')}-plain", {"password": "p", "tags": ""})[0] in (201, 204)
+        d.execute_script("sessionStorage.clear()")
+        d.refresh()
+        login(d, user + "-plain", "p")
+        err = wait(d, lambda drv: drv.find_element(By.ID, "login-error").is_displayed()
+                   and drv.find_element(By.ID, "login-error"), "the login error")
+        assert err.text == "Not management user"
+        api(broker, "DELETE", f"/users/{q(user, safe='')}-plain")
+
+        # Back as guest: delete the user and the vhost from their rows.
+        ensure_login(d, base)
+        d.get(base + "/#/users")
+        click_in_row(d, "data-user", user)
+        accept_confirm(d, "the user's deletion")
+        flash_text(d, "deleted.")
+        assert api(broker, "GET", "/users/" + q(user, safe=""))[0] == 404
+        d.get(base + "/#/vhosts")
+        click_in_row(d, "data-vhost", vhost)
+        accept_confirm(d, "the vhost's deletion")
+        flash_text(d, "deleted.")
+        assert api(broker, "GET", "/vhosts/" + q(vhost, safe=""))[0] == 404
+
+        errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE" and e.get("source") != "network"]
+        assert not errors, errors
+    except Exception as e:
+        raise AssertionError(f"{e}\n{_debug(d)}") from e
+    finally:
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
