@@ -96,53 +96,27 @@ fn properties_to_json(raw: &Bytes) -> Value {
     let Ok(p) = BasicProperties::decode(raw) else {
         return json!([]);
     };
-    let mut m = Map::new();
-    let mut put = |k: &str, v: Value| {
-        m.insert(k.into(), v);
-    };
-    let text = |b: &ByteString| Value::String(b.to_string());
-    if let Some(x) = &p.content_type {
-        put("content_type", text(x));
-    }
-    if let Some(x) = &p.content_encoding {
-        put("content_encoding", text(x));
-    }
-    if let Some(h) = &p.headers {
-        put("headers", crate::json::table_to_json(h));
-    }
-    if let Some(x) = p.delivery_mode {
-        put("delivery_mode", x.into());
-    }
-    if let Some(x) = p.priority {
-        put("priority", x.into());
-    }
-    if let Some(x) = &p.correlation_id {
-        put("correlation_id", text(x));
-    }
-    if let Some(x) = &p.reply_to {
-        put("reply_to", text(x));
-    }
-    if let Some(x) = &p.expiration {
-        put("expiration", text(x));
-    }
-    if let Some(x) = &p.message_id {
-        put("message_id", text(x));
-    }
-    if let Some(x) = p.timestamp {
-        put("timestamp", x.into());
-    }
-    if let Some(x) = &p.kind {
-        put("type", text(x));
-    }
-    if let Some(x) = &p.user_id {
-        put("user_id", text(x));
-    }
-    if let Some(x) = &p.app_id {
-        put("app_id", text(x));
-    }
-    if let Some(x) = &p.cluster_id {
-        put("cluster_id", text(x));
-    }
+    let text = |b: &Option<ByteString>| b.as_ref().map(|x| Value::String(x.to_string()));
+    let fields: [(&str, Option<Value>); 14] = [
+        ("content_type", text(&p.content_type)),
+        ("content_encoding", text(&p.content_encoding)),
+        ("headers", p.headers.as_ref().map(crate::json::table_to_json)),
+        ("delivery_mode", p.delivery_mode.map(Value::from)),
+        ("priority", p.priority.map(Value::from)),
+        ("correlation_id", text(&p.correlation_id)),
+        ("reply_to", text(&p.reply_to)),
+        ("expiration", text(&p.expiration)),
+        ("message_id", text(&p.message_id)),
+        ("timestamp", p.timestamp.map(Value::from)),
+        ("type", text(&p.kind)),
+        ("user_id", text(&p.user_id)),
+        ("app_id", text(&p.app_id)),
+        ("cluster_id", text(&p.cluster_id)),
+    ];
+    let m: Map<String, Value> = fields
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+        .collect();
     if m.is_empty() {
         json!([])
     } else {
