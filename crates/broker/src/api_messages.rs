@@ -14,7 +14,9 @@ use warren_protocol::properties::BasicProperties;
 use warren_protocol::ByteString;
 
 use crate::access::{Perm, PermCache, Resource, User};
-use crate::http::{bad_request, body_object, ok_json, vhost_of, ApiError, ApiResult, B};
+use crate::http::{
+    bad_request, body_object, exchange_name, ok_json, vhost_of, ApiError, ApiResult, B,
+};
 use crate::message::Message;
 use crate::queue::args::parse_expiration;
 
@@ -100,7 +102,10 @@ fn properties_to_json(raw: &Bytes) -> Value {
     let fields: [(&str, Option<Value>); 14] = [
         ("content_type", text(&p.content_type)),
         ("content_encoding", text(&p.content_encoding)),
-        ("headers", p.headers.as_ref().map(crate::json::table_to_json)),
+        (
+            "headers",
+            p.headers.as_ref().map(crate::json::table_to_json),
+        ),
         ("delivery_mode", p.delivery_mode.map(Value::from)),
         ("priority", p.priority.map(Value::from)),
         ("correlation_id", text(&p.correlation_id)),
@@ -121,15 +126,6 @@ fn properties_to_json(raw: &Bytes) -> Value {
         json!([])
     } else {
         Value::Object(m)
-    }
-}
-
-/// The default exchange's name in URLs.
-fn exchange_name(n: &str) -> &str {
-    if n == "amq.default" {
-        ""
-    } else {
-        n
     }
 }
 

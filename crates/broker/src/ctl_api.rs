@@ -25,7 +25,7 @@ use warren_protocol::{FieldTable, FieldValue};
 use crate::alarms::MemoryWatermark;
 use crate::http::{bad_request, connection_json, no_content, ok_json, ApiError, ApiResult};
 use crate::server::Broker;
-use crate::stats_api::addr;
+use crate::stats_api::{addr, open_connections};
 use crate::tracking::ConnInfo;
 
 type B = State<Arc<Broker>>;
@@ -61,12 +61,6 @@ fn ordered_value(v: &FieldValue) -> Value {
         FieldValue::Array(a) => Value::Array(a.iter().map(ordered_value).collect()),
         other => crate::json::value_to_json(other),
     }
-}
-
-fn open_connections(b: &Broker) -> Vec<Arc<ConnInfo>> {
-    let mut cs: Vec<_> = b.connections.lock().values().cloned().collect();
-    cs.sort_by_key(|c| c.id);
-    cs
 }
 
 async fn connections(State(b): B) -> ApiResult {

@@ -701,7 +701,7 @@ fn exchanges_of(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Value {
 }
 
 /// The URL name of the default exchange is `amq.default`.
-fn exchange_name(n: &str) -> &str {
+pub(crate) fn exchange_name(n: &str) -> &str {
     if n == "amq.default" {
         ""
     } else {

@@ -41,7 +41,8 @@ pub fn consumers_by_channel(b: &Broker) -> HashMap<usize, u32> {
     on
 }
 
-fn open_connections(b: &Broker) -> Vec<Arc<ConnInfo>> {
+/// The open connections, oldest first.
+pub fn open_connections(b: &Broker) -> Vec<Arc<ConnInfo>> {
     let mut cs: Vec<_> = b.connections.lock().values().cloned().collect();
     cs.sort_by_key(|c| c.id);
     cs
@@ -629,12 +630,18 @@ fn render(b: &Broker, per_object: bool) -> String {
                 .map(|ch| (c.channel_pid(ch.id), ch))
         })
         .collect();
+    let per_channel: Vec<Vec<(&'static str, u64)>> = if per_object {
+        live.iter()
+            .map(|(_, ch)| channel_values(&ch.stats))
+            .collect()
+    } else {
+        Vec::new()
+    };
     for (metric, key, help) in CHANNEL_COUNTERS {
         p.family(metric, "counter", help);
         if per_object {
-            for (pid, ch) in &live {
-                let v = channel_values(&ch.stats);
-                p.sample(metric, &[("channel", pid)], value_of(&v, key));
+            for ((pid, _), v) in live.iter().zip(&per_channel) {
+                p.sample(metric, &[("channel", pid)], value_of(v, key));
             }
         } else {
             p.sample(metric, &[], value_of(&node, key));
