@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use base64::Engine;
 use parking_lot::RwLock;
@@ -239,14 +240,17 @@ pub enum MgmtError {
     BadRequest(String),
     /// The change could not be persisted; it was not applied.
     Internal(String),
+    /// A cluster without a majority cannot record the change (HTTP 503).
+    Unavailable(String),
 }
 
 impl std::fmt::Display for MgmtError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            MgmtError::NotFound(s) | MgmtError::BadRequest(s) | MgmtError::Internal(s) => {
-                f.write_str(s)
-            }
+            MgmtError::NotFound(s)
+            | MgmtError::BadRequest(s)
+            | MgmtError::Internal(s)
+            | MgmtError::Unavailable(s) => f.write_str(s),
         }
     }
 }
@@ -268,6 +272,8 @@ pub struct Access {
     /// Moves on every change of users or permissions; channels drop cached decisions then.
     generation: AtomicU64,
     file: Option<PathBuf>,
+    /// In a cluster, changes are proposed to it and made when applied (`cluster/mod.rs`).
+    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 /// A user who logged in: what connections keep of it.
@@ -402,7 +408,30 @@ impl Access {
             inner: RwLock::new(inner),
             generation: AtomicU64::new(1),
             file,
+            cluster: std::sync::OnceLock::new(),
         })
+    }
+
+    pub fn set_cluster(&self, c: Arc<crate::cluster::Cluster>) {
+        let _ = self.cluster.set(c);
+    }
+
+    /// The cluster to propose a change to, unless this is the change being applied.
+    fn replicated(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.cluster
+            .get()
+            .filter(|_| crate::cluster::applying().is_none())
+    }
+
+    /// Replaces everything (a cluster node restoring a metadata snapshot).
+    pub fn replace(&self, f: AccessFile) -> Result<(), String> {
+        let fresh = Access::from_file(f, None)?;
+        let new = fresh.inner.into_inner();
+        self.change(|i| {
+            *i = new;
+            Ok(())
+        })
+        .map_err(|e| e.to_string())
     }
 
     pub fn generation(&self) -> u64 {
@@ -493,6 +522,9 @@ impl Access {
 
     /// Creates or replaces a user (RabbitMQ's PUT /api/users/{name}).
     pub fn put_user(&self, u: UserDef) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated() {
+            return c.mgmt_op(crate::cluster::MetaOp::PutUser(u));
+        }
         if u.name.is_empty() {
             return Err(MgmtError::BadRequest("user name must not be empty".into()));
         }
@@ -516,6 +548,9 @@ impl Access {
     }
 
     pub fn delete_user(&self, name: &str) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated() {
+            return c.mgmt_op(crate::cluster::MetaOp::DeleteUser(name.into()));
+        }
         self.change(|i| {
             i.users
                 .remove(name)
@@ -556,6 +591,9 @@ impl Access {
     // ---- permissions ----
 
     pub fn set_permissions(&self, p: PermissionDef) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated() {
+            return c.mgmt_op(crate::cluster::MetaOp::SetPermissions(p));
+        }
         let (user, vhost) = (p.user.clone(), p.vhost.clone());
         let g = Grant::new(p).map_err(MgmtError::BadRequest)?;
         self.change(|i| {
@@ -573,6 +611,12 @@ impl Access {
     }
 
     pub fn clear_permissions(&self, user: &str, vhost: &str) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated() {
+            return c.mgmt_op(crate::cluster::MetaOp::ClearPermissions {
+                user: user.into(),
+                vhost: vhost.into(),
+            });
+        }
         self.change(|i| {
             i.grants
                 .remove(&(user.to_string(), vhost.to_string()))
@@ -642,6 +686,9 @@ impl Access {
     }
 
     pub fn put_policy(&self, p: PolicyDef) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated() {
+            return c.mgmt_op(crate::cluster::MetaOp::PutPolicy(p));
+        }
         self.change(|i| {
             if !i.vhosts.contains_key(&p.vhost) {
                 return Err(MgmtError::NotFound(format!("no vhost '{}'", p.vhost)));
@@ -652,6 +699,12 @@ impl Access {
     }
 
     pub fn delete_policy(&self, vhost: &str, name: &str) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated() {
+            return c.mgmt_op(crate::cluster::MetaOp::DeletePolicy {
+                vhost: vhost.into(),
+                name: name.into(),
+            });
+        }
         self.change(|i| {
             i.policies
                 .remove(&(vhost.to_string(), name.to_string()))
@@ -718,6 +771,14 @@ impl Access {
         def: &Limits,
         replace: bool,
     ) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated() {
+            return c.mgmt_op(crate::cluster::MetaOp::SetLimits {
+                user: scope == LimitScope::User,
+                name: name.into(),
+                def: def.clone(),
+                replace,
+            });
+        }
         let def = validate_limits(scope, def).map_err(|e| {
             MgmtError::BadRequest(match scope {
                 LimitScope::Vhost => format!("Validation failed\n\n{e}\n"),
@@ -741,6 +802,13 @@ impl Access {
         name: &str,
         key: Option<&str>,
     ) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated() {
+            return c.mgmt_op(crate::cluster::MetaOp::ClearLimit {
+                user: scope == LimitScope::User,
+                name: name.into(),
+                key: key.map(String::from),
+            });
+        }
         self.change_limits(scope, name, |l| match key {
             None | Some("all") => l.clear(),
             Some(k) => {

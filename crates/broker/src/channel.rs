@@ -585,6 +585,7 @@ impl Channel {
                     arguments: &d.arguments,
                     conn_id: ctx.conn_id,
                     server_named,
+                    home: None,
                 })?;
                 if !d.passive {
                     crate::policy::apply(ctx.access, &q);
@@ -1216,6 +1217,40 @@ impl DeliverySink for ChannelShared {
 
     fn wait_for_space(&self, q: &Arc<Queue>) {
         self.outbox.wait_for_space(q)
+    }
+
+    fn push(&self, c: &Arc<Consumer>, q: QueueRef, m: &QueuedMessage) -> bool {
+        if c.cancelled.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut d = self.deliveries.lock();
+        if d.closed {
+            return false;
+        }
+        let tag = d.next_tag;
+        d.next_tag += 1;
+        let frame_max = self.outbox.frame_max.load(Ordering::Relaxed);
+        self.outbox.push(|b| {
+            outbox::write_delivery(b, self.id, frame_max, &c.tag, tag, m.redelivered, &m.msg);
+        });
+        let st = &self.stats;
+        delivered(
+            &st.deliver,
+            &st.deliver_no_ack,
+            &st.redeliver,
+            c.no_ack,
+            m.redelivered,
+        );
+        if !c.no_ack {
+            d.global_unacked += 1;
+            d.unacked.push_back(Unacked {
+                tag,
+                queue: q,
+                msg: m.clone(),
+                consumer: Some(c.clone()),
+            });
+        }
+        true
     }
 
     fn cancelled(&self, c: &Consumer) {

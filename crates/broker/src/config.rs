@@ -35,6 +35,57 @@ pub struct Config {
     /// `warren@<short hostname>`; a name without `@` gets `@<short hostname>` appended, as
     /// RabbitMQ does with RABBITMQ_NODENAME.
     pub node_name: String,
+    /// Present: this node runs in a cluster (docs/clustering.md).
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// `[cluster]`: the inter-node link and how this node finds its cluster.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Where the inter-node link listens (RabbitMQ's distribution port is 25672).
+    #[serde(default = "default_cluster_listen")]
+    pub listen: std::net::SocketAddr,
+    /// The address other nodes reach this one at; defaults to `listen`.
+    #[serde(default)]
+    pub advertise: Option<String>,
+    /// Link addresses of the cluster's seed nodes (this node's own may be among them). On its
+    /// first boot a node joins the cluster through them; the node whose address sorts first
+    /// starts the cluster.
+    #[serde(default)]
+    pub peers: Vec<String>,
+    /// The shared secret every node of the cluster holds (RabbitMQ's Erlang cookie); a node
+    /// without it is refused. Else `cookie_file`, else `<data_dir>/.cookie` (made on first
+    /// boot, as RabbitMQ makes `.erlang.cookie`).
+    #[serde(default)]
+    pub cookie: Option<String>,
+    #[serde(default)]
+    pub cookie_file: Option<PathBuf>,
+}
+
+fn default_cluster_listen() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], 25672))
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            listen: default_cluster_listen(),
+            advertise: None,
+            peers: Vec::new(),
+            cookie: None,
+            cookie_file: None,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// The link address other nodes use for this node.
+    pub fn address(&self) -> String {
+        self.advertise
+            .clone()
+            .unwrap_or_else(|| self.listen.to_string())
+    }
 }
 
 /// The short host name (before the first dot), `localhost` if it cannot be read.
@@ -218,6 +269,7 @@ impl Default for Config {
             tls: None,
             server_properties: ServerProperties::default(),
             node_name: full_node_name("warren"),
+            cluster: None,
         }
     }
 }
@@ -271,6 +323,19 @@ impl Config {
                 "node_name must be NAME@HOST (or NAME) without spaces, got {:?}",
                 self.node_name
             ));
+        }
+        if let Some(c) = &self.cluster {
+            if c.cookie.as_deref() == Some("") {
+                return Err("cluster.cookie must not be empty".into());
+            }
+            for p in &c.peers {
+                if p.rsplit_once(':')
+                    .and_then(|(_, port)| port.parse::<u16>().ok())
+                    .is_none()
+                {
+                    return Err(format!("cluster.peers: {p:?} is not HOST:PORT"));
+                }
+            }
         }
         if self.vhosts.is_empty() {
             return Err("at least one vhost must be configured".into());

@@ -56,7 +56,7 @@ impl Confirms {
     pub fn pending(self: &Arc<Self>, seq: u64, waits: usize) -> Arc<ConfirmHandle> {
         self.state.lock().outstanding.insert(seq);
         Arc::new(ConfirmHandle {
-            confirms: self.clone(),
+            target: Target::Channel(self.clone()),
             seq,
             remaining: AtomicUsize::new(waits),
             failed: AtomicUsize::new(0),
@@ -141,9 +141,16 @@ pub fn complete_all(handles: impl IntoIterator<Item = (Arc<ConfirmHandle>, bool)
     }
 }
 
+/// Who is told when a confirmed publish is done.
+enum Target {
+    Channel(Arc<Confirms>),
+    /// A publish forwarded from another node: it gets a `CONFIRM` frame.
+    Link(Arc<crate::cluster::link::Link>),
+}
+
 /// One confirmed publish waiting on durable queues.
 pub struct ConfirmHandle {
-    confirms: Arc<Confirms>,
+    target: Target,
     seq: u64,
     remaining: AtomicUsize,
     failed: AtomicUsize,
@@ -157,11 +164,29 @@ impl ConfirmHandle {
             self.failed.fetch_add(1, Ordering::Relaxed);
         }
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.confirms
-                .finish(self.seq, self.failed.load(Ordering::Relaxed) == 0);
-            return Some(self.confirms.clone());
+            let ok = self.failed.load(Ordering::Relaxed) == 0;
+            match &self.target {
+                Target::Channel(c) => {
+                    c.finish(self.seq, ok);
+                    return Some(c.clone());
+                }
+                Target::Link(l) => l.send(crate::cluster::remote::K_CONFIRM, |b| {
+                    bytes::BufMut::put_u64(b, self.seq);
+                    bytes::BufMut::put_u8(b, ok as u8);
+                }),
+            }
         }
         None
+    }
+
+    /// A publish forwarded by another node under its id `seq`, waiting on one queue here.
+    pub fn for_link(link: Arc<crate::cluster::link::Link>, seq: u64) -> Arc<ConfirmHandle> {
+        Arc::new(ConfirmHandle {
+            target: Target::Link(link),
+            seq,
+            remaining: AtomicUsize::new(1),
+            failed: AtomicUsize::new(0),
+        })
     }
 }
 

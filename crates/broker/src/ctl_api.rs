@@ -43,6 +43,36 @@ pub fn routes() -> Router<Arc<Broker>> {
         )
         .route("/api/warren/stop_app", post(stop_app))
         .route("/api/warren/start_app", post(start_app))
+        .route("/api/warren/cluster", get(cluster_status))
+        .route("/api/warren/cluster/forget", post(forget_node))
+}
+
+fn not_clustered() -> ApiError {
+    bad_request("this node is not part of a cluster (no [cluster] section in its config)")
+}
+
+async fn cluster_status(State(b): B) -> ApiResult {
+    match b.cluster() {
+        Some(c) => ok_json(c.status_json()),
+        None => ok_json(json!({
+            "cluster_name": b.config.node_name,
+            "node": b.config.node_name,
+            "nodes": [{"name": b.config.node_name, "voter": true, "running": true}],
+            "leader": b.config.node_name,
+        })),
+    }
+}
+
+async fn forget_node(State(b): B, body: axum::body::Bytes) -> ApiResult {
+    let c = b.cluster().ok_or_else(not_clustered)?;
+    let v: Value = serde_json::from_slice(&body).map_err(|e| bad_request(e.to_string()))?;
+    let node = v
+        .get("node")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad_request("[{key_missing,node}]"))?;
+    c.forget(node).await.map_err(bad_request)?;
+    tracing::info!(node, "node removed from the cluster");
+    no_content()
 }
 
 /// A field table in the client's order, keeping what JSON objects would lose: a table is

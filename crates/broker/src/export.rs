@@ -225,6 +225,7 @@ pub fn import(broker: &Broker, doc: &Value) -> Result<(), String> {
                 arguments: &args,
                 conn_id: 0,
                 server_named: false,
+                home: None,
             })
             .map_err(|e| e.text)?;
         crate::policy::apply(&broker.access, &q);

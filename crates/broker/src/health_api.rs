@@ -107,6 +107,7 @@ pub async fn aliveness_test(State(b): B, Path(vhost): Path<String>) -> ApiResult
         arguments: &args,
         conn_id: 0,
         server_named: false,
+        home: None,
     };
     let failure = |reason: String| failed(json!({"status": "failed", "reason": reason}));
     let q = match v.declare_queue(&spec) {
@@ -132,7 +133,7 @@ pub async fn aliveness_test(State(b): B, Path(vhost): Path<String>) -> ApiResult
 }
 
 /// RabbitMQ's node object, with what Warren measures.
-fn node_json(b: &Broker) -> Value {
+pub fn node_json(b: &Broker) -> Value {
     let t = b.alarms.thresholds();
     let st = b.alarms.state();
     let (fd_used, fd_total) = crate::ctl_api::file_descriptors();
@@ -163,7 +164,9 @@ fn node_json(b: &Broker) -> Value {
         "uptime": b.started_at.elapsed().as_millis() as u64,
         "run_queue": 0,
         "partitions": [],
-        "cluster_links": [],
+        "cluster_links": b.cluster().map_or(json!([]), |c| {
+            json!(c.links.all().iter().map(|l| json!({"name": l.peer_name, "peer_addr": l.peer_addr})).collect::<Vec<_>>())
+        }),
         "rates_mode": "basic",
         "net_ticktime": 60,
         "db_dir": b.config.data_dir.display().to_string(),
@@ -187,11 +190,25 @@ fn node_json(b: &Broker) -> Value {
 }
 
 pub async fn list_nodes(State(b): B) -> ApiResult {
-    ok_json(json!([node_json(&b)]))
+    match b.cluster() {
+        Some(c) => ok_json(Value::Array(c.node_objects(node_json(&b)).await)),
+        None => ok_json(json!([node_json(&b)])),
+    }
 }
 
 pub async fn get_node(State(b): B, Path(name): Path<String>) -> ApiResult {
     if name != b.config.node_name {
+        if let Some(c) = b.cluster() {
+            return match c
+                .node_objects(node_json(&b))
+                .await
+                .into_iter()
+                .find(|n| n["name"] == name)
+            {
+                Some(n) => ok_json(n),
+                None => Err(not_found()),
+            };
+        }
         return Err(not_found());
     }
     ok_json(node_json(&b))

@@ -68,6 +68,10 @@ impl From<MgmtError> for ApiError {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 json!({"error": "internal_error", "reason": r}),
             ),
+            MgmtError::Unavailable(r) => ApiError(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "unavailable", "reason": r}),
+            ),
         }
     }
 }
@@ -650,6 +654,7 @@ async fn put_queue(
             arguments: &args,
             conn_id: 0,
             server_named: false,
+            home: None,
         })
         .map_err(|e| bad_request(e.text))?;
     crate::policy::apply(&b.access, &q);

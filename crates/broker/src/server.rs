@@ -41,13 +41,23 @@ pub struct Broker {
     pub retired: crate::metrics::ChannelStats,
     /// Samples for the management API's rates.
     pub rates: crate::metrics::Rates,
+    /// Set when this node runs in a cluster (`[cluster]`).
+    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 impl Broker {
     /// Opens the data directory (recovering durable definitions and messages) and builds the
     /// broker. Vhost `v` lives in `<data_dir>/vhosts/<hex of v>`.
     pub fn new(config: Config) -> std::io::Result<Arc<Broker>> {
-        let access = Arc::new(Access::open(&config)?);
+        // A cluster node's users, vhosts and definitions are the Raft log's, replayed once the
+        // cluster starts (`cluster::Cluster::start`); nothing is read from the local files.
+        let clustered = config.cluster.is_some();
+        let access = Arc::new(if clustered {
+            std::fs::create_dir_all(&config.data_dir)?;
+            Access::from_file(Default::default(), None).map_err(std::io::Error::other)?
+        } else {
+            Access::open(&config)?
+        });
         let users = Users::new(access.clone(), config.loopback_users.clone());
         let persister = Persister::start();
         let mut vhosts = HashMap::new();
@@ -56,6 +66,7 @@ impl Broker {
             vhosts.insert(v, vh);
         }
         let admission = crate::admission::Admission::new(&config.limits, access.clone());
+        let first_connection_id = 1 + crate::cluster::Cluster::connection_id_base_of(&config);
         let alarms = Alarms::new(
             Thresholds::from_limits(&config.limits),
             config.data_dir.clone(),
@@ -66,7 +77,7 @@ impl Broker {
             access,
             vhosts: parking_lot::RwLock::new(vhosts),
             connections: parking_lot::Mutex::new(HashMap::new()),
-            next_connection_id: AtomicU64::new(1),
+            next_connection_id: AtomicU64::new(first_connection_id),
             persister,
             alarms,
             admission,
@@ -75,6 +86,7 @@ impl Broker {
             churn: Default::default(),
             retired: Default::default(),
             rates: Default::default(),
+            cluster: std::sync::OnceLock::new(),
         });
         for v in b.vhosts() {
             v.set_max_queues(b.admission.max_queues(&v.name));
@@ -102,6 +114,22 @@ impl Broker {
         }
     }
 
+    pub fn set_cluster(&self, c: Arc<crate::cluster::Cluster>) {
+        self.access.set_cluster(c.clone());
+        let _ = self.cluster.set(c);
+    }
+
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.cluster.get()
+    }
+
+    /// The cluster to propose a change to, unless this is the change being applied.
+    fn replicated(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.cluster
+            .get()
+            .filter(|_| crate::cluster::applying().is_none())
+    }
+
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
         self.vhosts.read().get(name).cloned()
     }
@@ -119,13 +147,25 @@ impl Broker {
         if name.is_empty() {
             return Err(MgmtError::BadRequest("vhost name must not be empty".into()));
         }
+        if let Some(c) = self.replicated() {
+            let new = self.vhost(&name).is_none();
+            c.mgmt_op(crate::cluster::MetaOp::AddVhost(def))?;
+            return Ok(new);
+        }
         let mut map = self.vhosts.write();
         if map.contains_key(&name) {
             self.access.add_vhost(def)?;
             return Ok(false);
         }
-        let vh = VHost::open(&name, Self::storage(&self.config, &self.persister, &name))
-            .map_err(|e| MgmtError::BadRequest(format!("cannot create vhost '{name}': {e}")))?;
+        let vh = match self.cluster.get() {
+            Some(c) => VHost::clustered(
+                &name,
+                Self::storage(&self.config, &self.persister, &name),
+                c.clone(),
+            ),
+            None => VHost::open(&name, Self::storage(&self.config, &self.persister, &name)),
+        }
+        .map_err(|e| MgmtError::BadRequest(format!("cannot create vhost '{name}': {e}")))?;
         vh.set_max_queues(self.admission.max_queues(&name));
         // Recorded before it serves anyone: a vhost access.json cannot keep is not created.
         if let Err(e) = self.access.add_vhost(def) {
@@ -150,6 +190,12 @@ impl Broker {
     /// Deletes a vhost: its connections are closed (320), its queues and exchanges deleted with
     /// their stored messages, its permissions and policies forgotten.
     pub fn delete_vhost(&self, name: &str) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated() {
+            if self.vhost(name).is_none() {
+                return Err(MgmtError::NotFound(format!("no vhost '{name}'")));
+            }
+            return c.mgmt_op(crate::cluster::MetaOp::DeleteVhost(name.into()));
+        }
         let mut map = self.vhosts.write();
         let Some(vh) = map.get(name).cloned() else {
             return Err(MgmtError::NotFound(format!("no vhost '{name}'")));

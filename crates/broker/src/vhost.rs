@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use warren_protocol::{ByteString, FieldTable, FieldValue};
+use warren_protocol::{ByteString, FieldTable, FieldValue, Method};
 use warren_routing::consistent_hash::{self, HashOn};
 use warren_routing::counter::ExchangeStats;
 use warren_routing::{Binding, Destination, Exchange, ExchangeKind, HashRing, Table};
@@ -21,6 +21,7 @@ use warren_protocol::method::{
 };
 
 use crate::access::PolicyDef;
+use crate::cluster::{Cluster, QueueMeta};
 use crate::definitions::{self, Definition, DefinitionsStore};
 use crate::error::{AmqpError, AmqpResult};
 use crate::metrics::{ChannelStats, Churn};
@@ -59,6 +60,8 @@ pub struct VHost {
     /// This vhost's policies, for the `alternate-exchange` of exchanges declared later; set
     /// (under `defs`) by [`VHost::set_policies`].
     policies: Mutex<Vec<PolicyDef>>,
+    /// In a cluster: changes are proposed to it, and made here when applied.
+    cluster: Option<Arc<Cluster>>,
 }
 
 pub struct Storage {
@@ -90,6 +93,8 @@ pub struct QueueSpec<'a> {
     pub conn_id: u64,
     /// The broker chose the name (`amq.gen-…`), so the reserved prefix is allowed.
     pub server_named: bool,
+    /// In a cluster: the node it is to live on (`None`: this one).
+    pub home: Option<&'a str>,
 }
 
 /// The outcome of deleting a queue, for the caller to notify consumers and log.
@@ -233,7 +238,7 @@ fn inequivalent(
 
 impl VHost {
     pub fn new(name: &str) -> Arc<VHost> {
-        Self::with_storage(name, None, None)
+        Self::with_storage(name, None, None, None)
     }
 
     /// A vhost whose durable definitions and messages live under `storage.dir`; what is there
@@ -244,7 +249,7 @@ impl VHost {
         let _ = std::fs::remove_dir_all(storage.dir.join("scratch"));
         let store = definitions::FileStore::new(&storage.dir, name);
         let defs = store.load()?;
-        let v = Self::with_storage(name, Some(storage), Some(Box::new(store)));
+        let v = Self::with_storage(name, Some(storage), Some(Box::new(store)), None);
         v.loading.store(true, std::sync::atomic::Ordering::Relaxed);
         let (mut queues, mut messages) = (0usize, 0u64);
         for d in defs {
@@ -317,6 +322,7 @@ impl VHost {
         name: &str,
         storage: Option<Storage>,
         store: Option<Box<dyn DefinitionsStore>>,
+        cluster: Option<Arc<Cluster>>,
     ) -> Arc<VHost> {
         let mut s = Snapshot::default();
         let default_stats = Arc::new(ExchangeStats::default());
@@ -375,7 +381,242 @@ impl VHost {
             store,
             max_queues: std::sync::atomic::AtomicU32::new(u32::MAX),
             policies: Mutex::new(Vec::new()),
+            cluster,
         })
+    }
+
+    /// A vhost of a cluster node: its definitions are the Raft log's (applied through
+    /// [`VHost::apply_method`]); only queue logs live under `storage.dir`.
+    pub fn clustered(
+        name: &str,
+        storage: Storage,
+        cluster: Arc<Cluster>,
+    ) -> std::io::Result<Arc<VHost>> {
+        std::fs::create_dir_all(storage.dir.join("queues"))?;
+        let _ = std::fs::remove_dir_all(storage.dir.join("scratch"));
+        Ok(Self::with_storage(name, Some(storage), None, Some(cluster)))
+    }
+
+    /// The cluster to propose a change to, unless this is the change being applied.
+    fn replicated(&self) -> Option<&Arc<Cluster>> {
+        self.cluster
+            .as_ref()
+            .filter(|_| crate::cluster::applying().is_none())
+    }
+
+    /// Makes a replicated change (every node runs this for each committed vhost entry).
+    pub fn apply_method(self: &Arc<Self>, m: &Method, meta: Option<&QueueMeta>) -> AmqpResult<()> {
+        let owner = meta.and_then(|q| q.owner);
+        match m {
+            Method::ExchangeDeclare(x) => self.declare_exchange(&ExchangeSpec {
+                name: &x.exchange,
+                kind: &x.kind,
+                passive: false,
+                durable: x.durable,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: &x.arguments,
+            }),
+            Method::ExchangeDelete(x) => self.delete_exchange(&x.exchange, x.if_unused),
+            Method::QueueBind(b) => self.bind_queue(
+                &b.queue,
+                &b.exchange,
+                &b.routing_key,
+                &b.arguments,
+                true,
+                owner,
+            ),
+            Method::QueueUnbind(b) => self.bind_queue(
+                &b.queue,
+                &b.exchange,
+                &b.routing_key,
+                &b.arguments,
+                false,
+                owner,
+            ),
+            Method::ExchangeBind(b) => self.bind_exchange(
+                &b.destination,
+                &b.source,
+                &b.routing_key,
+                &b.arguments,
+                true,
+            ),
+            Method::ExchangeUnbind(b) => self.bind_exchange(
+                &b.destination,
+                &b.source,
+                &b.routing_key,
+                &b.arguments,
+                false,
+            ),
+            Method::QueueDeclare(q) => {
+                let meta = meta.cloned().unwrap_or(QueueMeta {
+                    home: String::new(),
+                    owner: None,
+                    server_named: false,
+                });
+                self.declare_queue(&QueueSpec {
+                    name: &q.queue,
+                    passive: false,
+                    durable: q.durable,
+                    exclusive: q.exclusive,
+                    auto_delete: q.auto_delete,
+                    arguments: &q.arguments,
+                    conn_id: meta.owner.unwrap_or(0),
+                    server_named: meta.server_named,
+                    home: Some(&meta.home),
+                })
+                .map(|_| ())
+            }
+            Method::QueueDelete(q) => self.delete_queue(&q.queue, false, false, owner).map(|d| {
+                crate::channel::notify_cancelled(&d.consumers);
+            }),
+            other => Err(AmqpError::internal_error(format!(
+                "not a definition: {other:?}"
+            ))),
+        }
+    }
+
+    /// Every exchange, queue and binding as the ops that recreate them (a Raft snapshot).
+    pub fn replicated_definitions(&self) -> Vec<crate::cluster::MetaOp> {
+        let defs = self.defs.lock();
+        let enc = |m: Method| {
+            let mut b = bytes::BytesMut::new();
+            m.encode_payload(&mut b);
+            b.to_vec()
+        };
+        let op = |m: Method, queue: Option<QueueMeta>| crate::cluster::MetaOp::Vhost {
+            vhost: self.name.to_string(),
+            method: enc(m),
+            queue,
+        };
+        let mut out = Vec::new();
+        let mut xs: Vec<_> = defs
+            .table
+            .exchanges
+            .values()
+            .filter(|x| !x.name.is_empty() && !x.name.starts_with("amq."))
+            .collect();
+        xs.sort_by(|a, b| a.name.cmp(&b.name));
+        for x in xs {
+            out.push(op(
+                ExchangeDeclare {
+                    exchange: (&*x.name).into(),
+                    kind: x.kind.as_str().into(),
+                    durable: x.durable,
+                    auto_delete: x.auto_delete,
+                    internal: x.internal,
+                    arguments: x.arguments.clone(),
+                    ..Default::default()
+                }
+                .into(),
+                None,
+            ));
+        }
+        let me = self
+            .cluster
+            .as_ref()
+            .map(|c| c.me.clone())
+            .unwrap_or_default();
+        let mut qs: Vec<_> = defs.queues.values().collect();
+        qs.sort_by(|a, b| a.name().cmp(b.name()));
+        for q in qs {
+            let o = q.options();
+            out.push(op(
+                QueueDeclare {
+                    queue: (&**q.name()).into(),
+                    durable: o.durable,
+                    exclusive: o.exclusive_owner.is_some(),
+                    auto_delete: o.auto_delete,
+                    arguments: o.arguments.clone(),
+                    ..Default::default()
+                }
+                .into(),
+                Some(QueueMeta {
+                    home: q.home().map_or(me.clone(), String::from),
+                    owner: o.exclusive_owner,
+                    server_named: true,
+                }),
+            ));
+        }
+        let mut names: Vec<_> = defs.table.exchanges.keys().collect();
+        names.sort();
+        for name in names {
+            for b in &defs.table.exchanges[name].bindings {
+                let m: Method = match &b.destination {
+                    Destination::Queue(q) => QueueBind {
+                        queue: (&**q.name()).into(),
+                        exchange: (&**name).into(),
+                        routing_key: (&*b.routing_key).into(),
+                        arguments: b.arguments.clone(),
+                        ..Default::default()
+                    }
+                    .into(),
+                    Destination::Exchange(d) => ExchangeBind {
+                        destination: (&**d).into(),
+                        source: (&**name).into(),
+                        routing_key: (&*b.routing_key).into(),
+                        arguments: b.arguments.clone(),
+                        ..Default::default()
+                    }
+                    .into(),
+                };
+                let owner = match &b.destination {
+                    Destination::Queue(q) => q.options().exclusive_owner,
+                    _ => None,
+                };
+                out.push(op(
+                    m,
+                    owner.map(|o| QueueMeta {
+                        home: String::new(),
+                        owner: Some(o),
+                        server_named: false,
+                    }),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Deletes the queues and exchanges that `ops` (a snapshot's) do not declare, and every
+    /// binding (the snapshot's are declared again after this).
+    pub fn retain_only(self: &Arc<Self>, ops: &[crate::cluster::MetaOp]) {
+        let mut queues = std::collections::HashSet::new();
+        let mut exchanges = std::collections::HashSet::new();
+        for op in ops {
+            if let crate::cluster::MetaOp::Vhost { method, .. } = op {
+                match Method::decode(&bytes::Bytes::copy_from_slice(method)) {
+                    Ok(Method::QueueDeclare(q)) => {
+                        queues.insert(q.queue.to_string());
+                    }
+                    Ok(Method::ExchangeDeclare(x)) => {
+                        exchanges.insert(x.exchange.to_string());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let snap = self.snapshot();
+        for q in snap.queues.keys() {
+            if !queues.contains(&**q) {
+                if let Ok(d) = self.delete_queue(q, false, false, None) {
+                    crate::channel::notify_cancelled(&d.consumers);
+                }
+            }
+        }
+        for x in snap.table.exchanges.keys() {
+            if !x.is_empty() && !x.starts_with("amq.") && !exchanges.contains(&**x) {
+                let _ = self.delete_exchange(x, false);
+            }
+        }
+        let mut defs = self.defs.lock();
+        for x in defs.table.exchanges.values_mut() {
+            if !x.bindings.is_empty() {
+                let xm = Arc::make_mut(x);
+                xm.bindings.clear();
+                xm.bindings_changed();
+            }
+        }
+        self.publish(&defs);
     }
 
     /// The most queues this vhost may hold (`None` = no limit; 0 = none may be declared).
@@ -605,6 +846,22 @@ impl VHost {
                 "operation not permitted on the default exchange",
             ));
         }
+        if let (false, Some(c)) = (spec.passive, self.replicated()) {
+            return c.vhost_op(
+                &self.name,
+                ExchangeDeclare {
+                    exchange: spec.name.into(),
+                    kind: spec.kind.into(),
+                    durable: spec.durable,
+                    auto_delete: spec.auto_delete,
+                    internal: spec.internal,
+                    arguments: spec.arguments.clone(),
+                    ..Default::default()
+                }
+                .into(),
+                None,
+            );
+        }
         let mut defs = self.defs.lock();
         if spec.passive {
             return if defs.table.exchanges.contains_key(spec.name) {
@@ -764,6 +1021,14 @@ impl VHost {
                 "deletion of system exchange '{name}' in vhost '{}' not allowed",
                 self.name
             )));
+        }
+        if let Some(c) = self.replicated() {
+            let m = ExchangeDelete {
+                exchange: name.into(),
+                if_unused,
+                ..Default::default()
+            };
+            return c.vhost_op(&self.name, m.into(), None);
         }
         let mut defs = self.defs.lock();
         let Some(x) = defs.table.exchanges.get(name) else {
@@ -985,6 +1250,34 @@ impl VHost {
         add: bool,
         conn_id: Option<u64>,
     ) -> AmqpResult<()> {
+        if let Some(c) = self.replicated() {
+            let (q, x, k, a) = (queue.into(), exchange.into(), key.into(), args.clone());
+            let m: Method = if add {
+                QueueBind {
+                    queue: q,
+                    exchange: x,
+                    routing_key: k,
+                    arguments: a,
+                    ..Default::default()
+                }
+                .into()
+            } else {
+                QueueUnbind {
+                    queue: q,
+                    exchange: x,
+                    routing_key: k,
+                    arguments: a,
+                    ..Default::default()
+                }
+                .into()
+            };
+            let meta = conn_id.map(|o| QueueMeta {
+                home: String::new(),
+                owner: Some(o),
+                server_named: false,
+            });
+            return c.vhost_op(&self.name, m, meta);
+        }
         self.bind(
             exchange,
             "queue",
@@ -1010,6 +1303,29 @@ impl VHost {
         args: &FieldTable,
         add: bool,
     ) -> AmqpResult<()> {
+        if let Some(c) = self.replicated() {
+            let (d, x, k, a) = (destination.into(), source.into(), key.into(), args.clone());
+            let m: Method = if add {
+                ExchangeBind {
+                    destination: d,
+                    source: x,
+                    routing_key: k,
+                    arguments: a,
+                    ..Default::default()
+                }
+                .into()
+            } else {
+                ExchangeUnbind {
+                    destination: d,
+                    source: x,
+                    routing_key: k,
+                    arguments: a,
+                    ..Default::default()
+                }
+                .into()
+            };
+            return c.vhost_op(&self.name, m, None);
+        }
         self.bind(
             source,
             destination,
@@ -1029,6 +1345,45 @@ impl VHost {
 
     /// Declares (or checks) a queue; returns it.
     pub fn declare_queue(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<QueueRef> {
+        if spec.passive && crate::cluster::applying().is_none() {
+            if let Some(r) = self
+                .defs
+                .lock()
+                .queues
+                .get(spec.name)
+                .and_then(|q| q.remote().cloned())
+            {
+                r.counts_checked()?;
+            }
+        }
+        if let (false, Some(c)) = (spec.passive, self.replicated()) {
+            let existing = self.defs.lock().queues.get(spec.name).cloned();
+            // Redeclaring what exists needs no change: checked here, as a passive declare.
+            if let Some(q) = existing {
+                if let Some(r) = q.remote() {
+                    // Its home must be up, as RabbitMQ checks with the queue's process.
+                    r.counts_checked()?;
+                }
+                return self.declare_queue_once(spec);
+            }
+            let m = QueueDeclare {
+                queue: spec.name.into(),
+                durable: spec.durable,
+                exclusive: spec.exclusive,
+                auto_delete: spec.auto_delete,
+                arguments: spec.arguments.clone(),
+                ..Default::default()
+            };
+            let meta = QueueMeta {
+                home: spec.home.map_or_else(|| c.me.clone(), String::from),
+                owner: spec.exclusive.then_some(spec.conn_id),
+                server_named: spec.server_named,
+            };
+            c.vhost_op(&self.name, m.into(), Some(meta))?;
+            let q = self.defs.lock().queues.get(spec.name).cloned();
+            self.churn.queue_declared.fetch_add(1, Relaxed);
+            return q.ok_or_else(|| self.no_queue(spec.name));
+        }
         let q = self.declare_queue_once(spec)?;
         self.churn.queue_declared.fetch_add(1, Relaxed);
         Ok(q)
@@ -1102,8 +1457,28 @@ impl VHost {
             arguments: spec.arguments.clone(),
             args,
         };
+        let remote_home = match (&self.cluster, spec.home) {
+            (Some(c), Some(h)) if h != c.me => Some((c, h)),
+            _ => None,
+        };
+        if let Some((c, home)) = remote_home {
+            let q = QueueRef::Remote(crate::cluster::remote::RemoteQueue::new(
+                name.clone(),
+                self.name.clone(),
+                options,
+                home.to_string(),
+                c,
+            ));
+            defs.queues.insert(name, q.clone());
+            self.publish(&defs);
+            tracing::info!(vhost = %self.name, queue = spec.name, home, "queue declared");
+            return Ok(q);
+        }
         // Exclusive queues die with their connection, so their messages are never written.
-        let durable_id = (spec.durable && !spec.exclusive).then(rand::random::<u64>);
+        // A cluster's queue log is named after the Raft entry that declared it, so replaying
+        // the log at restart finds the same log again.
+        let durable_id = (spec.durable && !spec.exclusive)
+            .then(|| crate::cluster::applying().unwrap_or_else(rand::random::<u64>));
         let backing = match self.backing(durable_id) {
             Some(Ok(b)) => Some(b),
             Some(Err(e)) => {
@@ -1286,6 +1661,61 @@ impl VHost {
         if_empty: bool,
         conn_id: Option<u64>,
     ) -> AmqpResult<DeletedQueue> {
+        if let Some(c) = self.replicated() {
+            let Some(q) = self.defs.lock().queues.get(name).cloned() else {
+                return Ok(DeletedQueue {
+                    message_count: 0,
+                    consumers: Vec::new(),
+                });
+            };
+            if let (Some(owner), Some(me)) = (q.options().exclusive_owner, conn_id) {
+                if owner != me {
+                    return Err(self.locked(name));
+                }
+            }
+            let message_count = match q.remote() {
+                Some(r) => {
+                    let n = r.counts_checked()?;
+                    if if_unused && n.consumers > 0 {
+                        return Err(AmqpError::precondition_failed(format!(
+                            "{} in use",
+                            q.describe()
+                        )));
+                    }
+                    if if_empty && n.messages > 0 {
+                        return Err(AmqpError::precondition_failed(format!(
+                            "{} not empty",
+                            q.describe()
+                        )));
+                    }
+                    n.messages
+                }
+                None => {
+                    if if_unused && q.consumer_count() > 0 {
+                        return Err(AmqpError::precondition_failed(format!(
+                            "{} in use",
+                            q.describe()
+                        )));
+                    }
+                    if if_empty && q.message_count() > 0 {
+                        return Err(AmqpError::precondition_failed(format!(
+                            "{} not empty",
+                            q.describe()
+                        )));
+                    }
+                    q.message_count()
+                }
+            };
+            let m = QueueDelete {
+                queue: name.into(),
+                ..Default::default()
+            };
+            c.vhost_op(&self.name, m.into(), None)?;
+            return Ok(DeletedQueue {
+                message_count,
+                consumers: Vec::new(),
+            });
+        }
         let mut defs = self.defs.lock();
         let Some(q) = defs.queues.get(name).cloned() else {
             return Ok(DeletedQueue {

@@ -74,6 +74,23 @@ struct ServerArgs {
     /// hostname>].
     #[arg(long, value_name = "NAME")]
     node_name: Option<String>,
+    /// Run as a cluster node: the inter-node link listens here (HOST:PORT) [config:
+    /// cluster.listen].
+    #[arg(long, value_name = "ADDR")]
+    cluster_listen: Option<std::net::SocketAddr>,
+    /// Link addresses of the cluster's seed nodes, comma-separated (HOST:PORT,...) [config:
+    /// cluster.peers].
+    #[arg(long, value_name = "ADDRS", value_delimiter = ',')]
+    cluster_peers: Option<Vec<String>>,
+    /// The cluster's shared secret [config: cluster.cookie; env WARREN_COOKIE; else
+    /// <data_dir>/.cookie].
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "WARREN_COOKIE",
+        hide_env_values = true
+    )]
+    cluster_cookie: Option<String>,
 }
 
 fn load_config(args: &ServerArgs) -> anyhow::Result<Config> {
@@ -109,6 +126,18 @@ fn load_config(args: &ServerArgs) -> anyhow::Result<Config> {
     if let Some(d) = &args.data_dir {
         c.data_dir = d.clone();
     }
+    if args.cluster_listen.is_some() || args.cluster_peers.is_some() {
+        let cl = c.cluster.get_or_insert_with(Default::default);
+        if let Some(l) = args.cluster_listen {
+            cl.listen = l;
+        }
+        if let Some(p) = &args.cluster_peers {
+            cl.peers = p.iter().filter(|s| !s.is_empty()).cloned().collect();
+        }
+    }
+    if let (Some(cl), Some(k)) = (c.cluster.as_mut(), &args.cluster_cookie) {
+        cl.cookie = Some(k.clone());
+    }
     c.validate().map_err(|e| anyhow::anyhow!(e))?;
     Ok(c)
 }
@@ -123,7 +152,7 @@ fn main() -> std::process::ExitCode {
         .log_internal_errors(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WARREN_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
         )
         .init();
     let result = match cli.command {
@@ -171,6 +200,9 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot listen for HTTP on {http_addr}"))?;
         let definitions = config.definitions_file.clone();
         let broker = Broker::new(config).context("cannot open the data directory")?;
+        if broker.config.cluster.is_some() {
+            warren_broker::cluster::Cluster::start(&broker).await?;
+        }
         if let Some(path) = definitions {
             let text = std::fs::read(&path)
                 .with_context(|| format!("cannot read definitions file {}", path.display()))?;

@@ -17,6 +17,8 @@ use crate::confirm::ConfirmHandle;
 use crate::error::AmqpResult;
 use crate::message::Message;
 
+use crate::cluster::remote::RemoteQueue;
+
 use super::{Consumer, Enqueued, Queue, QueueArgs, QueueOptions, QueuedMessage, Settled};
 
 /// Where a queue's deliveries go: the consumer's side of the queue-consumer link. The queue
@@ -30,6 +32,12 @@ pub trait DeliverySink: Send + Sync {
     fn wait_for_space(&self, q: &Arc<Queue>);
     /// The broker cancelled `c` (its queue was deleted): tell the client (basic.cancel).
     fn cancelled(&self, c: &Consumer);
+    /// A delivery from a queue on another node, already sent over the link: taken whatever
+    /// the channel's limits (the queue's home counted the consumer's credit); false if the
+    /// channel is closing.
+    fn push(&self, _c: &Arc<Consumer>, _q: QueueRef, _m: &QueuedMessage) -> bool {
+        false
+    }
 }
 
 /// A queue, wherever it runs.
@@ -37,12 +45,15 @@ pub trait DeliverySink: Send + Sync {
 pub enum QueueRef {
     /// On this node, run inline under its own lock.
     Local(Arc<Queue>),
+    /// On another node of the cluster: its operations go over the link to its home.
+    Remote(Arc<RemoteQueue>),
 }
 
 impl std::fmt::Debug for QueueRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             QueueRef::Local(q) => q.fmt(f),
+            QueueRef::Remote(q) => q.fmt(f),
         }
     }
 }
@@ -59,6 +70,7 @@ impl warren_routing::QueueKey for QueueRef {
     fn key(&self) -> usize {
         match self {
             QueueRef::Local(q) => q.key(),
+            QueueRef::Remote(q) => Arc::as_ptr(q) as usize,
         }
     }
 }
@@ -69,6 +81,15 @@ impl QueueRef {
     pub fn local(&self) -> Option<&Arc<Queue>> {
         match self {
             QueueRef::Local(q) => Some(q),
+            QueueRef::Remote(_) => None,
+        }
+    }
+
+    /// The queue when its home is another node.
+    pub fn remote(&self) -> Option<&Arc<RemoteQueue>> {
+        match self {
+            QueueRef::Remote(q) => Some(q),
+            QueueRef::Local(_) => None,
         }
     }
 
@@ -77,137 +98,223 @@ impl QueueRef {
         self.key() == other.key()
     }
 
-    #[inline]
-    fn q(&self) -> &Arc<Queue> {
+    pub fn name(&self) -> &Arc<str> {
         match self {
-            QueueRef::Local(q) => q,
+            QueueRef::Local(q) => &q.name,
+            QueueRef::Remote(q) => &q.name,
         }
     }
 
-    pub fn name(&self) -> &Arc<str> {
-        &self.q().name
-    }
-
     pub fn vhost(&self) -> &Arc<str> {
-        &self.q().vhost
+        match self {
+            QueueRef::Local(q) => &q.vhost,
+            QueueRef::Remote(q) => &q.vhost,
+        }
     }
 
     /// As declared.
     pub fn options(&self) -> &QueueOptions {
-        &self.q().options
+        match self {
+            QueueRef::Local(q) => &q.options,
+            QueueRef::Remote(q) => &q.options,
+        }
+    }
+
+    /// The node it runs on (`None`: this one).
+    pub fn home(&self) -> Option<&str> {
+        match self {
+            QueueRef::Local(_) => None,
+            QueueRef::Remote(q) => Some(&q.home),
+        }
     }
 
     /// The arguments in force (declared, merged with a policy).
     pub fn args(&self) -> arc_swap::Guard<Arc<QueueArgs>> {
-        self.q().args()
+        match self {
+            QueueRef::Local(q) => q.args(),
+            QueueRef::Remote(q) => q.args(),
+        }
     }
 
     pub fn set_effective_args(&self, a: QueueArgs) {
-        self.q().set_effective_args(a)
+        match self {
+            QueueRef::Local(q) => q.set_effective_args(a),
+            QueueRef::Remote(q) => q.set_effective_args(a),
+        }
     }
 
     pub fn describe(&self) -> String {
-        self.q().describe()
+        match self {
+            QueueRef::Local(q) => q.describe(),
+            QueueRef::Remote(q) => q.describe(),
+        }
     }
 
     #[inline]
     pub fn publish(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Enqueued {
-        self.q().publish(msg, confirm)
+        match self {
+            QueueRef::Local(q) => q.publish(msg, confirm),
+            QueueRef::Remote(q) => q.publish(msg, confirm),
+        }
     }
 
     /// A persistent message published here is stored, and its confirm waits for the fsync.
+    /// A remote queue's confirm always waits for its home's answer.
     #[inline]
     pub fn stores(&self, msg: &Message) -> bool {
-        self.q().stores(msg)
+        match self {
+            QueueRef::Local(q) => q.stores(msg),
+            QueueRef::Remote(_) => true,
+        }
     }
 
     /// Consumers fall behind; publishers should stall (see [`QueueRef::stall`]).
     #[inline]
     pub fn pressured(&self) -> bool {
-        self.q().pressured()
+        match self {
+            QueueRef::Local(q) => q.pressured(),
+            QueueRef::Remote(q) => q.pressured(),
+        }
     }
 
     pub async fn stall(&self, max: std::time::Duration) {
-        self.q().stall(max).await
+        match self {
+            QueueRef::Local(q) => q.stall(max).await,
+            QueueRef::Remote(q) => q.stall(max).await,
+        }
     }
 
     /// basic.get: `take` gets the head message and the count left.
     pub fn get(&self, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> bool {
-        self.q().get(ack_mode, take)
+        match self {
+            QueueRef::Local(q) => q.get(ack_mode, take),
+            QueueRef::Remote(q) => q.get(ack_mode, take),
+        }
     }
 
     #[inline]
     pub fn settle(&self, msgs: impl IntoIterator<Item = Settled>, dispatch: bool) {
-        self.q().settle(msgs, dispatch)
+        match self {
+            QueueRef::Local(q) => q.settle(msgs, dispatch),
+            QueueRef::Remote(q) => q.settle(msgs),
+        }
     }
 
     pub fn discard(&self, msgs: impl IntoIterator<Item = Settled>, dispatch: bool) {
-        self.q().discard(msgs, dispatch)
+        match self {
+            QueueRef::Local(q) => q.discard(msgs, dispatch),
+            QueueRef::Remote(q) => q.discard(msgs),
+        }
     }
 
     pub fn requeue(&self, msgs: impl IntoIterator<Item = Settled>) {
-        self.q().requeue(msgs)
+        match self {
+            QueueRef::Local(q) => q.requeue(msgs),
+            QueueRef::Remote(q) => q.requeue(msgs),
+        }
     }
 
     pub fn dispatch(&self) {
-        self.q().dispatch()
+        if let QueueRef::Local(q) = self {
+            q.dispatch()
+        }
     }
 
     pub fn add_consumer(&self, c: Arc<Consumer>, on_added: impl FnOnce()) -> AmqpResult<()> {
-        self.q().add_consumer(c, on_added)
+        match self {
+            QueueRef::Local(q) => q.add_consumer(c, on_added),
+            QueueRef::Remote(q) => q.add_consumer(c, on_added),
+        }
     }
 
-    /// True if the queue is auto-delete and this was its last consumer.
+    /// True if the queue is auto-delete and this was its last consumer (a remote queue's
+    /// home decides that itself).
     pub fn remove_consumer(&self, c: &Arc<Consumer>) -> bool {
-        self.q().remove_consumer(c).auto_delete_now
+        match self {
+            QueueRef::Local(q) => q.remove_consumer(c).auto_delete_now,
+            QueueRef::Remote(q) => {
+                q.remove_consumer(c);
+                false
+            }
+        }
     }
 
     pub fn message_count(&self) -> u32 {
-        self.q().message_count()
+        match self {
+            QueueRef::Local(q) => q.message_count(),
+            QueueRef::Remote(q) => q.counts().messages,
+        }
     }
 
     pub fn unacked_count(&self) -> u32 {
-        self.q().unacked_count()
+        match self {
+            QueueRef::Local(q) => q.unacked_count(),
+            QueueRef::Remote(q) => q.counts().unacked,
+        }
     }
 
     pub fn consumer_count(&self) -> u32 {
-        self.q().consumer_count()
+        match self {
+            QueueRef::Local(q) => q.consumer_count(),
+            QueueRef::Remote(q) => q.counts().consumers,
+        }
     }
 
+    /// Its consumers (of a remote queue: those on this node).
     pub fn consumers(&self) -> Vec<Arc<Consumer>> {
-        self.q().consumers()
+        match self {
+            QueueRef::Local(q) => q.consumers(),
+            QueueRef::Remote(q) => q.local_consumers(),
+        }
     }
 
     pub fn purge(&self) -> u32 {
-        self.q().purge()
+        match self {
+            QueueRef::Local(q) => q.purge(),
+            QueueRef::Remote(q) => q.purge(),
+        }
     }
 
     /// Deletes it: its ready count and its consumers (to be told of the cancel).
     pub fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>) {
-        self.q().mark_deleted()
+        match self {
+            QueueRef::Local(q) => q.mark_deleted(),
+            QueueRef::Remote(q) => q.mark_deleted(),
+        }
     }
 
     pub fn is_deleted(&self) -> bool {
-        self.q().is_deleted()
+        match self {
+            QueueRef::Local(q) => q.is_deleted(),
+            QueueRef::Remote(q) => q.is_deleted(),
+        }
     }
 
-    /// Marks it used now, for `x-expires`.
+    /// Marks it used now, for `x-expires` (a remote queue's home sees its own use).
     pub fn touch(&self) {
-        self.q().touch()
+        if let QueueRef::Local(q) = self {
+            q.touch()
+        }
     }
 
     pub fn lease_expired(&self, now: u64) -> bool {
-        self.q().lease_expired(now)
+        match self {
+            QueueRef::Local(q) => q.lease_expired(now),
+            QueueRef::Remote(_) => false,
+        }
     }
 
     /// Holds a message with a deadline: the sweeper should visit it.
     pub fn may_expire(&self) -> bool {
-        self.q()
-            .may_expire
-            .load(std::sync::atomic::Ordering::Relaxed)
+        match self {
+            QueueRef::Local(q) => q.may_expire.load(std::sync::atomic::Ordering::Relaxed),
+            QueueRef::Remote(_) => false,
+        }
     }
 
     pub fn expire(&self) {
-        self.q().expire()
+        if let QueueRef::Local(q) = self {
+            q.expire()
+        }
     }
 }

@@ -699,6 +699,11 @@ impl Queue {
         })
     }
 
+    /// Its vhost, while it lives.
+    pub fn vhost_ref(&self) -> Option<Arc<VHost>> {
+        self.vhost_ref.upgrade()
+    }
+
     pub fn message_count(self: &Arc<Self>) -> u32 {
         self.locked(|_, st, host| {
             let now = host.now();

@@ -1,0 +1,634 @@
+//! The inter-node link: one TCP connection per pair of nodes, shared by Raft traffic, requests
+//! between brokers and the forwarded message stream (publishes, deliveries, settles).
+//!
+//! Frames are `u32 length | u8 kind | payload`. Writers append frames to the link's buffer
+//! under a mutex and the writer task writes whatever has gathered in one syscall, so a burst
+//! of forwarded publishes costs one write, as a connection's outbox does.
+//!
+//! A connection starts with a challenge-response on the shared cookie (Erlang distribution's
+//! scheme: neither side sends the cookie, each proves it holds it); a node without it is
+//! refused and the attempt logged. Either side may dial; if both did at once, the connection
+//! dialed by the node whose address sorts first is kept.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, Notify};
+
+const MAGIC: &[u8; 8] = b"WARRENL1";
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
+/// A peer's frame larger than this is a broken or hostile peer: the link is dropped.
+const FRAME_MAX: usize = 256 << 20;
+
+const KIND_REQUEST: u8 = 1;
+const KIND_REPLY: u8 = 2;
+const KIND_REPLY_ERR: u8 = 3;
+/// One-way kinds at or above this go to [`Handler::message`].
+pub const KIND_FIRST_MESSAGE: u8 = 16;
+
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// What a link hands to the broker.
+pub trait Handler: Send + Sync + 'static {
+    /// A request from `link`'s peer; `Ok` is the reply, `Err` a text the caller gets as an error.
+    fn request(
+        &self,
+        link: &Arc<Link>,
+        service: u8,
+        body: Bytes,
+    ) -> BoxFuture<Result<Bytes, String>>;
+    /// A one-way message, in the order the peer sent it.
+    fn message(&self, link: &Arc<Link>, kind: u8, body: Bytes);
+    /// The connection to the peer is gone (its pending requests have failed).
+    fn link_down(&self, link: &Arc<Link>);
+}
+
+#[derive(Debug, thiserror::Error, Clone)]
+pub enum LinkError {
+    #[error("node at {0} unreachable: {1}")]
+    Unreachable(String, String),
+    #[error("node at {0} did not answer in time")]
+    Timeout(String),
+    #[error("node at {0}: {1}")]
+    Remote(String, String),
+}
+
+/// Frames waiting for the writer, in two lanes: control (Raft, requests, replies, acks,
+/// confirms, credit) is written before bulk (forwarded publishes and deliveries), so a burst of
+/// messages does not hold up Raft heartbeats, whose deadline is a few hundred milliseconds.
+#[derive(Default)]
+struct Out {
+    control: BytesMut,
+    bulk: BytesMut,
+}
+
+/// Kinds that go in the bulk lane.
+fn bulk(kind: u8) -> bool {
+    kind == crate::cluster::remote::K_PUBLISH || kind == crate::cluster::remote::K_DELIVER
+}
+
+/// One connection to one peer.
+pub struct Link {
+    pub peer_name: String,
+    pub peer_addr: String,
+    /// Whether this side dialed it.
+    dialed: bool,
+    out: Mutex<Out>,
+    wake_writer: Notify,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Result<Bytes, String>>>>,
+    next_id: AtomicU64,
+    closed: AtomicBool,
+    closed_notify: Notify,
+}
+
+impl Link {
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Output not yet written to the socket.
+    pub fn pending_bytes(&self) -> usize {
+        self.out.lock().bulk.len()
+    }
+
+    /// Appends one frame; `fill` writes its payload.
+    pub fn send(&self, kind: u8, fill: impl FnOnce(&mut BytesMut)) {
+        let mut lanes = self.out.lock();
+        let was_empty = lanes.control.is_empty() && lanes.bulk.is_empty();
+        let out = if bulk(kind) {
+            &mut lanes.bulk
+        } else {
+            &mut lanes.control
+        };
+        let at = out.len();
+        out.put_u32(0);
+        out.put_u8(kind);
+        fill(out);
+        let len = (out.len() - at - 4) as u32;
+        out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        drop(lanes);
+        if was_empty {
+            self.wake_writer.notify_one();
+        }
+    }
+
+    /// Sends a request and waits for its reply.
+    pub async fn call(
+        &self,
+        service: u8,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Bytes, LinkError> {
+        if self.is_closed() {
+            return Err(LinkError::Unreachable(
+                self.peer_addr.clone(),
+                "link closed".into(),
+            ));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().insert(id, tx);
+        self.send(KIND_REQUEST, |b| {
+            b.put_u64(id);
+            b.put_u8(service);
+            b.put_slice(body);
+        });
+        // A link that closed between the check and the insert fails nobody's request: recheck.
+        if self.is_closed() {
+            self.pending.lock().remove(&id);
+            return Err(LinkError::Unreachable(
+                self.peer_addr.clone(),
+                "link closed".into(),
+            ));
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(Ok(b))) => Ok(b),
+            Ok(Ok(Err(text))) => Err(LinkError::Remote(self.peer_addr.clone(), text)),
+            Ok(Err(_)) => Err(LinkError::Unreachable(
+                self.peer_addr.clone(),
+                "link closed".into(),
+            )),
+            Err(_) => {
+                self.pending.lock().remove(&id);
+                Err(LinkError::Timeout(self.peer_addr.clone()))
+            }
+        }
+    }
+
+    fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for (_, tx) in self.pending.lock().drain() {
+            let _ = tx.send(Err("link closed".into()));
+        }
+        self.wake_writer.notify_one();
+        self.closed_notify.notify_waiters();
+    }
+}
+
+/// This node's links, by peer address.
+pub struct Links {
+    pub me: String,
+    pub my_addr: String,
+    cookie: Vec<u8>,
+    links: Mutex<HashMap<String, Arc<Link>>>,
+    /// One dial at a time per address.
+    dialing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    handler: std::sync::OnceLock<Arc<dyn Handler>>,
+}
+
+impl Links {
+    pub fn new(me: String, my_addr: String, cookie: Vec<u8>) -> Arc<Links> {
+        Arc::new(Links {
+            me,
+            my_addr,
+            cookie,
+            links: Mutex::new(HashMap::new()),
+            dialing: Mutex::new(HashMap::new()),
+            handler: std::sync::OnceLock::new(),
+        })
+    }
+
+    pub fn set_handler(&self, h: Arc<dyn Handler>) {
+        let _ = self.handler.set(h);
+    }
+
+    /// The open link to `addr`, if any (no dial).
+    pub fn get(&self, addr: &str) -> Option<Arc<Link>> {
+        self.links
+            .lock()
+            .get(addr)
+            .filter(|l| !l.is_closed())
+            .cloned()
+    }
+
+    /// Every open link.
+    pub fn all(&self) -> Vec<Arc<Link>> {
+        self.links
+            .lock()
+            .values()
+            .filter(|l| !l.is_closed())
+            .cloned()
+            .collect()
+    }
+
+    /// The link to `addr`, dialing it if there is none.
+    pub async fn link(self: &Arc<Self>, addr: &str) -> Result<Arc<Link>, LinkError> {
+        if let Some(l) = self.get(addr) {
+            return Ok(l);
+        }
+        let gate = self
+            .dialing
+            .lock()
+            .entry(addr.to_string())
+            .or_default()
+            .clone();
+        let _g = gate.lock().await;
+        if let Some(l) = self.get(addr) {
+            return Ok(l);
+        }
+        let unreachable = |e: String| LinkError::Unreachable(addr.to_string(), e);
+        let mut s = tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| unreachable("connect timed out".into()))?
+            .map_err(|e| unreachable(e.to_string()))?;
+        let _ = s.set_nodelay(true);
+        let (name, peer_addr) =
+            tokio::time::timeout(HANDSHAKE_TIMEOUT, self.dial_handshake(&mut s))
+                .await
+                .map_err(|_| unreachable("handshake timed out".into()))?
+                .map_err(unreachable)?;
+        if peer_addr != addr {
+            tracing::debug!(dialed = addr, announced = %peer_addr, "peer announces another link address");
+        }
+        Ok(self.start(s, name, addr.to_string(), true))
+    }
+
+    /// Sends a request to `addr` (dialing if needed).
+    pub async fn call(
+        self: &Arc<Self>,
+        addr: &str,
+        service: u8,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Bytes, LinkError> {
+        let l = tokio::time::timeout(timeout, self.link(addr))
+            .await
+            .map_err(|_| LinkError::Timeout(addr.to_string()))??;
+        l.call(service, body, timeout).await
+    }
+
+    /// Accepts links until the listener fails.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) {
+        loop {
+            let (mut s, peer) = match listener.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "inter-node accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let me = self.clone();
+            tokio::spawn(async move {
+                let _ = s.set_nodelay(true);
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, me.accept_handshake(&mut s)).await {
+                    Ok(Ok((name, addr))) => {
+                        me.start(s, name, addr, false);
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(peer = %peer, reason = %e, "inter-node connection refused")
+                    }
+                    Err(_) => tracing::warn!(peer = %peer, "inter-node handshake timed out"),
+                }
+            });
+        }
+    }
+
+    fn proof(&self, nonce: &[u8], side: &[u8]) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(&self.cookie);
+        h.update(nonce);
+        h.update(side);
+        h.finalize().into()
+    }
+
+    async fn dial_handshake(&self, s: &mut TcpStream) -> Result<(String, String), String> {
+        let nonce: [u8; 16] = rand::random();
+        let mut b = BytesMut::new();
+        b.put_slice(MAGIC);
+        put_str(&mut b, &self.me);
+        put_str(&mut b, &self.my_addr);
+        b.put_slice(&nonce);
+        s.write_all(&b).await.map_err(|e| e.to_string())?;
+        // Challenge: peer's name, address, nonce, proof of our nonce.
+        let name = read_str(s).await?;
+        let addr = read_str(s).await?;
+        let mut peer_nonce = [0u8; 16];
+        s.read_exact(&mut peer_nonce)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut proof = [0u8; 32];
+        s.read_exact(&mut proof).await.map_err(|e| e.to_string())?;
+        if proof != self.proof(&nonce, b"s") {
+            return Err(format!("node {name} does not hold this cluster's cookie"));
+        }
+        s.write_all(&self.proof(&peer_nonce, b"c"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut ok = [0u8; 1];
+        s.read_exact(&mut ok)
+            .await
+            .map_err(|_| format!("node {name} refused this node's cookie"))?;
+        Ok((name, addr))
+    }
+
+    async fn accept_handshake(&self, s: &mut TcpStream) -> Result<(String, String), String> {
+        let mut magic = [0u8; 8];
+        s.read_exact(&mut magic).await.map_err(|e| e.to_string())?;
+        if &magic != MAGIC {
+            return Err("not a Warren node (bad preamble)".into());
+        }
+        let name = read_str(s).await?;
+        let addr = read_str(s).await?;
+        let mut peer_nonce = [0u8; 16];
+        s.read_exact(&mut peer_nonce)
+            .await
+            .map_err(|e| e.to_string())?;
+        let nonce: [u8; 16] = rand::random();
+        let mut b = BytesMut::new();
+        put_str(&mut b, &self.me);
+        put_str(&mut b, &self.my_addr);
+        b.put_slice(&nonce);
+        b.put_slice(&self.proof(&peer_nonce, b"s"));
+        s.write_all(&b).await.map_err(|e| e.to_string())?;
+        let mut proof = [0u8; 32];
+        s.read_exact(&mut proof).await.map_err(|e| e.to_string())?;
+        if proof != self.proof(&nonce, b"c") {
+            return Err(format!(
+                "node {name} ({addr}) does not hold this cluster's cookie"
+            ));
+        }
+        s.write_all(&[1]).await.map_err(|e| e.to_string())?;
+        Ok((name, addr))
+    }
+
+    /// Registers a connected link and starts its reader and writer.
+    fn start(
+        self: &Arc<Self>,
+        s: TcpStream,
+        name: String,
+        addr: String,
+        dialed: bool,
+    ) -> Arc<Link> {
+        let link = Arc::new(Link {
+            peer_name: name,
+            peer_addr: addr.clone(),
+            dialed,
+            out: Mutex::new(Out::default()),
+            wake_writer: Notify::new(),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+            closed_notify: Notify::new(),
+        });
+        {
+            let mut links = self.links.lock();
+            if let Some(old) = links.get(&addr).filter(|l| !l.is_closed()) {
+                // Both sides dialed: keep the one dialed by the node whose address sorts first.
+                let keep_dialed_by_me = self.my_addr < addr;
+                if old.dialed == keep_dialed_by_me {
+                    let old = old.clone();
+                    drop(links);
+                    drop(s);
+                    return old;
+                }
+                old.close();
+            }
+            links.insert(addr.clone(), link.clone());
+        }
+        tracing::info!(peer = %link.peer_name, addr = %addr, "inter-node link up");
+        let (r, w) = s.into_split();
+        tokio::spawn(write_loop(link.clone(), w));
+        tokio::spawn(self.clone().read_loop(link.clone(), r));
+        link
+    }
+
+    async fn read_loop(self: Arc<Self>, link: Arc<Link>, mut r: tokio::net::tcp::OwnedReadHalf) {
+        let mut buf = BytesMut::with_capacity(256 * 1024);
+        let reason = 'outer: loop {
+            let n = tokio::select! {
+                n = r.read_buf(&mut buf) => n,
+                _ = link.closed_notify.notified() => break 'outer "closed".to_string(),
+            };
+            match n {
+                Ok(0) => break "peer closed the connection".to_string(),
+                Err(e) => break e.to_string(),
+                Ok(_) => {}
+            }
+            // Deliveries this read hands to connections go out in one write each.
+            crate::outbox::begin_batch();
+            let r = self.frames(&link, &mut buf);
+            crate::outbox::end_batch();
+            if let Err(e) = r {
+                break 'outer e;
+            }
+            if link.is_closed() {
+                break "closed".to_string();
+            }
+        };
+        link.close();
+        {
+            let mut links = self.links.lock();
+            if links
+                .get(&link.peer_addr)
+                .is_some_and(|l| Arc::ptr_eq(l, &link))
+            {
+                links.remove(&link.peer_addr);
+            }
+        }
+        tracing::info!(peer = %link.peer_name, addr = %link.peer_addr, reason = %reason, "inter-node link down");
+        if let Some(h) = self.handler.get() {
+            h.link_down(&link);
+        }
+    }
+
+    fn frames(&self, link: &Arc<Link>, buf: &mut BytesMut) -> Result<(), String> {
+        while buf.len() >= 4 {
+            let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+            if len == 0 || len > FRAME_MAX {
+                return Err(format!("bad frame length {len}"));
+            }
+            if buf.len() < 4 + len {
+                buf.reserve(4 + len - buf.len());
+                break;
+            }
+            buf.advance(4);
+            let mut frame = buf.split_to(len).freeze();
+            let kind = frame.get_u8();
+            self.frame(link, kind, frame)?;
+        }
+        Ok(())
+    }
+
+    fn frame(&self, link: &Arc<Link>, kind: u8, mut frame: Bytes) -> Result<(), String> {
+        match kind {
+            KIND_REQUEST => {
+                if frame.len() < 9 {
+                    return Err("short request".into());
+                }
+                let id = frame.get_u64();
+                let service = frame.get_u8();
+                let Some(h) = self.handler.get().cloned() else {
+                    return Err("no handler".into());
+                };
+                let fut = h.request(link, service, frame);
+                let link = link.clone();
+                tokio::spawn(async move {
+                    let (kind, body) = match fut.await {
+                        Ok(b) => (KIND_REPLY, b),
+                        Err(t) => (KIND_REPLY_ERR, Bytes::from(t)),
+                    };
+                    link.send(kind, |b| {
+                        b.put_u64(id);
+                        b.put_slice(&body);
+                    });
+                });
+            }
+            KIND_REPLY | KIND_REPLY_ERR => {
+                if frame.len() < 8 {
+                    return Err("short reply".into());
+                }
+                let id = frame.get_u64();
+                if let Some(tx) = link.pending.lock().remove(&id) {
+                    let r = if kind == KIND_REPLY {
+                        Ok(frame)
+                    } else {
+                        Err(String::from_utf8_lossy(&frame).into_owned())
+                    };
+                    let _ = tx.send(r);
+                }
+            }
+            k if k >= KIND_FIRST_MESSAGE => {
+                if let Some(h) = self.handler.get() {
+                    h.message(link, k, frame);
+                }
+            }
+            k => return Err(format!("unknown frame kind {k}")),
+        }
+        Ok(())
+    }
+}
+
+async fn write_loop(link: Arc<Link>, mut w: tokio::net::tcp::OwnedWriteHalf) {
+    let (mut control, mut bulk) = (
+        BytesMut::with_capacity(64 * 1024),
+        BytesMut::with_capacity(64 * 1024),
+    );
+    loop {
+        let notified = link.wake_writer.notified();
+        if link.is_closed() {
+            break;
+        }
+        {
+            let mut out = link.out.lock();
+            // Control first: a heartbeat queued behind a burst of bulk output goes before it.
+            std::mem::swap(&mut out.control, &mut control);
+            std::mem::swap(&mut out.bulk, &mut bulk);
+        }
+        if control.is_empty() && bulk.is_empty() {
+            notified.await;
+            continue;
+        }
+        for buf in [&mut control, &mut bulk] {
+            if buf.is_empty() {
+                continue;
+            }
+            if let Err(e) = w.write_all(buf).await {
+                tracing::debug!(peer = %link.peer_name, error = %e, "inter-node write failed");
+                link.close();
+                return;
+            }
+            buf.clear();
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+pub fn put_str(b: &mut BytesMut, s: &str) {
+    b.put_u16(s.len() as u16);
+    b.put_slice(s.as_bytes());
+}
+
+async fn read_str(s: &mut TcpStream) -> Result<String, String> {
+    let n = s.read_u16().await.map_err(|e| e.to_string())? as usize;
+    let mut v = vec![0u8; n];
+    s.read_exact(&mut v).await.map_err(|e| e.to_string())?;
+    String::from_utf8(v).map_err(|_| "bad string".to_string())
+}
+
+/// Reads what [`put_str`] wrote.
+pub fn get_str(b: &mut Bytes) -> Option<String> {
+    if b.len() < 2 {
+        return None;
+    }
+    let n = b.get_u16() as usize;
+    if b.len() < n {
+        return None;
+    }
+    String::from_utf8(b.split_to(n).to_vec()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Echo;
+    impl Handler for Echo {
+        fn request(
+            &self,
+            _: &Arc<Link>,
+            service: u8,
+            body: Bytes,
+        ) -> BoxFuture<Result<Bytes, String>> {
+            Box::pin(async move {
+                if service == 9 {
+                    Err("refused".into())
+                } else {
+                    Ok(body)
+                }
+            })
+        }
+        fn message(&self, _: &Arc<Link>, _: u8, _: Bytes) {}
+        fn link_down(&self, _: &Arc<Link>) {}
+    }
+
+    async fn node(name: &str, cookie: &[u8]) -> (Arc<Links>, String) {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr").to_string();
+        let links = Links::new(name.into(), addr.clone(), cookie.to_vec());
+        links.set_handler(Arc::new(Echo));
+        tokio::spawn(links.clone().serve(l));
+        (links, addr)
+    }
+
+    #[tokio::test]
+    async fn requests_flow_both_ways_and_a_wrong_cookie_is_refused() {
+        let (a, a_addr) = node("a", b"secret").await;
+        let (b, b_addr) = node("b", b"secret").await;
+        let t = Duration::from_secs(2);
+        let r = a.call(&b_addr, 1, b"ping", t).await.expect("a->b");
+        assert_eq!(&r[..], b"ping");
+        // b reuses the link a dialed.
+        let r = b.call(&a_addr, 1, b"pong", t).await.expect("b->a");
+        assert_eq!(&r[..], b"pong");
+        assert!(
+            matches!(a.call(&b_addr, 9, b"x", t).await, Err(LinkError::Remote(_, e)) if e == "refused")
+        );
+        let (c, _) = node("c", b"other").await;
+        assert!(c.call(&a_addr, 1, b"x", t).await.is_err());
+        // Many requests in flight at once.
+        let calls: Vec<_> = (0..200u32)
+            .map(|i| {
+                let a = a.clone();
+                let b_addr = b_addr.clone();
+                tokio::spawn(async move { a.call(&b_addr, 1, &i.to_be_bytes(), t).await })
+            })
+            .collect();
+        for (i, c) in calls.into_iter().enumerate() {
+            let r = c.await.expect("join").expect("call");
+            assert_eq!(&r[..], &(i as u32).to_be_bytes());
+        }
+    }
+}

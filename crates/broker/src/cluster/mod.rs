@@ -1,0 +1,710 @@
+//! Clustering: several nodes act as one broker (docs/clustering.md).
+//!
+//! - [`link`]: one TCP connection per pair of nodes, cookie-authenticated, multiplexed.
+//! - Metadata (vhosts, users, permissions, policies, limits, exchanges, bindings, queue records
+//!   with their home node) is one openraft group (`warren-cluster`). A change is never made
+//!   where it is asked for: it is proposed, and every node (the proposer too) makes it when
+//!   it applies the committed entry, through the same vhost and access code a single node
+//!   runs. The outcome (ok, or RabbitMQ's error) is therefore the same everywhere.
+//! - [`remote`]: a queue whose home is another node: publishes, consumers, acks and gets go
+//!   over the link to the queue's home, where it is an ordinary local queue.
+
+pub mod link;
+pub mod remote;
+
+use std::cell::Cell;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use warren_protocol::Method;
+
+use crate::access::{AccessFile, MgmtError, PermissionDef, PolicyDef, UserDef, VhostDef};
+use crate::error::{AmqpError, AmqpResult};
+use crate::server::Broker;
+use link::{BoxFuture, Handler, Link, Links};
+
+pub const SERVICE_RAFT: u8 = 1;
+pub const SERVICE_QUEUE: u8 = 2;
+/// This node's `/api/nodes` object.
+pub const SERVICE_NODE: u8 = 3;
+
+thread_local! {
+    /// The Raft index of the entry this thread is applying, so the vhost and access code
+    /// called from the apply changes state here instead of proposing again.
+    static APPLYING: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The log index being applied on this thread, if this is the apply.
+pub fn applying() -> Option<u64> {
+    APPLYING.with(|a| a.get())
+}
+
+/// A replicated change. Vhost changes carry the AMQP method that makes them (the definitions
+/// file's encoding, see `definitions.rs`).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum MetaOp {
+    Vhost {
+        vhost: String,
+        /// An encoded exchange/queue declare, delete, bind or unbind method.
+        method: Vec<u8>,
+        /// For a queue.declare: where it lives and who owns it.
+        #[serde(default)]
+        queue: Option<QueueMeta>,
+    },
+    AddVhost(VhostDef),
+    DeleteVhost(String),
+    PutUser(UserDef),
+    DeleteUser(String),
+    SetPermissions(PermissionDef),
+    ClearPermissions {
+        user: String,
+        vhost: String,
+    },
+    PutPolicy(PolicyDef),
+    DeletePolicy {
+        vhost: String,
+        name: String,
+    },
+    SetLimits {
+        user: bool,
+        name: String,
+        def: crate::access::Limits,
+        replace: bool,
+    },
+    ClearLimit {
+        user: bool,
+        name: String,
+        key: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueMeta {
+    /// The node that runs it.
+    pub home: String,
+    /// The owning connection of an exclusive queue (connection ids are unique in the cluster).
+    pub owner: Option<u64>,
+    pub server_named: bool,
+}
+
+/// The outcome of an applied op, as the proposer reports it.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum MetaReply {
+    Ok,
+    Amqp { code: u16, text: String },
+    Mgmt { kind: u8, text: String },
+}
+
+impl MetaReply {
+    fn amqp(r: AmqpResult<()>) -> MetaReply {
+        match r {
+            Ok(()) => MetaReply::Ok,
+            Err(e) => MetaReply::Amqp {
+                code: e.code,
+                text: e.text,
+            },
+        }
+    }
+    fn mgmt(r: Result<(), MgmtError>) -> MetaReply {
+        match r {
+            Ok(()) => MetaReply::Ok,
+            Err(MgmtError::NotFound(t)) => MetaReply::Mgmt { kind: 0, text: t },
+            Err(MgmtError::BadRequest(t)) => MetaReply::Mgmt { kind: 1, text: t },
+            Err(MgmtError::Internal(t)) | Err(MgmtError::Unavailable(t)) => {
+                MetaReply::Mgmt { kind: 2, text: t }
+            }
+        }
+    }
+}
+
+/// This node's part in a cluster.
+pub struct Cluster {
+    pub me: String,
+    pub addr: String,
+    pub links: Arc<Links>,
+    meta: OnceLock<warren_cluster::Meta>,
+    broker: Weak<Broker>,
+    pub remote: remote::Remote,
+    /// Link addresses by node name, from the Raft membership (kept by the status watcher).
+    nodes: parking_lot::RwLock<Vec<warren_cluster::Node>>,
+}
+
+impl Cluster {
+    /// Opens this node's Raft state, starts the link listener, and joins or starts the cluster.
+    pub async fn start(broker: &Arc<Broker>) -> anyhow::Result<Arc<Cluster>> {
+        let cfg = broker
+            .config
+            .cluster
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("no [cluster] section"))?;
+        let cookie = cookie(&broker.config, &cfg)?;
+        let addr = cfg.address();
+        let listener = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("cannot listen for inter-node links on {}: {e}", cfg.listen)
+            })?;
+        let links = Links::new(broker.config.node_name.clone(), addr.clone(), cookie);
+        let c = Arc::new(Cluster {
+            me: broker.config.node_name.clone(),
+            addr: addr.clone(),
+            links: links.clone(),
+            meta: OnceLock::new(),
+            broker: Arc::downgrade(broker),
+            remote: remote::Remote::default(),
+            nodes: Default::default(),
+        });
+        links.set_handler(Arc::new(LinkHandler(Arc::downgrade(&c))));
+        broker.set_cluster(c.clone());
+        tokio::spawn(links.clone().serve(listener));
+        tracing::info!(listen = %cfg.listen, addr = %addr, "inter-node link listening");
+        let me = warren_cluster::Node {
+            name: c.me.clone(),
+            addr: addr.clone(),
+        };
+        let meta = warren_cluster::Meta::open(
+            &broker.config.data_dir.join("raft"),
+            me,
+            Arc::new(BrokerSm(Arc::downgrade(broker))),
+            Arc::new(LinkTransport(links.clone())),
+            // Failover (lease + election) takes 2-4 s; a change waits out one failover.
+            warren_cluster::MetaConfig {
+                election_timeout_min_ms: 1000,
+                election_timeout_max_ms: 2000,
+                heartbeat_ms: 250,
+                propose_timeout: Duration::from_secs(8),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the cluster state: {e}"))?;
+        let _ = c.meta.set(meta);
+        let meta = c.meta();
+        if !meta.is_initialized() {
+            let mut seeds: Vec<String> =
+                cfg.peers.iter().filter(|p| **p != addr).cloned().collect();
+            seeds.sort();
+            let first = seeds.first().is_none_or(|s| addr < *s);
+            if first {
+                meta.initialize()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot start the cluster: {e}"))?;
+                tracing::info!(node = %c.me, "cluster started on this node");
+                c.seed(broker).await?;
+            } else {
+                let mut tries = 0u32;
+                loop {
+                    match meta.join(&seeds).await {
+                        Ok(()) => break,
+                        Err(e) => {
+                            tries += 1;
+                            if tries % 10 == 1 {
+                                tracing::info!(seeds = ?seeds, error = %e, "waiting to join the cluster");
+                            }
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                        }
+                    }
+                }
+                tracing::info!(node = %c.me, "joined the cluster");
+            }
+        }
+        tokio::spawn(c.clone().watch_members());
+        c.drop_transient_queues(broker).await;
+        Ok(c)
+    }
+
+    /// At boot, as RabbitMQ does: this node's non-durable and exclusive queues did not survive
+    /// its restart, so their records go.
+    async fn drop_transient_queues(&self, broker: &Arc<Broker>) {
+        for v in broker.vhosts() {
+            let gone: Vec<Arc<str>> = v
+                .snapshot()
+                .queues
+                .values()
+                .filter(|q| {
+                    q.home().is_none()
+                        && (!q.options().durable || q.options().exclusive_owner.is_some())
+                })
+                .map(|q| q.name().clone())
+                .collect();
+            for name in gone {
+                let m = warren_protocol::method::QueueDelete {
+                    queue: (&*name).into(),
+                    ..Default::default()
+                };
+                let mut b = bytes::BytesMut::new();
+                Method::from(m).encode_payload(&mut b);
+                let op = MetaOp::Vhost {
+                    vhost: v.name.to_string(),
+                    method: b.to_vec(),
+                    queue: None,
+                };
+                if let Err(e) = self.propose(op).await {
+                    tracing::warn!(vhost = %v.name, queue = %name, error = %e, "cannot drop a transient queue at boot");
+                }
+            }
+        }
+    }
+
+    pub fn meta(&self) -> &warren_cluster::Meta {
+        self.meta
+            .get()
+            .expect("meta is set before the cluster is used")
+    }
+
+    fn broker(&self) -> Option<Arc<Broker>> {
+        self.broker.upgrade()
+    }
+
+    /// The first node creates what a fresh single node has: the config's vhosts and users.
+    async fn seed(&self, broker: &Arc<Broker>) -> anyhow::Result<()> {
+        let f = crate::access::Access::seed(&broker.config);
+        let mut ops: Vec<MetaOp> = f.vhosts.into_iter().map(MetaOp::AddVhost).collect();
+        ops.extend(f.users.into_iter().map(MetaOp::PutUser));
+        ops.extend(f.permissions.into_iter().map(MetaOp::SetPermissions));
+        for op in ops {
+            self.propose(op)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot seed the cluster: {e:?}"))?;
+        }
+        Ok(())
+    }
+
+    async fn watch_members(self: Arc<Self>) {
+        let mut w = self.meta().watch();
+        loop {
+            let st = w.borrow_and_update().clone();
+            *self.nodes.write() = st.members.iter().map(|m| m.node.clone()).collect();
+            if w.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The link address of node `name`.
+    pub fn addr_of(&self, name: &str) -> Option<String> {
+        if name == self.me {
+            return Some(self.addr.clone());
+        }
+        self.nodes
+            .read()
+            .iter()
+            .find(|n| n.name == name)
+            .map(|n| n.addr.clone())
+    }
+
+    pub fn members(&self) -> Vec<warren_cluster::Node> {
+        self.nodes.read().clone()
+    }
+
+    /// Whether node `name` is this one or linked to it now.
+    pub fn running(&self, name: &str) -> bool {
+        name == self.me
+            || self
+                .addr_of(name)
+                .is_some_and(|a| self.links.get(&a).is_some())
+    }
+
+    /// Every member's `/api/nodes` object; a node that does not answer is listed not running.
+    pub async fn node_objects(&self, local: serde_json::Value) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        for n in self.members() {
+            if n.name == self.me {
+                out.push(local.clone());
+                continue;
+            }
+            let r = self
+                .links
+                .call(&n.addr, SERVICE_NODE, &[], Duration::from_secs(1))
+                .await;
+            match r
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            {
+                Some(v) => out.push(v),
+                None => {
+                    out.push(serde_json::json!({"name": n.name, "type": "disc", "running": false}))
+                }
+            }
+        }
+        out.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        out
+    }
+
+    /// `warren ctl cluster_status`: members, which run, the Raft leader and term.
+    pub fn status_json(&self) -> serde_json::Value {
+        let st = self.meta().status();
+        let leader = st
+            .members
+            .iter()
+            .find(|m| Some(m.id) == st.leader)
+            .map(|m| m.node.name.clone());
+        let mut nodes: Vec<serde_json::Value> = st
+            .members
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "name": m.node.name,
+                    "address": m.node.addr,
+                    "voter": m.voter,
+                    "running": self.running(&m.node.name),
+                })
+            })
+            .collect();
+        nodes.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        serde_json::json!({
+            "cluster_name": leader.clone().unwrap_or_else(|| self.me.clone()),
+            "node": self.me,
+            "nodes": nodes,
+            "leader": leader,
+            "term": st.term,
+            "last_applied": st.last_applied,
+        })
+    }
+
+    /// `forget_cluster_node`: takes `name` out of the membership (from any member).
+    pub async fn forget(&self, name: &str) -> Result<(), String> {
+        if name == self.me {
+            return Err(
+                "a node cannot forget itself; run forget_cluster_node on another node".into(),
+            );
+        }
+        let st = self.meta().status();
+        let m = st
+            .members
+            .iter()
+            .find(|m| m.node.name == name)
+            .ok_or_else(|| format!("node {name} is not a member of this cluster"))?;
+        self.meta().remove(m.id).await.map_err(|e| e.to_string())
+    }
+
+    /// Replicates `op` and waits until this node applied it.
+    pub async fn propose(&self, op: MetaOp) -> Result<MetaReply, String> {
+        let bytes = serde_json::to_vec(&op).map_err(|e| e.to_string())?;
+        match self.meta().propose(bytes).await {
+            Ok(r) => serde_json::from_slice(&r).map_err(|e| e.to_string()),
+            Err(warren_cluster::ProposeError::Unavailable(t)) => Err(format!(
+                "the cluster has no majority to record this change ({t}); it is made only if a majority comes back before the entry is dropped"
+            )),
+            Err(warren_cluster::ProposeError::Fatal(t)) => Err(t),
+        }
+    }
+
+    /// [`Cluster::propose`] from synchronous code on a tokio worker (the vhost's and the access
+    /// registry's methods): the worker's other tasks move to another thread meanwhile.
+    fn propose_blocking(&self, op: MetaOp) -> Result<MetaReply, String> {
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::block_in_place(|| handle.block_on(self.propose(op)))
+    }
+
+    /// A vhost change (called by the vhost's public methods in place of making it).
+    pub fn vhost_op(
+        &self,
+        vhost: &str,
+        method: Method,
+        queue: Option<QueueMeta>,
+    ) -> AmqpResult<()> {
+        let mut b = bytes::BytesMut::new();
+        method.encode_payload(&mut b);
+        let op = MetaOp::Vhost {
+            vhost: vhost.into(),
+            method: b.to_vec(),
+            queue,
+        };
+        match self.propose_blocking(op) {
+            Ok(MetaReply::Ok) => Ok(()),
+            Ok(MetaReply::Amqp { code, text }) => Err(AmqpError {
+                code,
+                text,
+                class_id: 0,
+                method_id: 0,
+            }),
+            Ok(MetaReply::Mgmt { text, .. }) => Err(AmqpError::internal_error(text)),
+            Err(t) => Err(AmqpError::new(warren_protocol::reply::CONNECTION_FORCED, t)),
+        }
+    }
+
+    /// A users/permissions/policies/limits/vhosts change.
+    pub fn mgmt_op(&self, op: MetaOp) -> Result<(), MgmtError> {
+        match self.propose_blocking(op) {
+            Ok(MetaReply::Ok) => Ok(()),
+            Ok(MetaReply::Mgmt { kind: 0, text }) => Err(MgmtError::NotFound(text)),
+            Ok(MetaReply::Mgmt { kind: 1, text }) => Err(MgmtError::BadRequest(text)),
+            Ok(MetaReply::Mgmt { text, .. }) | Ok(MetaReply::Amqp { text, .. }) => {
+                Err(MgmtError::Internal(text))
+            }
+            Err(t) => Err(MgmtError::Unavailable(t)),
+        }
+    }
+
+    /// This node's id for connection ids: exclusive queues name their owner by connection id,
+    /// so ids must not repeat across nodes.
+    pub fn connection_id_base_of(config: &crate::Config) -> u64 {
+        if config.cluster.is_none() {
+            return 0;
+        }
+        (warren_cluster::node_id(&config.node_name) & 0xFF_FFFF) << 40
+    }
+}
+
+/// The broker as Raft's state machine.
+struct BrokerSm(Weak<Broker>);
+
+impl warren_cluster::StateMachine for BrokerSm {
+    fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
+        let Some(b) = self.0.upgrade() else {
+            return Vec::new();
+        };
+        let reply = match serde_json::from_slice::<MetaOp>(command) {
+            Ok(op) => {
+                APPLYING.with(|a| a.set(Some(index)));
+                let r = apply(&b, op);
+                APPLYING.with(|a| a.set(None));
+                r
+            }
+            Err(e) => {
+                tracing::error!(index, error = %e, "undecodable metadata entry skipped");
+                MetaReply::Mgmt {
+                    kind: 2,
+                    text: format!("undecodable entry: {e}"),
+                }
+            }
+        };
+        serde_json::to_vec(&reply).unwrap_or_default()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let Some(b) = self.0.upgrade() else {
+            return Vec::new();
+        };
+        serde_json::to_vec(&snapshot(&b)).unwrap_or_default()
+    }
+
+    fn restore(&self, data: &[u8]) {
+        let Some(b) = self.0.upgrade() else { return };
+        match serde_json::from_slice::<Snapshot>(data) {
+            Ok(s) => {
+                APPLYING.with(|a| a.set(Some(0)));
+                restore(&b, s);
+                APPLYING.with(|a| a.set(None));
+            }
+            Err(e) => tracing::error!(error = %e, "undecodable metadata snapshot"),
+        }
+    }
+}
+
+fn apply(b: &Arc<Broker>, op: MetaOp) -> MetaReply {
+    match op {
+        MetaOp::Vhost {
+            vhost,
+            method,
+            queue,
+        } => {
+            let Some(v) = b.vhost(&vhost) else {
+                return MetaReply::amqp(Err(AmqpError::not_found(format!("no vhost '{vhost}'"))));
+            };
+            match Method::decode(&Bytes::from(method)) {
+                Ok(m) => MetaReply::amqp(v.apply_method(&m, queue.as_ref())),
+                Err(e) => MetaReply::amqp(Err(AmqpError::internal_error(format!(
+                    "undecodable method: {e:?}"
+                )))),
+            }
+        }
+        MetaOp::AddVhost(d) => MetaReply::mgmt(b.add_vhost(d).map(|_| ())),
+        MetaOp::DeleteVhost(name) => MetaReply::mgmt(b.delete_vhost(&name)),
+        MetaOp::PutUser(u) => MetaReply::mgmt(b.access.put_user(u)),
+        MetaOp::DeleteUser(name) => {
+            let r = b.access.delete_user(&name);
+            if r.is_ok() {
+                b.close_user_connections(&name, &format!("user '{name}' is deleted"));
+            }
+            MetaReply::mgmt(r)
+        }
+        MetaOp::SetPermissions(p) => MetaReply::mgmt(b.access.set_permissions(p)),
+        MetaOp::ClearPermissions { user, vhost } => {
+            MetaReply::mgmt(b.access.clear_permissions(&user, &vhost))
+        }
+        MetaOp::PutPolicy(p) => MetaReply::mgmt(crate::policy::put(b, p)),
+        MetaOp::DeletePolicy { vhost, name } => {
+            MetaReply::mgmt(crate::policy::delete(b, &vhost, &name))
+        }
+        MetaOp::SetLimits {
+            user,
+            name,
+            def,
+            replace,
+        } => {
+            let scope = limit_scope(user);
+            let r = b.access.set_limits(scope, &name, &def, replace);
+            b.limits_changed(scope, &name);
+            MetaReply::mgmt(r)
+        }
+        MetaOp::ClearLimit { user, name, key } => {
+            let scope = limit_scope(user);
+            let r = b.access.clear_limit(scope, &name, key.as_deref());
+            b.limits_changed(scope, &name);
+            MetaReply::mgmt(r)
+        }
+    }
+}
+
+fn limit_scope(user: bool) -> crate::access::LimitScope {
+    if user {
+        crate::access::LimitScope::User
+    } else {
+        crate::access::LimitScope::Vhost
+    }
+}
+
+/// The whole metadata state, as a Raft snapshot holds it.
+#[derive(Serialize, Deserialize)]
+struct Snapshot {
+    access: AccessFile,
+    /// Per vhost, the ops that recreate its exchanges, queues and bindings.
+    vhosts: Vec<(String, Vec<MetaOp>)>,
+}
+
+fn snapshot(b: &Arc<Broker>) -> Snapshot {
+    Snapshot {
+        access: b.access.export(),
+        vhosts: b
+            .vhosts()
+            .iter()
+            .map(|v| (v.name.to_string(), v.replicated_definitions()))
+            .collect(),
+    }
+}
+
+/// Replaces this node's metadata with a snapshot's: what the snapshot lacks is deleted, what
+/// it has is declared (a no-op for what exists already, equal).
+fn restore(b: &Arc<Broker>, s: Snapshot) {
+    let keep: std::collections::HashSet<&str> =
+        s.access.vhosts.iter().map(|v| v.name.as_str()).collect();
+    for v in b.vhosts() {
+        if !keep.contains(&*v.name) {
+            let _ = b.delete_vhost(&v.name);
+        }
+    }
+    for v in &s.access.vhosts {
+        let _ = b.add_vhost(v.clone());
+    }
+    if let Err(e) = b.access.replace(s.access) {
+        tracing::error!(error = %e, "cannot restore users and permissions from the snapshot");
+    }
+    for (name, ops) in s.vhosts {
+        let Some(v) = b.vhost(&name) else { continue };
+        v.retain_only(&ops);
+        for op in ops {
+            let _ = apply(b, op);
+        }
+        crate::policy::apply_all(b, &v);
+    }
+}
+
+/// `cluster.cookie`, else `cluster.cookie_file`, else `<data_dir>/.cookie` (created with a
+/// random cookie on first boot, mode 0600).
+fn cookie(config: &crate::Config, c: &crate::config::ClusterConfig) -> anyhow::Result<Vec<u8>> {
+    if let Some(k) = &c.cookie {
+        return Ok(k.as_bytes().to_vec());
+    }
+    if let Ok(k) = std::env::var("WARREN_COOKIE") {
+        if !k.is_empty() {
+            return Ok(k.into_bytes());
+        }
+    }
+    let path = c
+        .cookie_file
+        .clone()
+        .unwrap_or_else(|| config.data_dir.join(".cookie"));
+    match std::fs::read(&path) {
+        Ok(k) if !k.trim_ascii().is_empty() => Ok(k.trim_ascii().to_vec()),
+        Ok(_) => anyhow::bail!("cookie file {} is empty", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && c.cookie_file.is_none() => {
+            let k: String = (0..20)
+                .map(|_| (b'A' + rand::random::<u8>() % 26) as char)
+                .collect();
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)?;
+            std::io::Write::write_all(&mut f, k.as_bytes())?;
+            tracing::info!(file = %path.display(), "made a new cluster cookie");
+            Ok(k.into_bytes())
+        }
+        Err(e) => anyhow::bail!("cannot read cookie file {}: {e}", path.display()),
+    }
+}
+
+/// Raft's messages travel on the links.
+struct LinkTransport(Arc<Links>);
+
+impl warren_cluster::Transport for LinkTransport {
+    fn call(
+        &self,
+        to: &warren_cluster::Node,
+        request: Vec<u8>,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<Vec<u8>, warren_cluster::TransportError>>
+                + Send,
+        >,
+    > {
+        let links = self.0.clone();
+        let addr = to.addr.clone();
+        Box::pin(async move {
+            links
+                .call(&addr, SERVICE_RAFT, &request, Duration::from_secs(5))
+                .await
+                .map(|b| b.to_vec())
+                .map_err(|e| match e {
+                    link::LinkError::Timeout(_) => warren_cluster::TransportError::Timeout,
+                    e => warren_cluster::TransportError::Unreachable(addr, e.to_string()),
+                })
+        })
+    }
+}
+
+struct LinkHandler(Weak<Cluster>);
+
+impl Handler for LinkHandler {
+    fn request(
+        &self,
+        link: &Arc<Link>,
+        service: u8,
+        body: Bytes,
+    ) -> BoxFuture<Result<Bytes, String>> {
+        let c = self.0.upgrade();
+        let link = link.clone();
+        Box::pin(async move {
+            let c = c.ok_or("node stopping")?;
+            match service {
+                SERVICE_RAFT => match c.meta.get() {
+                    Some(m) => Ok(Bytes::from(m.handle_rpc(&body).await)),
+                    None => Err("not ready".into()),
+                },
+                SERVICE_QUEUE => remote::serve_request(&c, &link, body).await,
+                SERVICE_NODE => {
+                    let b = c.broker().ok_or("node stopping")?;
+                    Ok(Bytes::from(crate::health_api::node_json(&b).to_string()))
+                }
+                s => Err(format!("unknown service {s}")),
+            }
+        })
+    }
+
+    fn message(&self, link: &Arc<Link>, kind: u8, body: Bytes) {
+        if let Some(c) = self.0.upgrade() {
+            remote::on_message(&c, link, kind, body);
+        }
+    }
+
+    fn link_down(&self, link: &Arc<Link>) {
+        if let Some(c) = self.0.upgrade() {
+            remote::on_link_down(&c, link);
+        }
+    }
+}

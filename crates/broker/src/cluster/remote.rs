@@ -1,0 +1,946 @@
+//! Queues on other nodes. A [`RemoteQueue`] stands in a node's routing table for a queue whose
+//! home is another node; what a channel does to it travels over the link to the home node,
+//! where the queue is an ordinary local queue:
+//!
+//! - publish: a `PUBLISH` frame; with confirms, the home answers `CONFIRM` once the message is
+//!   enqueued (and, if persistent on a durable queue, fsynced), or nacks a refused publish.
+//! - consume: a request registers a consumer at the home whose sink ([`LinkSink`]) frames each
+//!   delivery (`DELIVER`) to the consumer's node, which hands it to the channel. The queue's
+//!   own credit (the consumer's prefetch) holds, and a window of unconfirmed deliveries per
+//!   consumer (`CREDIT` frames return it) bounds what is in flight even without a prefetch.
+//! - ack, reject, nack: `SETTLE` frames back to the home.
+//! - get, counts, purge: requests.
+//!
+//! When a link goes down, the home requeues what it had delivered over it and drops those
+//! consumers; the consumer's node cancels its consumers of that node's queues and nacks the
+//! publishes still waiting for a confirm.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use parking_lot::Mutex;
+use warren_protocol::ByteString;
+
+use super::link::{get_str, put_str, Link};
+use super::Cluster;
+use crate::channel::Offer;
+use crate::confirm::ConfirmHandle;
+use crate::error::{AmqpError, AmqpResult};
+use crate::message::Message;
+use crate::queue::{
+    Consumer, DeliverySink, Enqueued, Queue, QueueArgs, QueueOptions, QueueRef, QueuedMessage,
+    Settled,
+};
+
+pub const K_PUBLISH: u8 = 16;
+pub const K_CONFIRM: u8 = 17;
+pub const K_DELIVER: u8 = 18;
+pub const K_SETTLE: u8 = 19;
+pub const K_CREDIT: u8 = 20;
+pub const K_CANCEL: u8 = 21;
+
+const Q_CONSUME: u8 = 1;
+const Q_CANCEL: u8 = 2;
+const Q_GET: u8 = 3;
+const Q_COUNTS: u8 = 4;
+const Q_PURGE: u8 = 5;
+
+const SETTLE_ACK: u8 = 0;
+const SETTLE_REQUEUE: u8 = 1;
+const SETTLE_DISCARD: u8 = 2;
+
+/// Deliveries in flight to one remote consumer before its node confirms them (frames them to
+/// its channel): bounds the consumer node's memory when the consumer has no prefetch.
+const WINDOW: u32 = 1024;
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long remote counts (message_count, consumer_count) are reused.
+const COUNTS_TTL: Duration = Duration::from_millis(500);
+/// Above this much unsent output on a link, publishers to its queues are held back.
+const LINK_PRESSURE_BYTES: usize = 8 << 20;
+
+/// This node's remote-queue bookkeeping.
+#[derive(Default)]
+pub struct Remote {
+    next_id: AtomicU64,
+    /// Publishes sent with a confirm, by (peer address, forward id).
+    confirms: Mutex<HashMap<(String, u64), Arc<ConfirmHandle>>>,
+    /// This node's consumers of remote queues, by consumer key.
+    proxies: Mutex<HashMap<u64, Arc<Proxy>>>,
+    /// Consumers of this node's queues on other nodes, by (peer address, their consumer key).
+    served: Mutex<HashMap<(String, u64), Arc<LinkSink>>>,
+    /// basic.get deliveries to other nodes awaiting their ack, by (peer address, delivery id).
+    gets: Mutex<HashMap<(String, u64), GetDelivery>>,
+}
+
+/// A basic.get delivery: its queue and what settling it gives back.
+type GetDelivery = (Arc<Queue>, Settled);
+
+/// A queue whose home is another node.
+pub struct RemoteQueue {
+    pub name: Arc<str>,
+    pub vhost: Arc<str>,
+    pub options: QueueOptions,
+    args: arc_swap::ArcSwap<QueueArgs>,
+    pub home: String,
+    cluster: std::sync::Weak<Cluster>,
+    deleted: AtomicBool,
+    counts: Mutex<Option<(std::time::Instant, Counts)>>,
+}
+
+#[derive(Clone, Copy, Default)]
+pub struct Counts {
+    pub messages: u32,
+    pub consumers: u32,
+    pub unacked: u32,
+}
+
+/// A consumer on this node of a remote queue.
+struct Proxy {
+    consumer: Arc<Consumer>,
+    queue: Arc<RemoteQueue>,
+    /// Deliveries that came before the consume-ok was sent (`Some` until then).
+    early: Mutex<Option<Vec<QueuedMessage>>>,
+}
+
+impl std::fmt::Debug for RemoteQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RemoteQueue({}@{})", self.name, self.home)
+    }
+}
+
+impl RemoteQueue {
+    pub fn new(
+        name: Arc<str>,
+        vhost: Arc<str>,
+        options: QueueOptions,
+        home: String,
+        cluster: &Arc<Cluster>,
+    ) -> Arc<RemoteQueue> {
+        Arc::new(RemoteQueue {
+            name,
+            vhost,
+            args: arc_swap::ArcSwap::from_pointee(options.args.clone()),
+            options,
+            home,
+            cluster: Arc::downgrade(cluster),
+            deleted: AtomicBool::new(false),
+            counts: Mutex::new(None),
+        })
+    }
+
+    pub fn args(&self) -> arc_swap::Guard<Arc<QueueArgs>> {
+        self.args.load()
+    }
+
+    pub fn set_effective_args(&self, a: QueueArgs) {
+        self.args.store(Arc::new(a));
+    }
+
+    pub fn describe(&self) -> String {
+        format!("queue '{}' in vhost '{}'", self.name, self.vhost)
+    }
+
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.load(Ordering::Relaxed)
+    }
+
+    fn link(&self) -> Option<(Arc<Cluster>, Arc<Link>)> {
+        let c = self.cluster.upgrade()?;
+        let addr = c.addr_of(&self.home)?;
+        let l = c.links.get(&addr)?;
+        Some((c, l))
+    }
+
+    /// The home node is down: RabbitMQ 3.10's answer for a classic queue whose node is gone.
+    pub fn down(&self) -> AmqpError {
+        AmqpError::not_found(format!(
+            "home node '{}' of durable {} is down or inaccessible",
+            self.home,
+            self.describe()
+        ))
+    }
+
+    /// A request to the home node, from synchronous code on a tokio worker.
+    fn request(&self, op: u8, fill: impl FnOnce(&mut BytesMut)) -> AmqpResult<Bytes> {
+        let c = self.cluster.upgrade().ok_or_else(|| self.down())?;
+        let addr = c.addr_of(&self.home).ok_or_else(|| self.down())?;
+        let mut b = BytesMut::new();
+        b.put_u8(op);
+        put_str(&mut b, &self.vhost);
+        put_str(&mut b, &self.name);
+        fill(&mut b);
+        let handle = tokio::runtime::Handle::current();
+        let links = c.links.clone();
+        let r = tokio::task::block_in_place(|| {
+            handle.block_on(links.call(&addr, super::SERVICE_QUEUE, &b, REQUEST_TIMEOUT))
+        });
+        match r {
+            Ok(mut reply) => {
+                if reply.is_empty() {
+                    return Err(AmqpError::internal_error("empty reply"));
+                }
+                if reply.get_u8() == 0 {
+                    Ok(reply)
+                } else {
+                    let code = if reply.len() >= 2 {
+                        reply.get_u16()
+                    } else {
+                        541
+                    };
+                    let text = String::from_utf8_lossy(&reply).into_owned();
+                    Err(AmqpError {
+                        code,
+                        text,
+                        class_id: 0,
+                        method_id: 0,
+                    })
+                }
+            }
+            Err(_) => Err(self.down()),
+        }
+    }
+
+    pub fn publish(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Enqueued {
+        let Some((c, link)) = self.link() else {
+            return Enqueued::Rejected;
+        };
+        let id = match confirm {
+            Some(h) => {
+                let id = c.remote.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+                c.remote
+                    .confirms
+                    .lock()
+                    .insert((link.peer_addr.clone(), id), h.clone());
+                id
+            }
+            None => 0,
+        };
+        link.send(K_PUBLISH, |b| {
+            put_str(b, &self.vhost);
+            put_str(b, &self.name);
+            b.put_u64(id);
+            put_message(b, &msg);
+        });
+        Enqueued::Accepted
+    }
+
+    pub fn pressured(&self) -> bool {
+        self.link()
+            .is_some_and(|(_, l)| l.pending_bytes() > LINK_PRESSURE_BYTES)
+    }
+
+    pub async fn stall(&self, max: Duration) {
+        let deadline = tokio::time::Instant::now() + max;
+        while self.pressured() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    pub fn get(self: &Arc<Self>, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> bool {
+        let Ok(mut r) = self.request(Q_GET, |b| b.put_u8(ack_mode as u8)) else {
+            return false;
+        };
+        if r.is_empty() || r.get_u8() == 0 {
+            return false;
+        }
+        let (Some(id), Some(left), Some(redelivered)) =
+            (get_u64(&mut r), get_u32(&mut r), get_u8(&mut r))
+        else {
+            return false;
+        };
+        let Some(msg) = get_message(&mut r) else {
+            return false;
+        };
+        let m = entry(id, msg, redelivered != 0);
+        take(&m, left);
+        true
+    }
+
+    /// Acks, rejects and requeues go home; `consumer` 0 is a basic.get.
+    fn settle_as(&self, how: u8, msgs: impl IntoIterator<Item = Settled>) {
+        let Some((_, link)) = self.link() else { return };
+        let mut by: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (consumer, m) in msgs {
+            by.entry(consumer.map_or(0, |k| k + 1))
+                .or_default()
+                .push(m.seq);
+        }
+        for (consumer, ids) in by {
+            link.send(K_SETTLE, |b| {
+                b.put_u8(how);
+                b.put_u64(consumer);
+                b.put_u32(ids.len() as u32);
+                for id in ids {
+                    b.put_u64(id);
+                }
+            });
+        }
+    }
+
+    pub fn settle(&self, msgs: impl IntoIterator<Item = Settled>) {
+        self.settle_as(SETTLE_ACK, msgs)
+    }
+
+    pub fn discard(&self, msgs: impl IntoIterator<Item = Settled>) {
+        self.settle_as(SETTLE_DISCARD, msgs)
+    }
+
+    pub fn requeue(&self, msgs: impl IntoIterator<Item = Settled>) {
+        self.settle_as(SETTLE_REQUEUE, msgs)
+    }
+
+    pub fn add_consumer(
+        self: &Arc<Self>,
+        c: Arc<Consumer>,
+        on_added: impl FnOnce(),
+    ) -> AmqpResult<()> {
+        let cluster = self.cluster.upgrade().ok_or_else(|| self.down())?;
+        let proxy = Arc::new(Proxy {
+            consumer: c.clone(),
+            queue: self.clone(),
+            early: Mutex::new(Some(Vec::new())),
+        });
+        cluster.remote.proxies.lock().insert(c.key, proxy.clone());
+        let r = self.request(Q_CONSUME, |b| {
+            b.put_u64(c.key);
+            put_str(b, &c.tag);
+            b.put_u8(c.no_ack as u8);
+            b.put_u8(c.exclusive as u8);
+            b.put_i64(c.priority);
+            b.put_u16(c.prefetch);
+        });
+        if let Err(e) = r {
+            cluster.remote.proxies.lock().remove(&c.key);
+            return Err(e);
+        }
+        on_added();
+        let early = proxy.early.lock().take().unwrap_or_default();
+        for m in early {
+            proxy.deliver(&m);
+        }
+        self.counts.lock().take();
+        Ok(())
+    }
+
+    pub fn remove_consumer(&self, c: &Arc<Consumer>) {
+        if let Some(cluster) = self.cluster.upgrade() {
+            cluster.remote.proxies.lock().remove(&c.key);
+        }
+        if let Some((_, link)) = self.link() {
+            // Fire and forget: the home removes it and keeps its unacked deliveries until they
+            // are settled (or the link goes).
+            let mut b = BytesMut::new();
+            b.put_u8(Q_CANCEL);
+            put_str(&mut b, &self.vhost);
+            put_str(&mut b, &self.name);
+            b.put_u64(c.key);
+            tokio::spawn(async move {
+                let _ = link.call(super::SERVICE_QUEUE, &b, REQUEST_TIMEOUT).await;
+            });
+        }
+        self.counts.lock().take();
+    }
+
+    pub fn counts(&self) -> Counts {
+        if let Some((at, c)) = *self.counts.lock() {
+            if at.elapsed() < COUNTS_TTL {
+                return c;
+            }
+        }
+        let c = match self.request(Q_COUNTS, |_| {}) {
+            Ok(mut r) => Counts {
+                messages: get_u32(&mut r).unwrap_or(0),
+                consumers: get_u32(&mut r).unwrap_or(0),
+                unacked: get_u32(&mut r).unwrap_or(0),
+            },
+            Err(_) => Counts::default(),
+        };
+        *self.counts.lock() = Some((std::time::Instant::now(), c));
+        c
+    }
+
+    /// The counts, or the error a declare or delete should answer when the home is down.
+    pub fn counts_checked(&self) -> AmqpResult<Counts> {
+        self.counts.lock().take();
+        let mut r = self.request(Q_COUNTS, |_| {})?;
+        Ok(Counts {
+            messages: get_u32(&mut r).unwrap_or(0),
+            consumers: get_u32(&mut r).unwrap_or(0),
+            unacked: get_u32(&mut r).unwrap_or(0),
+        })
+    }
+
+    pub fn purge(&self) -> u32 {
+        self.counts.lock().take();
+        self.request(Q_PURGE, |_| {})
+            .ok()
+            .and_then(|mut r| get_u32(&mut r))
+            .unwrap_or(0)
+    }
+
+    /// This node's consumers of it.
+    pub fn local_consumers(&self) -> Vec<Arc<Consumer>> {
+        let Some(c) = self.cluster.upgrade() else {
+            return Vec::new();
+        };
+        let me = self as *const RemoteQueue;
+        let out = c
+            .remote
+            .proxies
+            .lock()
+            .values()
+            .filter(|p| Arc::as_ptr(&p.queue) == me)
+            .map(|p| p.consumer.clone())
+            .collect();
+        out
+    }
+
+    /// Deleted (applied on every node): this node's consumers of it are cancelled.
+    pub fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>) {
+        self.deleted.store(true, Ordering::Relaxed);
+        let consumers = self.local_consumers();
+        if let Some(c) = self.cluster.upgrade() {
+            let mut p = c.remote.proxies.lock();
+            for x in &consumers {
+                p.remove(&x.key);
+            }
+        }
+        (0, consumers)
+    }
+}
+
+impl Proxy {
+    fn deliver(&self, m: &QueuedMessage) {
+        let q = QueueRef::Remote(self.queue.clone());
+        if !self.consumer.sink.push(&self.consumer, q.clone(), m) && !self.consumer.no_ack {
+            // The channel is closing: back to the queue at once.
+            q.requeue([(Some(self.consumer.key), m.clone())]);
+        }
+    }
+}
+
+/// A consumer of a queue here whose channel is on another node.
+pub struct LinkSink {
+    link: Arc<Link>,
+    /// The consumer's key on its node.
+    remote_key: u64,
+    queue: Arc<Queue>,
+    consumer: Mutex<Option<Arc<Consumer>>>,
+    next_delivery: AtomicU64,
+    unacked: Mutex<HashMap<u64, Settled>>,
+    in_flight: AtomicU32,
+    /// Out of window: dispatch again when credit comes back.
+    waiting: AtomicBool,
+    /// Deliveries start once the consume-ok is on its way.
+    started: AtomicBool,
+}
+
+impl DeliverySink for LinkSink {
+    fn offer(&self, c: &Arc<Consumer>, _q: &Arc<Queue>, m: &QueuedMessage) -> Offer {
+        if self.link.is_closed() || c.cancelled.load(Ordering::Relaxed) {
+            return Offer::NoCredit;
+        }
+        if !self.started.load(Ordering::Acquire) || self.in_flight.load(Ordering::Relaxed) >= WINDOW
+        {
+            self.waiting.store(true, Ordering::Release);
+            return Offer::NoCredit;
+        }
+        let id = self.next_delivery.fetch_add(1, Ordering::Relaxed);
+        if !c.no_ack {
+            self.unacked.lock().insert(id, (Some(c.key), m.clone()));
+        }
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.link.send(K_DELIVER, |b| {
+            b.put_u64(self.remote_key);
+            b.put_u64(id);
+            b.put_u8(m.redelivered as u8);
+            put_message(b, &m.msg);
+        });
+        Offer::Delivered
+    }
+
+    fn wait_for_space(&self, _q: &Arc<Queue>) {
+        self.waiting.store(true, Ordering::Release);
+    }
+
+    fn cancelled(&self, _c: &Consumer) {
+        self.link.send(K_CANCEL, |b| b.put_u64(self.remote_key));
+    }
+}
+
+impl LinkSink {
+    fn credit(&self, n: u32) {
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |x| {
+                Some(x.saturating_sub(n))
+            });
+        if self.waiting.swap(false, Ordering::AcqRel) {
+            self.queue.dispatch();
+        }
+    }
+
+    /// Its consumer leaves the queue; what it was delivered stays unacked until settled.
+    fn remove(&self) {
+        if let Some(c) = self.consumer.lock().take() {
+            c.cancelled.store(true, Ordering::Relaxed);
+            let removed = self.queue.remove_consumer(&c);
+            if removed.auto_delete_now {
+                spawn_delete(&self.queue);
+            }
+        }
+    }
+}
+
+/// Deletes an auto-delete queue whose last consumer left, off the link's reader.
+fn spawn_delete(q: &Arc<Queue>) {
+    let (name, vhost) = (q.name.clone(), q.vhost_ref());
+    tokio::spawn(async move {
+        if let Some(v) = vhost {
+            let d = tokio::task::block_in_place(|| v.delete_queue(&name, false, false, None));
+            if let Ok(d) = d {
+                crate::channel::notify_cancelled(&d.consumers);
+            }
+        }
+    });
+}
+
+// ---- the home node's side ----
+
+fn error_reply(e: AmqpError) -> Bytes {
+    let mut b = BytesMut::new();
+    b.put_u8(1);
+    b.put_u16(e.code);
+    b.put_slice(e.text.as_bytes());
+    b.freeze()
+}
+
+fn local_queue(c: &Cluster, vhost: &str, name: &str) -> AmqpResult<Arc<Queue>> {
+    let b = c
+        .broker()
+        .ok_or_else(|| AmqpError::internal_error("stopping"))?;
+    let v = b
+        .vhost(vhost)
+        .ok_or_else(|| AmqpError::not_found(format!("no vhost '{vhost}'")))?;
+    match v.queue(name) {
+        Some(QueueRef::Local(q)) => Ok(q),
+        _ => Err(v.no_queue(name)),
+    }
+}
+
+/// A queue request from another node.
+pub async fn serve_request(
+    c: &Arc<Cluster>,
+    link: &Arc<Link>,
+    mut body: Bytes,
+) -> Result<Bytes, String> {
+    let op = get_u8(&mut body).ok_or("short request")?;
+    let vhost = get_str(&mut body).ok_or("short request")?;
+    let name = get_str(&mut body).ok_or("short request")?;
+    let q = match local_queue(c, &vhost, &name) {
+        Ok(q) => q,
+        Err(e) if op == Q_CANCEL => {
+            // The queue is gone; its consumer with it.
+            let _ = e;
+            return Ok(Bytes::from_static(&[0]));
+        }
+        Err(e) => return Ok(error_reply(e)),
+    };
+    let mut out = BytesMut::new();
+    out.put_u8(0);
+    match op {
+        Q_CONSUME => {
+            let key = get_u64(&mut body).ok_or("short request")?;
+            let tag = get_str(&mut body).ok_or("short request")?;
+            let (no_ack, exclusive) = (get_u8(&mut body) == Some(1), get_u8(&mut body) == Some(1));
+            let priority = get_u64(&mut body).ok_or("short request")? as i64;
+            let prefetch = body.get_u16();
+            let sink = Arc::new(LinkSink {
+                link: link.clone(),
+                remote_key: key,
+                queue: q.clone(),
+                consumer: Mutex::new(None),
+                next_delivery: AtomicU64::new(1),
+                unacked: Mutex::new(HashMap::new()),
+                in_flight: AtomicU32::new(0),
+                waiting: AtomicBool::new(false),
+                started: AtomicBool::new(false),
+            });
+            let consumer = Arc::new(Consumer {
+                key: crate::queue::consumer_key(),
+                tag: ByteString::from(tag),
+                sink: sink.clone(),
+                queue: QueueRef::Local(q.clone()),
+                no_ack,
+                exclusive,
+                priority,
+                prefetch,
+                cancelled: AtomicBool::new(false),
+            });
+            if let Err(e) = q.add_consumer(consumer.clone(), || {}) {
+                return Ok(error_reply(e));
+            }
+            *sink.consumer.lock() = Some(consumer);
+            c.remote
+                .served
+                .lock()
+                .insert((link.peer_addr.clone(), key), sink.clone());
+            // The reply goes out first: deliveries follow it on the link.
+            let reply = out.freeze();
+            let l = link.clone();
+            let _ = l;
+            sink.started.store(true, Ordering::Release);
+            let q2 = q.clone();
+            tokio::spawn(async move {
+                tokio::task::yield_now().await;
+                q2.dispatch();
+            });
+            return Ok(reply);
+        }
+        Q_CANCEL => {
+            let key = get_u64(&mut body).ok_or("short request")?;
+            let sink = c
+                .remote
+                .served
+                .lock()
+                .get(&(link.peer_addr.clone(), key))
+                .cloned();
+            if let Some(s) = sink {
+                s.remove();
+                if s.unacked.lock().is_empty() {
+                    c.remote
+                        .served
+                        .lock()
+                        .remove(&(link.peer_addr.clone(), key));
+                }
+            }
+        }
+        Q_GET => {
+            let ack_mode = get_u8(&mut body) == Some(1);
+            let mut got = None;
+            q.get(ack_mode, |m, left| got = Some((m.clone(), left)));
+            match got {
+                None => out.put_u8(0),
+                Some((m, left)) => {
+                    let id = c.remote.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+                    if ack_mode {
+                        c.remote
+                            .gets
+                            .lock()
+                            .insert((link.peer_addr.clone(), id), (q.clone(), (None, m.clone())));
+                    }
+                    out.put_u8(1);
+                    out.put_u64(id);
+                    out.put_u32(left);
+                    out.put_u8(m.redelivered as u8);
+                    put_message(&mut out, &m.msg);
+                }
+            }
+        }
+        Q_COUNTS => {
+            out.put_u32(q.message_count());
+            out.put_u32(q.consumer_count());
+            out.put_u32(q.unacked_count());
+        }
+        Q_PURGE => out.put_u32(q.purge()),
+        op => return Err(format!("unknown queue request {op}")),
+    }
+    Ok(out.freeze())
+}
+
+/// A one-way frame from another node.
+pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes) {
+    match kind {
+        K_PUBLISH => {
+            let (Some(vhost), Some(name), Some(id)) =
+                (get_str(&mut body), get_str(&mut body), get_u64(&mut body))
+            else {
+                return;
+            };
+            let Some(msg) = get_message(&mut body) else {
+                return;
+            };
+            let confirm = |ok: bool| {
+                if id != 0 {
+                    link.send(K_CONFIRM, |b| {
+                        b.put_u64(id);
+                        b.put_u8(ok as u8);
+                    });
+                }
+            };
+            let Ok(q) = local_queue(c, &vhost, &name) else {
+                // Deleted meanwhile: as a local publish to a deleted queue, confirmed.
+                confirm(true);
+                return;
+            };
+            let msg = Arc::new(msg);
+            let storing = id != 0 && q.stores(&msg);
+            let handle = storing.then(|| ConfirmHandle::for_link(link.clone(), id));
+            let r = q.publish(msg, handle.as_ref());
+            if !storing || r != Enqueued::Accepted {
+                match handle {
+                    Some(h) => {
+                        h.done(r != Enqueued::Rejected);
+                    }
+                    None => confirm(r != Enqueued::Rejected),
+                }
+            }
+        }
+        K_CONFIRM => {
+            let (Some(id), Some(ok)) = (get_u64(&mut body), get_u8(&mut body)) else {
+                return;
+            };
+            let h = c
+                .remote
+                .confirms
+                .lock()
+                .remove(&(link.peer_addr.clone(), id));
+            if let Some(h) = h {
+                crate::confirm::complete_all([(h, ok == 1)]);
+            }
+        }
+        K_DELIVER => {
+            let (Some(key), Some(id), Some(redelivered)) =
+                (get_u64(&mut body), get_u64(&mut body), get_u8(&mut body))
+            else {
+                return;
+            };
+            let Some(msg) = get_message(&mut body) else {
+                return;
+            };
+            let m = entry(id, msg, redelivered != 0);
+            let proxy = c.remote.proxies.lock().get(&key).cloned();
+            link.send(K_CREDIT, |b| {
+                b.put_u64(key);
+                b.put_u32(1);
+            });
+            match proxy {
+                Some(p) => {
+                    let mut early = p.early.lock();
+                    match early.as_mut() {
+                        Some(v) => v.push(m),
+                        None => {
+                            drop(early);
+                            p.deliver(&m);
+                        }
+                    }
+                }
+                None => {
+                    // Its consumer is gone: straight back.
+                    link.send(K_SETTLE, |b| {
+                        b.put_u8(SETTLE_REQUEUE);
+                        b.put_u64(key + 1);
+                        b.put_u32(1);
+                        b.put_u64(id);
+                    });
+                }
+            }
+        }
+        K_SETTLE => {
+            let (Some(how), Some(consumer), Some(n)) =
+                (get_u8(&mut body), get_u64(&mut body), get_u32(&mut body))
+            else {
+                return;
+            };
+            let ids: Vec<u64> = (0..n).map_while(|_| get_u64(&mut body)).collect();
+            let peer = link.peer_addr.clone();
+            let (q, msgs): (Option<Arc<Queue>>, Vec<Settled>) = if consumer == 0 {
+                let mut gets = c.remote.gets.lock();
+                let mut q = None;
+                let msgs = ids
+                    .iter()
+                    .filter_map(|id| gets.remove(&(peer.clone(), *id)))
+                    .map(|(qq, s)| {
+                        q = Some(qq);
+                        s
+                    })
+                    .collect();
+                (q, msgs)
+            } else {
+                let key = consumer - 1;
+                let Some(sink) = c.remote.served.lock().get(&(peer.clone(), key)).cloned() else {
+                    return;
+                };
+                let msgs: Vec<Settled> = {
+                    let mut u = sink.unacked.lock();
+                    ids.iter().filter_map(|id| u.remove(id)).collect()
+                };
+                if sink.consumer.lock().is_none() && sink.unacked.lock().is_empty() {
+                    c.remote.served.lock().remove(&(peer, key));
+                }
+                (Some(sink.queue.clone()), msgs)
+            };
+            let Some(q) = q else { return };
+            match how {
+                SETTLE_ACK => q.settle(msgs, true),
+                SETTLE_REQUEUE => q.requeue(msgs),
+                _ => q.discard(msgs, true),
+            }
+        }
+        K_CREDIT => {
+            let (Some(key), Some(n)) = (get_u64(&mut body), get_u32(&mut body)) else {
+                return;
+            };
+            let sink = c
+                .remote
+                .served
+                .lock()
+                .get(&(link.peer_addr.clone(), key))
+                .cloned();
+            if let Some(s) = sink {
+                s.credit(n);
+            }
+        }
+        K_CANCEL => {
+            let Some(key) = get_u64(&mut body) else {
+                return;
+            };
+            let p = c.remote.proxies.lock().remove(&key);
+            if let Some(p) = p {
+                crate::channel::notify_cancelled(std::slice::from_ref(&p.consumer));
+            }
+        }
+        _ => tracing::debug!(kind, "unknown inter-node message"),
+    }
+}
+
+/// A link went down: requeue what went over it, cancel consumers of its node's queues, nack
+/// publishes waiting for its confirms.
+pub fn on_link_down(c: &Arc<Cluster>, link: &Arc<Link>) {
+    let peer = &link.peer_addr;
+    let sinks: Vec<Arc<LinkSink>> = {
+        let mut s = c.remote.served.lock();
+        let keys: Vec<_> = s.keys().filter(|(p, _)| p == peer).cloned().collect();
+        keys.into_iter().filter_map(|k| s.remove(&k)).collect()
+    };
+    for s in sinks {
+        s.remove();
+        let msgs: Vec<Settled> = s.unacked.lock().drain().map(|(_, m)| m).collect();
+        s.queue.requeue(msgs);
+    }
+    let gets: Vec<GetDelivery> = {
+        let mut g = c.remote.gets.lock();
+        let keys: Vec<_> = g.keys().filter(|(p, _)| p == peer).cloned().collect();
+        keys.into_iter().filter_map(|k| g.remove(&k)).collect()
+    };
+    for (q, m) in gets {
+        q.requeue([m]);
+    }
+    let confirms: Vec<Arc<ConfirmHandle>> = {
+        let mut m = c.remote.confirms.lock();
+        let keys: Vec<_> = m.keys().filter(|(p, _)| p == peer).cloned().collect();
+        keys.into_iter().filter_map(|k| m.remove(&k)).collect()
+    };
+    crate::confirm::complete_all(confirms.into_iter().map(|h| (h, false)));
+    let name = link.peer_name.clone();
+    let proxies: Vec<Arc<Proxy>> = {
+        let mut p = c.remote.proxies.lock();
+        let keys: Vec<u64> = p
+            .iter()
+            .filter(|(_, x)| x.queue.home == name)
+            .map(|(k, _)| *k)
+            .collect();
+        keys.into_iter().filter_map(|k| p.remove(&k)).collect()
+    };
+    let consumers: Vec<Arc<Consumer>> = proxies.into_iter().map(|p| p.consumer.clone()).collect();
+    crate::channel::notify_cancelled(&consumers);
+}
+
+// ---- encoding ----
+
+fn entry(id: u64, msg: Message, redelivered: bool) -> QueuedMessage {
+    warren_queue::Entry {
+        seq: id,
+        msg: Arc::new(msg),
+        redelivered,
+        expires_at_ms: None,
+        logged: false,
+    }
+}
+
+fn put_message(b: &mut BytesMut, m: &Message) {
+    put_str(b, &m.exchange);
+    put_str(b, &m.routing_key);
+    b.put_u32(m.properties.len() as u32);
+    b.put_slice(&m.properties);
+    b.put_u32(m.body.len() as u32);
+    b.put_slice(&m.body);
+    b.put_u8(
+        m.persistent as u8
+            | (m.priority.is_some() as u8) << 1
+            | (m.expiration_ms.is_some() as u8) << 2,
+    );
+    b.put_u8(m.priority.unwrap_or(0));
+    b.put_u64(m.expiration_ms.unwrap_or(0));
+}
+
+fn get_message(b: &mut Bytes) -> Option<Message> {
+    let exchange = get_str(b)?;
+    let routing_key = get_str(b)?;
+    let n = get_u32(b)? as usize;
+    if b.len() < n {
+        return None;
+    }
+    let properties = b.split_to(n);
+    let n = get_u32(b)? as usize;
+    if b.len() < n {
+        return None;
+    }
+    let body = b.split_to(n);
+    let flags = get_u8(b)?;
+    let priority = get_u8(b)?;
+    let expiration = get_u64(b)?;
+    Some(Message {
+        exchange: ByteString::from(exchange),
+        routing_key: ByteString::from(routing_key),
+        properties,
+        body,
+        persistent: flags & 1 != 0,
+        priority: (flags & 2 != 0).then_some(priority),
+        expiration_ms: (flags & 4 != 0).then_some(expiration),
+    })
+}
+
+fn get_u8(b: &mut Bytes) -> Option<u8> {
+    (!b.is_empty()).then(|| b.get_u8())
+}
+
+fn get_u32(b: &mut Bytes) -> Option<u32> {
+    (b.len() >= 4).then(|| b.get_u32())
+}
+
+fn get_u64(b: &mut Bytes) -> Option<u64> {
+    (b.len() >= 8).then(|| b.get_u64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let m = Message {
+            exchange: "x".into(),
+            routing_key: "rk".into(),
+            properties: Bytes::from_static(b"\x80\x00\x01"),
+            body: Bytes::from_static(b"hello"),
+            persistent: true,
+            priority: Some(3),
+            expiration_ms: None,
+        };
+        let mut b = BytesMut::new();
+        put_message(&mut b, &m);
+        let got = get_message(&mut b.freeze()).expect("decodes");
+        assert_eq!(got.exchange, m.exchange);
+        assert_eq!(got.routing_key, m.routing_key);
+        assert_eq!(got.properties, m.properties);
+        assert_eq!(got.body, m.body);
+        assert!(got.persistent);
+        assert_eq!(got.priority, Some(3));
+        assert_eq!(got.expiration_ms, None);
+        assert!(get_message(&mut Bytes::from_static(b"\x00")).is_none());
+    }
+}

@@ -1,0 +1,136 @@
+//! openraft's type configuration and the wire messages between nodes.
+
+use std::fmt;
+use std::io::Cursor;
+
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::{SnapshotMeta, Vote};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::{Node, NodeId};
+
+openraft::declare_raft_types!(
+    /// The Raft types of the metadata group.
+    pub(crate) TypeConfig:
+        D = Blob,
+        R = Blob,
+        NodeId = NodeId,
+        Node = Node,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// Opaque bytes, serialized as a hex string: serde_json would write a `Vec<u8>` as an array of
+/// numbers, about twice the size.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct Blob(pub Vec<u8>);
+
+impl fmt::Debug for Blob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Blob({} bytes)", self.0.len())
+    }
+}
+
+impl fmt::Display for Blob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+impl Serialize for Blob {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut out = String::with_capacity(self.0.len() * 2);
+        for b in &self.0 {
+            out.push(HEX[(b >> 4) as usize] as char);
+            out.push(HEX[(b & 0xf) as usize] as char);
+        }
+        s.serialize_str(&out)
+    }
+}
+
+impl<'de> Deserialize<'de> for Blob {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s: std::borrow::Cow<'de, str> = Deserialize::deserialize(d)?;
+        let digit = |c: u8| match c {
+            b'0'..=b'9' => Ok(c - b'0'),
+            b'a'..=b'f' => Ok(c - b'a' + 10),
+            _ => Err(serde::de::Error::custom("bad hex digit")),
+        };
+        let s = s.as_bytes();
+        if s.len() & 1 == 1 {
+            return Err(serde::de::Error::custom("odd hex length"));
+        }
+        s.chunks(2)
+            .map(|p| Ok(digit(p[0])? << 4 | digit(p[1])?))
+            .collect::<Result<Vec<u8>, D::Error>>()
+            .map(Blob)
+    }
+}
+
+/// A request to another node's `Meta::handle_rpc`.
+#[derive(Serialize, Deserialize)]
+pub(crate) enum Rpc {
+    Vote(VoteRequest<NodeId>),
+    Append(AppendEntriesRequest<TypeConfig>),
+    Snapshot {
+        vote: Vote<NodeId>,
+        meta: SnapshotMeta<NodeId, Node>,
+        data: Blob,
+    },
+    /// A command to commit; served by the leader only.
+    Propose(Blob),
+    /// Add a node as a learner; served by the leader only.
+    Join(Node),
+    /// Make a learner a voter; served by the leader only.
+    Promote(NodeId),
+    /// Remove a node from the membership; served by the leader only.
+    Remove(NodeId),
+}
+
+#[derive(Serialize, Deserialize)]
+pub(crate) enum Reply {
+    Vote(VoteResponse<NodeId>),
+    Append(AppendEntriesResponse<NodeId>),
+    Snapshot(SnapshotResponse<NodeId>),
+    /// The command was committed and applied on the leader: its reply and log index.
+    Proposed {
+        reply: Blob,
+        index: u64,
+    },
+    /// The membership change is committed at this log index.
+    Changed {
+        index: u64,
+    },
+    /// The serving node is not the leader; the leader it knows of, if any. The request was not
+    /// accepted, so the sender may retry it elsewhere.
+    NotLeader(Option<(NodeId, Node)>),
+    /// A membership change is in progress: retry shortly.
+    Busy(String),
+    /// The leader accepted the request but could not commit it in time. It may still commit.
+    Unavailable(String),
+    /// The request was refused for good (e.g. removing the last voter).
+    Rejected(String),
+    /// The serving node failed (Raft stopped, undecodable request).
+    Error(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_hex_round_trip() {
+        let b = Blob(vec![0, 1, 0xab, 0xff, 0x10]);
+        let s = serde_json::to_string(&b).expect("encode");
+        assert_eq!(s, "\"0001abff10\"");
+        let back: Blob = serde_json::from_str(&s).expect("decode");
+        assert_eq!(back, b);
+        assert!(serde_json::from_str::<Blob>("\"abc\"").is_err());
+        assert!(serde_json::from_str::<Blob>("\"zz\"").is_err());
+    }
+}
