@@ -45,6 +45,7 @@ pub fn routes() -> Router<Arc<Broker>> {
         .route("/api/warren/start_app", post(start_app))
         .route("/api/warren/cluster", get(cluster_status))
         .route("/api/warren/cluster/forget", post(forget_node))
+        .route("/api/warren/cluster/join", post(join_cluster))
 }
 
 fn not_clustered() -> ApiError {
@@ -61,6 +62,23 @@ async fn cluster_status(State(b): B) -> ApiResult {
             "leader": b.config.node_name,
         })),
     }
+}
+
+async fn join_cluster(State(b): B, body: axum::body::Bytes) -> ApiResult {
+    let c = b.cluster().ok_or_else(not_clustered)?.clone();
+    let v: Value = serde_json::from_slice(&body).map_err(|e| bad_request(e.to_string()))?;
+    let node = v
+        .get("node")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad_request("[{key_missing,node}]"))?;
+    if b.app.running() {
+        return Err(bad_request(format!(
+            "the AMQP application is still running on node {}; stop it with stop_app first",
+            b.config.node_name
+        )));
+    }
+    c.join_cluster(&b, node).await.map_err(bad_request)?;
+    no_content()
 }
 
 async fn forget_node(State(b): B, body: axum::body::Bytes) -> ApiResult {

@@ -176,6 +176,20 @@ enum Cmd {
     StartApp,
     /// The node's runtime, alarms, memory, disk, totals and listeners.
     Status,
+    /// The cluster's members, which of them run, and the metadata (Raft) leader.
+    ClusterStatus,
+    /// Makes this node (its app stopped with stop_app, alone in its cluster) a member of the
+    /// cluster that the node at ADDR (its inter-node link address, HOST:PORT) belongs to. As
+    /// with RabbitMQ, joining resets the node: its own definitions and messages are dropped.
+    JoinCluster {
+        #[arg(value_name = "ADDR")]
+        target: String,
+    },
+    /// Removes NODE (a node name) from the cluster; run it on another member.
+    ForgetClusterNode {
+        #[arg(value_name = "NODE")]
+        member: String,
+    },
     /// The settings in force, as Erlang terms under RabbitMQ's names where it has them.
     Environment,
     /// The memory alarm's threshold, in force at once: a FRACTION of RAM (0.0 to 1.0), or
@@ -1032,6 +1046,39 @@ fn run(api: &Api, cmd: Cmd, view: View, out: &mut impl Write) -> Result<(), Fail
                 "the broker has no start_app endpoint".into(),
             )?;
         }
+        Cmd::ClusterStatus => {
+            let s = api.must(
+                "GET",
+                "/api/warren/cluster",
+                None,
+                "the broker has no cluster endpoint".into(),
+            )?;
+            let node = s.get("node").and_then(Value::as_str).unwrap_or("");
+            info(quiet, format!("Cluster status of node {node} ..."));
+            write!(out, "{}", cluster_status_text(&s))
+                .map_err(|e| fail(format!("writing output: {e}")))?;
+        }
+        Cmd::JoinCluster { target } => {
+            info(
+                quiet,
+                format!("Clustering node {} with {target}", node_name(api)?),
+            );
+            api.call(
+                "POST",
+                "/api/warren/cluster/join",
+                Some(&json!({ "node": target })),
+                &[],
+            )?;
+        }
+        Cmd::ForgetClusterNode { member } => {
+            info(quiet, format!("Removing node {member} from the cluster"));
+            api.call(
+                "POST",
+                "/api/warren/cluster/forget",
+                Some(&json!({ "node": member })),
+                &[],
+            )?;
+        }
         Cmd::Status => {
             let s = api.must(
                 "GET",
@@ -1258,6 +1305,35 @@ fn run(api: &Api, cmd: Cmd, view: View, out: &mut impl Write) -> Result<(), Fail
         }
     }
     Ok(())
+}
+
+/// rabbitmqctl cluster_status's sections, from `/api/warren/cluster`.
+fn cluster_status_text(s: &Value) -> String {
+    let names = |running: Option<bool>| -> String {
+        s.get("nodes")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter(|n| running.is_none_or(|r| n.get("running") == Some(&Value::Bool(r))))
+                    .filter_map(|n| n.get("name").and_then(Value::as_str))
+                    .map(|n| format!("{n}\n"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let field = |k: &str| {
+        s.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("(none)")
+            .to_string()
+    };
+    format!(
+        "Basics\n\nCluster name: {}\n\nDisk Nodes\n\n{}\nRunning Nodes\n\n{}\nMetadata leader (Raft)\n\n{}\n",
+        field("cluster_name"),
+        names(None),
+        names(Some(true)),
+        field("leader"),
+    )
 }
 
 /// The node name the broker reports (for banners that name it, as rabbitmqctl's do).

@@ -13,7 +13,7 @@ pub mod link;
 pub mod remote;
 
 use std::cell::Cell;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -124,7 +124,8 @@ pub struct Cluster {
     pub me: String,
     pub addr: String,
     pub links: Arc<Links>,
-    meta: OnceLock<warren_cluster::Meta>,
+    /// Replaced when the node joins another cluster (`join_cluster`).
+    meta: parking_lot::RwLock<Option<warren_cluster::Meta>>,
     broker: Weak<Broker>,
     pub remote: remote::Remote,
     /// Link addresses by node name, from the Raft membership (kept by the status watcher).
@@ -151,7 +152,7 @@ impl Cluster {
             me: broker.config.node_name.clone(),
             addr: addr.clone(),
             links: links.clone(),
-            meta: OnceLock::new(),
+            meta: parking_lot::RwLock::new(None),
             broker: Arc::downgrade(broker),
             remote: remote::Remote::default(),
             nodes: Default::default(),
@@ -160,28 +161,7 @@ impl Cluster {
         broker.set_cluster(c.clone());
         tokio::spawn(links.clone().serve(listener));
         tracing::info!(listen = %cfg.listen, addr = %addr, "inter-node link listening");
-        let me = warren_cluster::Node {
-            name: c.me.clone(),
-            addr: addr.clone(),
-        };
-        let meta = warren_cluster::Meta::open(
-            &broker.config.data_dir.join("raft"),
-            me,
-            Arc::new(BrokerSm(Arc::downgrade(broker))),
-            Arc::new(LinkTransport(links.clone())),
-            // Failover (lease + election) takes 2-4 s; a change waits out one failover.
-            warren_cluster::MetaConfig {
-                election_timeout_min_ms: 1000,
-                election_timeout_max_ms: 2000,
-                heartbeat_ms: 250,
-                propose_timeout: Duration::from_secs(8),
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot open the cluster state: {e}"))?;
-        let _ = c.meta.set(meta);
-        let meta = c.meta();
+        let meta = c.open_meta(broker).await?;
         if !meta.is_initialized() {
             let mut seeds: Vec<String> =
                 cfg.peers.iter().filter(|p| **p != addr).cloned().collect();
@@ -248,10 +228,80 @@ impl Cluster {
         }
     }
 
-    pub fn meta(&self) -> &warren_cluster::Meta {
+    async fn open_meta(&self, broker: &Arc<Broker>) -> anyhow::Result<warren_cluster::Meta> {
+        let me = warren_cluster::Node {
+            name: self.me.clone(),
+            addr: self.addr.clone(),
+        };
+        let meta = warren_cluster::Meta::open(
+            &broker.config.data_dir.join("raft"),
+            me,
+            Arc::new(BrokerSm(Arc::downgrade(broker))),
+            Arc::new(LinkTransport(self.links.clone())),
+            // Failover (lease + election) takes 2-4 s; a change waits out one failover.
+            warren_cluster::MetaConfig {
+                election_timeout_min_ms: 1000,
+                election_timeout_max_ms: 2000,
+                heartbeat_ms: 250,
+                propose_timeout: Duration::from_secs(8),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the cluster state: {e}"))?;
+        *self.meta.write() = Some(meta.clone());
+        Ok(meta)
+    }
+
+    pub fn meta(&self) -> warren_cluster::Meta {
         self.meta
-            .get()
+            .read()
+            .clone()
             .expect("meta is set before the cluster is used")
+    }
+
+    /// `join_cluster`: leaves this node's own (single-node) cluster, dropping its definitions
+    /// and messages, and joins the cluster of the node at `addr`.
+    pub async fn join_cluster(
+        self: &Arc<Self>,
+        broker: &Arc<Broker>,
+        addr: &str,
+    ) -> Result<(), String> {
+        let st = self.meta().status();
+        if st.members.len() > 1 {
+            return Err(format!(
+                "node {} is already a member of a cluster of {} nodes; forget it there first (forget_cluster_node) and reset it",
+                self.me,
+                st.members.len()
+            ));
+        }
+        if addr == self.addr {
+            return Err("a node cannot join itself".into());
+        }
+        // The target must answer before anything here is dropped.
+        self.links
+            .link(addr)
+            .await
+            .map_err(|e| format!("cannot reach {addr}: {e}"))?;
+        tracing::info!(node = %self.me, target = addr, "joining another cluster: resetting this node");
+        let old = self.meta();
+        old.shutdown().await;
+        APPLYING.with(|a| a.set(Some(0)));
+        for v in broker.vhosts() {
+            let _ = broker.delete_vhost(&v.name);
+        }
+        let _ = broker.access.replace(AccessFile::default());
+        APPLYING.with(|a| a.set(None));
+        let dir = broker.config.data_dir.join("raft");
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| format!("cannot reset {}: {e}", dir.display()))?;
+        let meta = self.open_meta(broker).await.map_err(|e| e.to_string())?;
+        meta.join(&[addr.to_string()])
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(self.clone().watch_members());
+        tracing::info!(node = %self.me, target = addr, "joined the cluster");
+        Ok(())
     }
 
     fn broker(&self) -> Option<Arc<Broker>> {
@@ -682,10 +732,13 @@ impl Handler for LinkHandler {
         Box::pin(async move {
             let c = c.ok_or("node stopping")?;
             match service {
-                SERVICE_RAFT => match c.meta.get() {
-                    Some(m) => Ok(Bytes::from(m.handle_rpc(&body).await)),
-                    None => Err("not ready".into()),
-                },
+                SERVICE_RAFT => {
+                    let m = c.meta.read().clone();
+                    match m {
+                        Some(m) => Ok(Bytes::from(m.handle_rpc(&body).await)),
+                        None => Err("not ready".into()),
+                    }
+                }
                 SERVICE_QUEUE => remote::serve_request(&c, &link, body).await,
                 SERVICE_NODE => {
                     let b = c.broker().ok_or("node stopping")?;
