@@ -51,6 +51,8 @@ pub trait Handler: Send + Sync + 'static {
     fn message(&self, link: &Arc<Link>, kind: u8, body: Bytes);
     /// The connection to the peer is gone (its pending requests have failed).
     fn link_down(&self, link: &Arc<Link>);
+    /// Every frame of one read has been handled.
+    fn batch_end(&self, _link: &Arc<Link>) {}
 }
 
 #[derive(Debug, thiserror::Error, Clone)]
@@ -420,6 +422,9 @@ impl Links {
             // Deliveries this read hands to connections go out in one write each.
             crate::outbox::begin_batch();
             let r = self.frames(&link, &mut buf);
+            if let Some(h) = self.handler.get() {
+                h.batch_end(&link);
+            }
             crate::outbox::end_batch();
             if let Err(e) = r {
                 break 'outer e;

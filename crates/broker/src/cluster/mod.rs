@@ -760,4 +760,10 @@ impl Handler for LinkHandler {
             remote::on_link_down(&c, link);
         }
     }
+
+    fn batch_end(&self, link: &Arc<Link>) {
+        if let Some(c) = self.0.upgrade() {
+            remote::on_batch_end(&c, link);
+        }
+    }
 }

@@ -41,6 +41,8 @@ pub const K_DELIVER: u8 = 18;
 pub const K_SETTLE: u8 = 19;
 pub const K_CREDIT: u8 = 20;
 pub const K_CANCEL: u8 = 21;
+/// The home took `n` forwarded publishes to a queue: the publishing node may send more.
+pub const K_PUB_CREDIT: u8 = 22;
 
 const Q_CONSUME: u8 = 1;
 const Q_CANCEL: u8 = 2;
@@ -60,19 +62,32 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const COUNTS_TTL: Duration = Duration::from_millis(500);
 /// Above this much unsent output on a link, publishers to its queues are held back.
 const LINK_PRESSURE_BYTES: usize = 8 << 20;
+/// Publishes forwarded to one remote queue and not yet taken by its home (credit flow across
+/// the link: the home withholds credit while its queue is pressured, as a local channel stops
+/// reading its socket).
+const PUBLISH_WINDOW: u32 = 8192;
 
 /// This node's remote-queue bookkeeping.
 #[derive(Default)]
 pub struct Remote {
     next_id: AtomicU64,
-    /// Publishes sent with a confirm, by (peer address, forward id).
-    confirms: Mutex<HashMap<(String, u64), Arc<ConfirmHandle>>>,
+    /// Publishes sent with a confirm, by (link, forward id).
+    confirms: Mutex<HashMap<(usize, u64), Arc<ConfirmHandle>>>,
     /// This node's consumers of remote queues, by consumer key.
     proxies: Mutex<HashMap<u64, Arc<Proxy>>>,
-    /// Consumers of this node's queues on other nodes, by (peer address, their consumer key).
-    served: Mutex<HashMap<(String, u64), Arc<LinkSink>>>,
-    /// basic.get deliveries to other nodes awaiting their ack, by (peer address, delivery id).
-    gets: Mutex<HashMap<(String, u64), GetDelivery>>,
+    /// Consumers of this node's queues on other nodes, by (link, their consumer key).
+    served: Mutex<HashMap<(usize, u64), Arc<LinkSink>>>,
+    /// basic.get deliveries to other nodes awaiting their ack, by (link, delivery id).
+    gets: Mutex<HashMap<(usize, u64), GetDelivery>>,
+    /// Delivery credit owed to homes for the current read batches: (link, consumer key, n).
+    credit_owed: Mutex<Vec<(Arc<Link>, u64, u32)>>,
+    /// Settles from other nodes gathered over a read batch, applied per queue at its end.
+    settles: Mutex<Vec<(Arc<Link>, Arc<Queue>, u8, Vec<Settled>)>>,
+    /// Publish credit owed to publishing nodes for the current read batches.
+    owed: Mutex<Vec<(Arc<Link>, Arc<Queue>, u32)>>,
+    /// Recently forwarded-to queues by (vhost, name), so a forwarded publish costs no registry
+    /// lookup.
+    recent: Mutex<Vec<(Bytes, Bytes, std::sync::Weak<Queue>)>>,
 }
 
 /// A basic.get delivery: its queue and what settling it gives back.
@@ -88,6 +103,10 @@ pub struct RemoteQueue {
     cluster: std::sync::Weak<Cluster>,
     deleted: AtomicBool,
     counts: Mutex<Option<(std::time::Instant, Counts)>>,
+    /// Forwarded publishes its home has not credited yet.
+    in_flight: AtomicU32,
+    relieved: tokio::sync::Notify,
+    cached_link: arc_swap::ArcSwapOption<Link>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -128,6 +147,9 @@ impl RemoteQueue {
             cluster: Arc::downgrade(cluster),
             deleted: AtomicBool::new(false),
             counts: Mutex::new(None),
+            in_flight: AtomicU32::new(0),
+            relieved: tokio::sync::Notify::new(),
+            cached_link: arc_swap::ArcSwapOption::empty(),
         })
     }
 
@@ -147,10 +169,15 @@ impl RemoteQueue {
         self.deleted.load(Ordering::Relaxed)
     }
 
+    /// The cluster and the open link to the home node (cached: every publish asks).
     fn link(&self) -> Option<(Arc<Cluster>, Arc<Link>)> {
         let c = self.cluster.upgrade()?;
+        if let Some(l) = self.cached_link.load_full().filter(|l| !l.is_closed()) {
+            return Some((c, l));
+        }
         let addr = c.addr_of(&self.home)?;
         let l = c.links.get(&addr)?;
+        self.cached_link.store(Some(l.clone()));
         Some((c, l))
     }
 
@@ -210,14 +237,12 @@ impl RemoteQueue {
         let id = match confirm {
             Some(h) => {
                 let id = c.remote.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-                c.remote
-                    .confirms
-                    .lock()
-                    .insert((link.peer_addr.clone(), id), h.clone());
+                c.remote.confirms.lock().insert((lid(&link), id), h.clone());
                 id
             }
             None => 0,
         };
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
         link.send(K_PUBLISH, |b| {
             put_str(b, &self.vhost);
             put_str(b, &self.name);
@@ -228,14 +253,32 @@ impl RemoteQueue {
     }
 
     pub fn pressured(&self) -> bool {
-        self.link()
-            .is_some_and(|(_, l)| l.pending_bytes() > LINK_PRESSURE_BYTES)
+        self.in_flight.load(Ordering::Relaxed) >= PUBLISH_WINDOW
+            || self
+                .cached_link
+                .load()
+                .as_ref()
+                .is_some_and(|l| l.pending_bytes() > LINK_PRESSURE_BYTES)
     }
 
     pub async fn stall(&self, max: Duration) {
-        let deadline = tokio::time::Instant::now() + max;
-        while self.pressured() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        let relieved = self.relieved.notified();
+        tokio::pin!(relieved);
+        relieved.as_mut().enable();
+        if self.pressured() {
+            let _ = tokio::time::timeout(max, relieved).await;
+        }
+    }
+
+    fn credited(&self, n: u32) {
+        let left = self
+            .in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |x| {
+                Some(x.saturating_sub(n))
+            })
+            .map_or(0, |x| x.saturating_sub(n));
+        if left < PUBLISH_WINDOW {
+            self.relieved.notify_waiters();
         }
     }
 
@@ -262,7 +305,24 @@ impl RemoteQueue {
     /// Acks, rejects and requeues go home; `consumer` 0 is a basic.get.
     fn settle_as(&self, how: u8, msgs: impl IntoIterator<Item = Settled>) {
         let Some((_, link)) = self.link() else { return };
+        let mut msgs = msgs.into_iter().peekable();
+        let Some((first, m)) = msgs.next() else {
+            return;
+        };
+        if msgs.peek().is_none() {
+            // One ack (the common case): no grouping.
+            link.send(K_SETTLE, |b| {
+                b.put_u8(how);
+                b.put_u64(first.map_or(0, |k| k + 1));
+                b.put_u32(1);
+                b.put_u64(m.seq);
+            });
+            return;
+        }
         let mut by: HashMap<u64, Vec<u64>> = HashMap::new();
+        by.entry(first.map_or(0, |k| k + 1))
+            .or_default()
+            .push(m.seq);
         for (consumer, m) in msgs {
             by.entry(consumer.map_or(0, |k| k + 1))
                 .or_default()
@@ -422,6 +482,20 @@ impl Proxy {
     }
 }
 
+/// A remote consumer's deliveries awaiting settlement.
+#[derive(Default)]
+struct Unacked(std::collections::VecDeque<(u64, Settled)>);
+
+impl Unacked {
+    fn remove(&mut self, id: u64) -> Option<Settled> {
+        if self.0.front().is_some_and(|(f, _)| *f == id) {
+            return self.0.pop_front().map(|(_, m)| m);
+        }
+        let i = self.0.binary_search_by_key(&id, |(x, _)| *x).ok()?;
+        self.0.remove(i).map(|(_, m)| m)
+    }
+}
+
 /// A consumer of a queue here whose channel is on another node.
 pub struct LinkSink {
     link: Arc<Link>,
@@ -430,7 +504,8 @@ pub struct LinkSink {
     queue: Arc<Queue>,
     consumer: Mutex<Option<Arc<Consumer>>>,
     next_delivery: AtomicU64,
-    unacked: Mutex<HashMap<u64, Settled>>,
+    /// By delivery id, ascending (ids are handed out in order; acks mostly come in order).
+    unacked: Mutex<Unacked>,
     in_flight: AtomicU32,
     /// Out of window: dispatch again when credit comes back.
     waiting: AtomicBool,
@@ -443,14 +518,21 @@ impl DeliverySink for LinkSink {
         if self.link.is_closed() || c.cancelled.load(Ordering::Relaxed) {
             return Offer::NoCredit;
         }
-        if !self.started.load(Ordering::Acquire) || self.in_flight.load(Ordering::Relaxed) >= WINDOW
-        {
+        if !self.started.load(Ordering::Acquire) {
             self.waiting.store(true, Ordering::Release);
             return Offer::NoCredit;
         }
+        // A full window is this consumer's connection falling behind, as a full outbox is
+        // for a local one: the queue may then hold back its publishers.
+        if self.in_flight.load(Ordering::Relaxed) >= WINDOW {
+            return Offer::OutboxFull;
+        }
         let id = self.next_delivery.fetch_add(1, Ordering::Relaxed);
         if !c.no_ack {
-            self.unacked.lock().insert(id, (Some(c.key), m.clone()));
+            self.unacked
+                .lock()
+                .0
+                .push_back((id, (Some(c.key), m.clone())));
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.link.send(K_DELIVER, |b| {
@@ -473,12 +555,14 @@ impl DeliverySink for LinkSink {
 
 impl LinkSink {
     fn credit(&self, n: u32) {
-        let _ = self
+        let left = self
             .in_flight
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |x| {
                 Some(x.saturating_sub(n))
-            });
-        if self.waiting.swap(false, Ordering::AcqRel) {
+            })
+            .map_or(0, |x| x.saturating_sub(n));
+        // Half a window at a time, so a dispatch delivers a batch, not one message.
+        if left <= WINDOW / 2 && self.waiting.swap(false, Ordering::AcqRel) {
             self.queue.dispatch();
         }
     }
@@ -564,7 +648,7 @@ pub async fn serve_request(
                 queue: q.clone(),
                 consumer: Mutex::new(None),
                 next_delivery: AtomicU64::new(1),
-                unacked: Mutex::new(HashMap::new()),
+                unacked: Mutex::new(Unacked::default()),
                 in_flight: AtomicU32::new(0),
                 waiting: AtomicBool::new(false),
                 started: AtomicBool::new(false),
@@ -587,7 +671,7 @@ pub async fn serve_request(
             c.remote
                 .served
                 .lock()
-                .insert((link.peer_addr.clone(), key), sink.clone());
+                .insert((lid(link), key), sink.clone());
             // The reply goes out first: deliveries follow it on the link.
             let reply = out.freeze();
             let l = link.clone();
@@ -602,19 +686,11 @@ pub async fn serve_request(
         }
         Q_CANCEL => {
             let key = get_u64(&mut body).ok_or("short request")?;
-            let sink = c
-                .remote
-                .served
-                .lock()
-                .get(&(link.peer_addr.clone(), key))
-                .cloned();
+            let sink = c.remote.served.lock().get(&(lid(link), key)).cloned();
             if let Some(s) = sink {
                 s.remove();
-                if s.unacked.lock().is_empty() {
-                    c.remote
-                        .served
-                        .lock()
-                        .remove(&(link.peer_addr.clone(), key));
+                if s.unacked.lock().0.is_empty() {
+                    c.remote.served.lock().remove(&(lid(link), key));
                 }
             }
         }
@@ -630,7 +706,7 @@ pub async fn serve_request(
                         c.remote
                             .gets
                             .lock()
-                            .insert((link.peer_addr.clone(), id), (q.clone(), (None, m.clone())));
+                            .insert((lid(link), id), (q.clone(), (None, m.clone())));
                     }
                     out.put_u8(1);
                     out.put_u64(id);
@@ -655,9 +731,11 @@ pub async fn serve_request(
 pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes) {
     match kind {
         K_PUBLISH => {
-            let (Some(vhost), Some(name), Some(id)) =
-                (get_str(&mut body), get_str(&mut body), get_u64(&mut body))
-            else {
+            let (Some(vhost), Some(name), Some(id)) = (
+                get_bytes(&mut body),
+                get_bytes(&mut body),
+                get_u64(&mut body),
+            ) else {
                 return;
             };
             let Some(msg) = get_message(&mut body) else {
@@ -671,8 +749,9 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
                     });
                 }
             };
-            let Ok(q) = local_queue(c, &vhost, &name) else {
-                // Deleted meanwhile: as a local publish to a deleted queue, confirmed.
+            let Some(q) = forwarded_to(c, &vhost, &name) else {
+                // Deleted meanwhile: as a local publish to a deleted queue, confirmed. The
+                // publishing node's credit for it goes with the queue.
                 confirm(true);
                 return;
             };
@@ -688,16 +767,35 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
                     None => confirm(r != Enqueued::Rejected),
                 }
             }
+            let mut owed = c.remote.owed.lock();
+            match owed
+                .iter_mut()
+                .find(|(l, oq, _)| Arc::ptr_eq(l, link) && Arc::ptr_eq(oq, &q))
+            {
+                Some(o) => o.2 += 1,
+                None => owed.push((link.clone(), q, 1)),
+            }
+        }
+        K_PUB_CREDIT => {
+            let (Some(vhost), Some(name), Some(n)) =
+                (get_str(&mut body), get_str(&mut body), get_u32(&mut body))
+            else {
+                return;
+            };
+            let rq = c
+                .broker()
+                .and_then(|b| b.vhost(&vhost))
+                .and_then(|v| v.queue(&name))
+                .and_then(|q| q.remote().cloned());
+            if let Some(rq) = rq {
+                rq.credited(n);
+            }
         }
         K_CONFIRM => {
             let (Some(id), Some(ok)) = (get_u64(&mut body), get_u8(&mut body)) else {
                 return;
             };
-            let h = c
-                .remote
-                .confirms
-                .lock()
-                .remove(&(link.peer_addr.clone(), id));
+            let h = c.remote.confirms.lock().remove(&(lid(link), id));
             if let Some(h) = h {
                 crate::confirm::complete_all([(h, ok == 1)]);
             }
@@ -713,10 +811,16 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
             };
             let m = entry(id, msg, redelivered != 0);
             let proxy = c.remote.proxies.lock().get(&key).cloned();
-            link.send(K_CREDIT, |b| {
-                b.put_u64(key);
-                b.put_u32(1);
-            });
+            {
+                let mut owed = c.remote.credit_owed.lock();
+                match owed
+                    .iter_mut()
+                    .find(|(l, k, _)| *k == key && Arc::ptr_eq(l, link))
+                {
+                    Some(o) => o.2 += 1,
+                    None => owed.push((link.clone(), key, 1)),
+                }
+            }
             match proxy {
                 Some(p) => {
                     let mut early = p.early.lock();
@@ -746,13 +850,13 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
                 return;
             };
             let ids: Vec<u64> = (0..n).map_while(|_| get_u64(&mut body)).collect();
-            let peer = link.peer_addr.clone();
+            let peer = lid(link);
             let (q, msgs): (Option<Arc<Queue>>, Vec<Settled>) = if consumer == 0 {
                 let mut gets = c.remote.gets.lock();
                 let mut q = None;
                 let msgs = ids
                     .iter()
-                    .filter_map(|id| gets.remove(&(peer.clone(), *id)))
+                    .filter_map(|id| gets.remove(&(peer, *id)))
                     .map(|(qq, s)| {
                         q = Some(qq);
                         s
@@ -761,35 +865,32 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
                 (q, msgs)
             } else {
                 let key = consumer - 1;
-                let Some(sink) = c.remote.served.lock().get(&(peer.clone(), key)).cloned() else {
+                let Some(sink) = c.remote.served.lock().get(&(peer, key)).cloned() else {
                     return;
                 };
                 let msgs: Vec<Settled> = {
                     let mut u = sink.unacked.lock();
-                    ids.iter().filter_map(|id| u.remove(id)).collect()
+                    ids.iter().filter_map(|id| u.remove(*id)).collect()
                 };
-                if sink.consumer.lock().is_none() && sink.unacked.lock().is_empty() {
+                if sink.consumer.lock().is_none() && sink.unacked.lock().0.is_empty() {
                     c.remote.served.lock().remove(&(peer, key));
                 }
                 (Some(sink.queue.clone()), msgs)
             };
             let Some(q) = q else { return };
-            match how {
-                SETTLE_ACK => q.settle(msgs, true),
-                SETTLE_REQUEUE => q.requeue(msgs),
-                _ => q.discard(msgs, true),
+            let mut settles = c.remote.settles.lock();
+            match settles.last_mut() {
+                Some((l, sq, h, v)) if Arc::ptr_eq(l, link) && Arc::ptr_eq(sq, &q) && *h == how => {
+                    v.extend(msgs)
+                }
+                _ => settles.push((link.clone(), q, how, msgs)),
             }
         }
         K_CREDIT => {
             let (Some(key), Some(n)) = (get_u64(&mut body), get_u32(&mut body)) else {
                 return;
             };
-            let sink = c
-                .remote
-                .served
-                .lock()
-                .get(&(link.peer_addr.clone(), key))
-                .cloned();
+            let sink = c.remote.served.lock().get(&(lid(link), key)).cloned();
             if let Some(s) = sink {
                 s.credit(n);
             }
@@ -807,10 +908,100 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
     }
 }
 
+/// The queue a forwarded publish names, from the recent ones when it is there.
+fn forwarded_to(c: &Cluster, vhost: &Bytes, name: &Bytes) -> Option<Arc<Queue>> {
+    {
+        let recent = c.remote.recent.lock();
+        for (v, n, q) in recent.iter() {
+            if v == vhost && n == name {
+                if let Some(q) = q.upgrade().filter(|q| !q.is_deleted()) {
+                    return Some(q);
+                }
+            }
+        }
+    }
+    let q = local_queue(
+        c,
+        std::str::from_utf8(vhost).ok()?,
+        std::str::from_utf8(name).ok()?,
+    )
+    .ok()?;
+    let mut recent = c.remote.recent.lock();
+    recent.retain(|(v, n, w)| w.strong_count() > 0 && !(v == vhost && n == name));
+    if recent.len() >= 64 {
+        recent.remove(0);
+    }
+    recent.push((vhost.clone(), name.clone(), Arc::downgrade(&q)));
+    Some(q)
+}
+
+/// After a read from `link`: credit the publishes it brought, now for queues keeping up, once
+/// relieved for pressured ones.
+pub fn on_batch_end(c: &Arc<Cluster>, link: &Arc<Link>) {
+    let settles: Vec<(Arc<Link>, Arc<Queue>, u8, Vec<Settled>)> = {
+        let mut all = c.remote.settles.lock();
+        let (mine, rest) = all.drain(..).partition(|(l, ..)| Arc::ptr_eq(l, link));
+        *all = rest;
+        mine
+    };
+    for (_, q, how, msgs) in settles {
+        match how {
+            SETTLE_ACK => q.settle(msgs, true),
+            SETTLE_REQUEUE => q.requeue(msgs),
+            _ => q.discard(msgs, true),
+        }
+    }
+    let credit: Vec<(Arc<Link>, u64, u32)> = {
+        let mut all = c.remote.credit_owed.lock();
+        let (mine, rest) = all.drain(..).partition(|(l, ..)| Arc::ptr_eq(l, link));
+        *all = rest;
+        mine
+    };
+    for (l, key, n) in credit {
+        l.send(K_CREDIT, |b| {
+            b.put_u64(key);
+            b.put_u32(n);
+        });
+    }
+    let mine: Vec<(Arc<Link>, Arc<Queue>, u32)> = {
+        let mut owed = c.remote.owed.lock();
+        if owed.is_empty() {
+            return;
+        }
+        let (mine, rest) = owed.drain(..).partition(|(l, _, _)| Arc::ptr_eq(l, link));
+        *owed = rest;
+        mine
+    };
+    for (l, q, n) in mine {
+        if !q.pressured() {
+            pub_credit(&l, &q, n);
+            continue;
+        }
+        tokio::spawn(async move {
+            while q.pressured() && !l.is_closed() {
+                q.stall(Duration::from_millis(limits_recheck())).await;
+            }
+            pub_credit(&l, &q, n);
+        });
+    }
+}
+
+fn limits_recheck() -> u64 {
+    crate::limits::CREDIT_RECHECK_MS
+}
+
+fn pub_credit(l: &Link, q: &Queue, n: u32) {
+    l.send(K_PUB_CREDIT, |b| {
+        put_str(b, &q.vhost);
+        put_str(b, &q.name);
+        b.put_u32(n);
+    });
+}
+
 /// A link went down: requeue what went over it, cancel consumers of its node's queues, nack
 /// publishes waiting for its confirms.
 pub fn on_link_down(c: &Arc<Cluster>, link: &Arc<Link>) {
-    let peer = &link.peer_addr;
+    let peer = &lid(link);
     let sinks: Vec<Arc<LinkSink>> = {
         let mut s = c.remote.served.lock();
         let keys: Vec<_> = s.keys().filter(|(p, _)| p == peer).cloned().collect();
@@ -818,7 +1009,7 @@ pub fn on_link_down(c: &Arc<Cluster>, link: &Arc<Link>) {
     };
     for s in sinks {
         s.remove();
-        let msgs: Vec<Settled> = s.unacked.lock().drain().map(|(_, m)| m).collect();
+        let msgs: Vec<Settled> = s.unacked.lock().0.drain(..).map(|(_, m)| m).collect();
         s.queue.requeue(msgs);
     }
     let gets: Vec<GetDelivery> = {
@@ -847,6 +1038,22 @@ pub fn on_link_down(c: &Arc<Cluster>, link: &Arc<Link>) {
     };
     let consumers: Vec<Arc<Consumer>> = proxies.into_iter().map(|p| p.consumer.clone()).collect();
     crate::channel::notify_cancelled(&consumers);
+    // Publishers held back by that node's credit are let go (their publishes now fail fast).
+    if let Some(b) = c.broker() {
+        for v in b.vhosts() {
+            for q in v.snapshot().queues.values() {
+                if let Some(r) = q.remote().filter(|r| r.home == name) {
+                    r.in_flight.store(0, Ordering::Relaxed);
+                    r.relieved.notify_waiters();
+                }
+            }
+        }
+    }
+}
+
+/// Names a link in the maps above (a link's entries go when it does).
+fn lid(link: &Arc<Link>) -> usize {
+    Arc::as_ptr(link) as usize
 }
 
 // ---- encoding ----
@@ -902,6 +1109,15 @@ fn get_message(b: &mut Bytes) -> Option<Message> {
         priority: (flags & 2 != 0).then_some(priority),
         expiration_ms: (flags & 4 != 0).then_some(expiration),
     })
+}
+
+/// A string as [`put_str`] wrote it, as a slice of the frame.
+fn get_bytes(b: &mut Bytes) -> Option<Bytes> {
+    if b.len() < 2 {
+        return None;
+    }
+    let n = b.get_u16() as usize;
+    (b.len() >= n).then(|| b.split_to(n))
 }
 
 fn get_u8(b: &mut Bytes) -> Option<u8> {

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The cluster scenarios of issue 15 (the studies': 10 queues, 10 producers, 10 consumers), run
+# with `warren perf` against a 3-node Warren cluster on loopback (scripts/cluster.sh):
+#   leader     queues on node 1, every client on node 1
+#   remote     queues on node 1, clients on nodes 2 and 3 (none on the queues' node)
+#   spread     queues spread over the 3 nodes, each queue's clients on its home node
+#   anywhere   queues spread over the 3 nodes, clients on every node (2 in 3 remote)
+# Each scenario runs ROUNDS times (default 3) for SECONDS (default 10), interleaved; the median
+# receive rate (msg/s) of each is printed with its ratio to `leader`.
+#   bench/cluster.sh [extra warren perf flags, e.g. -s 1024]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+W="${WARREN_BIN:-$ROOT/target/release/warren}"
+ROUNDS="${ROUNDS:-3}"
+SECONDS_RUN="${SECONDS:-10}"
+export BASE="${BASE:-6680}"
+DIR="$(mktemp -d /tmp/warren-bench-cluster.XXXX)"
+trap '"$ROOT/scripts/cluster.sh" stop "$DIR" >/dev/null 2>&1; rm -rf "$DIR"' EXIT
+WARREN_BIN="$W" "$ROOT/scripts/cluster.sh" start "$DIR" >/dev/null
+uri() { echo "amqp://guest:guest@127.0.0.1:$((BASE + $1))"; }
+EXTRA=("$@")
+# Declares queues FROM..TO (prefix P) through node N, so N is their home.
+declare_on() { "$W" perf -h "$(uri "$1")" --queue-pattern "$2-%d" --queue-pattern-from "$3" --queue-pattern-to "$4" \
+  -x 0 -y 1 --auto-delete false -z 1 >/dev/null 2>&1; }
+declare_on 1 one 1 10
+declare_on 1 sp 1 4; declare_on 2 sp 5 7; declare_on 3 sp 8 10
+rate() { grep -oE "receiving rate avg: [0-9]+" | grep -oE "[0-9]+$" || echo 0; }
+run() { # NAME: prints the receive rate
+  local common=(--auto-delete false -z "$SECONDS_RUN" "${EXTRA[@]}")
+  case "$1" in
+    leader) "$W" perf -H "$(uri 1)" --queue-pattern 'one-%d' --queue-pattern-from 1 --queue-pattern-to 10 -x 10 -y 10 "${common[@]}" 2>&1 | rate ;;
+    remote) "$W" perf -H "$(uri 2),$(uri 3)" --queue-pattern 'one-%d' --queue-pattern-from 1 --queue-pattern-to 10 -x 10 -y 10 "${common[@]}" 2>&1 | rate ;;
+    spread)
+      "$W" perf -H "$(uri 1)" --queue-pattern 'sp-%d' --queue-pattern-from 1 --queue-pattern-to 4 -x 4 -y 4 "${common[@]}" >"$DIR/s1" 2>&1 &
+      "$W" perf -H "$(uri 2)" --queue-pattern 'sp-%d' --queue-pattern-from 5 --queue-pattern-to 7 -x 3 -y 3 "${common[@]}" >"$DIR/s2" 2>&1 &
+      "$W" perf -H "$(uri 3)" --queue-pattern 'sp-%d' --queue-pattern-from 8 --queue-pattern-to 10 -x 3 -y 3 "${common[@]}" >"$DIR/s3" 2>&1
+      wait
+      echo $(( $(rate <"$DIR/s1") + $(rate <"$DIR/s2") + $(rate <"$DIR/s3") )) ;;
+    anywhere) "$W" perf -H "$(uri 1),$(uri 2),$(uri 3)" --queue-pattern 'sp-%d' --queue-pattern-from 1 --queue-pattern-to 10 -x 10 -y 10 "${common[@]}" 2>&1 | rate ;;
+  esac
+}
+declare -A R
+for r in $(seq 1 "$ROUNDS"); do
+  for s in leader remote spread anywhere; do
+    v="$(run "$s")"; R[$s]="${R[$s]:-} $v"
+    echo "round $r $s: $v msg/s" >&2
+  done
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2))}'; }
+lead="$(echo "${R[leader]}" | median)"
+echo "| scenario | median receive rate (msg/s) | vs leader | rounds |"
+echo "|---|---|---|---|"
+for s in leader remote spread anywhere; do
+  m="$(echo "${R[$s]}" | median)"
+  echo "| $s | $m | $(awk -v a="$m" -v b="$lead" 'BEGIN {printf "%.2f", (b ? a/b : 0)}') | ${R[$s]# } |"
+done
