@@ -288,8 +288,17 @@ pub async fn get(
                 "payload_encoding": encoding,
             }));
         });
-        if !got {
-            break;
+        match got {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                // A remote queue whose home went down: what was taken goes back.
+                q.requeue(taken);
+                return Err(crate::http::ApiError(
+                    axum::http::StatusCode::NOT_FOUND,
+                    json!({"error": "not_found", "reason": e.text}),
+                ));
+            }
         }
     }
     match (requeue, acked) {

@@ -471,7 +471,7 @@ impl Channel {
                 let shared = &self.shared;
                 let got = q.get(!g.no_ack, |m, remaining| {
                     shared.deliver_get(&q, m, remaining, g.no_ack)
-                });
+                })?;
                 if !got {
                     bump(&self.shared.stats.get_empty, 1);
                     self.reply(BasicGetEmpty {

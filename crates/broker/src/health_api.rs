@@ -125,7 +125,9 @@ pub async fn aliveness_test(State(b): B, Path(vhost): Path<String>) -> ApiResult
     };
     q.publish(Arc::new(msg), None);
     let mut body = None;
-    q.get(false, |m, _| body = Some(m.msg.body.clone()));
+    if let Err(e) = q.get(false, |m, _| body = Some(m.msg.body.clone())) {
+        return failure(e.text);
+    }
     match body {
         Some(b) if &b[..] == b"test_message" => ok_json(json!({"status": "ok"})),
         _ => failure("the test message did not come back".into()),

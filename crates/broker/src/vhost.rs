@@ -1374,8 +1374,37 @@ impl VHost {
                 arguments: spec.arguments.clone(),
                 ..Default::default()
             };
+            let home = match spec.home {
+                Some(h) => h.to_string(),
+                // An exclusive queue lives with its connection.
+                None if spec.exclusive => c.me.clone(),
+                None => {
+                    let policies = self.policies.lock();
+                    let from_policy =
+                        crate::policy::matching(&policies, spec.name, true).and_then(|p| {
+                            ["queue-master-locator", "queue-leader-locator"]
+                                .iter()
+                                .find_map(|k| {
+                                    p.definition
+                                        .get(*k)
+                                        .and_then(|v| v.as_str())
+                                        .map(String::from)
+                                })
+                        });
+                    let from_args = ["x-queue-master-locator", "x-queue-leader-locator"]
+                        .iter()
+                        .find_map(|k| {
+                            spec.arguments
+                                .get(k)
+                                .and_then(|v| v.as_str())
+                                .map(String::from)
+                        });
+                    drop(policies);
+                    c.place(from_args.or(from_policy).as_deref())
+                }
+            };
             let meta = QueueMeta {
-                home: spec.home.map_or_else(|| c.me.clone(), String::from),
+                home,
                 owner: spec.exclusive.then_some(spec.conn_id),
                 server_named: spec.server_named,
             };

@@ -349,6 +349,42 @@ impl Cluster {
         self.nodes.read().clone()
     }
 
+    /// Where a new queue lives, by RabbitMQ's locators (`x-queue-master-locator` /
+    /// `queue-master-locator`: `client-local`, `min-masters`, `random`; `x-queue-leader-locator`
+    /// / `queue-leader-locator`: `client-local`, `balanced`). Default: this node (client-local).
+    /// Only running nodes are chosen.
+    pub fn place(&self, locator: Option<&str>) -> String {
+        let running: Vec<String> = self
+            .members()
+            .into_iter()
+            .map(|n| n.name)
+            .filter(|n| self.running(n))
+            .collect();
+        match locator {
+            Some("min-masters" | "balanced") => {
+                let mut load: std::collections::HashMap<&str, usize> =
+                    running.iter().map(|n| (n.as_str(), 0)).collect();
+                if let Some(b) = self.broker() {
+                    for v in b.vhosts() {
+                        for q in v.snapshot().queues.values() {
+                            if let Some(n) = load.get_mut(q.home().unwrap_or(&self.me)) {
+                                *n += 1;
+                            }
+                        }
+                    }
+                }
+                let mut by: Vec<(usize, &str)> = load.into_iter().map(|(n, c)| (c, n)).collect();
+                by.sort();
+                by.first()
+                    .map_or_else(|| self.me.clone(), |(_, n)| n.to_string())
+            }
+            Some("random") if !running.is_empty() => {
+                running[rand::random::<usize>() % running.len()].clone()
+            }
+            _ => self.me.clone(),
+        }
+    }
+
     /// Whether node `name` is this one or linked to it now.
     pub fn running(&self, name: &str) -> bool {
         name == self.me

@@ -282,24 +282,25 @@ impl RemoteQueue {
         }
     }
 
-    pub fn get(self: &Arc<Self>, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> bool {
-        let Ok(mut r) = self.request(Q_GET, |b| b.put_u8(ack_mode as u8)) else {
-            return false;
-        };
+    pub fn get(
+        self: &Arc<Self>,
+        ack_mode: bool,
+        take: impl FnOnce(&QueuedMessage, u32),
+    ) -> AmqpResult<bool> {
+        let mut r = self.request(Q_GET, |b| b.put_u8(ack_mode as u8))?;
         if r.is_empty() || r.get_u8() == 0 {
-            return false;
+            return Ok(false);
         }
         let (Some(id), Some(left), Some(redelivered)) =
             (get_u64(&mut r), get_u32(&mut r), get_u8(&mut r))
         else {
-            return false;
+            return Err(AmqpError::internal_error("malformed get reply"));
         };
-        let Some(msg) = get_message(&mut r) else {
-            return false;
-        };
+        let msg =
+            get_message(&mut r).ok_or_else(|| AmqpError::internal_error("malformed get reply"))?;
         let m = entry(id, msg, redelivered != 0);
         take(&m, left);
-        true
+        Ok(true)
     }
 
     /// Acks, rejects and requeues go home; `consumer` 0 is a basic.get.

@@ -184,10 +184,11 @@ impl QueueRef {
         }
     }
 
-    /// basic.get: `take` gets the head message and the count left.
-    pub fn get(&self, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> bool {
+    /// basic.get: `take` gets the head message and the count left; false if it is empty. Fails
+    /// only for a remote queue whose home is down.
+    pub fn get(&self, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> AmqpResult<bool> {
         match self {
-            QueueRef::Local(q) => q.get(ack_mode, take),
+            QueueRef::Local(q) => Ok(q.get(ack_mode, take)),
             QueueRef::Remote(q) => q.get(ack_mode, take),
         }
     }
