@@ -187,6 +187,9 @@ pub struct Links {
     links: Mutex<HashMap<String, Arc<Link>>>,
     /// One dial at a time per address.
     dialing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// When a dial to an address last failed: callers fail fast for a moment after, so a dead
+    /// node costs each request nothing (the keeper task redials it every second).
+    failed: Mutex<HashMap<String, std::time::Instant>>,
     handler: std::sync::OnceLock<Arc<dyn Handler>>,
 }
 
@@ -198,6 +201,7 @@ impl Links {
             cookie,
             links: Mutex::new(HashMap::new()),
             dialing: Mutex::new(HashMap::new()),
+            failed: Mutex::new(HashMap::new()),
             handler: std::sync::OnceLock::new(),
         })
     }
@@ -240,17 +244,43 @@ impl Links {
         if let Some(l) = self.get(addr) {
             return Ok(l);
         }
+        self.dial(addr).await
+    }
+
+    /// Dials `addr`, unless a dial failed less than a second ago.
+    async fn dial(self: &Arc<Self>, addr: &str) -> Result<Arc<Link>, LinkError> {
         let unreachable = |e: String| LinkError::Unreachable(addr.to_string(), e);
-        let mut s = tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(addr))
-            .await
-            .map_err(|_| unreachable("connect timed out".into()))?
-            .map_err(|e| unreachable(e.to_string()))?;
-        let _ = s.set_nodelay(true);
-        let (name, peer_addr) =
-            tokio::time::timeout(HANDSHAKE_TIMEOUT, self.dial_handshake(&mut s))
+        if let Some(at) = self.failed.lock().get(addr) {
+            if at.elapsed() < Duration::from_secs(1) {
+                return Err(unreachable("down (a recent dial failed)".into()));
+            }
+        }
+        let r = async {
+            let mut s = tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(addr))
                 .await
-                .map_err(|_| unreachable("handshake timed out".into()))?
-                .map_err(unreachable)?;
+                .map_err(|_| unreachable("connect timed out".into()))?
+                .map_err(|e| unreachable(e.to_string()))?;
+            let _ = s.set_nodelay(true);
+            let (name, peer_addr) =
+                tokio::time::timeout(HANDSHAKE_TIMEOUT, self.dial_handshake(&mut s))
+                    .await
+                    .map_err(|_| unreachable("handshake timed out".into()))?
+                    .map_err(unreachable)?;
+            Ok::<_, LinkError>((s, name, peer_addr))
+        }
+        .await;
+        let (s, name, peer_addr) = match r {
+            Ok(x) => {
+                self.failed.lock().remove(addr);
+                x
+            }
+            Err(e) => {
+                self.failed
+                    .lock()
+                    .insert(addr.to_string(), std::time::Instant::now());
+                return Err(e);
+            }
+        };
         if peer_addr != addr {
             tracing::debug!(dialed = addr, announced = %peer_addr, "peer announces another link address");
         }

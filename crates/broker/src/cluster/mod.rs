@@ -191,7 +191,11 @@ impl Cluster {
             }
         }
         tokio::spawn(c.clone().watch_members());
-        c.drop_transient_queues(broker).await;
+        tokio::spawn(c.clone().keep_links());
+        // In the background: without a majority each proposal waits out its timeout, and the
+        // node must serve meanwhile.
+        let (c2, b2) = (c.clone(), broker.clone());
+        tokio::spawn(async move { c2.drop_transient_queues(&b2).await });
         Ok(c)
     }
 
@@ -329,6 +333,23 @@ impl Cluster {
             *self.nodes.write() = st.members.iter().map(|m| m.node.clone()).collect();
             if w.changed().await.is_err() {
                 return;
+            }
+        }
+    }
+
+    /// Keeps a link open to every member (Raft alone links followers only to the leader), so
+    /// "running" is known for every node and a forwarded request finds its link open.
+    async fn keep_links(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            for n in self.members() {
+                if n.name != self.me && self.links.get(&n.addr).is_none() {
+                    let links = self.links.clone();
+                    tokio::spawn(async move {
+                        let _ = links.link(&n.addr).await;
+                    });
+                }
             }
         }
     }

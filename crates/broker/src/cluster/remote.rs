@@ -1086,8 +1086,9 @@ fn put_message(b: &mut BytesMut, m: &Message) {
 }
 
 fn get_message(b: &mut Bytes) -> Option<Message> {
-    let exchange = get_str(b)?;
-    let routing_key = get_str(b)?;
+    // Slices of the frame, as the AMQP decoder makes them: no copy, no allocation.
+    let exchange = ByteString::try_from(get_bytes(b)?).ok()?;
+    let routing_key = ByteString::try_from(get_bytes(b)?).ok()?;
     let n = get_u32(b)? as usize;
     if b.len() < n {
         return None;
@@ -1102,8 +1103,8 @@ fn get_message(b: &mut Bytes) -> Option<Message> {
     let priority = get_u8(b)?;
     let expiration = get_u64(b)?;
     Some(Message {
-        exchange: ByteString::from(exchange),
-        routing_key: ByteString::from(routing_key),
+        exchange,
+        routing_key,
         properties,
         body,
         persistent: flags & 1 != 0,
