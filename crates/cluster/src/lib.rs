@@ -437,6 +437,13 @@ impl Meta {
         Ok(reply.0)
     }
 
+    /// Waits up to `timeout` for this node to have applied entry `index`; true if it has.
+    pub async fn wait_applied_within(&self, index: u64, timeout: Duration) -> bool {
+        self.wait_applied(index, Instant::now() + timeout)
+            .await
+            .is_ok()
+    }
+
     async fn wait_applied(&self, index: u64, deadline: Instant) -> Result<(), MetaError> {
         let left = deadline.saturating_duration_since(Instant::now());
         self.inner

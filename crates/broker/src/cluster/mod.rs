@@ -26,9 +26,20 @@ use crate::server::Broker;
 use link::{BoxFuture, Handler, Link, Links};
 
 pub const SERVICE_RAFT: u8 = 1;
+/// How long a change waits for the other running nodes to apply it.
+const APPLY_WAIT: Duration = Duration::from_secs(2);
 pub const SERVICE_QUEUE: u8 = 2;
 /// This node's `/api/nodes` object.
 pub const SERVICE_NODE: u8 = 3;
+/// Wait until this node has applied entry N (a u64; 0: no wait); answers its applied index.
+pub const SERVICE_APPLIED: u8 = 4;
+
+/// What the state machine hands back to a proposer: the entry's index and its outcome.
+#[derive(Debug, Serialize, Deserialize)]
+struct Applied {
+    index: u64,
+    reply: MetaReply,
+}
 
 thread_local! {
     /// The Raft index of the entry this thread is applying, so the vhost and access code
@@ -192,6 +203,7 @@ impl Cluster {
         }
         tokio::spawn(c.clone().watch_members());
         tokio::spawn(c.clone().keep_links());
+        c.catch_up().await;
         // In the background: without a majority each proposal waits out its timeout, and the
         // node must serve meanwhile.
         let (c2, b2) = (c.clone(), broker.clone());
@@ -335,6 +347,69 @@ impl Cluster {
                 return;
             }
         }
+    }
+
+    /// Waits (bounded) until every running member has applied entry `index`, so a change
+    /// answered ok here is what a client sees through any node next (declare through one node,
+    /// publish through another), as with RabbitMQ's Mnesia transactions. A member that does
+    /// not answer in time is skipped: it catches up from the log.
+    async fn wait_everywhere(&self, index: u64) {
+        let mut waits = Vec::new();
+        for n in self.members() {
+            if n.name == self.me || self.links.get(&n.addr).is_none() {
+                continue;
+            }
+            let links = self.links.clone();
+            waits.push(tokio::spawn(async move {
+                let _ = links
+                    .call(&n.addr, SERVICE_APPLIED, &index.to_be_bytes(), APPLY_WAIT)
+                    .await;
+            }));
+        }
+        for w in waits {
+            let _ = w.await;
+        }
+    }
+
+    /// At boot: waits (bounded) until this node has applied what the leader had, so it does
+    /// not serve definitions older than the cluster's.
+    async fn catch_up(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while tokio::time::Instant::now() < deadline {
+            let st = self.meta().status();
+            let leader = st
+                .leader
+                .and_then(|l| st.members.iter().find(|m| m.id == l).cloned());
+            match leader {
+                Some(l) if l.id == st.id => return,
+                Some(l) => {
+                    let r = self
+                        .links
+                        .call(
+                            &l.node.addr,
+                            SERVICE_APPLIED,
+                            &0u64.to_be_bytes(),
+                            APPLY_WAIT,
+                        )
+                        .await;
+                    if let Ok(b) = r {
+                        if b.len() == 8 {
+                            let target = u64::from_be_bytes([
+                                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+                            ]);
+                            let left =
+                                deadline.saturating_duration_since(tokio::time::Instant::now());
+                            if self.meta().wait_applied_within(target, left).await {
+                                return;
+                            }
+                        }
+                    }
+                }
+                None => {}
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tracing::warn!(node = %self.me, "serving before catching up with the cluster (no leader answered in 10 s)");
     }
 
     /// Keeps a link open to every member (Raft alone links followers only to the leader), so
@@ -491,7 +566,11 @@ impl Cluster {
     pub async fn propose(&self, op: MetaOp) -> Result<MetaReply, String> {
         let bytes = serde_json::to_vec(&op).map_err(|e| e.to_string())?;
         match self.meta().propose(bytes).await {
-            Ok(r) => serde_json::from_slice(&r).map_err(|e| e.to_string()),
+            Ok(r) => {
+                let a: Applied = serde_json::from_slice(&r).map_err(|e| e.to_string())?;
+                self.wait_everywhere(a.index).await;
+                Ok(a.reply)
+            }
             Err(warren_cluster::ProposeError::Unavailable(t)) => Err(format!(
                 "the cluster has no majority to record this change ({t}); it is made only if a majority comes back before the entry is dropped"
             )),
@@ -579,7 +658,7 @@ impl warren_cluster::StateMachine for BrokerSm {
                 }
             }
         };
-        serde_json::to_vec(&reply).unwrap_or_default()
+        serde_json::to_vec(&Applied { index, reply }).unwrap_or_default()
     }
 
     fn snapshot(&self) -> Vec<u8> {
@@ -797,6 +876,20 @@ impl Handler for LinkHandler {
                     }
                 }
                 SERVICE_QUEUE => remote::serve_request(&c, &link, body).await,
+                SERVICE_APPLIED => {
+                    let m = c.meta.read().clone().ok_or("not ready")?;
+                    let index = match body.len() {
+                        8 => u64::from_be_bytes([
+                            body[0], body[1], body[2], body[3], body[4], body[5], body[6], body[7],
+                        ]),
+                        _ => 0,
+                    };
+                    if index > 0 {
+                        m.wait_applied_within(index, APPLY_WAIT).await;
+                    }
+                    let applied = m.status().last_applied.unwrap_or(0);
+                    Ok(Bytes::copy_from_slice(&applied.to_be_bytes()))
+                }
                 SERVICE_NODE => {
                     let b = c.broker().ok_or("node stopping")?;
                     Ok(Bytes::from(crate::health_api::node_json(&b).to_string()))

@@ -169,14 +169,22 @@ impl RemoteQueue {
         self.deleted.load(Ordering::Relaxed)
     }
 
-    /// The cluster and the open link to the home node (cached: every publish asks).
+    /// The cluster and the open link to the home node (cached: every publish asks), dialed
+    /// if there is none yet (followers are linked to each other only once one needs to).
     fn link(&self) -> Option<(Arc<Cluster>, Arc<Link>)> {
         let c = self.cluster.upgrade()?;
         if let Some(l) = self.cached_link.load_full().filter(|l| !l.is_closed()) {
             return Some((c, l));
         }
         let addr = c.addr_of(&self.home)?;
-        let l = c.links.get(&addr)?;
+        let l = match c.links.get(&addr) {
+            Some(l) => l,
+            None => {
+                let handle = tokio::runtime::Handle::try_current().ok()?;
+                let links = c.links.clone();
+                tokio::task::block_in_place(|| handle.block_on(links.link(&addr))).ok()?
+            }
+        };
         self.cached_link.store(Some(l.clone()));
         Some((c, l))
     }
@@ -378,10 +386,13 @@ impl RemoteQueue {
             return Err(e);
         }
         on_added();
-        let early = proxy.early.lock().take().unwrap_or_default();
-        for m in early {
+        // Under the lock: a delivery the link reader brings meanwhile waits, then goes after
+        // these, so the consumer sees the queue's order.
+        let mut early = proxy.early.lock();
+        for m in early.take().unwrap_or_default() {
             proxy.deliver(&m);
         }
+        drop(early);
         self.counts.lock().take();
         Ok(())
     }
