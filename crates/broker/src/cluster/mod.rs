@@ -201,6 +201,12 @@ impl Cluster {
                 tracing::info!(node = %c.me, "joined the cluster");
             }
         }
+        *c.nodes.write() = meta
+            .status()
+            .members
+            .iter()
+            .map(|m| m.node.clone())
+            .collect();
         tokio::spawn(c.clone().watch_members());
         tokio::spawn(c.clone().keep_links());
         c.catch_up().await;
@@ -371,45 +377,40 @@ impl Cluster {
         }
     }
 
-    /// At boot: waits (bounded) until this node has applied what the leader had, so it does
-    /// not serve definitions older than the cluster's.
+    /// At boot: waits (bounded) until this node has applied what the other running members
+    /// have, so it does not serve definitions older than the cluster's. (Not "what the leader
+    /// has": right after a restart this node may still believe in a leader of an old term,
+    /// itself included.) An applied entry is a committed one, so this node gets there.
     async fn catch_up(&self) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while tokio::time::Instant::now() < deadline {
-            let st = self.meta().status();
-            let leader = st
-                .leader
-                .and_then(|l| st.members.iter().find(|m| m.id == l).cloned());
-            match leader {
-                Some(l) if l.id == st.id => return,
-                Some(l) => {
-                    let r = self
-                        .links
-                        .call(
-                            &l.node.addr,
-                            SERVICE_APPLIED,
-                            &0u64.to_be_bytes(),
-                            APPLY_WAIT,
-                        )
-                        .await;
-                    if let Ok(b) = r {
-                        if b.len() == 8 {
-                            let target = u64::from_be_bytes([
-                                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
-                            ]);
-                            let left =
-                                deadline.saturating_duration_since(tokio::time::Instant::now());
-                            if self.meta().wait_applied_within(target, left).await {
-                                return;
-                            }
-                        }
-                    }
-                }
-                None => {}
+        let mut target = 0u64;
+        // From Raft's own membership: the watcher filling `members()` may not have run yet.
+        for n in self.meta().status().members.into_iter().map(|m| m.node) {
+            if n.name == self.me {
+                continue;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            let r = self
+                .links
+                .call(
+                    &n.addr,
+                    SERVICE_APPLIED,
+                    &0u64.to_be_bytes(),
+                    Duration::from_secs(2),
+                )
+                .await;
+            if let Ok(b) = r {
+                if let Ok(a) = <[u8; 8]>::try_from(&b[..]) {
+                    target = target.max(u64::from_be_bytes(a));
+                }
+            }
         }
-        tracing::warn!(node = %self.me, "serving before catching up with the cluster (no leader answered in 10 s)");
+        if target == 0 {
+            return;
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if !self.meta().wait_applied_within(target, left).await {
+            tracing::warn!(node = %self.me, target, "serving before catching up with the cluster (not there in 10 s)");
+        }
     }
 
     /// Keeps a link open to every member (Raft alone links followers only to the leader), so
