@@ -8,6 +8,8 @@
 # Each scenario runs ROUNDS times (default 3) for SECONDS (default 10), interleaved; the median
 # receive rate (msg/s) of each is printed with its ratio to `leader`.
 #   bench/cluster.sh [extra warren perf flags, e.g. -s 1024]
+# EXTERNAL=1 starts no cluster and runs against nodes already up at AMQP ports BASE+1..BASE+3,
+# e.g. RabbitMQ's: bench/rabbitmq-cluster.sh start; EXTERNAL=1 BASE=5690 bench/cluster.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 W="${WARREN_BIN:-$ROOT/target/release/warren}"
@@ -15,8 +17,12 @@ ROUNDS="${ROUNDS:-3}"
 SECONDS_RUN="${SECONDS:-10}"
 export BASE="${BASE:-6680}"
 DIR="$(mktemp -d /tmp/warren-bench-cluster.XXXX)"
-trap '"$ROOT/scripts/cluster.sh" stop "$DIR" >/dev/null 2>&1; rm -rf "$DIR"' EXIT
-WARREN_BIN="$W" "$ROOT/scripts/cluster.sh" start "$DIR" >/dev/null
+if [ "${EXTERNAL:-0}" = 1 ]; then
+  trap 'rm -rf "$DIR"' EXIT
+else
+  trap '"$ROOT/scripts/cluster.sh" stop "$DIR" >/dev/null 2>&1; rm -rf "$DIR"' EXIT
+  WARREN_BIN="$W" "$ROOT/scripts/cluster.sh" start "$DIR" >/dev/null
+fi
 uri() { echo "amqp://guest:guest@127.0.0.1:$((BASE + $1))"; }
 EXTRA=("$@")
 # Declares queues FROM..TO (prefix P) through node N, so N is their home.

@@ -123,6 +123,19 @@ impl ChannelShared {
         if !c.no_ack && d.unacked_max > 0 && d.unacked.len() >= d.unacked_max as usize {
             return Offer::NoCredit;
         }
+        self.deliver_locked(&mut d, c, || QueueRef::Local(q.clone()), m);
+        Offer::Delivered
+    }
+
+    /// Writes basic.deliver for `m` and records it unacked (under the deliveries lock).
+    #[inline]
+    fn deliver_locked(
+        &self,
+        d: &mut Deliveries,
+        c: &Arc<Consumer>,
+        q: impl FnOnce() -> QueueRef,
+        m: &QueuedMessage,
+    ) {
         let tag = d.next_tag;
         d.next_tag += 1;
         let frame_max = self.outbox.frame_max.load(Ordering::Relaxed);
@@ -141,12 +154,11 @@ impl ChannelShared {
             d.global_unacked += 1;
             d.unacked.push_back(Unacked {
                 tag,
-                queue: QueueRef::Local(q.clone()),
+                queue: q(),
                 msg: m.clone(),
                 consumer: Some(c.clone()),
             });
         }
-        Offer::Delivered
     }
 
     pub fn set_unacked_max(&self, max: u32) {
@@ -1227,29 +1239,7 @@ impl DeliverySink for ChannelShared {
         if d.closed {
             return false;
         }
-        let tag = d.next_tag;
-        d.next_tag += 1;
-        let frame_max = self.outbox.frame_max.load(Ordering::Relaxed);
-        self.outbox.push(|b| {
-            outbox::write_delivery(b, self.id, frame_max, &c.tag, tag, m.redelivered, &m.msg);
-        });
-        let st = &self.stats;
-        delivered(
-            &st.deliver,
-            &st.deliver_no_ack,
-            &st.redeliver,
-            c.no_ack,
-            m.redelivered,
-        );
-        if !c.no_ack {
-            d.global_unacked += 1;
-            d.unacked.push_back(Unacked {
-                tag,
-                queue: q,
-                msg: m.clone(),
-                consumer: Some(c.clone()),
-            });
-        }
+        self.deliver_locked(&mut d, c, || q, m);
         true
     }
 

@@ -103,6 +103,53 @@ pub struct DeletedQueue {
     pub consumers: Vec<Arc<Consumer>>,
 }
 
+/// The method a cluster replicates for a bind or unbind of `dest` (a queue, or an exchange) to
+/// `source`.
+fn bind_method(
+    queue: bool,
+    dest: &str,
+    source: &str,
+    key: &str,
+    args: &FieldTable,
+    add: bool,
+) -> Method {
+    let (d, x, k, a) = (dest.into(), source.into(), key.into(), args.clone());
+    match (queue, add) {
+        (true, true) => QueueBind {
+            queue: d,
+            exchange: x,
+            routing_key: k,
+            arguments: a,
+            ..Default::default()
+        }
+        .into(),
+        (true, false) => QueueUnbind {
+            queue: d,
+            exchange: x,
+            routing_key: k,
+            arguments: a,
+            ..Default::default()
+        }
+        .into(),
+        (false, true) => ExchangeBind {
+            destination: d,
+            source: x,
+            routing_key: k,
+            arguments: a,
+            ..Default::default()
+        }
+        .into(),
+        (false, false) => ExchangeUnbind {
+            destination: d,
+            source: x,
+            routing_key: k,
+            arguments: a,
+            ..Default::default()
+        }
+        .into(),
+    }
+}
+
 /// Binding arguments are equal whatever their order (clients encode maps in any order).
 fn same_args(a: &FieldTable, b: &FieldTable) -> bool {
     a.0.len() == b.0.len() && a.0.iter().all(|(k, v)| b.get(k) == Some(v))
@@ -1251,26 +1298,7 @@ impl VHost {
         conn_id: Option<u64>,
     ) -> AmqpResult<()> {
         if let Some(c) = self.replicated() {
-            let (q, x, k, a) = (queue.into(), exchange.into(), key.into(), args.clone());
-            let m: Method = if add {
-                QueueBind {
-                    queue: q,
-                    exchange: x,
-                    routing_key: k,
-                    arguments: a,
-                    ..Default::default()
-                }
-                .into()
-            } else {
-                QueueUnbind {
-                    queue: q,
-                    exchange: x,
-                    routing_key: k,
-                    arguments: a,
-                    ..Default::default()
-                }
-                .into()
-            };
+            let m = bind_method(true, queue, exchange, key, args, add);
             let meta = conn_id.map(|o| QueueMeta {
                 home: String::new(),
                 owner: Some(o),
@@ -1304,26 +1332,7 @@ impl VHost {
         add: bool,
     ) -> AmqpResult<()> {
         if let Some(c) = self.replicated() {
-            let (d, x, k, a) = (destination.into(), source.into(), key.into(), args.clone());
-            let m: Method = if add {
-                ExchangeBind {
-                    destination: d,
-                    source: x,
-                    routing_key: k,
-                    arguments: a,
-                    ..Default::default()
-                }
-                .into()
-            } else {
-                ExchangeUnbind {
-                    destination: d,
-                    source: x,
-                    routing_key: k,
-                    arguments: a,
-                    ..Default::default()
-                }
-                .into()
-            };
+            let m = bind_method(false, destination, source, key, args, add);
             return c.vhost_op(&self.name, m, None);
         }
         self.bind(
