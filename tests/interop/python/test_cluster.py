@@ -1212,3 +1212,32 @@ def test_majority_down_refuses_metadata_changes_then_recovers(lossy):
         for n in down:
             n.wait_ready()
         survivor.api("DELETE", f"/api/vhosts/{q(vhost)}")
+
+
+def test_paused_leader_metadata_goes_on_and_the_node_catches_up(lossy):
+    """The Raft leader is paused (SIGSTOP, as a stalled VM): a change through another node is
+    made once the others have elected a new leader (bounded, not refused), and the paused node,
+    resumed, has it without a restart."""
+    paused = _leader(lossy.nodes) or lossy.nodes[0]
+    other = next(n for n in lossy.nodes if n is not paused)
+    x = uname("while-paused")
+    try:
+        paused.proc.send_signal(signal.SIGSTOP)
+        c = pika.BlockingConnection(other.params())
+        try:
+            t0 = time.monotonic()
+            c.channel().exchange_declare(x, "fanout")
+            elapsed = time.monotonic() - t0
+        finally:
+            safe_close(c)
+        assert elapsed < 15, f"the declare took {elapsed:.1f}s with the leader paused"
+        for n in lossy.nodes:
+            if n is not paused:
+                assert n.api("GET", f"/api/exchanges/%2f/{q(x)}")[0] == 200, n.name
+        paused.proc.send_signal(signal.SIGCONT)
+        wait_until(lambda: paused.api("GET", f"/api/exchanges/%2f/{q(x)}")[0] == 200, timeout=15,
+                   what=f"{x} on {paused.name} after SIGCONT")
+    finally:
+        if paused.running:
+            paused.proc.send_signal(signal.SIGCONT)
+        other.api("DELETE", f"/api/exchanges/%2f/{q(x)}")

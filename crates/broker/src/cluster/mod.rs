@@ -28,6 +28,11 @@ use link::{BoxFuture, Handler, Link, Links};
 pub const SERVICE_RAFT: u8 = 1;
 /// How long a change waits for the other running nodes to apply it.
 const APPLY_WAIT: Duration = Duration::from_secs(2);
+/// How long a change is retried for while the cluster has no leader that answers.
+const PROPOSE_DEADLINE: Duration = Duration::from_secs(10);
+/// A member that did not apply a change within [`APPLY_WAIT`] is not waited for again for this
+/// long (a paused node must not slow every change down).
+const LAGGING_FOR: Duration = Duration::from_secs(5);
 pub const SERVICE_QUEUE: u8 = 2;
 /// This node's `/api/nodes` object.
 pub const SERVICE_NODE: u8 = 3;
@@ -141,6 +146,8 @@ pub struct Cluster {
     pub remote: remote::Remote,
     /// Link addresses by node name, from the Raft membership (kept by the status watcher).
     nodes: parking_lot::RwLock<Vec<warren_cluster::Node>>,
+    /// Members that recently did not apply a change in time, by name.
+    lagging: parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 impl Cluster {
@@ -167,6 +174,7 @@ impl Cluster {
             broker: Arc::downgrade(broker),
             remote: remote::Remote::default(),
             nodes: Default::default(),
+            lagging: Default::default(),
         });
         links.set_handler(Arc::new(LinkHandler(Arc::downgrade(&c))));
         broker.set_cluster(c.clone());
@@ -365,15 +373,35 @@ impl Cluster {
             if n.name == self.me || self.links.get(&n.addr).is_none() {
                 continue;
             }
+            if self
+                .lagging
+                .lock()
+                .get(&n.name)
+                .is_some_and(|t| t.elapsed() < LAGGING_FOR)
+            {
+                continue;
+            }
             let links = self.links.clone();
             waits.push(tokio::spawn(async move {
-                let _ = links
+                let r = links
                     .call(&n.addr, SERVICE_APPLIED, &index.to_be_bytes(), APPLY_WAIT)
                     .await;
+                let applied = r
+                    .ok()
+                    .and_then(|b| <[u8; 8]>::try_from(&b[..]).ok())
+                    .map(u64::from_be_bytes);
+                (n.name, applied.is_some_and(|a| a >= index))
             }));
         }
         for w in waits {
-            let _ = w.await;
+            if let Ok((name, caught_up)) = w.await {
+                let mut lagging = self.lagging.lock();
+                if caught_up {
+                    lagging.remove(&name);
+                } else {
+                    lagging.insert(name, std::time::Instant::now());
+                }
+            }
         }
     }
 
@@ -566,16 +594,38 @@ impl Cluster {
     /// Replicates `op` and waits until this node applied it.
     pub async fn propose(&self, op: MetaOp) -> Result<MetaReply, String> {
         let bytes = serde_json::to_vec(&op).map_err(|e| e.to_string())?;
-        match self.meta().propose(bytes).await {
-            Ok(r) => {
-                let a: Applied = serde_json::from_slice(&r).map_err(|e| e.to_string())?;
-                self.wait_everywhere(a.index).await;
-                Ok(a.reply)
+        // A leader that stopped answering (paused, partitioned) fails the forward after the
+        // link's timeout, while the others elect a new one: try again until the deadline. Every
+        // op sets state (declare, bind, put, delete), so one applied twice changes nothing.
+        let deadline = tokio::time::Instant::now() + PROPOSE_DEADLINE;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let attempt = tokio::time::timeout(left, self.meta().propose(bytes.clone()))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(warren_cluster::ProposeError::Unavailable(format!(
+                        "no leader committed it within {} s",
+                        PROPOSE_DEADLINE.as_secs()
+                    )))
+                });
+            match attempt {
+                Ok(r) => {
+                    let a: Applied = serde_json::from_slice(&r).map_err(|e| e.to_string())?;
+                    self.wait_everywhere(a.index).await;
+                    return Ok(a.reply);
+                }
+                Err(warren_cluster::ProposeError::Unavailable(_))
+                    if tokio::time::Instant::now() + Duration::from_millis(500) < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(warren_cluster::ProposeError::Unavailable(t)) => {
+                    return Err(format!(
+                        "the cluster has no majority to record this change ({t}); it is made only if a majority comes back before the entry is dropped"
+                    ))
+                }
+                Err(warren_cluster::ProposeError::Fatal(t)) => return Err(t),
             }
-            Err(warren_cluster::ProposeError::Unavailable(t)) => Err(format!(
-                "the cluster has no majority to record this change ({t}); it is made only if a majority comes back before the entry is dropped"
-            )),
-            Err(warren_cluster::ProposeError::Fatal(t)) => Err(t),
         }
     }
 
@@ -844,7 +894,9 @@ impl warren_cluster::Transport for LinkTransport {
         let addr = to.addr.clone();
         Box::pin(async move {
             links
-                .call(&addr, SERVICE_RAFT, &request, Duration::from_secs(5))
+                // Below the propose deadline, so a forward to a leader that stopped answering
+                // leaves time to retry with the next one.
+                .call(&addr, SERVICE_RAFT, &request, Duration::from_secs(3))
                 .await
                 .map(|b| b.to_vec())
                 .map_err(|e| match e {
