@@ -82,13 +82,18 @@ pub struct Remote {
     /// Delivery credit owed to homes for the current read batches: (link, consumer key, n).
     credit_owed: Mutex<Vec<(Arc<Link>, u64, u32)>>,
     /// Settles from other nodes gathered over a read batch, applied per queue at its end.
-    settles: Mutex<Vec<(Arc<Link>, Arc<Queue>, u8, Vec<Settled>)>>,
+    settles: Mutex<Vec<SettleBatch>>,
     /// Publish credit owed to publishing nodes for the current read batches.
-    owed: Mutex<Vec<(Arc<Link>, Arc<Queue>, u32)>>,
+    owed: Mutex<Vec<Owed>>,
     /// Recently forwarded-to queues by (vhost, name), so a forwarded publish costs no registry
     /// lookup.
     recent: Mutex<Vec<(Bytes, Bytes, std::sync::Weak<Queue>)>>,
 }
+
+/// Settles of one kind from one link for one queue: (link, queue, how, what).
+type SettleBatch = (Arc<Link>, Arc<Queue>, u8, Vec<Settled>);
+/// Publish credit owed over a link for a queue.
+type Owed = (Arc<Link>, Arc<Queue>, u32);
 
 /// A basic.get delivery: its queue and what settling it gives back.
 type GetDelivery = (Arc<Queue>, Settled);
@@ -950,7 +955,7 @@ fn forwarded_to(c: &Cluster, vhost: &Bytes, name: &Bytes) -> Option<Arc<Queue>> 
 /// After a read from `link`: credit the publishes it brought, now for queues keeping up, once
 /// relieved for pressured ones.
 pub fn on_batch_end(c: &Arc<Cluster>, link: &Arc<Link>) {
-    let settles: Vec<(Arc<Link>, Arc<Queue>, u8, Vec<Settled>)> = {
+    let settles: Vec<SettleBatch> = {
         let mut all = c.remote.settles.lock();
         let (mine, rest) = all.drain(..).partition(|(l, ..)| Arc::ptr_eq(l, link));
         *all = rest;
@@ -975,7 +980,7 @@ pub fn on_batch_end(c: &Arc<Cluster>, link: &Arc<Link>) {
             b.put_u32(n);
         });
     }
-    let mine: Vec<(Arc<Link>, Arc<Queue>, u32)> = {
+    let mine: Vec<Owed> = {
         let mut owed = c.remote.owed.lock();
         if owed.is_empty() {
             return;
