@@ -1083,9 +1083,6 @@ func TestClusterNodeLoss(t *testing.T) {
 		if !errors.As(o.err, &e) || !strings.Contains(e.Reason, "no majority") {
 			t.Fatalf("exchange.declare without a majority: %v (want an AMQP close saying the cluster has no majority)", o.err)
 		}
-		if o.elapsed > 20*time.Second {
-			t.Fatalf("the refusal took %v", o.elapsed)
-		}
 		d1.start(t)
 		d2.start(t)
 		d1.waitReady(t)

@@ -643,11 +643,8 @@ pub async fn serve_request(
     let name = get_str(&mut body).ok_or("short request")?;
     let q = match local_queue(c, &vhost, &name) {
         Ok(q) => q,
-        Err(e) if op == Q_CANCEL => {
-            // The queue is gone; its consumer with it.
-            let _ = e;
-            return Ok(Bytes::from_static(&[0]));
-        }
+        // The queue is gone; its consumer with it.
+        Err(_) if op == Q_CANCEL => return Ok(Bytes::from_static(&[0])),
         Err(e) => return Ok(error_reply(e)),
     };
     let mut out = BytesMut::new();
@@ -658,7 +655,9 @@ pub async fn serve_request(
             let tag = get_str(&mut body).ok_or("short request")?;
             let (no_ack, exclusive) = (get_u8(&mut body) == Some(1), get_u8(&mut body) == Some(1));
             let priority = get_u64(&mut body).ok_or("short request")? as i64;
-            let prefetch = body.get_u16();
+            let prefetch = (body.len() >= 2)
+                .then(|| body.get_u16())
+                .ok_or("short request")?;
             let sink = Arc::new(LinkSink {
                 link: link.clone(),
                 remote_key: key,
@@ -689,16 +688,11 @@ pub async fn serve_request(
                 .served
                 .lock()
                 .insert((lid(link), key), sink.clone());
-            // The reply goes out first: deliveries follow it on the link.
+            // Deliveries start now; one that reaches the consumer's node before this reply is
+            // held there until its consume-ok is sent (`Proxy::early`).
             let reply = out.freeze();
-            let l = link.clone();
-            let _ = l;
             sink.started.store(true, Ordering::Release);
-            let q2 = q.clone();
-            tokio::spawn(async move {
-                tokio::task::yield_now().await;
-                q2.dispatch();
-            });
+            q.dispatch();
             return Ok(reply);
         }
         Q_CANCEL => {
@@ -996,15 +990,12 @@ pub fn on_batch_end(c: &Arc<Cluster>, link: &Arc<Link>) {
         }
         tokio::spawn(async move {
             while q.pressured() && !l.is_closed() {
-                q.stall(Duration::from_millis(limits_recheck())).await;
+                q.stall(Duration::from_millis(crate::limits::CREDIT_RECHECK_MS))
+                    .await;
             }
             pub_credit(&l, &q, n);
         });
     }
-}
-
-fn limits_recheck() -> u64 {
-    crate::limits::CREDIT_RECHECK_MS
 }
 
 fn pub_credit(l: &Link, q: &Queue, n: u32) {
