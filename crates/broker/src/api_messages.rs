@@ -193,14 +193,22 @@ pub async fn publish(
         expiration_ms,
     };
     let mut targets = Vec::new();
-    vh.route_keys(
-        &msg.exchange,
-        &msg.routing_key,
-        &[],
-        &msg.properties,
-        &mut targets,
-    )
-    .map_err(refused)?;
+    let delay = vh
+        .route_keys(
+            &msg.exchange,
+            &msg.routing_key,
+            &[],
+            &msg.properties,
+            &mut targets,
+        )
+        .map_err(refused)?;
+    if let Some(delay) = delay {
+        // Held for later: RabbitMQ's API reports such a message as not routed.
+        if let Some(store) = vh.delay_store(&msg.exchange) {
+            store.hold(msg, delay, None);
+        }
+        return ok_json(json!({ "routed": false }));
+    }
     let routed = !targets.is_empty();
     let msg = Arc::new(msg);
     for q in targets {

@@ -1101,16 +1101,47 @@ impl Channel {
             &msg.properties,
             &mut targets,
         );
-        if let Err(e) = routed {
-            self.route_buf = targets;
-            return Err(e);
-        }
+        let delay = match routed {
+            Ok(d) => d,
+            Err(e) => {
+                self.route_buf = targets;
+                return Err(e);
+            }
+        };
         let seq = if self.confirm {
             self.next_publish_seq += 1;
             Some(self.next_publish_seq - 1)
         } else {
             None
         };
+        if let Some(delay) = delay {
+            // A mandatory message no binding would take now is returned, not held (the
+            // plugin returns every mandatory one; routing happens when it is due).
+            let unroutable = mandatory && {
+                vhost.route_due(&msg.exchange, &msg, &mut targets);
+                let none = targets.is_empty();
+                targets.clear();
+                none
+            };
+            if !unroutable {
+                self.route_buf = targets;
+                let handle = seq.map(|s| self.confirms.pending(s, 1));
+                let held = vhost.delay_store(&msg.exchange).map(|store| {
+                    let took = store.hold(msg, delay, handle.as_ref());
+                    (store, took)
+                });
+                match (handle, held) {
+                    (Some(h), Some((_, false))) => {
+                        h.done(true);
+                    }
+                    (Some(h), None) => {
+                        h.done(false);
+                    }
+                    _ => {}
+                }
+                return Ok(());
+            }
+        }
         if targets.is_empty() {
             let st = &self.shared.stats;
             bump(

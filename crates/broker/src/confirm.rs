@@ -146,6 +146,8 @@ enum Target {
     Channel(Arc<Confirms>),
     /// A publish forwarded from another node: it gets a `CONFIRM` frame.
     Link(Arc<crate::cluster::link::Link>),
+    /// A delayed message handed to its queues: its record in the delay log can go.
+    Delayed(Arc<crate::delayed::DelayStore>),
 }
 
 /// One confirmed publish waiting on durable queues.
@@ -174,6 +176,9 @@ impl ConfirmHandle {
                     bytes::BufMut::put_u64(b, self.seq);
                     bytes::BufMut::put_u8(b, ok as u8);
                 }),
+                // Even a failed write acks it: the queue refused or lost the message, as it
+                // would a publish, and retrying would route it again.
+                Target::Delayed(d) => d.ack([self.seq]),
             }
         }
         None
@@ -185,6 +190,22 @@ impl ConfirmHandle {
             target: Target::Link(link),
             seq,
             remaining: AtomicUsize::new(1),
+            failed: AtomicUsize::new(0),
+        })
+    }
+}
+
+impl ConfirmHandle {
+    /// A due delayed message (`seq` in its store's log) published to `waits` durable queues.
+    pub fn for_delayed(
+        store: Arc<crate::delayed::DelayStore>,
+        seq: u64,
+        waits: usize,
+    ) -> Arc<ConfirmHandle> {
+        Arc::new(ConfirmHandle {
+            target: Target::Delayed(store),
+            seq,
+            remaining: AtomicUsize::new(waits),
             failed: AtomicUsize::new(0),
         })
     }

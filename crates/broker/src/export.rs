@@ -39,7 +39,7 @@ pub fn export(broker: &Broker) -> Value {
                 continue;
             }
             exchanges.push(json!({
-                "name": &*x.name, "vhost": &*v.name, "type": x.kind.as_str(), "durable": true,
+                "name": &*x.name, "vhost": &*v.name, "type": x.type_name(), "durable": true,
                 "auto_delete": x.auto_delete, "internal": x.internal,
                 "arguments": table_to_json(&x.arguments),
             }));

@@ -687,12 +687,18 @@ async fn purge_queue(State(b): B, Path((vhost, name)): Path<(String, String)>) -
 // ---- exchanges ----
 
 fn exchange_json(b: &Broker, vhost: &str, x: &warren_routing::Exchange<QueueRef>) -> Value {
-    json!({
-        "name": &*x.name, "vhost": vhost, "type": x.kind.as_str(), "durable": x.durable,
+    let mut v = json!({
+        "name": &*x.name, "vhost": vhost, "type": x.type_name(), "durable": x.durable,
         "auto_delete": x.auto_delete, "internal": x.internal,
         "arguments": table_to_json(&x.arguments),
         "message_stats": crate::stats_api::exchange_message_stats(b, vhost, x),
-    })
+    });
+    if x.delayed {
+        // The plugin's `messages_delayed` (its management extension shows it per exchange).
+        let n = b.vhost(vhost).map_or(0, |vh| vh.delayed_count(&x.name));
+        v["messages_delayed"] = json!(n);
+    }
+    v
 }
 
 fn exchanges_of(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Value {

@@ -27,6 +27,7 @@ pub mod confirm;
 pub mod connection;
 pub mod ctl_api;
 pub mod definitions;
+pub mod delayed;
 pub mod error;
 pub mod export;
 pub mod health_api;

@@ -13,12 +13,21 @@ use parking_lot::{Condvar, Mutex};
 use warren_protocol::properties::BasicProperties;
 use warren_protocol::ByteString;
 
-use crate::confirm::complete_all;
+use crate::confirm::{complete_all, ConfirmHandle};
 use crate::message::Message;
-use crate::queue::Queue;
+
+/// What the persister writes: a durable queue, or a delayed exchange's store.
+pub trait Logged: Send + Sync {
+    /// Joins the persister's next batch; false if already in it.
+    fn mark_dirty(&self) -> bool;
+    /// Writes the buffered records (the persister fsyncs the files).
+    fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>>;
+    /// Names it in logs.
+    fn describe(&self) -> String;
+}
 
 pub struct Persister {
-    dirty: Mutex<Vec<Arc<Queue>>>,
+    dirty: Mutex<Vec<Arc<dyn Logged>>>,
     wake: Condvar,
     stop: AtomicBool,
     /// fsync calls made and bytes written, for benchmarks (logged at shutdown).
@@ -49,9 +58,9 @@ impl Persister {
     }
 
     /// Queues `q` for the next group. Cheap when it is already queued.
-    pub fn mark_dirty(&self, q: &Arc<Queue>) {
+    pub fn mark_dirty<L: Logged + 'static>(&self, q: &Arc<L>) {
         if q.mark_dirty() {
-            self.dirty.lock().push(q.clone());
+            self.dirty.lock().push(q.clone() as Arc<dyn Logged>);
             self.wake.notify_one();
         }
     }
@@ -89,7 +98,7 @@ impl Persister {
         }
     }
 
-    fn commit(&self, batch: Vec<Arc<Queue>>) {
+    fn commit(&self, batch: Vec<Arc<dyn Logged>>) {
         let mut written = Vec::new();
         let mut failed = Vec::new();
         let mut files = Vec::new();
@@ -100,7 +109,7 @@ impl Persister {
                     files.extend(f);
                 }
                 Err((e, tokens)) => {
-                    tracing::error!(queue = %q.name, error = %e, "cannot write queue log; publishes are nacked");
+                    tracing::error!(log = %q.describe(), error = %e, "cannot write log; publishes are nacked");
                     failed.extend(tokens);
                 }
             }

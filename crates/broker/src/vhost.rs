@@ -25,6 +25,8 @@ use crate::cluster::{Cluster, QueueMeta};
 use crate::definitions::{self, Definition, DefinitionsStore};
 use crate::error::{AmqpError, AmqpResult};
 use crate::metrics::{ChannelStats, Churn};
+use crate::delayed::DelayStore;
+use crate::message::Message;
 use crate::persist::Persister;
 use crate::queue::{Backing, Consumer, Queue, QueueArgs, QueueOptions, QueueRef};
 
@@ -62,11 +64,33 @@ pub struct VHost {
     policies: Mutex<Vec<PolicyDef>>,
     /// In a cluster: changes are proposed to it, and made here when applied.
     cluster: Option<Arc<Cluster>>,
+    /// The stores of `x-delayed-message` exchanges, opened at boot or on first use.
+    delayed: Mutex<HashMap<Arc<str>, Arc<DelayStore>>>,
 }
 
 pub struct Storage {
     pub dir: PathBuf,
     pub persister: Arc<Persister>,
+}
+
+/// An exchange type and whether it is `x-delayed-message` (then the kind is its
+/// `x-delayed-type`), with the plugin's errors.
+fn parse_exchange_type(kind: &str, arguments: &FieldTable) -> AmqpResult<(ExchangeKind, bool)> {
+    let unknown = |k: &str| AmqpError::command_invalid(format!("unknown exchange type '{k}'"));
+    if kind != warren_routing::DELAYED_TYPE {
+        return ExchangeKind::parse(kind).map(|k| (k, false)).ok_or_else(|| unknown(kind));
+    }
+    match arguments.get("x-delayed-type").and_then(|v| v.as_str()) {
+        Some(warren_routing::DELAYED_TYPE) => Err(AmqpError::precondition_failed(
+            "Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'",
+        )),
+        Some(inner) => ExchangeKind::parse(inner)
+            .map(|k| (k, true))
+            .ok_or_else(|| unknown(inner)),
+        None => Err(AmqpError::precondition_failed(
+            "Invalid argument, 'x-delayed-type' must be an existing exchange type",
+        )),
+    }
 }
 
 /// The pseudo-queue RPC clients consume from for direct reply-to.
@@ -356,6 +380,7 @@ impl VHost {
         }
         v.loading.store(false, std::sync::atomic::Ordering::Relaxed);
         v.remove_orphan_logs();
+        v.recover_delayed();
         // Compacts: one snapshot of what was recovered, and an empty journal after it.
         if let Err(e) = v.save(&v.defs.lock()) {
             // What was read stays valid on disk; each change will retry the rewrite.
@@ -385,6 +410,7 @@ impl VHost {
                 Arc::new(Exchange {
                     name: n,
                     kind,
+                    delayed: false,
                     durable: true,
                     auto_delete: false,
                     internal,
@@ -429,6 +455,7 @@ impl VHost {
             max_queues: std::sync::atomic::AtomicU32::new(u32::MAX),
             policies: Mutex::new(Vec::new()),
             cluster,
+            delayed: Mutex::new(HashMap::new()),
         })
     }
 
@@ -548,7 +575,7 @@ impl VHost {
             out.push(op(
                 ExchangeDeclare {
                     exchange: (&*x.name).into(),
-                    kind: x.kind.as_str().into(),
+                    kind: x.type_name().into(),
                     durable: x.durable,
                     auto_delete: x.auto_delete,
                     internal: x.internal,
@@ -697,6 +724,7 @@ impl VHost {
             }
         }
         self.publish(defs);
+        self.prune_delayed(defs);
         Ok(())
     }
 
@@ -759,7 +787,7 @@ impl VHost {
         (x.durable && !x.name.is_empty() && !x.name.starts_with("amq.")).then(|| {
             Definition::Exchange(ExchangeDeclare {
                 exchange: (&*x.name).into(),
-                kind: x.kind.as_str().into(),
+                kind: x.type_name().into(),
                 durable: true,
                 auto_delete: x.auto_delete,
                 internal: x.internal,
@@ -917,12 +945,7 @@ impl VHost {
                 Err(self.no_exchange(spec.name))
             };
         }
-        let Some(kind) = ExchangeKind::parse(spec.kind) else {
-            return Err(AmqpError::command_invalid(format!(
-                "unknown exchange type '{}'",
-                spec.kind
-            )));
-        };
+        let (kind, delayed) = parse_exchange_type(spec.kind, spec.arguments)?;
         if spec.name.is_empty() {
             return Err(AmqpError::access_refused(
                 "operation not permitted on the default exchange",
@@ -930,14 +953,14 @@ impl VHost {
         }
         if let Some(x) = defs.table.exchanges.get(spec.name) {
             let (n, v) = (spec.name, &*self.name);
-            if x.kind != kind {
+            if x.kind != kind || x.delayed != delayed {
                 return Err(inequivalent(
                     "exchange",
                     "type",
                     n,
                     v,
-                    erl_atom(kind.as_str()),
-                    erl_atom(x.kind.as_str()),
+                    erl_atom(spec.kind),
+                    erl_atom(x.type_name()),
                 ));
             }
             if x.durable != spec.durable {
@@ -1008,6 +1031,7 @@ impl VHost {
         let x = Exchange {
             name: name.clone(),
             kind,
+            delayed,
             durable: spec.durable,
             auto_delete: spec.auto_delete,
             internal: spec.internal,
@@ -1555,6 +1579,7 @@ impl VHost {
         out: &mut Vec<QueueRef>,
     ) -> AmqpResult<()> {
         self.route_keys(exchange, routing_key, &[], properties, out)
+            .map(|_| ())
     }
 
     /// [`VHost::route`] with the extra routing keys of the `CC` and `BCC` headers.
@@ -1565,7 +1590,7 @@ impl VHost {
         extra_keys: &[ByteString],
         properties: &bytes::Bytes,
         out: &mut Vec<QueueRef>,
-    ) -> AmqpResult<()> {
+    ) -> AmqpResult<Option<u64>> {
         let snap = self.snapshot.load();
         let before = out.len();
         if exchange.is_empty() {
@@ -1589,7 +1614,7 @@ impl VHost {
             if out.len() > before {
                 self.default_stats.publish_out.add(1);
             }
-            return Ok(());
+            return Ok(None);
         }
         let stats = match snap.table.exchanges.get(exchange) {
             None => return Err(self.no_exchange(exchange)),
@@ -1598,6 +1623,13 @@ impl VHost {
                     "cannot publish to internal exchange '{exchange}' in vhost '{}'",
                     self.name
                 )))
+            }
+            Some(x) if x.delayed => {
+                if let Some(d) = crate::delayed::requested_delay(properties) {
+                    x.stats.publish_in.add(1);
+                    return Ok(Some(d));
+                }
+                &x.stats
             }
             Some(x) => &x.stats,
         };
@@ -1608,8 +1640,103 @@ impl VHost {
         if out.len() > before {
             stats.publish_out.add(1);
         }
-        Ok(())
+        Ok(None)
     }
+
+    /// Routes a delayed message that is due: by the exchange's bindings as they are now.
+    pub fn route_due(&self, exchange: &str, msg: &Message, out: &mut Vec<QueueRef>) {
+        let snap = self.snapshot.load();
+        let Some(x) = snap.table.exchanges.get(exchange) else {
+            return;
+        };
+        let props = &msg.properties;
+        let mut decoded = || warren_protocol::properties::BasicProperties::decode(props).ok();
+        let cc = decoded()
+            .and_then(|p| p.headers)
+            .and_then(|h| crate::message::header_routes(&h).ok())
+            .unwrap_or_default();
+        snap.table
+            .route_keys(exchange, &msg.routing_key, &cc, &mut decoded, out);
+        if !out.is_empty() {
+            x.stats.publish_out.add(1);
+        }
+    }
+
+    /// The store of delayed exchange `exchange`, opened on first use; `None` when there is no
+    /// such exchange or it cannot be opened.
+    pub fn delay_store(self: &Arc<Self>, exchange: &str) -> Option<Arc<DelayStore>> {
+        let mut stores = self.delayed.lock();
+        if let Some(s) = stores.get(exchange) {
+            return Some(s.clone());
+        }
+        let snap = self.snapshot.load();
+        let x = snap.table.exchanges.get(exchange).filter(|x| x.delayed)?;
+        let dir = self
+            .storage
+            .as_ref()
+            .map(|st| st.dir.join("delayed").join(crate::delayed::dir_name(exchange)));
+        let persister = self.storage.as_ref().map(|st| st.persister.clone());
+        match DelayStore::open(self, exchange, dir, persister, x.durable) {
+            Ok(s) => {
+                stores.insert(x.name.clone(), s.clone());
+                Some(s)
+            }
+            Err(e) => {
+                tracing::error!(vhost = %self.name, exchange, error = %e, "cannot open the delayed message store");
+                None
+            }
+        }
+    }
+
+    /// Drops the stores of delayed exchanges that are gone (and their messages, as the plugin).
+    fn prune_delayed(&self, defs: &Snapshot) {
+        let mut stores = self.delayed.lock();
+        if stores.is_empty() {
+            return;
+        }
+        stores.retain(|name, store| {
+            let keep = defs.table.exchanges.get(name).is_some_and(|x| x.delayed);
+            if !keep {
+                store.destroy();
+            }
+            keep
+        });
+    }
+
+    /// Messages held by delayed exchange `exchange`.
+    pub fn delayed_count(&self, exchange: &str) -> u64 {
+        self.delayed.lock().get(exchange).map_or(0, |s| s.len())
+    }
+
+    /// Opens every durable delayed exchange's store (recovering its messages) and removes the
+    /// files of any other.
+    fn recover_delayed(self: &Arc<Self>) {
+        let Some(storage) = &self.storage else { return };
+        let names: Vec<Arc<str>> = self
+            .snapshot
+            .load()
+            .table
+            .exchanges
+            .values()
+            .filter(|x| x.delayed && x.durable)
+            .map(|x| x.name.clone())
+            .collect();
+        let mut keep = std::collections::HashSet::new();
+        for n in names {
+            if self.delay_store(&n).is_some() {
+                keep.insert(crate::delayed::dir_name(&n));
+            }
+        }
+        let Ok(entries) = std::fs::read_dir(storage.dir.join("delayed")) else {
+            return;
+        };
+        for e in entries.flatten() {
+            if !keep.contains(e.file_name().to_string_lossy().as_ref()) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+
 
     /// Creates the private queue behind a channel's direct reply-to consumer.
     pub fn new_direct_reply_queue(self: &Arc<Self>) -> QueueRef {

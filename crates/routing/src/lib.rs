@@ -22,6 +22,9 @@ use warren_protocol::{ByteString, FieldTable};
 
 pub use consistent_hash::HashRing;
 
+/// The delayed-message exchange type (RabbitMQ's `rabbitmq_delayed_message_exchange` plugin).
+pub const DELAYED_TYPE: &str = "x-delayed-message";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExchangeKind {
     Direct,
@@ -72,7 +75,11 @@ pub struct Binding<Q> {
 #[derive(Debug, Clone)]
 pub struct Exchange<Q> {
     pub name: Arc<str>,
+    /// How bindings match; for an `x-delayed-message` exchange, its `x-delayed-type`.
     pub kind: ExchangeKind,
+    /// An `x-delayed-message` exchange: a message with a positive `x-delay` header is held by
+    /// the broker and routed as `kind` once due.
+    pub delayed: bool,
     pub durable: bool,
     pub auto_delete: bool,
     pub internal: bool,
@@ -94,6 +101,15 @@ pub struct Exchange<Q> {
 }
 
 impl<Q> Exchange<Q> {
+    /// The type clients declared it with.
+    pub fn type_name(&self) -> &'static str {
+        if self.delayed {
+            DELAYED_TYPE
+        } else {
+            self.kind.as_str()
+        }
+    }
+
     /// Rebuilds what is derived from the bindings; call after every change to `bindings`.
     pub fn bindings_changed(&mut self) {
         match self.kind {
@@ -360,6 +376,7 @@ mod tests {
         let mut x = Exchange {
             name: name.into(),
             kind,
+            delayed: false,
             durable: false,
             auto_delete: false,
             internal: false,

@@ -458,31 +458,6 @@ impl Queue {
         self.state.lock().core.lease_expired(ms, now)
     }
 
-    /// Joins the persister's next batch; false if already in it.
-    pub fn mark_dirty(&self) -> bool {
-        !self.in_batch.swap(true, Ordering::AcqRel)
-    }
-
-    /// Called by the persister: writes the buffered records (the caller fsyncs the files).
-    pub fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>> {
-        self.in_batch.store(false, Ordering::Release);
-        let mut st = self.state.lock();
-        let io = &mut st.io;
-        io.log_dirty = false;
-        match &mut io.log {
-            Some(log) => {
-                let before = log.bytes_written;
-                let r = log.write_pending();
-                if let Some(p) = &self.persister {
-                    p.bytes
-                        .fetch_add(log.bytes_written - before, Ordering::Relaxed);
-                }
-                r
-            }
-            None => Ok((Vec::new(), Vec::new())),
-        }
-    }
-
     pub fn describe(&self) -> String {
         format!("queue '{}' in vhost '{}'", self.name, self.vhost)
     }
@@ -773,17 +748,15 @@ impl Queue {
             );
             targets.clear();
             // A missing dead-letter exchange drops the message, as in RabbitMQ.
-            if vhost
-                .route_keys(
-                    &m.exchange,
-                    &m.routing_key,
-                    &cc,
-                    &m.properties,
-                    &mut targets,
-                )
-                .is_err()
-            {
-                continue;
+            match vhost.route_keys(&m.exchange, &m.routing_key, &cc, &m.properties, &mut targets) {
+                Err(_) => continue,
+                Ok(Some(delay)) => {
+                    if let Some(store) = vhost.delay_store(&m.exchange) {
+                        store.hold(m, delay, None);
+                    }
+                    continue;
+                }
+                Ok(None) => {}
             }
             let m = Arc::new(m);
             for q in targets.drain(..) {
@@ -798,3 +771,33 @@ impl std::fmt::Debug for Queue {
         write!(f, "Queue({})", self.name)
     }
 }
+
+impl crate::persist::Logged for Queue {
+    fn mark_dirty(&self) -> bool {
+        !self.in_batch.swap(true, Ordering::AcqRel)
+    }
+
+    fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>> {
+        self.in_batch.store(false, Ordering::Release);
+        let mut st = self.state.lock();
+        let io = &mut st.io;
+        io.log_dirty = false;
+        match &mut io.log {
+            Some(log) => {
+                let before = log.bytes_written;
+                let r = log.write_pending();
+                if let Some(p) = &self.persister {
+                    p.bytes
+                        .fetch_add(log.bytes_written - before, Ordering::Relaxed);
+                }
+                r
+            }
+            None => Ok((Vec::new(), Vec::new())),
+        }
+    }
+
+    fn describe(&self) -> String {
+        Queue::describe(self)
+    }
+}
+
