@@ -248,6 +248,34 @@ impl ChannelShared {
     }
 }
 
+/// Hands the requeued deliveries of queues with `x-delayed-retry-*` to their retry stores and
+/// returns the others. Each leaves its queue once its store has it (on disk when it must be).
+fn retry_later(taken: Vec<Unacked>, vhost: &Arc<VHost>, failed: bool) -> Vec<Unacked> {
+    let mut rest = Vec::with_capacity(taken.len());
+    for u in taken {
+        let retry = u.queue.args().retry.filter(|r| r.applies(failed));
+        let store = retry.and_then(|r| Some((r, vhost.retry_store(u.queue.name())?)));
+        let Some((retry, store)) = store else {
+            rest.push(u);
+            continue;
+        };
+        let (msg, attempt) = crate::delayed::next_attempt(&u.msg.msg);
+        let q = u.queue.clone();
+        let settled = (u.consumer.map(|c| c.key), u.msg);
+        let done = crate::confirm::ConfirmHandle::then(move |ok| {
+            if ok {
+                q.settle(std::iter::once(settled), true)
+            } else {
+                q.requeue(std::iter::once(settled))
+            }
+        });
+        if !store.hold(msg, retry.delay_ms(attempt), Some(&done)) {
+            done.done(true);
+        }
+    }
+    rest
+}
+
 fn unknown_tag(tag: u64) -> AmqpError {
     AmqpError::precondition_failed(format!("unknown delivery tag {tag}"))
 }
@@ -432,9 +460,15 @@ impl Channel {
                 }
                 self.publish = PublishState::AwaitingHeader(p);
             }
-            Method::BasicAck(a) => self.settle(a.delivery_tag, a.multiple, false, true)?,
-            Method::BasicNack(n) => self.settle(n.delivery_tag, n.multiple, n.requeue, false)?,
-            Method::BasicReject(r) => self.settle(r.delivery_tag, false, r.requeue, false)?,
+            Method::BasicAck(a) => self.settle(a.delivery_tag, a.multiple, false, true, None)?,
+            Method::BasicNack(n) => {
+                let retry = Some((ctx.vhost, false));
+                self.settle(n.delivery_tag, n.multiple, n.requeue, false, retry)?
+            }
+            Method::BasicReject(r) => {
+                let retry = Some((ctx.vhost, true));
+                self.settle(r.delivery_tag, false, r.requeue, false, retry)?
+            }
             Method::BasicQos(q) => {
                 if q.prefetch_size != 0 {
                     return Err(AmqpError::not_implemented(format!(
@@ -816,9 +850,23 @@ impl Channel {
         Ok(())
     }
 
-    fn settle(&mut self, tag: u64, multiple: bool, requeue: bool, ack: bool) -> AmqpResult<()> {
-        let taken = self.shared.take(tag, multiple)?;
+    /// basic.ack/nack/reject. `retry`: for a nack or reject (`true`), the vhost whose retry
+    /// stores take requeued messages of queues with `x-delayed-retry-*`.
+    fn settle(
+        &mut self,
+        tag: u64,
+        multiple: bool,
+        requeue: bool,
+        ack: bool,
+        retry: Option<(&Arc<VHost>, bool)>,
+    ) -> AmqpResult<()> {
+        let mut taken = self.shared.take(tag, multiple)?;
         let how = Settle::of(ack, requeue);
+        if let (Settle::Requeue, None, Some((vhost, failed))) = (how, &self.tx, retry) {
+            if taken.iter().any(|u| u.queue.args().retry.is_some()) {
+                taken = retry_later(taken, vhost, failed);
+            }
+        }
         if how == Settle::Ack {
             bump(&self.shared.stats.ack, taken.len() as u64);
         }

@@ -148,6 +148,8 @@ enum Target {
     Link(Arc<crate::cluster::link::Link>),
     /// A delayed message handed to its queues: its record in the delay log can go.
     Delayed(Arc<crate::delayed::DelayStore>),
+    /// Something to do once a write is durable (a retried message leaves its queue).
+    Then(Mutex<Option<Box<dyn FnOnce(bool) + Send>>>),
 }
 
 /// One confirmed publish waiting on durable queues.
@@ -179,6 +181,11 @@ impl ConfirmHandle {
                 // Even a failed write acks it: the queue refused or lost the message, as it
                 // would a publish, and retrying would route it again.
                 Target::Delayed(d) => d.ack([self.seq]),
+                Target::Then(f) => {
+                    if let Some(f) = f.lock().take() {
+                        f(ok)
+                    }
+                }
             }
         }
         None
@@ -196,6 +203,16 @@ impl ConfirmHandle {
 }
 
 impl ConfirmHandle {
+    /// Runs `f` once one durable write is done (`true`) or failed.
+    pub fn then(f: impl FnOnce(bool) + Send + 'static) -> Arc<ConfirmHandle> {
+        Arc::new(ConfirmHandle {
+            target: Target::Then(Mutex::new(Some(Box::new(f)))),
+            seq: 0,
+            remaining: AtomicUsize::new(1),
+            failed: AtomicUsize::new(0),
+        })
+    }
+
     /// A due delayed message (`seq` in its store's log) published to `waits` durable queues.
     pub fn for_delayed(
         store: Arc<crate::delayed::DelayStore>,

@@ -95,6 +95,29 @@ fn negate_delay(properties: &Bytes) -> Bytes {
     props.to_bytes()
 }
 
+/// A message coming back for another attempt, with its `x-delivery-count` header (RabbitMQ 4's
+/// name for it) raised, and the number of that attempt.
+pub fn next_attempt(m: &Message) -> (Message, u64) {
+    let mut props = BasicProperties::decode(&m.properties).unwrap_or_default();
+    let h = props.headers.get_or_insert_with(Default::default);
+    let attempt = h
+        .get("x-delivery-count")
+        .and_then(|v| v.as_i64())
+        .map_or(1, |n| n.max(0) as u64 + 1);
+    h.0.retain(|(k, _)| &**k != "x-delivery-count");
+    h.insert("x-delivery-count", FieldValue::I64(attempt as i64));
+    let msg = Message {
+        exchange: m.exchange.clone(),
+        routing_key: m.routing_key.clone(),
+        properties: props.to_bytes(),
+        body: m.body.clone(),
+        persistent: m.persistent,
+        priority: m.priority,
+        expiration_ms: m.expiration_ms,
+    };
+    (msg, attempt)
+}
+
 /// A held message, and whether its log record must be acked once it is handed over.
 struct Held {
     msg: Arc<Message>,
@@ -204,7 +227,9 @@ struct State {
 }
 
 pub struct DelayStore {
+    /// The exchange it routes through, or the queue it returns messages to.
     pub exchange: Arc<str>,
+    to_queue: bool,
     vhost: Weak<VHost>,
     vhost_name: Arc<str>,
     dir: Option<PathBuf>,
@@ -233,6 +258,7 @@ impl DelayStore {
     pub fn open(
         vhost: &Arc<VHost>,
         exchange: &str,
+        to_queue: bool,
         dir: Option<PathBuf>,
         persister: Option<Arc<Persister>>,
         durable: bool,
@@ -256,7 +282,7 @@ impl DelayStore {
             // Spill files are rebuilt from the log.
             let _ = fs::remove_dir_all(&spill_dir);
             fs::create_dir_all(&spill_dir)?;
-            fs::write(dir.join("exchange"), exchange)?;
+            fs::write(dir.join("name"), exchange)?;
             st.spill = Some(Spill {
                 dir: spill_dir,
                 buckets: BTreeMap::new(),
@@ -273,6 +299,7 @@ impl DelayStore {
         }
         let store = Arc::new(DelayStore {
             exchange: exchange.into(),
+            to_queue,
             vhost: Arc::downgrade(vhost),
             vhost_name: vhost.name.clone(),
             dir,
@@ -475,6 +502,12 @@ impl DelayStore {
         let mut acks = Vec::new();
         for (seq, h) in due {
             let m = &h.msg;
+            targets.clear();
+            if self.to_queue {
+                targets.extend(vhost.queue(&self.exchange));
+                self.hand_over(seq, &h, h.msg.clone(), &mut targets, &mut acks);
+                continue;
+            }
             let msg = Arc::new(Message {
                 exchange: m.exchange.clone(),
                 routing_key: m.routing_key.clone(),
@@ -484,26 +517,37 @@ impl DelayStore {
                 priority: m.priority,
                 expiration_ms: m.expiration_ms,
             });
-            targets.clear();
             vhost.route_due(&self.exchange, &msg, &mut targets);
-            let stores = targets.iter().filter(|q| q.stores(&msg)).count();
-            let handle = (h.logged && stores > 0)
-                .then(|| ConfirmHandle::for_delayed(self.clone(), seq, stores));
-            for q in targets.drain(..) {
-                let storing = q.stores(&msg);
-                let r = q.publish(msg.clone(), if storing { handle.as_ref() } else { None });
-                if storing && r != crate::queue::Enqueued::Accepted {
-                    if let Some(hd) = &handle {
-                        hd.done(true);
-                    }
-                }
-            }
-            if h.logged && handle.is_none() {
-                acks.push(seq);
-            }
+            self.hand_over(seq, &h, msg, &mut targets, &mut acks);
         }
         if !acks.is_empty() {
             self.ack(acks);
+        }
+    }
+
+    /// Publishes a due message to `targets`; its log record is acked once they have it.
+    fn hand_over(
+        self: &Arc<Self>,
+        seq: u64,
+        h: &Held,
+        msg: Arc<Message>,
+        targets: &mut Vec<crate::queue::QueueRef>,
+        acks: &mut Vec<u64>,
+    ) {
+        let stores = targets.iter().filter(|q| q.stores(&msg)).count();
+        let handle =
+            (h.logged && stores > 0).then(|| ConfirmHandle::for_delayed(self.clone(), seq, stores));
+        for q in targets.drain(..) {
+            let storing = q.stores(&msg);
+            let r = q.publish(msg.clone(), if storing { handle.as_ref() } else { None });
+            if storing && r != crate::queue::Enqueued::Accepted {
+                if let Some(hd) = &handle {
+                    hd.done(true);
+                }
+            }
+        }
+        if h.logged && handle.is_none() {
+            acks.push(seq);
         }
     }
 
@@ -570,10 +614,8 @@ impl Logged for DelayStore {
     }
 
     fn describe(&self) -> String {
-        format!(
-            "delayed exchange '{}' in vhost '{}'",
-            self.exchange, self.vhost_name
-        )
+        let what = if self.to_queue { "retries of queue" } else { "delayed exchange" };
+        format!("{what} '{}' in vhost '{}'", self.exchange, self.vhost_name)
     }
 }
 

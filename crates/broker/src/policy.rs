@@ -102,8 +102,24 @@ pub fn validate(p: &PolicyDef) -> Result<(), String> {
                 return bad("overflow value")
             }
             "alternate-exchange" if !v.is_string() => return bad("alternate exchange name"),
+            "delayed-retry-type" if !v.is_string() => return bad("delayed retry type"),
+            "delayed-retry-min" | "delayed-retry-max" | "delayed-retry-multiplier"
+                if v.as_i64().is_none_or(|n| n < 1) =>
+            {
+                return bad("delayed retry setting")
+            }
             _ => {}
         }
+    }
+    let text = |k: &str| p.definition.get(k).and_then(Value::as_str);
+    let num = |k: &str| p.definition.get(k).and_then(Value::as_i64);
+    if let Err((k, why)) = crate::queue::args::Retry::from_parts(
+        text("delayed-retry-type"),
+        num("delayed-retry-min"),
+        num("delayed-retry-max"),
+        num("delayed-retry-multiplier"),
+    ) {
+        return Err(validation_failed(format!("delayed-retry-{k}: {why}")));
     }
     Ok(())
 }
@@ -119,6 +135,10 @@ fn known(k: &str) -> bool {
             | "dead-letter-exchange"
             | "dead-letter-routing-key"
             | "alternate-exchange"
+            | "delayed-retry-type"
+            | "delayed-retry-min"
+            | "delayed-retry-max"
+            | "delayed-retry-multiplier"
     ) || IGNORED_KEYS.contains(&k)
 }
 
@@ -177,6 +197,17 @@ pub fn effective(
     }
     if a.dead_letter_routing_key.is_none() {
         a.dead_letter_routing_key = text("dead-letter-routing-key");
+    }
+    // The queue's own x-delayed-retry-* arguments win as a whole over the policy's.
+    if a.retry.is_none() && !arguments.0.iter().any(|(k, _)| k.starts_with("x-delayed-retry-")) {
+        a.retry = crate::queue::args::Retry::from_parts(
+            d.get("delayed-retry-type").and_then(Value::as_str),
+            d.get("delayed-retry-min").and_then(Value::as_i64),
+            d.get("delayed-retry-max").and_then(Value::as_i64),
+            d.get("delayed-retry-multiplier").and_then(Value::as_i64),
+        )
+        .ok()
+        .flatten();
     }
     if arguments.get("x-overflow").is_none() {
         a.overflow = match text("overflow").as_deref() {

@@ -66,6 +66,8 @@ pub struct VHost {
     cluster: Option<Arc<Cluster>>,
     /// The stores of `x-delayed-message` exchanges, opened at boot or on first use.
     delayed: Mutex<HashMap<Arc<str>, Arc<DelayStore>>>,
+    /// The messages queues with `x-delayed-retry-*` hold back after a requeue, by queue.
+    retry: Mutex<HashMap<Arc<str>, Arc<DelayStore>>>,
 }
 
 pub struct Storage {
@@ -456,6 +458,7 @@ impl VHost {
             policies: Mutex::new(Vec::new()),
             cluster,
             delayed: Mutex::new(HashMap::new()),
+            retry: Mutex::new(HashMap::new()),
         })
     }
 
@@ -1676,7 +1679,7 @@ impl VHost {
             .as_ref()
             .map(|st| st.dir.join("delayed").join(crate::delayed::dir_name(exchange)));
         let persister = self.storage.as_ref().map(|st| st.persister.clone());
-        match DelayStore::open(self, exchange, dir, persister, x.durable) {
+        match DelayStore::open(self, exchange, false, dir, persister, x.durable) {
             Ok(s) => {
                 stores.insert(x.name.clone(), s.clone());
                 Some(s)
@@ -1688,19 +1691,56 @@ impl VHost {
         }
     }
 
-    /// Drops the stores of delayed exchanges that are gone (and their messages, as the plugin).
+    /// The store holding queue `queue`'s delayed retries, opened on first use.
+    pub fn retry_store(self: &Arc<Self>, queue: &str) -> Option<Arc<DelayStore>> {
+        let mut stores = self.retry.lock();
+        if let Some(s) = stores.get(queue) {
+            return Some(s.clone());
+        }
+        let q = self.snapshot.load().queues.get(queue)?.clone();
+        let dir = self.storage.as_ref().map(|st| {
+            st.dir
+                .join("delayed")
+                .join(format!("q-{}", crate::delayed::dir_name(queue)))
+        });
+        let persister = self.storage.as_ref().map(|st| st.persister.clone());
+        let durable = q.options().durable;
+        match DelayStore::open(self, queue, true, dir, persister, durable) {
+            Ok(s) => {
+                stores.insert(q.name().clone(), s.clone());
+                Some(s)
+            }
+            Err(e) => {
+                tracing::error!(vhost = %self.name, queue, error = %e, "cannot open the delayed retry store");
+                None
+            }
+        }
+    }
+
+    /// Drops the stores of delayed exchanges and retrying queues that are gone (and their
+    /// messages, as the plugin drops a deleted exchange's).
     fn prune_delayed(&self, defs: &Snapshot) {
         let mut stores = self.delayed.lock();
-        if stores.is_empty() {
-            return;
+        if !stores.is_empty() {
+            stores.retain(|name, store| {
+                let keep = defs.table.exchanges.get(name).is_some_and(|x| x.delayed);
+                if !keep {
+                    store.destroy();
+                }
+                keep
+            });
         }
-        stores.retain(|name, store| {
-            let keep = defs.table.exchanges.get(name).is_some_and(|x| x.delayed);
-            if !keep {
-                store.destroy();
-            }
-            keep
-        });
+        drop(stores);
+        let mut stores = self.retry.lock();
+        if !stores.is_empty() {
+            stores.retain(|name, store| {
+                let keep = defs.queues.contains_key(name);
+                if !keep {
+                    store.destroy();
+                }
+                keep
+            });
+        }
     }
 
     /// Messages held by delayed exchange `exchange`.
@@ -1731,12 +1771,25 @@ impl VHost {
             return;
         };
         for e in entries.flatten() {
-            if !keep.contains(e.file_name().to_string_lossy().as_ref()) {
-                let _ = std::fs::remove_dir_all(e.path());
+            let dir = e.file_name().to_string_lossy().into_owned();
+            if let Some(hash) = dir.strip_prefix("q-") {
+                // A durable queue's retries: kept while the queue is.
+                let name = std::fs::read_to_string(e.path().join("name")).unwrap_or_default();
+                let durable = self
+                    .snapshot
+                    .load()
+                    .queues
+                    .get(name.as_str())
+                    .is_some_and(|q| q.options().durable);
+                if durable && crate::delayed::dir_name(&name) == hash && self.retry_store(&name).is_some() {
+                    continue;
+                }
+            } else if keep.contains(&dir) {
+                continue;
             }
+            let _ = std::fs::remove_dir_all(e.path());
         }
     }
-
 
     /// Creates the private queue behind a channel's direct reply-to consumer.
     pub fn new_direct_reply_queue(self: &Arc<Self>) -> QueueRef {

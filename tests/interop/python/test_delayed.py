@@ -234,3 +234,133 @@ def test_many_pending_spill_to_disk_and_come_back_in_order(conn, ch, res, mgmt_u
     got = _collect(conn, ch, q, n, timeout=WAIT + 10)
     order = [int(b[-8:]) for _, b, _ in got]
     assert order == list(range(n - 1, -1, -1))
+
+
+# ---- retry with back-off: x-delayed-retry-* (RabbitMQ 4.3's names; LavinMQ's multiplier) ----
+
+
+def _attempts(conn, ch, q, settle, n, timeout=WAIT):
+    """Consumes from `q` with manual acks; `settle(ch, method)` handles each of the first `n`
+    deliveries (nack, reject), then the next is acked. Returns [(monotonic time, props)]."""
+    seen = []
+
+    def on(c, m, p, b):
+        seen.append((time.monotonic(), p, m))
+        if len(seen) <= n:
+            settle(c, m)
+        else:
+            c.basic_ack(m.delivery_tag)
+
+    tag = ch.basic_consume(q, on)
+    deadline = time.monotonic() + timeout
+    while len(seen) <= n and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.02)
+    ch.basic_cancel(tag)
+    return seen
+
+
+def _nack(c, m):
+    c.basic_nack(m.delivery_tag, requeue=True)
+
+
+def _reject(c, m):
+    c.basic_reject(m.delivery_tag, requeue=True)
+
+
+def _gaps(seen):
+    return [b[0] - a[0] for a, b in zip(seen, seen[1:])]
+
+
+def test_requeue_comes_back_after_a_linear_delay(conn, ch):
+    q = ch.queue_declare("", exclusive=True, arguments={
+        "x-delayed-retry-type": "all", "x-delayed-retry-min": 300}).method.queue
+    ch.basic_publish("", q, b"job")
+    seen = _attempts(conn, ch, q, _nack, 2)
+    assert len(seen) == 3
+    gaps = _gaps(seen)
+    assert gaps[0] >= 0.28 and gaps[1] >= 0.58, gaps  # 300 ms, then 600 ms
+    assert [(p.headers or {}).get("x-delivery-count") for _, p, _ in seen] == [None, 1, 2]
+    # While it waits it is not in the queue.
+    assert ch.queue_declare(q, passive=True).method.message_count == 0
+
+
+def test_exponential_back_off_is_capped_by_max(conn, ch):
+    q = ch.queue_declare("", exclusive=True, arguments={
+        "x-delayed-retry-min": 150, "x-delayed-retry-multiplier": 3,
+        "x-delayed-retry-max": 600}).method.queue
+    ch.basic_publish("", q, b"job")
+    seen = _attempts(conn, ch, q, _reject, 3)
+    gaps = _gaps(seen)
+    # 150, 450, then 1350 capped to 600.
+    assert gaps[0] >= 0.13 and gaps[1] >= 0.43 and gaps[2] >= 0.58, gaps
+    assert gaps[2] < 1.3, gaps
+
+
+def test_failed_delays_rejects_only(conn, ch):
+    q = ch.queue_declare("", exclusive=True, arguments={
+        "x-delayed-retry-type": "failed", "x-delayed-retry-min": 1500}).method.queue
+    ch.basic_publish("", q, b"job")
+    # A nack is a return, not a failure: it comes back at once, undelayed.
+    seen = _attempts(conn, ch, q, _nack, 1)
+    assert len(seen) == 2 and seen[1][2].redelivered
+    assert "x-delivery-count" not in (seen[1][1].headers or {})
+    ch.basic_publish("", q, b"job2")
+    seen = _attempts(conn, ch, q, _reject, 1)
+    assert _gaps(seen)[0] >= 1.45
+
+
+def test_retry_argument_errors(conn):
+    for args, key in (({"x-delayed-retry-type": "sometimes"}, "x-delayed-retry-type"),
+                      ({"x-delayed-retry-min": 0}, "x-delayed-retry-min"),
+                      ({"x-delayed-retry-min": "5"}, "x-delayed-retry-min"),
+                      ({"x-delayed-retry-min": 500, "x-delayed-retry-max": 100}, "x-delayed-retry-max")):
+        ch = conn.channel()
+        with channel_closed(406, f"PRECONDITION_FAILED - invalid arg '{key}'"):
+            ch.queue_declare(uname("rq"), arguments=args)
+
+
+def test_retry_set_by_policy(conn, ch, mgmt_url):
+    from test_access import Api, q as quote
+
+    api = Api(mgmt_url)
+    name = uname("retrypol")
+    pol = uname("p")
+    st, body = api.call("PUT", f"/api/policies/%2F/{quote(pol)}", {
+        "pattern": f"^{name}$", "apply-to": "queues",
+        "definition": {"delayed-retry-type": "all", "delayed-retry-min": 400}})
+    assert st in (201, 204), body
+    try:
+        st, body = api.call("PUT", f"/api/policies/%2F/{quote(uname('bad'))}", {
+            "pattern": "^nothing$", "definition": {"delayed-retry-type": "sometimes"}})
+        assert st == 400, body
+        ch.queue_declare(name, exclusive=True)
+        ch.basic_publish("", name, b"job")
+        seen = _attempts(conn, ch, name, _nack, 1)
+        assert _gaps(seen)[0] >= 0.38
+    finally:
+        api.call("DELETE", f"/api/policies/%2F/{quote(pol)}")
+
+
+def test_retried_persistent_message_survives_kill_9(tmp_path):
+    with _Node(tmp_path) as node:
+        c = connect(node.url)
+        ch = c.channel()
+        q = uname("rq")
+        ch.queue_declare(q, durable=True, arguments={"x-delayed-retry-min": 1500})
+        ch.confirm_delivery()
+        ch.basic_publish("", q, b"job", pika.BasicProperties(delivery_mode=2))
+        seen = []
+        ch.basic_consume(q, lambda c2, m, p, b: (seen.append(p), c2.basic_nack(m.delivery_tag, requeue=True)))
+        deadline = time.monotonic() + WAIT
+        while not seen and time.monotonic() < deadline:
+            c.process_data_events(time_limit=0.05)
+        assert len(seen) == 1
+        c.process_data_events(time_limit=0.3)  # the nack is written with the next group
+        node.kill9()
+        node.start()
+        c = connect(node.url)
+        ch = c.channel()
+        got = _collect(c, ch, q, 1)
+        assert [b for _, b, _ in got] == [b"job"]
+        assert got[0][2].headers["x-delivery-count"] == 1
+        safe_close(c)

@@ -25,6 +25,88 @@ pub struct QueueArgs {
     pub expires_ms: Option<u64>,
     /// `x-single-active-consumer`: only one consumer receives at a time.
     pub single_active_consumer: bool,
+    /// `x-delayed-retry-*`: a requeued message comes back after a delay.
+    pub retry: Option<Retry>,
+}
+
+/// Which requeues are delayed (RabbitMQ 4.3's `x-delayed-retry-type`). Over AMQP 0-9-1, as in
+/// RabbitMQ 4.3, a `basic.reject` with requeue is a failed delivery (its count goes up) and a
+/// `basic.nack` with requeue a returned one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryOn {
+    All,
+    Failed,
+    Returned,
+}
+
+/// Retry with back-off: attempt `n` (1 for the first requeue) waits `min * n` (linear, RabbitMQ
+/// 4.3), or `min * multiplier^(n-1)` with a multiplier (LavinMQ's exponential form), capped by
+/// `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    pub on: RetryOn,
+    pub min_ms: u64,
+    pub max_ms: Option<u64>,
+    pub multiplier: Option<u64>,
+}
+
+/// Longest single delay: what fits a u32 of milliseconds (about 49.7 days), as LavinMQ caps it.
+const RETRY_CAP_MS: u64 = u32::MAX as u64;
+
+impl Retry {
+    pub fn delay_ms(&self, attempt: u64) -> u64 {
+        let n = attempt.max(1);
+        let d = match self.multiplier {
+            None => self.min_ms.saturating_mul(n),
+            Some(m) => {
+                let exp = u32::try_from(n - 1).unwrap_or(u32::MAX);
+                self.min_ms.saturating_mul(m.saturating_pow(exp))
+            }
+        };
+        d.min(self.max_ms.unwrap_or(u64::MAX)).min(RETRY_CAP_MS)
+    }
+
+    /// Whether a requeue by `basic.reject` (`failed`) or `basic.nack` is delayed.
+    pub fn applies(&self, failed: bool) -> bool {
+        match self.on {
+            RetryOn::All => true,
+            RetryOn::Failed => failed,
+            RetryOn::Returned => !failed,
+        }
+    }
+
+    /// From the four settings (type, min, max, multiplier); `Ok(None)` when disabled.
+    pub fn from_parts(
+        on: Option<&str>,
+        min: Option<i64>,
+        max: Option<i64>,
+        multiplier: Option<i64>,
+    ) -> Result<Option<Retry>, (&'static str, String)> {
+        let on = match on {
+            // Setting only the minimum enables it, as LavinMQ's x-delayed-retry-min does.
+            None if min.is_some() => RetryOn::All,
+            None | Some("disabled") => return Ok(None),
+            Some("all") => RetryOn::All,
+            Some("failed") => RetryOn::Failed,
+            Some("returned") => RetryOn::Returned,
+            Some(other) => return Err(("type", format!("{{invalid_value,<<\"{other}\">>}}"))),
+        };
+        let positive = |k: &'static str, v: Option<i64>| match v {
+            Some(n) if n < 1 => Err((k, format!("{{value_not_positive,{n}}}"))),
+            v => Ok(v.map(|n| n as u64)),
+        };
+        let min_ms = positive("min", min)?.unwrap_or(1000);
+        let max_ms = positive("max", max)?;
+        if let Some(m) = max_ms.filter(|m| *m < min_ms) {
+            return Err(("max", format!("{{less_than_min,{m}}}")));
+        }
+        Ok(Some(Retry {
+            on,
+            min_ms,
+            max_ms,
+            multiplier: positive("multiplier", multiplier)?,
+        }))
+    }
 }
 
 impl QueueArgs {
@@ -87,7 +169,15 @@ impl QueueArgs {
                     .to_string(),
             ),
         };
+        let retry = Retry::from_parts(
+            string("x-delayed-retry-type")?.as_deref(),
+            int("x-delayed-retry-min")?,
+            int("x-delayed-retry-max")?,
+            int("x-delayed-retry-multiplier")?,
+        )
+        .map_err(|(k, why)| invalid(&format!("x-delayed-retry-{k}"), why))?;
         Ok(QueueArgs {
+            retry,
             max_length: non_neg("x-max-length")?,
             max_length_bytes: non_neg("x-max-length-bytes")?,
             overflow,
