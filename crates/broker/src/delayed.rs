@@ -273,7 +273,7 @@ impl DelayStore {
             count: 0,
             deleted: false,
         };
-        let mut recovered = Vec::new();
+        let mut recovered = None;
         if let Some(dir) = &dir {
             if !durable {
                 let _ = fs::remove_dir_all(dir);
@@ -292,7 +292,7 @@ impl DelayStore {
                 let (log, rec) = Log::open(&dir.join("log"), |d| d.len() as u64)?;
                 st.next_seq = rec.max_seq.map_or(0, |m| m + 1);
                 if let Some(first) = rec.live.first() {
-                    recovered = read_all(&log, first, &rec.live)?;
+                    recovered = Some((first, rec.live));
                 }
                 st.log = Some(log);
             }
@@ -310,12 +310,8 @@ impl DelayStore {
             armed_for: AtomicU64::new(u64::MAX),
             held: AtomicU64::new(0),
         });
-        if !recovered.is_empty() {
-            let mut st = store.state.lock();
-            let n = recovered.len();
-            for (seq, due, msg) in recovered {
-                store.insert(&mut st, due, seq, Held { msg, logged: true });
-            }
+        if let Some((first, live)) = recovered {
+            let n = store.recover(first, &live)?;
             tracing::info!(vhost = %store.vhost_name, exchange, messages = n, "delayed messages recovered");
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -343,7 +339,13 @@ impl DelayStore {
         confirm: Option<&Arc<ConfirmHandle>>,
     ) -> bool {
         let due = unix_ms().saturating_add(delay_ms);
-        let msg = Arc::new(msg);
+        // Its own copy: a body sliced from a connection's read buffer would keep that whole
+        // buffer alive for as long as the message waits.
+        let msg = Arc::new(Message {
+            properties: Bytes::copy_from_slice(&msg.properties),
+            body: Bytes::copy_from_slice(&msg.body),
+            ..msg
+        });
         let mut took = false;
         let dirty = {
             let mut st = self.state.lock();
@@ -485,7 +487,8 @@ impl DelayStore {
                 now
             } else {
                 let first = st.mem.first_key_value().map(|(&(d, _), _)| d);
-                let spilled = (st.horizon != u64::MAX).then(|| st.horizon.saturating_sub(LOOKAHEAD_MS));
+                let spilled =
+                    (st.horizon != u64::MAX).then(|| st.horizon.saturating_sub(LOOKAHEAD_MS));
                 first.into_iter().chain(spilled).min().unwrap_or(u64::MAX)
             }
         };
@@ -497,7 +500,9 @@ impl DelayStore {
 
     /// Publishes due messages to the queues the exchange routes them to now.
     fn route(self: &Arc<Self>, due: Vec<(u64, Held)>) {
-        let Some(vhost) = self.vhost.upgrade() else { return };
+        let Some(vhost) = self.vhost.upgrade() else {
+            return;
+        };
         let mut targets = Vec::new();
         let mut acks = Vec::new();
         for (seq, h) in due {
@@ -588,7 +593,6 @@ impl DelayStore {
         }
         self.wake.notify_one();
     }
-
 }
 
 impl Logged for DelayStore {
@@ -614,29 +618,54 @@ impl Logged for DelayStore {
     }
 
     fn describe(&self) -> String {
-        let what = if self.to_queue { "retries of queue" } else { "delayed exchange" };
+        let what = if self.to_queue {
+            "retries of queue"
+        } else {
+            "delayed exchange"
+        };
         format!("{what} '{}' in vhost '{}'", self.exchange, self.vhost_name)
     }
 }
 
-/// Every live record of a recovered log: `(seq, due, message)`.
-fn read_all(log: &Log, first: u64, live: &LiveSet) -> std::io::Result<Vec<(u64, u64, Arc<Message>)>> {
-    let mut cursor = log.cursor_at_start(first);
-    let mut out = Vec::new();
-    loop {
-        let got = log.read(&mut cursor, 4 << 20, |s| live.holds(s))?;
-        if got.is_empty() {
-            return Ok(out);
-        }
-        for (seq, data) in got {
-            if data.len() < 8 {
-                continue;
+impl DelayStore {
+    /// Reads the live records of the log back a chunk at a time, so a long log is spilled as it
+    /// is read rather than held whole.
+    fn recover(&self, first: u64, live: &LiveSet) -> std::io::Result<u64> {
+        let mut st = self.state.lock();
+        let Some(log) = st.log.take() else {
+            return Ok(0);
+        };
+        let mut cursor = log.cursor_at_start(first);
+        let mut n = 0;
+        let r = loop {
+            let got = match log.read(&mut cursor, 4 << 20, |s| live.holds(s)) {
+                Ok(got) if got.is_empty() => break Ok(n),
+                Ok(got) => got,
+                Err(e) => break Err(e),
+            };
+            for (seq, data) in got {
+                let Some(due) = data
+                    .get(..8)
+                    .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
+                else {
+                    continue;
+                };
+                if let Some((m, _)) = crate::persist::decode_message(&data.slice(8..)) {
+                    self.insert(
+                        &mut st,
+                        due,
+                        seq,
+                        Held {
+                            msg: Arc::new(m),
+                            logged: true,
+                        },
+                    );
+                    n += 1;
+                }
             }
-            let due = u64::from_be_bytes(data[..8].try_into().expect("8 bytes"));
-            if let Some((m, _)) = crate::persist::decode_message(&data.slice(8..)) {
-                out.push((seq, due, Arc::new(m)));
-            }
-        }
+        };
+        st.log = Some(log);
+        r
     }
 }
 
@@ -684,7 +713,10 @@ mod tests {
         assert_eq!(requested_delay(&with(FieldValue::I64(-5))), None);
         assert_eq!(requested_delay(&with(FieldValue::I32(0))), None);
         assert_eq!(requested_delay(&with(FieldValue::str("1000"))), None);
-        assert_eq!(requested_delay(&BasicProperties::default().to_bytes()), None);
+        assert_eq!(
+            requested_delay(&BasicProperties::default().to_bytes()),
+            None
+        );
         let neg = negate_delay(&with(FieldValue::I32(1500)));
         let p = BasicProperties::decode(&neg).expect("decodes");
         assert_eq!(

@@ -199,7 +199,12 @@ pub fn effective(
         a.dead_letter_routing_key = text("dead-letter-routing-key");
     }
     // The queue's own x-delayed-retry-* arguments win as a whole over the policy's.
-    if a.retry.is_none() && !arguments.0.iter().any(|(k, _)| k.starts_with("x-delayed-retry-")) {
+    if a.retry.is_none()
+        && !arguments
+            .0
+            .iter()
+            .any(|(k, _)| k.starts_with("x-delayed-retry-"))
+    {
         a.retry = crate::queue::args::Retry::from_parts(
             d.get("delayed-retry-type").and_then(Value::as_str),
             d.get("delayed-retry-min").and_then(Value::as_i64),

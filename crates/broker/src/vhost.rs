@@ -23,10 +23,10 @@ use warren_protocol::method::{
 use crate::access::PolicyDef;
 use crate::cluster::{Cluster, QueueMeta};
 use crate::definitions::{self, Definition, DefinitionsStore};
-use crate::error::{AmqpError, AmqpResult};
-use crate::metrics::{ChannelStats, Churn};
 use crate::delayed::DelayStore;
+use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
+use crate::metrics::{ChannelStats, Churn};
 use crate::persist::Persister;
 use crate::queue::{Backing, Consumer, Queue, QueueArgs, QueueOptions, QueueRef};
 
@@ -80,7 +80,9 @@ pub struct Storage {
 fn parse_exchange_type(kind: &str, arguments: &FieldTable) -> AmqpResult<(ExchangeKind, bool)> {
     let unknown = |k: &str| AmqpError::command_invalid(format!("unknown exchange type '{k}'"));
     if kind != warren_routing::DELAYED_TYPE {
-        return ExchangeKind::parse(kind).map(|k| (k, false)).ok_or_else(|| unknown(kind));
+        return ExchangeKind::parse(kind)
+            .map(|k| (k, false))
+            .ok_or_else(|| unknown(kind));
     }
     match arguments.get("x-delayed-type").and_then(|v| v.as_str()) {
         Some(warren_routing::DELAYED_TYPE) => Err(AmqpError::precondition_failed(
@@ -1674,10 +1676,11 @@ impl VHost {
         }
         let snap = self.snapshot.load();
         let x = snap.table.exchanges.get(exchange).filter(|x| x.delayed)?;
-        let dir = self
-            .storage
-            .as_ref()
-            .map(|st| st.dir.join("delayed").join(crate::delayed::dir_name(exchange)));
+        let dir = self.storage.as_ref().map(|st| {
+            st.dir
+                .join("delayed")
+                .join(crate::delayed::dir_name(exchange))
+        });
         let persister = self.storage.as_ref().map(|st| st.persister.clone());
         match DelayStore::open(self, exchange, false, dir, persister, x.durable) {
             Ok(s) => {
@@ -1781,7 +1784,10 @@ impl VHost {
                     .queues
                     .get(name.as_str())
                     .is_some_and(|q| q.options().durable);
-                if durable && crate::delayed::dir_name(&name) == hash && self.retry_store(&name).is_some() {
+                if durable
+                    && crate::delayed::dir_name(&name) == hash
+                    && self.retry_store(&name).is_some()
+                {
                     continue;
                 }
             } else if keep.contains(&dir) {

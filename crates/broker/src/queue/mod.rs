@@ -748,7 +748,13 @@ impl Queue {
             );
             targets.clear();
             // A missing dead-letter exchange drops the message, as in RabbitMQ.
-            match vhost.route_keys(&m.exchange, &m.routing_key, &cc, &m.properties, &mut targets) {
+            match vhost.route_keys(
+                &m.exchange,
+                &m.routing_key,
+                &cc,
+                &m.properties,
+                &mut targets,
+            ) {
                 Err(_) => continue,
                 Ok(Some(delay)) => {
                     if let Some(store) = vhost.delay_store(&m.exchange) {
@@ -800,4 +806,3 @@ impl crate::persist::Logged for Queue {
         Queue::describe(self)
     }
 }
-
