@@ -5,7 +5,7 @@
 //! they deliver from other tasks: the delivery-tag counter, the unacked list and prefetch counts,
 //! under one small mutex, so that tags reach the socket in order.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::Arc;
 
@@ -17,6 +17,7 @@ use warren_protocol::{frame, reply, ByteString, Method};
 
 use crate::access::{exchange_resource, Access, Perm, PermCache, Resource};
 use crate::confirm::Confirms;
+use crate::consumer_timeout::{self as timeout, LeaseTarget, LEASE_EXCHANGE};
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::{header_routes, Message};
 use crate::metrics::{bump, delivered, ChannelStats};
@@ -40,6 +41,9 @@ struct Unacked {
     queue: QueueRef,
     msg: QueuedMessage,
     consumer: Option<Arc<Consumer>>,
+    /// When it was delivered, moved forward by a lease extension ([`timeout::now_ms`]): it
+    /// times out at `stamp` + its timeout.
+    stamp: u64,
 }
 
 #[derive(Default)]
@@ -56,6 +60,9 @@ struct Deliveries {
     /// channel.flow active; false stops deliveries.
     paused: bool,
     closed: bool,
+    /// Tags a consumer timeout took back: a late ack, nack or reject of one is ignored (as in
+    /// RabbitMQ 4.3), not a 406. Bounded by `limits::RECLAIMED_TAGS_MAX`, oldest forgotten.
+    reclaimed: BTreeSet<u64>,
 }
 
 pub struct ChannelShared {
@@ -157,6 +164,7 @@ impl ChannelShared {
                 queue: q(),
                 msg: m.clone(),
                 consumer: Some(c.clone()),
+                stamp: timeout::now_ms(),
             });
         }
     }
@@ -203,6 +211,7 @@ impl ChannelShared {
                 queue: q.clone(),
                 msg: m.clone(),
                 consumer: None,
+                stamp: timeout::now_ms(),
             });
         }
     }
@@ -211,8 +220,11 @@ impl ChannelShared {
     fn take(&self, tag: u64, multiple: bool) -> AmqpResult<Vec<Unacked>> {
         let mut d = self.deliveries.lock();
         let taken: Vec<Unacked> = if multiple {
-            if tag != 0 && !d.unacked.iter().any(|u| u.tag == tag) {
+            if tag != 0 && !d.unacked.iter().any(|u| u.tag == tag) && !d.reclaimed.contains(&tag) {
                 return Err(unknown_tag(tag));
+            }
+            if !d.reclaimed.is_empty() {
+                d.reclaimed.retain(|&t| tag != 0 && t > tag);
             }
             let n = if tag == 0 {
                 d.unacked.len()
@@ -221,11 +233,12 @@ impl ChannelShared {
             };
             d.unacked.drain(..n).collect()
         } else {
-            let i = d
-                .unacked
-                .binary_search_by_key(&tag, |u| u.tag)
-                .map_err(|_| unknown_tag(tag))?;
-            d.unacked.remove(i).into_iter().collect()
+            match d.unacked.binary_search_by_key(&tag, |u| u.tag) {
+                Ok(i) => d.unacked.remove(i).into_iter().collect(),
+                // Taken back by a consumer timeout: the client did not know yet.
+                Err(_) if d.reclaimed.remove(&tag) => Vec::new(),
+                Err(_) => return Err(unknown_tag(tag)),
+            }
         };
         for u in &taken {
             if u.consumer.is_some() {
@@ -347,6 +360,9 @@ pub struct Channel {
     perms: PermCache,
     /// This channel's place in its user's channel count (max-channels), given back on drop.
     pub place: Option<crate::admission::ChannelPlace>,
+    /// The broker's `consumer_timeout` (ms, 0 = none), for deliveries whose consumer and queue
+    /// set none.
+    pub default_consumer_timeout: u64,
 }
 
 impl Channel {
@@ -372,6 +388,7 @@ impl Channel {
             pressured: Vec::new(),
             perms: PermCache::default(),
             place: None,
+            default_consumer_timeout: crate::limits::CONSUMER_TIMEOUT_MS,
         }
     }
 
@@ -790,6 +807,23 @@ impl Channel {
                 ))
             })?,
         };
+        let timeout_ms = match c.arguments.get("x-consumer-timeout") {
+            None => None,
+            Some(v) => match v.as_i64() {
+                Some(n) if n >= 0 => Some(n as u64).filter(|&n| n > 0),
+                Some(n) => {
+                    return Err(AmqpError::precondition_failed(format!(
+                        "invalid arg 'x-consumer-timeout' for consumer '{tag}': {{value_negative,{n}}}"
+                    )))
+                }
+                None => {
+                    return Err(AmqpError::precondition_failed(format!(
+                        "invalid arg 'x-consumer-timeout' for consumer '{tag}': \"expected integer, got {}\"",
+                        crate::queue::type_name(v)
+                    )))
+                }
+            },
+        };
         let consumer = Arc::new(Consumer {
             key: crate::queue::consumer_key(),
             tag: tag.clone(),
@@ -800,6 +834,7 @@ impl Channel {
             priority,
             prefetch: self.consumer_prefetch,
             cancelled: AtomicBool::new(false),
+            timeout_ms,
         });
         let (outbox, id, nowait) = (&self.shared.outbox, self.id(), c.nowait);
         q.add_consumer(consumer.clone(), || {
@@ -991,6 +1026,11 @@ impl Channel {
         body: Bytes,
         ctx: &Ctx<'_>,
     ) -> AmqpResult<()> {
+        // Not an exchange: a lease extension for this channel's own deliveries.
+        if &*publish.exchange == LEASE_EXCHANGE {
+            self.extend_lease(&publish.routing_key, &body);
+            return Ok(());
+        }
         let mut raw = header.raw_properties;
         // user-id (flag bit 4) and reply-to (bit 9): decode the properties only when set.
         if raw.len() >= 2 && (raw[1] & 0x10 != 0 || raw[0] & 0x02 != 0) {
@@ -1210,6 +1250,169 @@ impl Channel {
         finish(taken, Settle::Requeue);
         self.publish = PublishState::Idle;
         self.tx = None;
+    }
+}
+
+/// The consumer timeout (docs/consumer-timeout.md), kept apart from the message path.
+impl Channel {
+    /// Whether the connection's timer must keep checking this channel: a manual-ack consumer,
+    /// or deliveries awaiting ack.
+    pub fn awaits_acks(&self) -> bool {
+        self.consumers.values().any(|c| !c.no_ack)
+            || !self.shared.deliveries.lock().unacked.is_empty()
+    }
+
+    /// Takes back deliveries unacked past their timeout, `now` being [`timeout::now_ms`]. With
+    /// `cancel_notify` each timed-out consumer is cancelled (basic.cancel) and all of its unacked
+    /// deliveries requeued; the channel stays open. Without it the channel must be closed: the
+    /// error to close it with is returned (closing requeues everything). Timed-out basic.get
+    /// deliveries are requeued either way. Returns the earliest deadline still ahead.
+    pub fn expire_deliveries(
+        &mut self,
+        now: u64,
+        cancel_notify: bool,
+        conn: u64,
+        vhost: &Arc<VHost>,
+    ) -> AmqpResult<Option<u64>> {
+        let global = self.default_consumer_timeout;
+        let mut next: Option<u64> = None;
+        // Timed-out consumers with their timeout; timed-out basic.get deliveries by tag.
+        let mut expired: Vec<(Arc<Consumer>, u64, bool)> = Vec::new();
+        let mut gets: Vec<u64> = Vec::new();
+        let taken: Vec<Unacked> = {
+            let mut d = self.shared.deliveries.lock();
+            if d.unacked.is_empty() {
+                return Ok(None);
+            }
+            // A consumer's timeout is resolved once per check, not per delivery.
+            let mut timeouts: ahash::AHashMap<u64, Option<u64>> = ahash::AHashMap::new();
+            for u in &d.unacked {
+                let t = match &u.consumer {
+                    Some(c) => *timeouts.entry(c.key).or_insert_with(|| {
+                        timeout::effective(c.timeout_ms, c.queue.args().consumer_timeout_ms, global)
+                    }),
+                    None => timeout::effective(None, u.queue.args().consumer_timeout_ms, global),
+                };
+                let Some(t) = t else { continue };
+                let deadline = u.stamp.saturating_add(t);
+                if now < deadline {
+                    next = Some(next.map_or(deadline, |n| n.min(deadline)));
+                    continue;
+                }
+                match &u.consumer {
+                    Some(c) if !expired.iter().any(|(x, ..)| x.key == c.key) => {
+                        expired.push((c.clone(), t, false))
+                    }
+                    Some(_) => {}
+                    None => gets.push(u.tag),
+                }
+            }
+            if !cancel_notify {
+                if let Some((c, t, _)) = expired.first() {
+                    tracing::info!(conn, channel = self.id(), vhost = %vhost.name, queue = %c.queue.name(), consumer_tag = %c.tag, timeout_ms = t, "consumer timed out: closing the channel (the client lacks consumer_cancel_notify)");
+                    return Err(AmqpError::precondition_failed(timeout::timed_out_text(
+                        self.id(),
+                        *t,
+                    )));
+                }
+            }
+            if expired.is_empty() && gets.is_empty() {
+                return Ok(next);
+            }
+            // Cancelled under this lock, so no delivery to them is recorded after the take.
+            for (c, _, newly) in expired.iter_mut() {
+                *newly = !c.cancelled.swap(true, Ordering::Relaxed);
+            }
+            let all = std::mem::take(&mut d.unacked);
+            let mut taken = Vec::new();
+            for u in all {
+                let gone = match &u.consumer {
+                    Some(c) => expired.iter().any(|(x, ..)| x.key == c.key),
+                    None => gets.binary_search(&u.tag).is_ok(),
+                };
+                if gone {
+                    taken.push(u);
+                } else {
+                    d.unacked.push_back(u);
+                }
+            }
+            for u in &taken {
+                if u.consumer.is_some() {
+                    d.global_unacked = d.global_unacked.saturating_sub(1);
+                }
+                d.reclaimed.insert(u.tag);
+            }
+            while d.reclaimed.len() > crate::limits::RECLAIMED_TAGS_MAX {
+                d.reclaimed.pop_first();
+            }
+            taken
+        };
+        for (c, t, newly) in &expired {
+            if self
+                .consumers
+                .get(&c.tag)
+                .is_some_and(|x| Arc::ptr_eq(x, c))
+            {
+                self.consumers.remove(&c.tag);
+            }
+            // One the client had cancelled already is not cancelled again.
+            if *newly {
+                self.shared.cancelled(c);
+                remove_consumer(vhost, c);
+            }
+            let requeued = taken
+                .iter()
+                .filter(|u| u.consumer.as_ref().is_some_and(|x| x.key == c.key))
+                .count();
+            tracing::info!(conn, channel = self.id(), vhost = %vhost.name, queue = %c.queue.name(), consumer_tag = %c.tag, timeout_ms = t, requeued, cancelled = *newly, "consumer timed out: deliveries requeued");
+        }
+        if !gets.is_empty() {
+            tracing::info!(conn, channel = self.id(), vhost = %vhost.name, requeued = gets.len(), "basic.get deliveries timed out: requeued");
+        }
+        finish(taken, Settle::Requeue);
+        if self.shared.capped() {
+            self.kick_consumers();
+        }
+        Ok(next)
+    }
+
+    /// A publish to [`LEASE_EXCHANGE`]: moves the named deliveries' deadlines to the requested
+    /// time from now (never earlier). Malformed requests and unknown tags are ignored; with
+    /// confirms on it is confirmed like any publish.
+    fn extend_lease(&mut self, routing_key: &str, body: &[u8]) {
+        if self.confirm {
+            self.next_publish_seq += 1;
+            self.confirms.settled(self.next_publish_seq - 1, true);
+        }
+        let Some(lease) = timeout::parse_lease(routing_key, body) else {
+            tracing::debug!(
+                channel = self.id(),
+                routing_key,
+                "malformed lease extension ignored"
+            );
+            return;
+        };
+        let (now, global) = (timeout::now_ms(), self.default_consumer_timeout);
+        let extend = |u: &mut Unacked| {
+            let t = match &u.consumer {
+                Some(c) => {
+                    timeout::effective(c.timeout_ms, c.queue.args().consumer_timeout_ms, global)
+                }
+                None => timeout::effective(None, u.queue.args().consumer_timeout_ms, global),
+            };
+            if let Some(t) = t {
+                u.stamp = timeout::extended_stamp(u.stamp, now, t, lease.extend_ms);
+            }
+        };
+        let mut d = self.shared.deliveries.lock();
+        match lease.target {
+            LeaseTarget::All => d.unacked.iter_mut().for_each(extend),
+            LeaseTarget::Tag(tag) => {
+                if let Ok(i) = d.unacked.binary_search_by_key(&tag, |u| u.tag) {
+                    extend(&mut d.unacked[i]);
+                }
+            }
+        }
     }
 }
 
