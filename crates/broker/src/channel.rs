@@ -1319,7 +1319,8 @@ impl Channel {
             if expired.is_empty() && gets.is_empty() {
                 return Ok(next);
             }
-            // Cancelled under this lock, so no delivery to them is recorded after the take.
+            // Marked under this lock: a delivery that raced past the mark is taken back at a
+            // later check, without a second basic.cancel.
             for (c, _, newly) in expired.iter_mut() {
                 *newly = !c.cancelled.swap(true, Ordering::Relaxed);
             }
@@ -1486,4 +1487,203 @@ fn strip_cr_lf(name: &ByteString) -> ByteString {
         return name.clone();
     }
     ByteString::from(name.replace(['\r', '\n'], ""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warren_protocol::{FieldTable, FieldValue};
+
+    fn setup(args: FieldTable) -> (Arc<VHost>, QueueRef, Channel) {
+        let vhost = VHost::new("/");
+        let q = vhost
+            .declare_queue(&QueueSpec {
+                name: "q",
+                passive: false,
+                durable: false,
+                exclusive: false,
+                auto_delete: false,
+                arguments: &args,
+                conn_id: 1,
+                server_named: false,
+                home: None,
+            })
+            .expect("declare");
+        let mut ch = Channel::new(1, Outbox::new(131_072));
+        ch.default_consumer_timeout = 0;
+        (vhost, q, ch)
+    }
+
+    fn consume(
+        ch: &mut Channel,
+        q: &QueueRef,
+        tag: &str,
+        timeout_ms: Option<u64>,
+    ) -> Arc<Consumer> {
+        let c = Arc::new(Consumer {
+            key: crate::queue::consumer_key(),
+            tag: tag.into(),
+            sink: ch.shared.clone(),
+            queue: q.clone(),
+            no_ack: false,
+            exclusive: false,
+            priority: 0,
+            prefetch: 0,
+            cancelled: AtomicBool::new(false),
+            timeout_ms,
+        });
+        q.add_consumer(c.clone(), || {}).expect("consume");
+        ch.consumers.insert(c.tag.clone(), c.clone());
+        c
+    }
+
+    fn publish(q: &QueueRef, n: usize) {
+        for i in 0..n {
+            q.publish(
+                Arc::new(Message {
+                    exchange: "".into(),
+                    routing_key: "q".into(),
+                    properties: Bytes::from_static(&[0, 0]),
+                    body: Bytes::from(i.to_string()),
+                    persistent: false,
+                    priority: None,
+                    expiration_ms: None,
+                }),
+                None,
+            );
+        }
+    }
+
+    /// (tag, consumer tag, redelivered) of the channel's unacked deliveries.
+    fn unacked(ch: &Channel) -> Vec<(u64, String, bool)> {
+        let d = ch.shared.deliveries.lock();
+        d.unacked
+            .iter()
+            .map(|u| {
+                let c = u
+                    .consumer
+                    .as_ref()
+                    .map_or(String::new(), |c| c.tag.to_string());
+                (u.tag, c, u.msg.redelivered)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_timed_out_consumer_is_cancelled_and_all_its_deliveries_requeued() {
+        let (vhost, q, mut ch) = setup(FieldTable::new());
+        let quick = consume(&mut ch, &q, "quick", Some(1000));
+        consume(&mut ch, &q, "patient", None);
+        publish(&q, 4);
+        let before = unacked(&ch);
+        assert_eq!(before.len(), 4);
+        let quick_tags: Vec<u64> = before
+            .iter()
+            .filter(|u| u.1 == "quick")
+            .map(|u| u.0)
+            .collect();
+        assert_eq!(quick_tags.len(), 2);
+        let now = timeout::now_ms();
+        let next = ch
+            .expire_deliveries(now + 500, true, 1, &vhost)
+            .expect("open");
+        assert!(
+            next.is_some_and(|d| d > now + 500 && d <= now + 1000),
+            "{next:?}"
+        );
+        assert_eq!(unacked(&ch).len(), 4, "nothing expired yet");
+        // The patient consumer has no timeout at all (the broker's is off here).
+        let next = ch
+            .expire_deliveries(now + 2000, true, 1, &vhost)
+            .expect("open");
+        assert_eq!(next, None);
+        assert!(quick.cancelled.load(Ordering::Relaxed));
+        assert!(!ch.consumers.contains_key("quick") && ch.consumers.contains_key("patient"));
+        assert_eq!(q.consumer_count(), 1);
+        // Requeued, then redelivered to the other consumer, flagged.
+        let after = unacked(&ch);
+        assert_eq!(after.len(), 4);
+        assert!(after.iter().all(|u| u.1 == "patient"));
+        assert_eq!(after.iter().filter(|u| u.2).count(), 2);
+        // Late settles of reclaimed tags are ignored; an unknown tag is still an error.
+        assert!(ch
+            .shared
+            .take(quick_tags[0], false)
+            .expect("ignored")
+            .is_empty());
+        assert!(
+            ch.shared.take(quick_tags[0], false).is_err(),
+            "forgotten once used"
+        );
+        assert!(ch.shared.take(99, false).is_err());
+        assert!(
+            ch.shared.take(quick_tags[1], true).is_ok(),
+            "multiple up to a reclaimed tag"
+        );
+    }
+
+    #[test]
+    fn without_cancel_notify_the_channel_is_closed_with_rabbitmqs_text() {
+        let mut args = FieldTable::new();
+        args.insert("x-consumer-timeout", FieldValue::I32(1000));
+        let (vhost, q, mut ch) = setup(args);
+        let c = consume(&mut ch, &q, "c", None);
+        publish(&q, 1);
+        let now = timeout::now_ms();
+        let e = ch
+            .expire_deliveries(now + 2000, false, 1, &vhost)
+            .expect_err("close");
+        assert_eq!(e.code, 406);
+        assert_eq!(
+            e.text,
+            format!("PRECONDITION_FAILED - {}", timeout::timed_out_text(1, 1000))
+        );
+        assert!(
+            !c.cancelled.load(Ordering::Relaxed),
+            "the close releases it"
+        );
+        assert_eq!(unacked(&ch).len(), 1);
+    }
+
+    #[test]
+    fn a_lease_postpones_expiry_and_never_shortens_it() {
+        let (vhost, q, mut ch) = setup(FieldTable::new());
+        let c = consume(&mut ch, &q, "c", Some(1000));
+        publish(&q, 2);
+        let now = timeout::now_ms();
+        ch.extend_lease("", b"5000");
+        ch.extend_lease("1", b"100");
+        ch.extend_lease("77", b"");
+        let next = ch
+            .expire_deliveries(now + 2000, true, 1, &vhost)
+            .expect("open");
+        assert!(next.is_some_and(|d| d >= now + 5000), "{next:?}");
+        assert!(!c.cancelled.load(Ordering::Relaxed));
+        ch.expire_deliveries(now + 60_000, true, 1, &vhost)
+            .expect("open");
+        assert!(c.cancelled.load(Ordering::Relaxed));
+        assert_eq!(q.message_count(), 2);
+    }
+
+    #[test]
+    fn a_timed_out_basic_get_is_requeued_and_the_channel_kept() {
+        let mut args = FieldTable::new();
+        args.insert("x-consumer-timeout", FieldValue::I32(1000));
+        let (vhost, q, mut ch) = setup(args);
+        publish(&q, 1);
+        let shared = ch.shared.clone();
+        let got = q
+            .get(true, |m, left| shared.deliver_get(&q, m, left, false))
+            .expect("get");
+        assert!(got && q.message_count() == 0);
+        let now = timeout::now_ms();
+        ch.expire_deliveries(now + 2000, false, 1, &vhost)
+            .expect("kept open");
+        assert_eq!(q.message_count(), 1);
+        assert!(ch
+            .shared
+            .take(1, false)
+            .expect("late ack ignored")
+            .is_empty());
+    }
 }
