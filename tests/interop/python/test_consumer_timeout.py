@@ -99,12 +99,15 @@ def policies(api):
 
 
 @warren_only
-def test_consumer_argument_cancels_requeues_and_channel_stays_usable(conn, res):
+def test_consumer_argument_cancels_requeues_and_channel_stays_usable(conn, res, api):
     ch = conn.channel()
     qn = declare(ch, res)
     publish(ch, qn, b"a", b"b")
     w = Watch(conn, qn, arguments={"x-consumer-timeout": 1000})
     w.wait_deliveries(2)
+    st, consumers = api.call("GET", "/api/consumers/%2F")
+    mine = [c for c in consumers if c["consumer_tag"] == w.tag]
+    assert st == 200 and mine[0]["arguments"] == {"x-consumer-timeout": 1000}
     w.wait_cancel()
     assert w.ch.is_open and w.tag not in w.ch.consumer_tags
     # Both unacked deliveries went back, flagged redelivered; the consumer is gone.
