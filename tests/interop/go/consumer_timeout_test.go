@@ -84,9 +84,11 @@ func TestConsumerTimeoutLeaseExtension(t *testing.T) {
 	ds, err := cch.Consume(q, "", false, false, false, false, nil)
 	must(t, err)
 	d := recv(t, ds)
-	until := time.Now().Add(2600 * time.Millisecond)
+	// Three times the timeout; each request asks for 2 s from now (the body, in ms).
+	until := time.Now().Add(3 * time.Second)
 	for time.Now().Before(until) {
-		if !pubConfirm(t, cch, "amq.warren.lease", strconv.FormatUint(d.DeliveryTag, 10), false, amqp.Publishing{}) {
+		lease := amqp.Publishing{Body: []byte("2000")}
+		if !pubConfirm(t, cch, "amq.warren.lease", strconv.FormatUint(d.DeliveryTag, 10), false, lease) {
 			t.Fatal("lease extension nacked")
 		}
 		select {
