@@ -5,7 +5,7 @@
 //! they deliver from other tasks: the delivery-tag counter, the unacked list and prefetch counts,
 //! under one small mutex, so that tags reach the socket in order.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::Arc;
 
@@ -17,6 +17,7 @@ use warren_protocol::{frame, reply, ByteString, Method};
 
 use crate::access::{exchange_resource, Access, Perm, PermCache, Resource};
 use crate::confirm::Confirms;
+use crate::consumer_timeout::{self as timeout, LeaseTarget, LEASE_EXCHANGE};
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::{header_routes, Message};
 use crate::metrics::{bump, delivered, ChannelStats};
@@ -40,6 +41,9 @@ struct Unacked {
     queue: QueueRef,
     msg: QueuedMessage,
     consumer: Option<Arc<Consumer>>,
+    /// When it was delivered, moved forward by a lease extension ([`timeout::now_ms`]): it
+    /// times out at `stamp` + its timeout.
+    stamp: u64,
 }
 
 #[derive(Default)]
@@ -56,6 +60,9 @@ struct Deliveries {
     /// channel.flow active; false stops deliveries.
     paused: bool,
     closed: bool,
+    /// Tags a consumer timeout took back: a late ack, nack or reject of one is ignored (as in
+    /// RabbitMQ 4.3), not a 406. Bounded by `limits::RECLAIMED_TAGS_MAX`, oldest forgotten.
+    reclaimed: BTreeSet<u64>,
 }
 
 pub struct ChannelShared {
@@ -157,6 +164,7 @@ impl ChannelShared {
                 queue: q(),
                 msg: m.clone(),
                 consumer: Some(c.clone()),
+                stamp: timeout::now_ms(),
             });
         }
     }
@@ -203,6 +211,7 @@ impl ChannelShared {
                 queue: q.clone(),
                 msg: m.clone(),
                 consumer: None,
+                stamp: timeout::now_ms(),
             });
         }
     }
@@ -211,8 +220,11 @@ impl ChannelShared {
     fn take(&self, tag: u64, multiple: bool) -> AmqpResult<Vec<Unacked>> {
         let mut d = self.deliveries.lock();
         let taken: Vec<Unacked> = if multiple {
-            if tag != 0 && !d.unacked.iter().any(|u| u.tag == tag) {
+            if tag != 0 && !d.unacked.iter().any(|u| u.tag == tag) && !d.reclaimed.contains(&tag) {
                 return Err(unknown_tag(tag));
+            }
+            if !d.reclaimed.is_empty() {
+                d.reclaimed.retain(|&t| tag != 0 && t > tag);
             }
             let n = if tag == 0 {
                 d.unacked.len()
@@ -221,11 +233,12 @@ impl ChannelShared {
             };
             d.unacked.drain(..n).collect()
         } else {
-            let i = d
-                .unacked
-                .binary_search_by_key(&tag, |u| u.tag)
-                .map_err(|_| unknown_tag(tag))?;
-            d.unacked.remove(i).into_iter().collect()
+            match d.unacked.binary_search_by_key(&tag, |u| u.tag) {
+                Ok(i) => d.unacked.remove(i).into_iter().collect(),
+                // Taken back by a consumer timeout: the client did not know yet.
+                Err(_) if d.reclaimed.remove(&tag) => Vec::new(),
+                Err(_) => return Err(unknown_tag(tag)),
+            }
         };
         for u in &taken {
             if u.consumer.is_some() {
@@ -375,6 +388,9 @@ pub struct Channel {
     perms: PermCache,
     /// This channel's place in its user's channel count (max-channels), given back on drop.
     pub place: Option<crate::admission::ChannelPlace>,
+    /// The broker's `consumer_timeout` (ms, 0 = none), for deliveries whose consumer and queue
+    /// set none.
+    pub default_consumer_timeout: u64,
 }
 
 impl Channel {
@@ -400,6 +416,7 @@ impl Channel {
             pressured: Vec::new(),
             perms: PermCache::default(),
             place: None,
+            default_consumer_timeout: crate::limits::CONSUMER_TIMEOUT_MS,
         }
     }
 
@@ -824,6 +841,23 @@ impl Channel {
                 ))
             })?,
         };
+        let timeout_ms = match c.arguments.get("x-consumer-timeout") {
+            None => None,
+            Some(v) => match v.as_i64() {
+                Some(n) if n >= 0 => Some(n as u64).filter(|&n| n > 0),
+                Some(n) => {
+                    return Err(AmqpError::precondition_failed(format!(
+                        "invalid arg 'x-consumer-timeout' for consumer '{tag}': {{value_negative,{n}}}"
+                    )))
+                }
+                None => {
+                    return Err(AmqpError::precondition_failed(format!(
+                        "invalid arg 'x-consumer-timeout' for consumer '{tag}': \"expected integer, got {}\"",
+                        crate::queue::type_name(v)
+                    )))
+                }
+            },
+        };
         let consumer = Arc::new(Consumer {
             key: crate::queue::consumer_key(),
             tag: tag.clone(),
@@ -834,6 +868,7 @@ impl Channel {
             priority,
             prefetch: self.consumer_prefetch,
             cancelled: AtomicBool::new(false),
+            timeout_ms,
         });
         let (outbox, id, nowait) = (&self.shared.outbox, self.id(), c.nowait);
         q.add_consumer(consumer.clone(), || {
@@ -1039,6 +1074,11 @@ impl Channel {
         body: Bytes,
         ctx: &Ctx<'_>,
     ) -> AmqpResult<()> {
+        // Not an exchange: a lease extension for this channel's own deliveries.
+        if &*publish.exchange == LEASE_EXCHANGE {
+            self.extend_lease(&publish.routing_key, &body);
+            return Ok(());
+        }
         let mut raw = header.raw_properties;
         // user-id (flag bit 4) and reply-to (bit 9): decode the properties only when set.
         if raw.len() >= 2 && (raw[1] & 0x10 != 0 || raw[0] & 0x02 != 0) {
@@ -1292,6 +1332,170 @@ impl Channel {
     }
 }
 
+/// The consumer timeout (docs/consumer-timeout.md), kept apart from the message path.
+impl Channel {
+    /// Whether the connection's timer must keep checking this channel: a manual-ack consumer,
+    /// or deliveries awaiting ack.
+    pub fn awaits_acks(&self) -> bool {
+        self.consumers.values().any(|c| !c.no_ack)
+            || !self.shared.deliveries.lock().unacked.is_empty()
+    }
+
+    /// Takes back deliveries unacked past their timeout, `now` being [`timeout::now_ms`]. With
+    /// `cancel_notify` each timed-out consumer is cancelled (basic.cancel) and all of its unacked
+    /// deliveries requeued; the channel stays open. Without it the channel must be closed: the
+    /// error to close it with is returned (closing requeues everything). Timed-out basic.get
+    /// deliveries are requeued either way. Returns the earliest deadline still ahead.
+    pub fn expire_deliveries(
+        &mut self,
+        now: u64,
+        cancel_notify: bool,
+        conn: u64,
+        vhost: &Arc<VHost>,
+    ) -> AmqpResult<Option<u64>> {
+        let global = self.default_consumer_timeout;
+        let mut next: Option<u64> = None;
+        // Timed-out consumers with their timeout; timed-out basic.get deliveries by tag.
+        let mut expired: Vec<(Arc<Consumer>, u64, bool)> = Vec::new();
+        let mut gets: Vec<u64> = Vec::new();
+        let taken: Vec<Unacked> = {
+            let mut d = self.shared.deliveries.lock();
+            if d.unacked.is_empty() {
+                return Ok(None);
+            }
+            // A consumer's timeout is resolved once per check, not per delivery.
+            let mut timeouts: ahash::AHashMap<u64, Option<u64>> = ahash::AHashMap::new();
+            for u in &d.unacked {
+                let t = match &u.consumer {
+                    Some(c) => *timeouts.entry(c.key).or_insert_with(|| {
+                        timeout::effective(c.timeout_ms, c.queue.args().consumer_timeout_ms, global)
+                    }),
+                    None => timeout::effective(None, u.queue.args().consumer_timeout_ms, global),
+                };
+                let Some(t) = t else { continue };
+                let deadline = u.stamp.saturating_add(t);
+                if now < deadline {
+                    next = Some(next.map_or(deadline, |n| n.min(deadline)));
+                    continue;
+                }
+                match &u.consumer {
+                    Some(c) if !expired.iter().any(|(x, ..)| x.key == c.key) => {
+                        expired.push((c.clone(), t, false))
+                    }
+                    Some(_) => {}
+                    None => gets.push(u.tag),
+                }
+            }
+            if !cancel_notify {
+                if let Some((c, t, _)) = expired.first() {
+                    tracing::info!(conn, channel = self.id(), vhost = %vhost.name, queue = %c.queue.name(), consumer_tag = %c.tag, timeout_ms = t, "consumer timed out: closing the channel (the client lacks consumer_cancel_notify)");
+                    return Err(AmqpError::precondition_failed(timeout::timed_out_text(
+                        self.id(),
+                        *t,
+                    )));
+                }
+            }
+            if expired.is_empty() && gets.is_empty() {
+                return Ok(next);
+            }
+            // Marked under this lock: a delivery that raced past the mark is taken back at a
+            // later check, without a second basic.cancel.
+            for (c, _, newly) in expired.iter_mut() {
+                *newly = !c.cancelled.swap(true, Ordering::Relaxed);
+            }
+            let all = std::mem::take(&mut d.unacked);
+            let mut taken = Vec::new();
+            for u in all {
+                let gone = match &u.consumer {
+                    Some(c) => expired.iter().any(|(x, ..)| x.key == c.key),
+                    None => gets.binary_search(&u.tag).is_ok(),
+                };
+                if gone {
+                    taken.push(u);
+                } else {
+                    d.unacked.push_back(u);
+                }
+            }
+            for u in &taken {
+                if u.consumer.is_some() {
+                    d.global_unacked = d.global_unacked.saturating_sub(1);
+                }
+                d.reclaimed.insert(u.tag);
+            }
+            while d.reclaimed.len() > crate::limits::RECLAIMED_TAGS_MAX {
+                d.reclaimed.pop_first();
+            }
+            taken
+        };
+        for (c, t, newly) in &expired {
+            if self
+                .consumers
+                .get(&c.tag)
+                .is_some_and(|x| Arc::ptr_eq(x, c))
+            {
+                self.consumers.remove(&c.tag);
+            }
+            // One the client had cancelled already is not cancelled again.
+            if *newly {
+                self.shared.cancelled(c);
+                remove_consumer(vhost, c);
+            }
+            let requeued = taken
+                .iter()
+                .filter(|u| u.consumer.as_ref().is_some_and(|x| x.key == c.key))
+                .count();
+            tracing::info!(conn, channel = self.id(), vhost = %vhost.name, queue = %c.queue.name(), consumer_tag = %c.tag, timeout_ms = t, requeued, cancelled = *newly, "consumer timed out: deliveries requeued");
+        }
+        if !gets.is_empty() {
+            tracing::info!(conn, channel = self.id(), vhost = %vhost.name, requeued = gets.len(), "basic.get deliveries timed out: requeued");
+        }
+        finish(taken, Settle::Requeue);
+        if self.shared.capped() {
+            self.kick_consumers();
+        }
+        Ok(next)
+    }
+
+    /// A publish to [`LEASE_EXCHANGE`]: moves the named deliveries' deadlines to the requested
+    /// time from now (never earlier). Malformed requests and unknown tags are ignored; with
+    /// confirms on it is confirmed like any publish.
+    fn extend_lease(&mut self, routing_key: &str, body: &[u8]) {
+        if self.confirm {
+            self.next_publish_seq += 1;
+            self.confirms.settled(self.next_publish_seq - 1, true);
+        }
+        let Some(lease) = timeout::parse_lease(routing_key, body) else {
+            tracing::debug!(
+                channel = self.id(),
+                routing_key,
+                "malformed lease extension ignored"
+            );
+            return;
+        };
+        let (now, global) = (timeout::now_ms(), self.default_consumer_timeout);
+        let extend = |u: &mut Unacked| {
+            let t = match &u.consumer {
+                Some(c) => {
+                    timeout::effective(c.timeout_ms, c.queue.args().consumer_timeout_ms, global)
+                }
+                None => timeout::effective(None, u.queue.args().consumer_timeout_ms, global),
+            };
+            if let Some(t) = t {
+                u.stamp = timeout::extended_stamp(u.stamp, now, t, lease.extend_ms);
+            }
+        };
+        let mut d = self.shared.deliveries.lock();
+        match lease.target {
+            LeaseTarget::All => d.unacked.iter_mut().for_each(extend),
+            LeaseTarget::Tag(tag) => {
+                if let Ok(i) = d.unacked.binary_search_by_key(&tag, |u| u.tag) {
+                    extend(&mut d.unacked[i]);
+                }
+            }
+        }
+    }
+}
+
 fn remove_consumer(vhost: &Arc<VHost>, c: &Arc<Consumer>) {
     c.cancelled.store(true, Ordering::Relaxed);
     if c.queue.remove_consumer(c) {
@@ -1362,4 +1566,203 @@ fn strip_cr_lf(name: &ByteString) -> ByteString {
         return name.clone();
     }
     ByteString::from(name.replace(['\r', '\n'], ""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warren_protocol::{FieldTable, FieldValue};
+
+    fn setup(args: FieldTable) -> (Arc<VHost>, QueueRef, Channel) {
+        let vhost = VHost::new("/");
+        let q = vhost
+            .declare_queue(&QueueSpec {
+                name: "q",
+                passive: false,
+                durable: false,
+                exclusive: false,
+                auto_delete: false,
+                arguments: &args,
+                conn_id: 1,
+                server_named: false,
+                home: None,
+            })
+            .expect("declare");
+        let mut ch = Channel::new(1, Outbox::new(131_072));
+        ch.default_consumer_timeout = 0;
+        (vhost, q, ch)
+    }
+
+    fn consume(
+        ch: &mut Channel,
+        q: &QueueRef,
+        tag: &str,
+        timeout_ms: Option<u64>,
+    ) -> Arc<Consumer> {
+        let c = Arc::new(Consumer {
+            key: crate::queue::consumer_key(),
+            tag: tag.into(),
+            sink: ch.shared.clone(),
+            queue: q.clone(),
+            no_ack: false,
+            exclusive: false,
+            priority: 0,
+            prefetch: 0,
+            cancelled: AtomicBool::new(false),
+            timeout_ms,
+        });
+        q.add_consumer(c.clone(), || {}).expect("consume");
+        ch.consumers.insert(c.tag.clone(), c.clone());
+        c
+    }
+
+    fn publish(q: &QueueRef, n: usize) {
+        for i in 0..n {
+            q.publish(
+                Arc::new(Message {
+                    exchange: "".into(),
+                    routing_key: "q".into(),
+                    properties: Bytes::from_static(&[0, 0]),
+                    body: Bytes::from(i.to_string()),
+                    persistent: false,
+                    priority: None,
+                    expiration_ms: None,
+                }),
+                None,
+            );
+        }
+    }
+
+    /// (tag, consumer tag, redelivered) of the channel's unacked deliveries.
+    fn unacked(ch: &Channel) -> Vec<(u64, String, bool)> {
+        let d = ch.shared.deliveries.lock();
+        d.unacked
+            .iter()
+            .map(|u| {
+                let c = u
+                    .consumer
+                    .as_ref()
+                    .map_or(String::new(), |c| c.tag.to_string());
+                (u.tag, c, u.msg.redelivered)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_timed_out_consumer_is_cancelled_and_all_its_deliveries_requeued() {
+        let (vhost, q, mut ch) = setup(FieldTable::new());
+        let quick = consume(&mut ch, &q, "quick", Some(1000));
+        consume(&mut ch, &q, "patient", None);
+        publish(&q, 4);
+        let before = unacked(&ch);
+        assert_eq!(before.len(), 4);
+        let quick_tags: Vec<u64> = before
+            .iter()
+            .filter(|u| u.1 == "quick")
+            .map(|u| u.0)
+            .collect();
+        assert_eq!(quick_tags.len(), 2);
+        let now = timeout::now_ms();
+        let next = ch
+            .expire_deliveries(now + 500, true, 1, &vhost)
+            .expect("open");
+        assert!(
+            next.is_some_and(|d| d > now + 500 && d <= now + 1000),
+            "{next:?}"
+        );
+        assert_eq!(unacked(&ch).len(), 4, "nothing expired yet");
+        // The patient consumer has no timeout at all (the broker's is off here).
+        let next = ch
+            .expire_deliveries(now + 2000, true, 1, &vhost)
+            .expect("open");
+        assert_eq!(next, None);
+        assert!(quick.cancelled.load(Ordering::Relaxed));
+        assert!(!ch.consumers.contains_key("quick") && ch.consumers.contains_key("patient"));
+        assert_eq!(q.consumer_count(), 1);
+        // Requeued, then redelivered to the other consumer, flagged.
+        let after = unacked(&ch);
+        assert_eq!(after.len(), 4);
+        assert!(after.iter().all(|u| u.1 == "patient"));
+        assert_eq!(after.iter().filter(|u| u.2).count(), 2);
+        // Late settles of reclaimed tags are ignored; an unknown tag is still an error.
+        assert!(ch
+            .shared
+            .take(quick_tags[0], false)
+            .expect("ignored")
+            .is_empty());
+        assert!(
+            ch.shared.take(quick_tags[0], false).is_err(),
+            "forgotten once used"
+        );
+        assert!(ch.shared.take(99, false).is_err());
+        assert!(
+            ch.shared.take(quick_tags[1], true).is_ok(),
+            "multiple up to a reclaimed tag"
+        );
+    }
+
+    #[test]
+    fn without_cancel_notify_the_channel_is_closed_with_rabbitmqs_text() {
+        let mut args = FieldTable::new();
+        args.insert("x-consumer-timeout", FieldValue::I32(1000));
+        let (vhost, q, mut ch) = setup(args);
+        let c = consume(&mut ch, &q, "c", None);
+        publish(&q, 1);
+        let now = timeout::now_ms();
+        let e = ch
+            .expire_deliveries(now + 2000, false, 1, &vhost)
+            .expect_err("close");
+        assert_eq!(e.code, 406);
+        assert_eq!(
+            e.text,
+            format!("PRECONDITION_FAILED - {}", timeout::timed_out_text(1, 1000))
+        );
+        assert!(
+            !c.cancelled.load(Ordering::Relaxed),
+            "the close releases it"
+        );
+        assert_eq!(unacked(&ch).len(), 1);
+    }
+
+    #[test]
+    fn a_lease_postpones_expiry_and_never_shortens_it() {
+        let (vhost, q, mut ch) = setup(FieldTable::new());
+        let c = consume(&mut ch, &q, "c", Some(1000));
+        publish(&q, 2);
+        let now = timeout::now_ms();
+        ch.extend_lease("", b"5000");
+        ch.extend_lease("1", b"100");
+        ch.extend_lease("77", b"");
+        let next = ch
+            .expire_deliveries(now + 2000, true, 1, &vhost)
+            .expect("open");
+        assert!(next.is_some_and(|d| d >= now + 5000), "{next:?}");
+        assert!(!c.cancelled.load(Ordering::Relaxed));
+        ch.expire_deliveries(now + 60_000, true, 1, &vhost)
+            .expect("open");
+        assert!(c.cancelled.load(Ordering::Relaxed));
+        assert_eq!(q.message_count(), 2);
+    }
+
+    #[test]
+    fn a_timed_out_basic_get_is_requeued_and_the_channel_kept() {
+        let mut args = FieldTable::new();
+        args.insert("x-consumer-timeout", FieldValue::I32(1000));
+        let (vhost, q, mut ch) = setup(args);
+        publish(&q, 1);
+        let shared = ch.shared.clone();
+        let got = q
+            .get(true, |m, left| shared.deliver_get(&q, m, left, false))
+            .expect("get");
+        assert!(got && q.message_count() == 0);
+        let now = timeout::now_ms();
+        ch.expire_deliveries(now + 2000, false, 1, &vhost)
+            .expect("kept open");
+        assert_eq!(q.message_count(), 1);
+        assert!(ch
+            .shared
+            .take(1, false)
+            .expect("late ack ignored")
+            .is_empty());
+    }
 }

@@ -37,6 +37,10 @@ pub struct Config {
     pub node_name: String,
     /// Present: this node runs in a cluster (docs/clustering.md).
     pub cluster: Option<ClusterConfig>,
+    /// RabbitMQ's `consumer_timeout`: a manual-ack delivery unacked this long (ms) times its
+    /// consumer out, unless the consumer or its queue sets its own (docs/consumer-timeout.md).
+    /// 0 disables it.
+    pub consumer_timeout: u64,
 }
 
 /// `[cluster]`: the inter-node link and how this node finds its cluster.
@@ -270,6 +274,7 @@ impl Default for Config {
             server_properties: ServerProperties::default(),
             node_name: full_node_name("warren"),
             cluster: None,
+            consumer_timeout: limits::CONSUMER_TIMEOUT_MS,
         }
     }
 }
@@ -413,6 +418,17 @@ mod tests {
         }
         assert!(Config::from_toml("[server_properties]\nproduct = \"\"\n").is_err());
         assert!(Config::from_toml("[server_properties]\nplatform = \"x\"\n").is_err());
+    }
+
+    #[test]
+    fn consumer_timeout_defaults_to_rabbitmqs_and_zero_disables() {
+        assert_eq!(Config::default().consumer_timeout, 1_800_000);
+        let c = Config::from_toml("consumer_timeout = 0\n").expect("valid");
+        assert_eq!(c.consumer_timeout, 0);
+        let c = Config::from_toml("consumer_timeout = 1500\n").expect("valid");
+        assert_eq!(c.consumer_timeout, 1500);
+        assert!(Config::from_toml("consumer_timeout = -1\n").is_err());
+        assert!(Config::from_toml("consumer_timeout = \"30m\"\n").is_err());
     }
 
     #[test]

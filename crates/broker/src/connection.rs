@@ -78,6 +78,11 @@ struct Conn {
     auth_failure_close: bool,
     /// The client handles connection.blocked/unblocked.
     blocked_capability: bool,
+    /// The client handles a server-sent basic.cancel: a consumer timeout cancels the consumer
+    /// rather than closing its channel.
+    cancel_notify: bool,
+    /// The next consumer-timeout check, while a channel may hold manual-ack deliveries.
+    timeout_tick: Option<Instant>,
     /// This connection has published: resource alarms block its reads.
     publisher: bool,
     /// Reads are paused by a resource alarm (and connection.blocked was sent if supported).
@@ -190,6 +195,8 @@ pub async fn serve_split<R: AsyncRead + Unpin>(
         info: None,
         auth_failure_close: false,
         blocked_capability: false,
+        cancel_notify: false,
+        timeout_tick: None,
         publisher: false,
         blocked: false,
         last_read: Instant::now(),
@@ -422,7 +429,8 @@ impl Conn {
                     };
                     self.heartbeat_tick = Some(Instant::now() + period);
                 }
-                self.heartbeat_tick.unwrap_or(self.deadline)
+                let hb = self.heartbeat_tick.unwrap_or(self.deadline);
+                self.timeout_tick.map_or(hb, |t| t.min(hb))
             }
             _ => self.deadline,
         }
@@ -430,9 +438,15 @@ impl Conn {
 
     fn tick(&mut self) {
         let now = Instant::now();
-        self.heartbeat_tick = None;
         match self.phase {
             Phase::Open => {
+                if self.timeout_tick.is_some_and(|t| now >= t) {
+                    self.expire_deliveries();
+                }
+                if self.heartbeat_tick.is_some_and(|t| now < t) {
+                    return;
+                }
+                self.heartbeat_tick = None;
                 if self.heartbeat_s == 0 {
                     return;
                 }
@@ -732,6 +746,8 @@ impl Conn {
                 caps.get("authentication_failure_close") == Some(&FieldValue::Bool(true));
             self.blocked_capability =
                 caps.get("connection.blocked") == Some(&FieldValue::Bool(true));
+            self.cancel_notify =
+                caps.get("consumer_cancel_notify") == Some(&FieldValue::Bool(true));
         }
         match self
             .broker
@@ -887,6 +903,7 @@ impl Conn {
                         let place = self.broker.admission.open_channel(user)?;
                         let mut ch = Channel::new(id, self.outbox.clone());
                         ch.place = Some(place);
+                        ch.default_consumer_timeout = self.broker.config.consumer_timeout;
                         ch.shared
                             .set_unacked_max(self.broker.config.limits.unacked_max_per_channel);
                         if let Some(i) = &self.info {
@@ -930,6 +947,15 @@ impl Conn {
     fn handle_channel_frame(&mut self, id: u16, frame: Frame) -> Result<(), AmqpError> {
         if frame.kind == FrameKind::Method && frame.payload.starts_with(&[0, 60, 0, 40]) {
             self.publisher = true;
+        }
+        // basic.consume or basic.get: manual-ack deliveries may follow, whose age is checked.
+        if self.timeout_tick.is_none()
+            && frame.kind == FrameKind::Method
+            && (frame.payload.starts_with(&[0, 60, 0, 20])
+                || frame.payload.starts_with(&[0, 60, 0, 70]))
+        {
+            self.timeout_tick =
+                Some(Instant::now() + Duration::from_millis(limits::CONSUMER_TIMEOUT_CHECK_MS));
         }
         let Some(vhost) = self.vhost.as_ref() else {
             return Err(AmqpError::internal_error("no vhost"));
@@ -998,22 +1024,62 @@ impl Conn {
             Err(e) if e.is_hard() => Err(e),
             Err(e) => {
                 tracing::debug!(conn = self.id, channel = id, code = e.code, text = %e.text, "closing channel on error");
-                if let Some(Slot::Open(mut ch)) = self.channels.insert(id, Slot::Closing) {
-                    ch.flush_confirms();
-                    ch.close(vhost);
-                }
-                self.outbox.method(
-                    id,
-                    &Method::ChannelClose(ChannelClose {
-                        reply_code: e.code,
-                        reply_text: e.text.into(),
-                        class_id: e.class_id,
-                        method_id: e.method_id,
-                    }),
-                );
+                self.close_channel(id, e);
                 Ok(())
             }
         }
+    }
+
+    /// Closes channel `id` on a soft error: releases it and sends channel.close; frames other
+    /// than close/close-ok are dropped until the client's close-ok.
+    fn close_channel(&mut self, id: u16, e: AmqpError) {
+        if let Some(Slot::Open(mut ch)) = self.channels.insert(id, Slot::Closing) {
+            ch.flush_confirms();
+            if let Some(vhost) = &self.vhost {
+                ch.close(vhost);
+            }
+        }
+        self.outbox.method(
+            id,
+            &Method::ChannelClose(ChannelClose {
+                reply_code: e.code,
+                reply_text: e.text.into(),
+                class_id: e.class_id,
+                method_id: e.method_id,
+            }),
+        );
+    }
+
+    /// The consumer timeout's check of every channel (docs/consumer-timeout.md). Runs again at
+    /// the earliest deadline ahead, at most `CONSUMER_TIMEOUT_CHECK_MS` later, while a channel
+    /// may hold manual-ack deliveries; the next basic.consume or basic.get re-arms it.
+    fn expire_deliveries(&mut self) {
+        let Some(vhost) = self.vhost.clone() else {
+            self.timeout_tick = None;
+            return;
+        };
+        let now = crate::consumer_timeout::now_ms();
+        let (mut next, mut armed, mut failed) = (None::<u64>, false, Vec::new());
+        crate::outbox::begin_batch();
+        for (&id, slot) in self.channels.iter_mut() {
+            let Slot::Open(ch) = slot else { continue };
+            match ch.expire_deliveries(now, self.cancel_notify, self.id, &vhost) {
+                Ok(Some(d)) => next = Some(next.map_or(d, |n| n.min(d))),
+                Ok(None) => {}
+                Err(e) => {
+                    failed.push((id, e));
+                    continue;
+                }
+            }
+            armed |= ch.awaits_acks();
+        }
+        for (id, e) in failed {
+            self.close_channel(id, e);
+        }
+        crate::outbox::end_batch();
+        let period = limits::CONSUMER_TIMEOUT_CHECK_MS;
+        let wait = next.map_or(period, |d| d.saturating_sub(now).clamp(10, period));
+        self.timeout_tick = armed.then(|| Instant::now() + Duration::from_millis(wait));
     }
 
     /// Enters the broker's connection registry (management API, forced closes).

@@ -25,6 +25,7 @@ pub mod cluster;
 pub mod config;
 pub mod confirm;
 pub mod connection;
+pub mod consumer_timeout;
 pub mod ctl_api;
 pub mod definitions;
 pub mod delayed;

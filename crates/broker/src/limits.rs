@@ -61,6 +61,13 @@ pub const ALARM_CHECK_MS: u64 = 500;
 pub const MEMORY_HIGH_WATERMARK: f64 = 0.4;
 pub const DISK_FREE_LIMIT_BYTES: u64 = 50_000_000;
 
+/// The consumer (delivery acknowledgement) timeout's default (RabbitMQ: 30 min).
+pub const CONSUMER_TIMEOUT_MS: u64 = 1_800_000;
+/// A connection whose channels hold manual-ack deliveries checks their age at least this often.
+pub const CONSUMER_TIMEOUT_CHECK_MS: u64 = 1_000;
+/// Late acks of deliveries a timeout took back are ignored; a channel remembers this many tags.
+pub const RECLAIMED_TAGS_MAX: usize = 65_536;
+
 /// How often queues holding messages with a TTL are checked for expired heads.
 pub const TTL_SWEEP_MS: u64 = 50;
 /// A connection's unsent output above which queues stop dispatching to its consumers.

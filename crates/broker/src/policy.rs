@@ -1,8 +1,9 @@
 //! Policies: named regexes over queue (and exchange) names that supply arguments. The
 //! highest-priority matching policy applies. For queues, as RabbitMQ's classic queue merges
 //! them: `message-ttl`, `expires`, `max-length` and `max-length-bytes` take the lower of the
-//! policy's and the queue argument's value; `dead-letter-exchange`, `dead-letter-routing-key`
-//! and `overflow` take the queue argument when it is set. Queues are re-evaluated whenever a
+//! policy's and the queue argument's value (and `consumer-timeout`, as RabbitMQ 4.3 merges it);
+//! `dead-letter-exchange`, `dead-letter-routing-key` and `overflow` take the queue argument when
+//! it is set. Queues are re-evaluated whenever a
 //! policy changes and when they are declared. For exchanges, `alternate-exchange` applies
 //! unless the exchange has its own argument; the vhost keeps its policies to apply it to
 //! exchanges declared later.
@@ -108,6 +109,7 @@ pub fn validate(p: &PolicyDef) -> Result<(), String> {
             {
                 return bad("delayed retry setting")
             }
+            "consumer-timeout" if !non_neg() => return bad("consumer timeout"),
             _ => {}
         }
     }
@@ -139,6 +141,7 @@ fn known(k: &str) -> bool {
             | "delayed-retry-min"
             | "delayed-retry-max"
             | "delayed-retry-multiplier"
+            | "consumer-timeout"
     ) || IGNORED_KEYS.contains(&k)
 }
 
@@ -191,6 +194,11 @@ pub fn effective(
     a.expires_ms = min(a.expires_ms, num("expires").filter(|n| *n > 0));
     a.max_length = min(a.max_length, num("max-length"));
     a.max_length_bytes = min(a.max_length_bytes, num("max-length-bytes"));
+    // RabbitMQ 4.3 takes the lower of the queue's argument and the policy's; 0 is "not set".
+    a.consumer_timeout_ms = min(
+        a.consumer_timeout_ms,
+        num("consumer-timeout").filter(|n| *n > 0),
+    );
     let text = |k: &str| d.get(k).and_then(Value::as_str).map(String::from);
     if a.dead_letter_exchange.is_none() {
         a.dead_letter_exchange = text("dead-letter-exchange");
@@ -291,6 +299,15 @@ mod tests {
             validate(&pol("p", ".*", 0, r#"{"expires":0}"#)).expect_err("zero"),
             "Validation failed\n\n0 is not a valid queue expiry\n"
         );
+        assert_eq!(
+            validate(&pol("p", ".*", 0, r#"{"consumer-timeout":-1}"#)).expect_err("negative"),
+            "Validation failed\n\n-1 is not a valid consumer timeout\n"
+        );
+        assert_eq!(
+            validate(&pol("p", ".*", 0, r#"{"consumer-timeout":"1s"}"#)).expect_err("type"),
+            "Validation failed\n\n<<\"1s\">> is not a valid consumer timeout\n"
+        );
+        assert!(validate(&pol("p", ".*", 0, r#"{"consumer-timeout":0}"#)).is_ok());
         assert!(validate(&pol("p", ".*", 0, r#"{"max-priority":5}"#)).is_err());
         assert!(validate(&pol("p", "(", 0, r#"{"max-length":5}"#)).is_err());
         assert!(validate(&pol("p", ".*", 0, "{}")).is_err());
@@ -342,6 +359,29 @@ mod tests {
         );
         assert_eq!(a.max_length, Some(10));
         assert_eq!(a.dead_letter_exchange.as_deref(), Some("pdlx"));
+    }
+
+    #[test]
+    fn consumer_timeout_takes_the_lower_of_argument_and_policy() {
+        let ps = vec![pol("ct", ".*", 0, r#"{"consumer-timeout":2000}"#)];
+        let with = |ms: i64| {
+            let mut t = warren_protocol::FieldTable::new();
+            t.insert("x-consumer-timeout", warren_protocol::FieldValue::I64(ms));
+            let declared = QueueArgs::parse(&t, "q").expect("args");
+            effective(&declared, &t, matching(&ps, "q", true)).consumer_timeout_ms
+        };
+        assert_eq!(with(1000), Some(1000));
+        assert_eq!(with(5000), Some(2000));
+        assert_eq!(with(0), Some(2000), "0 is not set");
+        let none = effective(&QueueArgs::default(), &Default::default(), None);
+        assert_eq!(none.consumer_timeout_ms, None);
+        let zero = vec![pol("ct", ".*", 0, r#"{"consumer-timeout":0}"#)];
+        let a = effective(
+            &QueueArgs::default(),
+            &Default::default(),
+            matching(&zero, "q", true),
+        );
+        assert_eq!(a.consumer_timeout_ms, None);
     }
 
     #[test]

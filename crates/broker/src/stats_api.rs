@@ -346,6 +346,9 @@ fn consumers_of(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Value {
             if c.priority != 0 {
                 arguments.insert("x-priority".into(), c.priority.into());
             }
+            if let Some(t) = c.timeout_ms {
+                arguments.insert("x-consumer-timeout".into(), t.into());
+            }
             json!({
                 "arguments": arguments,
                 "ack_required": !c.no_ack,

@@ -679,6 +679,8 @@ pub async fn serve_request(
                 priority,
                 prefetch,
                 cancelled: AtomicBool::new(false),
+                // The consumer's own node checks its timeout.
+                timeout_ms: None,
             });
             if let Err(e) = q.add_consumer(consumer.clone(), || {}) {
                 return Ok(error_reply(e));

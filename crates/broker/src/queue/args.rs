@@ -27,6 +27,9 @@ pub struct QueueArgs {
     pub single_active_consumer: bool,
     /// `x-delayed-retry-*`: a requeued message comes back after a delay.
     pub retry: Option<Retry>,
+    /// `x-consumer-timeout` in ms (0 is "not set"): the consumer timeout of this queue's
+    /// deliveries, unless their consumer sets its own.
+    pub consumer_timeout_ms: Option<u64>,
 }
 
 /// Which requeues are delayed (RabbitMQ 4.3's `x-delayed-retry-type`). Over AMQP 0-9-1, as in
@@ -191,6 +194,7 @@ impl QueueArgs {
                 Some(0) => return Err(invalid("x-expires", "{value_zero,0}".to_string())),
                 Some(n) => return Err(invalid("x-expires", format!("{{value_negative,{n}}}"))),
             },
+            consumer_timeout_ms: non_neg("x-consumer-timeout")?.filter(|&n| n > 0),
             single_active_consumer: match args.get("x-single-active-consumer") {
                 None => false,
                 Some(warren_protocol::FieldValue::Bool(b)) => *b,
@@ -308,6 +312,18 @@ mod tests {
             text("x-dead-letter-exchange", FieldValue::I32(1)),
             "PRECONDITION_FAILED - invalid type 'signedint' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'"
         );
+        assert_eq!(
+            text("x-consumer-timeout", FieldValue::str("1s")),
+            format!("{pre} 'x-consumer-timeout' for queue 'q' in vhost '/': \"expected integer, got longstr\"")
+        );
+        assert_eq!(
+            text("x-consumer-timeout", FieldValue::I32(-5)),
+            format!("{pre} 'x-consumer-timeout' for queue 'q' in vhost '/': {{value_negative,-5}}")
+        );
+        let a = QueueArgs::parse(&t("x-consumer-timeout", FieldValue::I64(1500)), what);
+        assert_eq!(a.expect("valid").consumer_timeout_ms, Some(1500));
+        let a = QueueArgs::parse(&t("x-consumer-timeout", FieldValue::I32(0)), what);
+        assert_eq!(a.expect("valid").consumer_timeout_ms, None, "0 is not set");
         let a = QueueArgs::parse(&t("x-message-ttl", FieldValue::I64(0)), what).expect("valid");
         assert_eq!(a.message_ttl_ms, Some(0));
         assert_eq!(

@@ -60,6 +60,9 @@ pub struct Consumer {
     pub prefetch: u16,
     /// Set when the broker cancelled it (queue deleted) or the client did.
     pub cancelled: AtomicBool,
+    /// `x-consumer-timeout` from basic.consume, in ms (0 and absent: the queue's or the
+    /// broker's applies). Checked by the consumer's channel, not by the queue.
+    pub timeout_ms: Option<u64>,
 }
 
 /// A fresh [`Consumer::key`].
