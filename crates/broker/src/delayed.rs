@@ -342,6 +342,8 @@ impl DelayStore {
         // Its own copy: a body sliced from a connection's read buffer would keep that whole
         // buffer alive for as long as the message waits.
         let msg = Arc::new(Message {
+            exchange: warren_protocol::ByteString::from(&*msg.exchange),
+            routing_key: warren_protocol::ByteString::from(&*msg.routing_key),
             properties: Bytes::copy_from_slice(&msg.properties),
             body: Bytes::copy_from_slice(&msg.body),
             ..msg
