@@ -104,6 +104,17 @@ impl ChannelShared {
 
     /// Called by a queue (under its lock) to hand `m` to consumer `c`.
     pub fn offer(&self, c: &Arc<Consumer>, q: &Arc<Queue>, m: &QueuedMessage) -> Offer {
+        self.offer_from(c, || QueueRef::Local(q.clone()), m)
+    }
+
+    /// [`ChannelShared::offer`] for any queue kind (`q` names it in the unacked entry).
+    #[inline]
+    fn offer_from(
+        &self,
+        c: &Arc<Consumer>,
+        q: impl FnOnce() -> QueueRef,
+        m: &QueuedMessage,
+    ) -> Offer {
         if c.cancelled.load(Ordering::Relaxed) {
             return Offer::NoCredit;
         }
@@ -123,7 +134,7 @@ impl ChannelShared {
         if !c.no_ack && d.unacked_max > 0 && d.unacked.len() >= d.unacked_max as usize {
             return Offer::NoCredit;
         }
-        self.deliver_locked(&mut d, c, || QueueRef::Local(q.clone()), m);
+        self.deliver_locked(&mut d, c, q, m);
         Offer::Delivered
     }
 
@@ -652,6 +663,12 @@ impl Channel {
                 let name = self.queue_name(&p.queue)?;
                 self.allow(ctx, Perm::Read, Resource::Queue, &name)?;
                 let q = vhost.queue_for(&name, ctx.conn_id)?;
+                if q.stream().is_some() {
+                    return Err(AmqpError::not_implemented(format!(
+                        "queue.purge not supported by stream queues {}",
+                        q.describe()
+                    )));
+                }
                 let n = q.purge();
                 if !p.nowait {
                     self.reply(QueuePurgeOk { message_count: n });
@@ -802,7 +819,7 @@ impl Channel {
             cancelled: AtomicBool::new(false),
         });
         let (outbox, id, nowait) = (&self.shared.outbox, self.id(), c.nowait);
-        q.add_consumer(consumer.clone(), || {
+        let consume_ok = || {
             if !nowait {
                 outbox.method(
                     id,
@@ -811,7 +828,14 @@ impl Channel {
                     }),
                 );
             }
-        })?;
+        };
+        match q.stream() {
+            Some(s) => {
+                let start = crate::queue::stream::parse_start(c.arguments.get("x-stream-offset"))?;
+                s.add_consumer(consumer.clone(), start, consume_ok)?
+            }
+            None => q.add_consumer(consumer.clone(), consume_ok)?,
+        }
         self.consumers.insert(tag, consumer);
         Ok(())
     }
@@ -819,6 +843,17 @@ impl Channel {
     fn settle(&mut self, tag: u64, multiple: bool, requeue: bool, ack: bool) -> AmqpResult<()> {
         let taken = self.shared.take(tag, multiple)?;
         let how = Settle::of(ack, requeue);
+        if how != Settle::Ack {
+            // RabbitMQ 3.10 closes the connection; what was taken goes back as credit.
+            if let Some(u) = taken.iter().find(|u| u.queue.stream().is_some()) {
+                let e = AmqpError::not_implemented(format!(
+                    "basic.nack and basic.reject not supported by stream queues {}",
+                    u.queue.describe()
+                ));
+                finish(taken, Settle::Ack);
+                return Err(e);
+            }
+        }
         if how == Settle::Ack {
             bump(&self.shared.stats.ack, taken.len() as u64);
         }
@@ -1241,6 +1276,15 @@ impl DeliverySink for ChannelShared {
         }
         self.deliver_locked(&mut d, c, || q, m);
         true
+    }
+
+    fn offer_stream(
+        &self,
+        c: &Arc<Consumer>,
+        s: &Arc<crate::queue::stream::Stream>,
+        m: &QueuedMessage,
+    ) -> Offer {
+        self.offer_from(c, || QueueRef::Stream(s.clone()), m)
     }
 
     fn cancelled(&self, c: &Consumer) {

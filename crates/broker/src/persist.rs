@@ -14,11 +14,34 @@ use warren_protocol::properties::BasicProperties;
 use warren_protocol::ByteString;
 
 use crate::confirm::complete_all;
+use crate::confirm::ConfirmHandle;
 use crate::message::Message;
-use crate::queue::Queue;
+
+/// What the persister writes: a classic queue's log or a stream's. Its buffered records are
+/// written by `write_log` under the owner's lock; `synced` runs after the group's fsync.
+pub trait Logged: Send + Sync {
+    /// Joins the next group; false if already in it.
+    fn join_batch(&self) -> bool;
+    fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>>;
+    /// The group holding this owner's last write is on disk (`ok`) or failed.
+    fn synced(&self, _ok: bool) {}
+    fn log_name(&self) -> &str;
+}
+
+impl Logged for crate::queue::Queue {
+    fn join_batch(&self) -> bool {
+        self.mark_dirty()
+    }
+    fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>> {
+        crate::queue::Queue::write_log(self)
+    }
+    fn log_name(&self) -> &str {
+        &self.name
+    }
+}
 
 pub struct Persister {
-    dirty: Mutex<Vec<Arc<Queue>>>,
+    dirty: Mutex<Vec<Arc<dyn Logged>>>,
     wake: Condvar,
     stop: AtomicBool,
     /// fsync calls made and bytes written, for benchmarks (logged at shutdown).
@@ -49,8 +72,8 @@ impl Persister {
     }
 
     /// Queues `q` for the next group. Cheap when it is already queued.
-    pub fn mark_dirty(&self, q: &Arc<Queue>) {
-        if q.mark_dirty() {
+    pub fn mark_dirty<L: Logged + 'static>(&self, q: &Arc<L>) {
+        if q.join_batch() {
             self.dirty.lock().push(q.clone());
             self.wake.notify_one();
         }
@@ -89,18 +112,18 @@ impl Persister {
         }
     }
 
-    fn commit(&self, batch: Vec<Arc<Queue>>) {
+    fn commit(&self, batch: Vec<Arc<dyn Logged>>) {
         let mut written = Vec::new();
         let mut failed = Vec::new();
         let mut files = Vec::new();
-        for q in batch {
+        for q in &batch {
             match q.write_log() {
                 Ok((tokens, f)) => {
                     written.extend(tokens);
                     files.extend(f);
                 }
                 Err((e, tokens)) => {
-                    tracing::error!(queue = %q.name, error = %e, "cannot write queue log; publishes are nacked");
+                    tracing::error!(queue = %q.log_name(), error = %e, "cannot write queue log; publishes are nacked");
                     failed.extend(tokens);
                 }
             }
@@ -112,6 +135,9 @@ impl Persister {
             .collect();
         self.fsyncs.fetch_add(files.len() as u64, Ordering::Relaxed);
         let synced = sync_all(&files);
+        for q in &batch {
+            q.synced(synced);
+        }
         complete_all(
             written
                 .into_iter()

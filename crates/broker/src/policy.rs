@@ -193,6 +193,9 @@ pub fn apply(access: &Access, q: &QueueRef) {
     let policies = access.policies_of(q.vhost());
     let p = matching(&policies, q.name(), true);
     q.set_effective_args(effective(&q.options().args, &q.options().arguments, p));
+    if let Some(s) = q.stream() {
+        s.set_policy(p);
+    }
 }
 
 /// Re-evaluates every queue and exchange of `vhost` (after a policy change, or at boot).
@@ -201,6 +204,9 @@ pub fn apply_all(broker: &Broker, vhost: &VHost) {
     for q in vhost.snapshot().queues.values() {
         let p = matching(&policies, q.name(), true);
         q.set_effective_args(effective(&q.options().args, &q.options().arguments, p));
+        if let Some(s) = q.stream() {
+            s.set_policy(p);
+        }
     }
     vhost.set_policies(policies);
 }

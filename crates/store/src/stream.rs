@@ -304,6 +304,12 @@ impl<T> StreamLog<T> {
         Ok((tokens, Some(seg.file.clone()), end))
     }
 
+    /// The tokens of what is still buffered (the stream is being deleted).
+    pub fn take_pending(&mut self) -> Vec<T> {
+        self.pending_bytes = 0;
+        self.pending.drain(..).filter_map(|p| p.token).collect()
+    }
+
     fn drop_pending(&mut self) -> Vec<T> {
         self.pending_bytes = 0;
         self.written = self.next_offset;

@@ -13,6 +13,7 @@
 pub mod args;
 pub mod dead_letter;
 pub mod handle;
+pub mod stream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
