@@ -139,13 +139,20 @@ fn check_stream_args(args: &FieldTable, what: &str) -> AmqpResult<()> {
     let invalid = |key: &str, why: String| {
         AmqpError::precondition_failed(format!("invalid arg '{key}' for {what}: {why}"))
     };
-    let unacceptable =
-        |key: &str, v: &FieldValue| invalid(key, format!("{{unacceptable_type,{}}}", crate::queue::type_name(v)));
+    let unacceptable = |key: &str, v: &FieldValue| {
+        invalid(
+            key,
+            format!("{{unacceptable_type,{}}}", crate::queue::type_name(v)),
+        )
+    };
     let non_neg = |key: &str, zero_ok: bool| -> AmqpResult<()> {
         match args.get(key) {
             None => Ok(()),
             Some(v) => match v.as_i64() {
-                None => Err(invalid(key, format!("\"expected integer, got {}\"", crate::queue::type_name(v)))),
+                None => Err(invalid(
+                    key,
+                    format!("\"expected integer, got {}\"", crate::queue::type_name(v)),
+                )),
                 Some(n) if n < 0 => Err(invalid(key, format!("{{value_negative,{n}}}"))),
                 Some(0) if !zero_ok => Err(invalid(key, "{value_zero,0}".to_string())),
                 Some(_) => Ok(()),

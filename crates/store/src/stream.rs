@@ -159,7 +159,10 @@ impl<T> StreamLog<T> {
             if good < size {
                 if i + 1 == n {
                     tracing::warn!(segment = %seg.path.display(), kept = good, size, "stream segment has a torn or corrupt tail: truncated");
-                    OpenOptions::new().write(true).open(&seg.path)?.set_len(good)?;
+                    OpenOptions::new()
+                        .write(true)
+                        .open(&seg.path)?
+                        .set_len(good)?;
                 } else {
                     tracing::warn!(segment = %seg.path.display(), kept = good, size, "stream segment is corrupt past this point: the rest is not read");
                 }
@@ -242,14 +245,20 @@ impl<T> StreamLog<T> {
         if self.pending.is_empty() {
             return Ok((Vec::new(), None, self.written));
         }
-        let full = self.segments.back().is_some_and(|s| s.len >= self.max_segment_bytes);
+        let full = self
+            .segments
+            .back()
+            .is_some_and(|s| s.len >= self.max_segment_bytes);
         if full {
             if let Err(e) = self.rotate() {
                 return Err((e, self.drop_pending()));
             }
         }
         self.buf.clear();
-        let seg = self.segments.back_mut().expect("the current segment exists");
+        let seg = self
+            .segments
+            .back_mut()
+            .expect("the current segment exists");
         let start_len = seg.len;
         let mut pos = seg.len;
         let mut tokens = Vec::new();
@@ -370,7 +379,10 @@ impl<T> StreamLog<T> {
             return None;
         }
         let offset = offset.max(self.first_offset());
-        let i = self.segments.partition_point(|s| s.first <= offset).checked_sub(1)?;
+        let i = self
+            .segments
+            .partition_point(|s| s.first <= offset)
+            .checked_sub(1)?;
         let s = &self.segments[i];
         if offset >= s.next {
             // In a gap left by a failed write: the next segment, if any.
@@ -519,9 +531,7 @@ fn scan_segment(seg: &mut Segment, size: u64, last_chunk: &mut u64) -> std::io::
                     }
                     let len = u32::from_be_bytes(bytes[4..8].try_into().unwrap_or_default());
                     let need = HEADER_BYTES as u64 + len as u64;
-                    if len > record::MAX_PAYLOAD_BYTES
-                        || pos + need > size
-                    {
+                    if len > record::MAX_PAYLOAD_BYTES || pos + need > size {
                         return Ok(pos);
                     }
                     let mut whole = vec![0u8; need as usize];

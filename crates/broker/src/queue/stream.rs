@@ -89,9 +89,7 @@ impl StreamLimits {
                 .get("max-age")
                 .and_then(serde_json::Value::as_str)
                 .and_then(|s| parse_age(s).ok())),
-            segment_bytes: self
-                .segment_bytes
-                .or(num("stream-max-segment-size-bytes")),
+            segment_bytes: self.segment_bytes.or(num("stream-max-segment-size-bytes")),
         }
     }
 }
@@ -237,9 +235,7 @@ impl Stream {
         persister: Arc<Persister>,
     ) -> std::io::Result<Arc<Stream>> {
         let declared = StreamLimits::from_args(&options.arguments);
-        let segment = declared
-            .segment_bytes
-            .unwrap_or(log::DEFAULT_SEGMENT_BYTES);
+        let segment = declared.segment_bytes.unwrap_or(log::DEFAULT_SEGMENT_BYTES);
         let log = StreamLog::open(&dir, segment)?;
         let next = log.next_offset();
         let first = log.first_offset();
@@ -293,10 +289,7 @@ impl Stream {
         if **self.limits.load() != l {
             self.limits.store(Arc::new(l));
             let mut g = self.inner.lock();
-            g.log.max_segment_bytes = l
-                .segment_bytes
-                .unwrap_or(log::DEFAULT_SEGMENT_BYTES)
-                .max(1);
+            g.log.max_segment_bytes = l.segment_bytes.unwrap_or(log::DEFAULT_SEGMENT_BYTES).max(1);
             drop(g);
             self.enforce_retention();
         }
@@ -339,7 +332,11 @@ impl Stream {
     }
 
     /// Appends `msg` with the next offset; its confirm completes once the chunk is fsynced.
-    pub fn publish(self: &Arc<Self>, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Enqueued {
+    pub fn publish(
+        self: &Arc<Self>,
+        msg: Arc<Message>,
+        confirm: Option<&Arc<ConfirmHandle>>,
+    ) -> Enqueued {
         // Encoded outside the lock with a placeholder offset, patched under it.
         let (mut data, props, patch) = encode_with_offset(&msg);
         let ts = unix_ms();
@@ -482,7 +479,9 @@ impl Stream {
         self.readers
             .lock()
             .iter()
-            .map(|r| u32::from(r.consumer.prefetch).saturating_sub(r.credit.load(Ordering::Relaxed)))
+            .map(|r| {
+                u32::from(r.consumer.prefetch).saturating_sub(r.credit.load(Ordering::Relaxed))
+            })
             .sum()
     }
 
