@@ -111,6 +111,15 @@ impl QueueRef {
         }
     }
 
+    /// Its message counts, for a queue on this node.
+    pub fn stats(&self) -> Option<&crate::metrics::QueueStats> {
+        match self {
+            QueueRef::Local(q) => Some(&q.stats),
+            QueueRef::Stream(s) => Some(&s.stats),
+            QueueRef::Remote(_) => None,
+        }
+    }
+
     /// The id of its log directory, for a queue with one on this node.
     pub fn store_id(&self) -> Option<u64> {
         match self {
