@@ -12,7 +12,7 @@
 //! its first offset, so even an empty current segment says where offsets resume.
 //!
 //! Memory: per segment a handful of counters and one index entry per [`INDEX_EVERY_BYTES`] of
-//! file, so a long stream costs ~24 bytes per 64 KiB on disk, never anything per message
+//! file, so a long stream costs ~24 bytes per MiB on disk, never anything per message
 //! (appends still waiting for their group write are the exception, bounded by the caller).
 
 use std::collections::VecDeque;
@@ -30,7 +30,7 @@ pub const KIND_CHUNK: u8 = 5;
 pub const KIND_ENTRY: u8 = 6;
 /// One index entry per this many bytes of segment: a read by offset starts at most this far
 /// before the record it wants.
-pub const INDEX_EVERY_BYTES: u64 = 64 * 1024;
+pub const INDEX_EVERY_BYTES: u64 = 1024 * 1024;
 /// RabbitMQ's default `x-stream-max-segment-size-bytes`.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 500_000_000;
 /// Bytes read at once by recovery's scan and by readers.

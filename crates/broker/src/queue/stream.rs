@@ -578,6 +578,9 @@ impl Stream {
                 }
             }
             let mut outbox_full = false;
+            // One flush per batch straight to the socket, as a connection's read batch does,
+            // rather than a writer wake-up per delivery. Nothing awaits until `end_batch`.
+            crate::outbox::begin_batch();
             while let Some(m) = batch.front() {
                 if r.credit.load(Ordering::Acquire) == 0 {
                     break;
@@ -595,6 +598,7 @@ impl Stream {
                     }
                 }
             }
+            crate::outbox::end_batch();
             if outbox_full {
                 // The connection's writer drains in well under this; polling only while full.
                 tokio::time::sleep(Duration::from_millis(2)).await;
