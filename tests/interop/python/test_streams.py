@@ -4,10 +4,13 @@ RabbitMQ 3.10.8; the restart test drives the broker process: Warren only."""
 
 from __future__ import annotations
 
+import base64
 import datetime
+import json
 import os
 import signal
 import time
+import urllib.request
 
 import pika
 import pika.exceptions
@@ -287,20 +290,47 @@ def test_restart_keeps_messages_and_offsets():
         w.stop()
 
 
+def http(mgmt_url, method, path, body=None):
+    req = urllib.request.Request(mgmt_url + path, method=method,
+                                 data=json.dumps(body).encode() if body is not None else None)
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    req.add_header("content-type", "application/json")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        text = r.read()
+        return json.loads(text) if text.strip() else None
+
+
+def test_retention_by_policy(amqp_url, mgmt_url, sname):
+    conn = connect(amqp_url)
+    pol = uname("spol")
+    try:
+        declare(conn.channel(), sname, **{"x-stream-max-segment-size-bytes": 5000})
+        http(mgmt_url, "PUT", f"/api/policies/%2F/{pol}",
+             {"pattern": "^" + sname + "$", "definition": {"max-length-bytes": 20000},
+              "apply-to": "queues", "priority": 7})
+        body = b"y" * 500
+        deadline = time.monotonic() + WAIT
+        while True:
+            publish(conn, sname, [body] * 20)
+            got = consume(conn, sname, 1, "first", timeout=1)
+            if got and got[0][0] > 0:
+                break
+            assert time.monotonic() < deadline, "the policy's max-length-bytes did not apply"
+    finally:
+        try:
+            http(mgmt_url, "DELETE", f"/api/policies/%2F/{pol}")
+        finally:
+            safe_close(conn)
+
+
 def test_management_type_and_count(amqp_url, mgmt_url, sname):
-    import json
-    import urllib.request
     conn = connect(amqp_url)
     try:
         declare(conn.channel(), sname)
         publish(conn, sname, [b"1", b"2", b"3"])
-        req = urllib.request.Request(f"{mgmt_url}/api/queues/%2f/{sname}")
-        import base64
-        req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
         deadline = time.monotonic() + 15
         while True:
-            with urllib.request.urlopen(req, timeout=5) as r:
-                q = json.load(r)
+            q = http(mgmt_url, "GET", f"/api/queues/%2f/{sname}")
             # RabbitMQ's stats lag by its collection interval.
             if q.get("messages") == 3 or time.monotonic() > deadline:
                 break
