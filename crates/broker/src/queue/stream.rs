@@ -13,8 +13,8 @@
 //!
 //! Reading: each consumer has its own task and cursor. Near the end it copies `Arc`s from the
 //! tail cache (the newest `TAIL_MSGS`/`TAIL_BYTES`); behind it, it reads the segment files
-//! itself (`warren_store::stream::read`, no lock held), so readers at any offset never hold the
-//! writer up. A consumer at the end sleeps until a group commit wakes it; one out of prefetch
+//! on the blocking pool (`warren_store::stream::read`, no lock held), so readers at any offset
+//! never hold the writer up. A consumer at the end sleeps until a group commit wakes it; one out of prefetch
 //! until an ack returns credit. Acks only return credit.
 
 use std::collections::VecDeque;
@@ -555,7 +555,29 @@ impl Stream {
             }
             if batch.is_empty() {
                 r.at_end.store(true, Ordering::SeqCst);
-                match self.fetch(&mut next, &mut hint, &mut batch) {
+                let got = match self.fetch_cached(&mut next, &mut hint, &mut batch) {
+                    Fetch::Got => Ok(true),
+                    Fetch::End => Ok(false),
+                    // On the blocking pool: a read from a cold disk must not stall the other
+                    // tasks (connections, publishers) of this worker thread.
+                    Fetch::File(plan, committed) => {
+                        let s = self.clone();
+                        let (n, h) = (next, hint);
+                        let read = tokio::task::spawn_blocking(move || {
+                            let (mut n, mut h, mut out) = (n, h, VecDeque::new());
+                            let r = s.read_file(&plan, committed, &mut n, &mut h, &mut out);
+                            (r, n, h, out)
+                        });
+                        match read.await {
+                            Ok((r, n, h, out)) => {
+                                (next, hint, batch) = (n, h, out);
+                                r
+                            }
+                            Err(e) => Err(std::io::Error::other(e.to_string())),
+                        }
+                    }
+                };
+                match got {
                     Ok(true) => {
                         r.at_end.store(false, Ordering::SeqCst);
                         failures = 0;
@@ -610,39 +632,55 @@ impl Stream {
         }
     }
 
-    /// Fills `out` from `*next` on: from the tail cache, else from the files. False at the end.
-    fn fetch(
+    /// Fills `out` from `*next` on from the tail cache, or says which file read comes next.
+    fn fetch_cached(
         &self,
         next: &mut u64,
         hint: &mut Option<(u64, u64, u64)>,
         out: &mut VecDeque<QueuedMessage>,
-    ) -> std::io::Result<bool> {
+    ) -> Fetch {
         let committed = self.committed.load(Ordering::SeqCst);
-        let plan = {
-            let g = self.inner.lock();
-            let first = g.log.first_offset();
-            if *next < first {
-                *next = first;
-                *hint = None;
+        let g = self.inner.lock();
+        let first = g.log.first_offset();
+        if *next < first {
+            *next = first;
+            *hint = None;
+        }
+        if *next >= committed {
+            return Fetch::End;
+        }
+        if *next >= g.tail_first {
+            let end = committed
+                .min(g.tail_first + g.tail.len() as u64)
+                .min(*next + READ_MSGS as u64);
+            for o in *next..end {
+                out.push_back(entry(o, g.tail[(o - g.tail_first) as usize].clone()));
             }
-            if *next >= committed {
-                return Ok(false);
-            }
-            if *next >= g.tail_first {
-                let end = committed
-                    .min(g.tail_first + g.tail.len() as u64)
-                    .min(*next + READ_MSGS as u64);
-                for o in *next..end {
-                    out.push_back(entry(o, g.tail[(o - g.tail_first) as usize].clone()));
-                }
-                *next = end;
-                *hint = None;
-                return Ok(!out.is_empty());
-            }
-            g.log.plan(*next, *hint)
-        };
-        let Some(plan) = plan else { return Ok(false) };
-        let (entries, end) = log::read(&plan, READ_BYTES)?;
+            *next = end;
+            *hint = None;
+            return if out.is_empty() {
+                Fetch::End
+            } else {
+                Fetch::Got
+            };
+        }
+        match g.log.plan(*next, *hint) {
+            Some(plan) => Fetch::File(plan, committed),
+            None => Fetch::End,
+        }
+    }
+
+    /// Reads the entries `plan` points at (no lock held), up to `committed`. False: wait for
+    /// the next commit.
+    fn read_file(
+        &self,
+        plan: &log::ReadPlan,
+        committed: u64,
+        next: &mut u64,
+        hint: &mut Option<(u64, u64, u64)>,
+        out: &mut VecDeque<QueuedMessage>,
+    ) -> std::io::Result<bool> {
+        let (entries, end) = log::read(plan, READ_BYTES)?;
         let mut cut = false;
         for e in entries {
             if e.offset < *next {
@@ -664,6 +702,16 @@ impl Stream {
         // Entries skipped below the cursor still moved it on; past `committed`, wait.
         Ok(!out.is_empty() || (!cut && end > plan.pos))
     }
+}
+
+/// What a reader's next step is.
+enum Fetch {
+    /// Messages were taken from the tail cache.
+    Got,
+    /// Nothing committed past the cursor yet.
+    End,
+    /// Read this file position (entries below this commit point only).
+    File(log::ReadPlan, u64),
 }
 
 /// The first offset at or after `ms` in the entries `plan` starts at, reading forward.
