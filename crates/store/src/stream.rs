@@ -427,11 +427,22 @@ impl<T> StreamLog<T> {
     }
 }
 
+/// [`record::encode`] of `ts_ms | data`, without first copying them into one buffer.
 fn encode_entry(buf: &mut BytesMut, kind: u8, offset: u64, ts_ms: u64, data: &[u8]) {
-    let mut body = BytesMut::with_capacity(8 + data.len());
-    body.put_u64(ts_ms);
-    body.put_slice(data);
-    record::encode(buf, kind, offset, &body);
+    let len = (1 + 8 + 8 + data.len()) as u32;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&[kind]);
+    crc.update(&offset.to_be_bytes());
+    crc.update(&ts_ms.to_be_bytes());
+    crc.update(data);
+    buf.reserve(HEADER_BYTES + len as usize);
+    buf.put_u32(record::MAGIC);
+    buf.put_u32(len);
+    buf.put_u32(crc.finalize());
+    buf.put_u8(kind);
+    buf.put_u64(offset);
+    buf.put_u64(ts_ms);
+    buf.put_slice(data);
 }
 
 /// Reads whole entries from `plan.pos` up to about `max_bytes` (at least one whole entry if
@@ -687,6 +698,17 @@ mod tests {
         assert_eq!(all.len(), 5);
         assert_eq!(all[4], (4, Bytes::from("new")));
         let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn entry_encoding_is_a_record() {
+        let mut a = BytesMut::new();
+        encode_entry(&mut a, KIND_CHUNK, 9, 77, b"payload");
+        let mut b = BytesMut::new();
+        let mut data = 77u64.to_be_bytes().to_vec();
+        data.extend_from_slice(b"payload");
+        record::encode(&mut b, KIND_CHUNK, 9, &data);
+        assert_eq!(a, b);
     }
 
     #[test]
