@@ -184,6 +184,10 @@ def test_prefetch_and_ack_rules(amqp_url, sname):
         ch = conn.channel()
         r = closed_with(lambda: ch.basic_consume(sname, lambda *a: None), conn)
         assert r == ("channel", 406, f"PRECONDITION_FAILED - consumer prefetch count is not set for '{what}'")
+        # The prefetch is checked before the ack mode.
+        ch = conn.channel()
+        r = closed_with(lambda: ch.basic_consume(sname, lambda *a: None, auto_ack=True), conn)
+        assert r == ("channel", 406, f"PRECONDITION_FAILED - consumer prefetch count is not set for '{what}'")
         ch = conn.channel()
         ch.basic_qos(prefetch_count=10)
         r = closed_with(lambda: ch.basic_consume(sname, lambda *a: None, auto_ack=True), conn)

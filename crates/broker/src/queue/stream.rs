@@ -407,15 +407,16 @@ impl Stream {
         start: StartAt,
         on_added: impl FnOnce(),
     ) -> AmqpResult<()> {
-        if c.no_ack {
-            return Err(AmqpError::not_implemented(format!(
-                "automatic acknowledgement not supported by stream queues {}",
-                self.describe()
-            )));
-        }
+        // RabbitMQ's order: the prefetch first, then the ack mode.
         if c.prefetch == 0 {
             return Err(AmqpError::precondition_failed(format!(
                 "consumer prefetch count is not set for '{}'",
+                self.describe()
+            )));
+        }
+        if c.no_ack {
+            return Err(AmqpError::not_implemented(format!(
+                "automatic acknowledgement not supported by stream queues {}",
                 self.describe()
             )));
         }
