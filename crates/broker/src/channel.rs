@@ -1287,6 +1287,10 @@ impl DeliverySink for ChannelShared {
         self.offer_from(c, || QueueRef::Stream(s.clone()), m)
     }
 
+    fn wait_for_space_stream(&self, s: &Arc<crate::queue::stream::Stream>) -> bool {
+        self.outbox.wait_for_space_stream(s)
+    }
+
     fn cancelled(&self, c: &Consumer) {
         self.outbox.method(
             self.id,

@@ -234,6 +234,28 @@ def test_prefetch_and_ack_rules(amqp_url, sname):
         safe_close(conn)
 
 
+def test_slow_reader_gets_everything_in_order(amqp_url, sname):
+    # More than the connection's output buffer holds: the reader stops while the client does
+    # not read, and resumes when it does.
+    conn = connect(amqp_url)
+    try:
+        declare(conn.channel(), sname)
+        body = b"z" * 32768
+        publish(conn, sname, [body] * 200)
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=1000)
+        got = []
+        ch.basic_consume(sname, lambda c, m, p, b: got.append(p.headers["x-stream-offset"]) or c.basic_ack(m.delivery_tag),
+                         arguments={"x-stream-offset": "first"})
+        time.sleep(1.0)  # nothing read meanwhile: the socket and the broker's buffer fill up
+        deadline = time.monotonic() + WAIT
+        while len(got) < 200 and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.05)
+        assert got == list(range(200))
+    finally:
+        safe_close(conn)
+
+
 def test_bad_offset_closes_the_connection(amqp_url, sname):
     conn = connect(amqp_url)
     try:

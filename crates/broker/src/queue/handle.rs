@@ -44,6 +44,11 @@ pub trait DeliverySink: Send + Sync {
     fn offer_stream(&self, _c: &Arc<Consumer>, _s: &Arc<Stream>, _m: &QueuedMessage) -> Offer {
         Offer::NoCredit
     }
+    /// After an [`Offer::OutboxFull`] from `offer_stream`: wake `s`'s consumers once there is
+    /// room. False if there is room already.
+    fn wait_for_space_stream(&self, _s: &Arc<Stream>) -> bool {
+        false
+    }
 }
 
 /// A queue, wherever it runs.

@@ -623,8 +623,12 @@ impl Stream {
             }
             crate::outbox::end_batch();
             if outbox_full {
-                // The connection's writer drains in well under this; polling only while full.
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                // The outbox wakes the stream's consumers once it drains (the timeout only
+                // bounds a wake-up lost to a consumer that stopped).
+                if r.consumer.sink.wait_for_space_stream(&self) {
+                    let _ = tokio::time::timeout(Duration::from_millis(100), r.wake.notified())
+                        .await;
+                }
             } else if !batch.is_empty() {
                 // Out of credit: an ack wakes it; the timeout covers a channel-wide limit
                 // freed by another queue's ack.
