@@ -626,8 +626,8 @@ impl Stream {
                 // The outbox wakes the stream's consumers once it drains (the timeout only
                 // bounds a wake-up lost to a consumer that stopped).
                 if r.consumer.sink.wait_for_space_stream(&self) {
-                    let _ = tokio::time::timeout(Duration::from_millis(100), r.wake.notified())
-                        .await;
+                    let _ =
+                        tokio::time::timeout(Duration::from_millis(100), r.wake.notified()).await;
                 }
             } else if !batch.is_empty() {
                 // Out of credit: an ack wakes it; the timeout covers a channel-wide limit
