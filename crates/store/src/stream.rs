@@ -409,6 +409,12 @@ impl<T> StreamLog<T> {
         })
     }
 
+    /// The first offset of the segment after the one holding `offset` (to skip past a segment
+    /// that cannot be read).
+    pub fn segment_after(&self, offset: u64) -> Option<u64> {
+        self.segments.iter().map(|s| s.first).find(|&f| f > offset)
+    }
+
     /// Where the first entry with a timestamp at or after `ts_ms` may be: a plan to read from
     /// (the caller skips older entries), or `None` if every written entry is older.
     pub fn plan_at_time(&self, ts_ms: u64) -> Option<ReadPlan> {

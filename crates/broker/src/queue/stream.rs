@@ -595,6 +595,16 @@ impl Stream {
                         if failures == 1 {
                             tracing::error!(stream = %self.name, offset = next, error = %e, "cannot read the stream; retrying");
                         }
+                        if failures >= 3 {
+                            // A damaged segment: what cannot be read is skipped, not retried
+                            // forever.
+                            let after = self.inner.lock().log.segment_after(next);
+                            if let Some(to) = after {
+                                tracing::error!(stream = %self.name, from = next, to, "skipping the unreadable rest of a stream segment");
+                                (next, hint, failures) = (to, None, 0);
+                                continue;
+                            }
+                        }
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         continue;
                     }
