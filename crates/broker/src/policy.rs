@@ -102,6 +102,15 @@ pub fn validate(p: &PolicyDef) -> Result<(), String> {
                 return bad("overflow value")
             }
             "alternate-exchange" if !v.is_string() => return bad("alternate exchange name"),
+            // Streams' keys (RabbitMQ 3.10 crashes, 500, on a non-string max-age).
+            "max-age"
+                if !v
+                    .as_str()
+                    .is_some_and(|s| crate::queue::stream::parse_age(s).is_ok()) =>
+            {
+                return bad("max age")
+            }
+            "stream-max-segment-size-bytes" if !non_neg() => return bad("segment size"),
             _ => {}
         }
     }
@@ -261,6 +270,21 @@ mod tests {
             validate(&pol("p", ".*", 0, r#"{"expires":0}"#)).expect_err("zero"),
             "Validation failed\n\n0 is not a valid queue expiry\n"
         );
+        assert_eq!(
+            validate(&pol("p", ".*", 0, r#"{"max-age":"1x"}"#)).expect_err("unit"),
+            "Validation failed\n\n<<\"1x\">> is not a valid max age\n"
+        );
+        assert_eq!(
+            validate(&pol(
+                "p",
+                ".*",
+                0,
+                r#"{"stream-max-segment-size-bytes":-1}"#
+            ))
+            .expect_err("negative"),
+            "Validation failed\n\n-1 is not a valid segment size\n"
+        );
+        assert!(validate(&pol("p", ".*", 0, r#"{"max-age":"7D"}"#)).is_ok());
         assert!(validate(&pol("p", ".*", 0, r#"{"max-priority":5}"#)).is_err());
         assert!(validate(&pol("p", "(", 0, r#"{"max-length":5}"#)).is_err());
         assert!(validate(&pol("p", ".*", 0, "{}")).is_err());
