@@ -104,9 +104,8 @@ pub fn validate(p: &PolicyDef) -> Result<(), String> {
             "alternate-exchange" if !v.is_string() => return bad("alternate exchange name"),
             // Streams' keys (RabbitMQ 3.10 crashes, 500, on a non-string max-age).
             "max-age"
-                if !v
-                    .as_str()
-                    .is_some_and(|s| crate::queue::stream::parse_age(s).is_ok()) =>
+                if v.as_str()
+                    .is_none_or(|s| crate::queue::stream::parse_age(s).is_err()) =>
             {
                 return bad("max age")
             }
