@@ -111,6 +111,17 @@ impl ChannelShared {
 
     /// Called by a queue (under its lock) to hand `m` to consumer `c`.
     pub fn offer(&self, c: &Arc<Consumer>, q: &Arc<Queue>, m: &QueuedMessage) -> Offer {
+        self.offer_from(c, || QueueRef::Local(q.clone()), m)
+    }
+
+    /// [`ChannelShared::offer`] for any queue kind (`q` names it in the unacked entry).
+    #[inline]
+    fn offer_from(
+        &self,
+        c: &Arc<Consumer>,
+        q: impl FnOnce() -> QueueRef,
+        m: &QueuedMessage,
+    ) -> Offer {
         if c.cancelled.load(Ordering::Relaxed) {
             return Offer::NoCredit;
         }
@@ -130,7 +141,7 @@ impl ChannelShared {
         if !c.no_ack && d.unacked_max > 0 && d.unacked.len() >= d.unacked_max as usize {
             return Offer::NoCredit;
         }
-        self.deliver_locked(&mut d, c, || QueueRef::Local(q.clone()), m);
+        self.deliver_locked(&mut d, c, q, m);
         Offer::Delivered
     }
 
@@ -703,6 +714,12 @@ impl Channel {
                 let name = self.queue_name(&p.queue)?;
                 self.allow(ctx, Perm::Read, Resource::Queue, &name)?;
                 let q = vhost.queue_for(&name, ctx.conn_id)?;
+                if q.stream().is_some() {
+                    return Err(AmqpError::not_implemented(format!(
+                        "queue.purge not supported by stream queues {}",
+                        q.describe()
+                    )));
+                }
                 let n = q.purge();
                 if !p.nowait {
                     self.reply(QueuePurgeOk { message_count: n });
@@ -871,7 +888,7 @@ impl Channel {
             timeout_ms,
         });
         let (outbox, id, nowait) = (&self.shared.outbox, self.id(), c.nowait);
-        q.add_consumer(consumer.clone(), || {
+        let consume_ok = || {
             if !nowait {
                 outbox.method(
                     id,
@@ -880,7 +897,14 @@ impl Channel {
                     }),
                 );
             }
-        })?;
+        };
+        match q.stream() {
+            Some(s) => {
+                let start = crate::queue::stream::parse_start(c.arguments.get("x-stream-offset"))?;
+                s.add_consumer(consumer.clone(), start, consume_ok)?
+            }
+            None => q.add_consumer(consumer.clone(), consume_ok)?,
+        }
         self.consumers.insert(tag, consumer);
         Ok(())
     }
@@ -897,6 +921,17 @@ impl Channel {
     ) -> AmqpResult<()> {
         let mut taken = self.shared.take(tag, multiple)?;
         let how = Settle::of(ack, requeue);
+        if how != Settle::Ack {
+            // RabbitMQ 3.10 closes the connection; what was taken goes back as credit.
+            if let Some(u) = taken.iter().find(|u| u.queue.stream().is_some()) {
+                let e = AmqpError::not_implemented(format!(
+                    "basic.nack and basic.reject not supported by stream queues {}",
+                    u.queue.describe()
+                ));
+                finish(taken, Settle::Ack);
+                return Err(e);
+            }
+        }
         if let (Settle::Requeue, None, Some((vhost, failed))) = (how, &self.tx, retry) {
             if taken.iter().any(|u| u.queue.args().retry.is_some()) {
                 taken = retry_later(taken, vhost, failed);
@@ -1524,6 +1559,19 @@ impl DeliverySink for ChannelShared {
         }
         self.deliver_locked(&mut d, c, || q, m);
         true
+    }
+
+    fn offer_stream(
+        &self,
+        c: &Arc<Consumer>,
+        s: &Arc<crate::queue::stream::Stream>,
+        m: &QueuedMessage,
+    ) -> Offer {
+        self.offer_from(c, || QueueRef::Stream(s.clone()), m)
+    }
+
+    fn wait_for_space_stream(&self, s: &Arc<crate::queue::stream::Stream>) -> bool {
+        self.outbox.wait_for_space_stream(s)
     }
 
     fn cancelled(&self, c: &Consumer) {

@@ -230,6 +230,8 @@ pub struct DelayStore {
     /// The exchange it routes through, or the queue it returns messages to.
     pub exchange: Arc<str>,
     to_queue: bool,
+    /// Names it in the persister's logs.
+    label: String,
     vhost: Weak<VHost>,
     vhost_name: Arc<str>,
     dir: Option<PathBuf>,
@@ -300,6 +302,15 @@ impl DelayStore {
         let store = Arc::new(DelayStore {
             exchange: exchange.into(),
             to_queue,
+            label: format!(
+                "{} '{exchange}' in vhost '{}'",
+                if to_queue {
+                    "retries of queue"
+                } else {
+                    "delayed exchange"
+                },
+                vhost.name
+            ),
             vhost: Arc::downgrade(vhost),
             vhost_name: vhost.name.clone(),
             dir,
@@ -598,7 +609,7 @@ impl DelayStore {
 }
 
 impl Logged for DelayStore {
-    fn mark_dirty(&self) -> bool {
+    fn join_batch(&self) -> bool {
         !self.in_batch.swap(true, Ordering::AcqRel)
     }
 
@@ -619,13 +630,8 @@ impl Logged for DelayStore {
         }
     }
 
-    fn describe(&self) -> String {
-        let what = if self.to_queue {
-            "retries of queue"
-        } else {
-            "delayed exchange"
-        };
-        format!("{what} '{}' in vhost '{}'", self.exchange, self.vhost_name)
+    fn log_name(&self) -> &str {
+        &self.label
     }
 }
 

@@ -603,7 +603,7 @@ fn queue_json(b: &Broker, q: &QueueRef) -> Value {
         "policy": policy.as_ref().map(|p| p.name.clone()),
         "effective_policy_definition": policy.map(|p| Value::Object(p.definition)).unwrap_or(json!({})),
         "state": if q.remote().is_some_and(|r| !b.cluster().is_some_and(|c| c.running(&r.home))) { "down" } else { "running" },
-        "type": "classic", "node": q.home().unwrap_or(&b.config.node_name),
+        "type": q.type_name(), "node": q.home().unwrap_or(&b.config.node_name),
         "message_stats": crate::stats_api::queue_message_stats(b, q),
     })
 }

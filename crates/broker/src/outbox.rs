@@ -22,13 +22,44 @@ use warren_protocol::Method;
 
 use crate::limits::{OUTBOX_HIGH_BYTES, OUTBOX_LOW_BYTES, SEND_TIMEOUT_MS};
 use crate::message::Message;
+use crate::queue::stream::Stream;
 use crate::queue::Queue;
+
+/// Who waits for an outbox to drain: a queue dispatches again, a stream wakes its consumers.
+enum Waiter {
+    Queue(Weak<Queue>),
+    Stream(Weak<Stream>),
+}
+
+impl Waiter {
+    fn is(&self, p: *const ()) -> bool {
+        match self {
+            Waiter::Queue(w) => w.as_ptr() as *const () == p,
+            Waiter::Stream(w) => w.as_ptr() as *const () == p,
+        }
+    }
+
+    fn wake(self) {
+        match self {
+            Waiter::Queue(w) => {
+                if let Some(q) = w.upgrade() {
+                    q.dispatch()
+                }
+            }
+            Waiter::Stream(w) => {
+                if let Some(s) = w.upgrade() {
+                    s.dispatch()
+                }
+            }
+        }
+    }
+}
 
 #[derive(Default)]
 struct Inner {
     buf: BytesMut,
-    /// Queues that held back deliveries because this outbox was full.
-    waiting: Vec<Weak<Queue>>,
+    /// Queues and streams that held back deliveries because this outbox was full.
+    waiting: Vec<Waiter>,
     /// No more output is accepted; the writer flushes and stops.
     closed: bool,
     /// The writer task holds a taken buffer: nobody else may write to the socket meanwhile.
@@ -177,8 +208,8 @@ impl Outbox {
         if rest {
             self.notify.notify_one();
         }
-        for q in waiting.into_iter().filter_map(|w| w.upgrade()) {
-            q.dispatch();
+        for w in waiting {
+            w.wake();
         }
     }
 
@@ -190,9 +221,20 @@ impl Outbox {
     /// Registers a queue to be woken when this outbox drains.
     pub fn wait_for_space(&self, q: &Arc<Queue>) {
         let mut g = self.inner.lock();
-        if !g.waiting.iter().any(|w| w.as_ptr() == Arc::as_ptr(q)) {
-            g.waiting.push(Arc::downgrade(q));
+        if !g.waiting.iter().any(|w| w.is(Arc::as_ptr(q) as *const ())) {
+            g.waiting.push(Waiter::Queue(Arc::downgrade(q)));
         }
+    }
+
+    /// Registers a stream whose consumers wait for this outbox to drain; false if it already
+    /// has (the caller retries at once: the drain that would have woken it is past).
+    pub fn wait_for_space_stream(&self, s: &Arc<Stream>) -> bool {
+        let mut g = self.inner.lock();
+        if !g.waiting.iter().any(|w| w.is(Arc::as_ptr(s) as *const ())) {
+            g.waiting.push(Waiter::Stream(Arc::downgrade(s)));
+        }
+        drop(g);
+        self.is_full()
     }
 
     /// Octets queued and not yet taken by a writer.
@@ -276,8 +318,8 @@ impl Outbox {
                 (g.closed, waiting)
             };
             self.space.notify_one();
-            for q in waiting.into_iter().filter_map(|w| w.upgrade()) {
-                q.dispatch();
+            for w in waiting {
+                w.wake();
             }
             if spare.is_empty() {
                 if closed {

@@ -13,17 +13,31 @@ use parking_lot::{Condvar, Mutex};
 use warren_protocol::properties::BasicProperties;
 use warren_protocol::ByteString;
 
-use crate::confirm::{complete_all, ConfirmHandle};
+use crate::confirm::complete_all;
+use crate::confirm::ConfirmHandle;
 use crate::message::Message;
 
-/// What the persister writes: a durable queue, or a delayed exchange's store.
+/// What the persister writes: a classic queue's log or a stream's. Its buffered records are
+/// written by `write_log` under the owner's lock; `synced` runs after the group's fsync.
 pub trait Logged: Send + Sync {
-    /// Joins the persister's next batch; false if already in it.
-    fn mark_dirty(&self) -> bool;
-    /// Writes the buffered records (the persister fsyncs the files).
+    /// Joins the next group; false if already in it.
+    fn join_batch(&self) -> bool;
     fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>>;
-    /// Names it in logs.
-    fn describe(&self) -> String;
+    /// The group holding this owner's last write is on disk (`ok`) or failed.
+    fn synced(&self, _ok: bool) {}
+    fn log_name(&self) -> &str;
+}
+
+impl Logged for crate::queue::Queue {
+    fn join_batch(&self) -> bool {
+        self.mark_dirty()
+    }
+    fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>> {
+        crate::queue::Queue::write_log(self)
+    }
+    fn log_name(&self) -> &str {
+        &self.name
+    }
 }
 
 pub struct Persister {
@@ -59,8 +73,8 @@ impl Persister {
 
     /// Queues `q` for the next group. Cheap when it is already queued.
     pub fn mark_dirty<L: Logged + 'static>(&self, q: &Arc<L>) {
-        if q.mark_dirty() {
-            self.dirty.lock().push(q.clone() as Arc<dyn Logged>);
+        if q.join_batch() {
+            self.dirty.lock().push(q.clone());
             self.wake.notify_one();
         }
     }
@@ -102,14 +116,14 @@ impl Persister {
         let mut written = Vec::new();
         let mut failed = Vec::new();
         let mut files = Vec::new();
-        for q in batch {
+        for q in &batch {
             match q.write_log() {
                 Ok((tokens, f)) => {
                     written.extend(tokens);
                     files.extend(f);
                 }
                 Err((e, tokens)) => {
-                    tracing::error!(log = %q.describe(), error = %e, "cannot write log; publishes are nacked");
+                    tracing::error!(queue = %q.log_name(), error = %e, "cannot write queue log; publishes are nacked");
                     failed.extend(tokens);
                 }
             }
@@ -121,6 +135,9 @@ impl Persister {
             .collect();
         self.fsyncs.fetch_add(files.len() as u64, Ordering::Relaxed);
         let synced = sync_all(&files);
+        for q in &batch {
+            q.synced(synced);
+        }
         complete_all(
             written
                 .into_iter()

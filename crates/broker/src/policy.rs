@@ -110,6 +110,14 @@ pub fn validate(p: &PolicyDef) -> Result<(), String> {
                 return bad("delayed retry setting")
             }
             "consumer-timeout" if !non_neg() => return bad("consumer timeout"),
+            // Streams' keys (RabbitMQ 3.10 crashes, 500, on a non-string max-age).
+            "max-age"
+                if v.as_str()
+                    .is_none_or(|s| crate::queue::stream::parse_age(s).is_err()) =>
+            {
+                return bad("max age")
+            }
+            "stream-max-segment-size-bytes" if !non_neg() => return bad("segment size"),
             _ => {}
         }
     }
@@ -237,6 +245,9 @@ pub fn apply(access: &Access, q: &QueueRef) {
     let policies = access.policies_of(q.vhost());
     let p = matching(&policies, q.name(), true);
     q.set_effective_args(effective(&q.options().args, &q.options().arguments, p));
+    if let Some(s) = q.stream() {
+        s.set_policy(p);
+    }
 }
 
 /// Re-evaluates every queue and exchange of `vhost` (after a policy change, or at boot).
@@ -245,6 +256,9 @@ pub fn apply_all(broker: &Broker, vhost: &VHost) {
     for q in vhost.snapshot().queues.values() {
         let p = matching(&policies, q.name(), true);
         q.set_effective_args(effective(&q.options().args, &q.options().arguments, p));
+        if let Some(s) = q.stream() {
+            s.set_policy(p);
+        }
     }
     vhost.set_policies(policies);
 }
@@ -308,6 +322,21 @@ mod tests {
             "Validation failed\n\n<<\"1s\">> is not a valid consumer timeout\n"
         );
         assert!(validate(&pol("p", ".*", 0, r#"{"consumer-timeout":0}"#)).is_ok());
+        assert_eq!(
+            validate(&pol("p", ".*", 0, r#"{"max-age":"1x"}"#)).expect_err("unit"),
+            "Validation failed\n\n<<\"1x\">> is not a valid max age\n"
+        );
+        assert_eq!(
+            validate(&pol(
+                "p",
+                ".*",
+                0,
+                r#"{"stream-max-segment-size-bytes":-1}"#
+            ))
+            .expect_err("negative"),
+            "Validation failed\n\n-1 is not a valid segment size\n"
+        );
+        assert!(validate(&pol("p", ".*", 0, r#"{"max-age":"7D"}"#)).is_ok());
         assert!(validate(&pol("p", ".*", 0, r#"{"max-priority":5}"#)).is_err());
         assert!(validate(&pol("p", "(", 0, r#"{"max-length":5}"#)).is_err());
         assert!(validate(&pol("p", ".*", 0, "{}")).is_err());

@@ -1,6 +1,6 @@
-//! `x-queue-type`: `classic` is what Warren has; `quorum` and `stream` are accepted with
-//! RabbitMQ's validation (durable, not exclusive, not auto-delete) and served by a durable
-//! classic queue until replication exists (a log line says so).
+//! `x-queue-type`: `classic` and `stream` (`queue/stream.rs`) are what Warren has; `quorum` is
+//! accepted with RabbitMQ's validation (durable, not exclusive, not auto-delete) and served by
+//! a durable classic queue until replication exists (a log line says so).
 
 use warren_protocol::{FieldTable, FieldValue};
 
@@ -121,8 +121,76 @@ pub fn check(spec: &QueueSpec<'_>, vhost: &str) -> AmqpResult<QueueArgs> {
     if spec.auto_delete {
         return bad("auto-delete");
     }
-    tracing::info!(vhost, queue = spec.name, queue_type = %kind, "queue type served by a durable classic queue (no replication yet)");
+    if kind == "stream" {
+        check_stream_args(spec.arguments, &what)?;
+    } else {
+        tracing::info!(vhost, queue = spec.name, queue_type = %kind, "queue type served by a durable classic queue (no replication yet)");
+    }
     Ok(args)
+}
+
+/// Whether a declare's arguments make a stream.
+pub fn is_stream(args: &FieldTable) -> bool {
+    matches!(args.get("x-queue-type"), Some(FieldValue::LongStr(b)) if &b[..] == b"stream")
+}
+
+/// RabbitMQ 3.10's checks of a stream's own arguments (`rabbit_stream_queue`), in its words.
+fn check_stream_args(args: &FieldTable, what: &str) -> AmqpResult<()> {
+    let invalid = |key: &str, why: String| {
+        AmqpError::precondition_failed(format!("invalid arg '{key}' for {what}: {why}"))
+    };
+    let unacceptable = |key: &str, v: &FieldValue| {
+        invalid(
+            key,
+            format!("{{unacceptable_type,{}}}", crate::queue::type_name(v)),
+        )
+    };
+    let non_neg = |key: &str, zero_ok: bool| -> AmqpResult<()> {
+        match args.get(key) {
+            None => Ok(()),
+            Some(v) => match v.as_i64() {
+                None => Err(invalid(
+                    key,
+                    format!("\"expected integer, got {}\"", crate::queue::type_name(v)),
+                )),
+                Some(n) if n < 0 => Err(invalid(key, format!("{{value_negative,{n}}}"))),
+                Some(0) if !zero_ok => Err(invalid(key, "{value_zero,0}".to_string())),
+                Some(_) => Ok(()),
+            },
+        }
+    };
+    non_neg("x-max-length-bytes", true)?;
+    non_neg("x-stream-max-segment-size-bytes", true)?;
+    non_neg("x-initial-cluster-size", false)?;
+    match args.get("x-max-age") {
+        None => {}
+        Some(FieldValue::LongStr(b)) => {
+            match crate::queue::stream::parse_age(&String::from_utf8_lossy(b)) {
+                Ok(_) => {}
+                Err(crate::queue::stream::BadAge::NoDigits) => return Err(crash()),
+                Err(crate::queue::stream::BadAge::Invalid) => {
+                    return Err(invalid("x-max-age", "invalid_max_age".to_string()))
+                }
+            }
+        }
+        Some(v) => return Err(unacceptable("x-max-age", v)),
+    }
+    match args.get("x-queue-leader-locator") {
+        None => {}
+        Some(FieldValue::LongStr(b))
+            if matches!(
+                &b[..],
+                b"client-local" | b"balanced" | b"random" | b"least-leaders"
+            ) => {}
+        Some(FieldValue::LongStr(_)) => {
+            return Err(invalid(
+                "x-queue-leader-locator",
+                "invalid_queue_locator_arg".to_string(),
+            ))
+        }
+        Some(v) => return Err(unacceptable("x-queue-leader-locator", v)),
+    }
+    Ok(())
 }
 
 /// rabbit_channel's bare 541 when its own code crashes (the connection is closed).

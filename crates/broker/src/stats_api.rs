@@ -83,7 +83,7 @@ pub fn node_churn(b: &Broker) -> Vec<(&'static str, u64)> {
 }
 
 fn queue_values(q: &QueueRef) -> Vec<(&'static str, u64)> {
-    let mut v = q.local().map(|l| l.stats.values()).unwrap_or_default();
+    let mut v = q.stats().map(|s| s.values()).unwrap_or_default();
     let dg = deliver_get(&v);
     v.push(("deliver_get", dg));
     v.sort_by_key(|(k, _)| *k);
@@ -608,7 +608,7 @@ fn render(b: &Broker, per_object: bool) -> String {
         "counter",
         "Total number of messages published to queues",
     );
-    let published = |q: &QueueRef| q.local().map_or(0, |l| l.stats.publish.load(Relaxed));
+    let published = |q: &QueueRef| q.stats().map_or(0, |s| s.publish.load(Relaxed));
     if per_object {
         for (v, q) in &queues {
             p.sample(

@@ -224,13 +224,28 @@ const EQUIVALENT_QUEUE_ARGS: &[&str] = &[
     "x-single-active-consumer",
 ];
 
+/// A stream's (`rabbit_stream_queue`'s `queue_arguments`, in its order).
+const EQUIVALENT_STREAM_ARGS: &[&str] = &[
+    "x-max-length-bytes",
+    "x-queue-type",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+    "x-queue-leader-locator",
+];
+
 fn check_args_equivalent(
     name: &str,
     vhost: &str,
     got: &FieldTable,
     cur: &FieldTable,
 ) -> AmqpResult<()> {
-    check_args_equivalent_of("queue", EQUIVALENT_QUEUE_ARGS, name, vhost, got, cur)
+    let keys = if crate::queue_type::is_stream(cur) {
+        EQUIVALENT_STREAM_ARGS
+    } else {
+        EQUIVALENT_QUEUE_ARGS
+    };
+    check_args_equivalent_of("queue", keys, name, vhost, got, cur)
 }
 
 /// RabbitMQ's `assert_args_equivalence` over `keys` of a `what` ("queue", "exchange").
@@ -804,10 +819,7 @@ impl VHost {
 
     /// How the definitions files keep a queue (with its log's id); `None` for one they do not.
     fn queue_def(q: &QueueRef) -> Option<Definition> {
-        let id = q
-            .local()
-            .and_then(|l| l.store_id)
-            .filter(|_| Self::kept(q))?;
+        let id = q.store_id().filter(|_| Self::kept(q))?;
         Some(Definition::Queue(
             id,
             QueueDeclare {
@@ -849,6 +861,28 @@ impl VHost {
         })
     }
 
+    /// Creates or recovers the stream whose log is `queues/<id>` (streams need a data directory).
+    fn open_stream(&self, name: Arc<str>, opts: QueueOptions, id: u64) -> AmqpResult<QueueRef> {
+        let Some(storage) = self.storage.as_ref() else {
+            return Err(AmqpError::internal_error(format!(
+                "cannot create stream '{name}': the broker has no data directory"
+            )));
+        };
+        let dir = storage.dir.join("queues").join(format!("{id:016x}"));
+        crate::queue::stream::Stream::open(
+            name.clone(),
+            self.name.clone(),
+            opts,
+            id,
+            dir,
+            storage.persister.clone(),
+        )
+        .map(QueueRef::Stream)
+        .map_err(|e| {
+            AmqpError::internal_error(format!("cannot open the log of stream '{name}': {e}"))
+        })
+    }
+
     /// Recreates a durable queue from the definitions file with the messages in its log.
     fn restore_queue(self: &Arc<Self>, id: u64, d: &QueueDeclare) -> AmqpResult<u64> {
         let args = QueueArgs::parse(
@@ -862,6 +896,15 @@ impl VHost {
             arguments: d.arguments.clone(),
             args,
         };
+        if crate::queue_type::is_stream(&d.arguments) {
+            let name: Arc<str> = (&*d.queue).into();
+            let q = self.open_stream(name.clone(), opts, id)?;
+            let n = q.message_count() as u64;
+            let mut defs = self.defs.lock();
+            defs.queues.insert(name, q);
+            self.publish(&defs);
+            return Ok(n);
+        }
         let backing = match self.backing(Some(id)) {
             Some(Ok(b)) => Some(b),
             Some(Err(e)) => {
@@ -899,7 +942,7 @@ impl VHost {
             .lock()
             .queues
             .values()
-            .filter_map(|q| q.local().and_then(|l| l.store_id))
+            .filter_map(|q| q.store_id())
             .map(|id| format!("{id:016x}"))
             .collect();
         let Ok(entries) = std::fs::read_dir(storage.dir.join("queues")) else {
@@ -1394,6 +1437,13 @@ impl VHost {
                 r.counts_checked()?;
             }
         }
+        if self.cluster.is_some() && !spec.passive && crate::queue_type::is_stream(spec.arguments) {
+            // A stream is local to one node and its log is not replicated yet.
+            return Err(AmqpError::not_implemented(format!(
+                "stream queues are not supported in a cluster yet (queue '{}' in vhost '{}')",
+                spec.name, self.name
+            )));
+        }
         if let (false, Some(c)) = (spec.passive, self.replicated()) {
             let existing = self.defs.lock().queues.get(spec.name).cloned();
             // Redeclaring what exists needs no change: checked here, as a passive declare.
@@ -1544,6 +1594,18 @@ impl VHost {
         // Exclusive queues die with their connection, so their messages are never written.
         // A cluster's queue log is named after the Raft entry that declared it, so replaying
         // the log at restart finds the same log again.
+        if crate::queue_type::is_stream(spec.arguments) {
+            // Validated as durable, not exclusive: its log is always on disk.
+            let q = self.open_stream(name.clone(), options, rand::random::<u64>())?;
+            defs.queues.insert(name, q.clone());
+            if let Err(e) = self.changed(&mut defs, Self::queue_def(&q).into_iter().collect()) {
+                q.mark_deleted();
+                return Err(e);
+            }
+            self.churn.queue_created.fetch_add(1, Relaxed);
+            tracing::info!(vhost = %self.name, queue = spec.name, "stream declared");
+            return Ok(q);
+        }
         let durable_id = (spec.durable && !spec.exclusive)
             .then(|| crate::cluster::applying().unwrap_or_else(rand::random::<u64>));
         let backing = match self.backing(durable_id) {

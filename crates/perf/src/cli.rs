@@ -18,6 +18,7 @@ const MULTI_LETTER: &[(&str, &str)] = &[
     ("-qpt", "--queue-pattern-to"),
     ("-ad", "--auto-delete"),
     ("-qa", "--queue-args"),
+    ("-ca", "--consumer-args"),
     ("-qq", "--quorum-queue"),
     ("-prsd", "--producer-random-start-delay"),
     ("-ew", "--exit-when"),
@@ -128,6 +129,9 @@ pub struct Args {
     /// Queue arguments, k=v,k=v (integers are sent as numbers, true/false as booleans).
     #[arg(long = "queue-args")]
     pub queue_args: Option<String>,
+    /// basic.consume arguments, k=v,k=v (e.g. x-stream-offset=first for a stream).
+    #[arg(long = "consumer-args")]
+    pub consumer_args: Option<String>,
     /// Whether declared queues are auto-delete (true or false).
     #[arg(long = "auto-delete", default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
     pub auto_delete: bool,
@@ -248,6 +252,7 @@ pub struct Scenario {
     pub consumer_latency_us: u64,
     pub producer_random_start_delay_s: u64,
     pub queue_args: FieldTable,
+    pub consumer_args: FieldTable,
     pub durable: bool,
     pub auto_delete: bool,
     pub predeclared: bool,
@@ -494,6 +499,10 @@ pub fn validate(a: Args, command_line: String) -> Result<Options, String> {
         consumer_latency_us: a.consumer_latency_us,
         producer_random_start_delay_s: a.producer_random_start_delay_s,
         queue_args,
+        consumer_args: match &a.consumer_args {
+            Some(s) => parse_queue_args(s)?,
+            None => FieldTable::new(),
+        },
         durable: persistent,
         auto_delete,
         predeclared: a.predeclared,

@@ -328,10 +328,16 @@ impl Conn {
     }
 
     /// Starts a consumer. Deliveries may follow consume-ok in the same read; they stay in `rbuf`.
-    pub async fn basic_consume(&mut self, queue: &str, no_ack: bool) -> Result<(), ClientError> {
+    pub async fn basic_consume(
+        &mut self,
+        queue: &str,
+        no_ack: bool,
+        arguments: &FieldTable,
+    ) -> Result<(), ClientError> {
         let m = BasicConsume {
             queue: queue.into(),
             no_ack,
+            arguments: arguments.clone(),
             ..Default::default()
         };
         match self.rpc(CHANNEL, m.into()).await? {

@@ -117,7 +117,7 @@ async fn open_consumer(s: Scenario, i: usize) -> Result<Conn, ClientError> {
             ensure_queue(&mut c, &s, queue.as_deref().unwrap_or(""), routing_key).await?
         }
     };
-    c.basic_consume(&queue, s.autoack).await?;
+    c.basic_consume(&queue, s.autoack, &s.consumer_args).await?;
     Ok(c)
 }
 

@@ -5,6 +5,8 @@
 //! - [`log`]: [`QueueLog`], a queue's segments: buffered appends written in groups, acks,
 //!   reclamation of fully acked segments, recovery that truncates a torn tail and skips a corrupt
 //!   record in the middle.
+//! - [`stream`]: [`stream::StreamLog`], a stream's segments: offsets, a sparse index, reads by
+//!   offset or time without a lock, retention by whole segments.
 //! - [`snapshot`]: a small file replaced atomically (write, fsync, rename, fsync dir).
 //!
 //! Invariant: this crate knows record bytes, sequence numbers and files, never AMQP methods.
@@ -13,5 +15,6 @@
 pub mod log;
 pub mod record;
 pub mod snapshot;
+pub mod stream;
 
 pub use log::{Cursor, LiveSet, QueueLog, Recovery, Written};

@@ -470,7 +470,10 @@ fn connections_channels_and_consumers_list_as_rabbitmqctl_prints_them() {
             .queue_declare("", false, true, &warren_protocol::FieldTable::new())
             .await
             .expect("declare");
-        consumer.basic_consume(&q, false).await.expect("consume");
+        consumer
+            .basic_consume(&q, false, &Default::default())
+            .await
+            .expect("consume");
         q
     });
     let mut confirming = b.connect(&rt, "ctl-confirms", "/");

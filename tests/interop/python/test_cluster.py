@@ -1236,3 +1236,15 @@ def test_paused_leader_metadata_goes_on_and_the_node_catches_up(lossy):
         if paused.running:
             paused.proc.send_signal(signal.SIGCONT)
         other.api("DELETE", f"/api/exchanges/%2f/{q(x)}")
+
+
+def test_stream_declare_is_refused_in_a_cluster(cluster, chans, names):
+    """A stream's log is local to one node and not replicated yet: a cluster refuses to declare
+    one, with a clear 540 (docs/streams.md)."""
+    qn = names("queue")
+    ch = chans(cluster.nodes[0])
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        ch.queue_declare(qn, durable=True, arguments={"x-queue-type": "stream"})
+    assert info.value.reply_code == 540
+    assert info.value.reply_text == (f"NOT_IMPLEMENTED - stream queues are not supported in a cluster "
+                                     f"yet (queue '{qn}' in vhost '/')")

@@ -19,6 +19,7 @@ use crate::message::Message;
 
 use crate::cluster::remote::RemoteQueue;
 
+use super::stream::Stream;
 use super::{Consumer, Enqueued, Queue, QueueArgs, QueueOptions, QueuedMessage, Settled};
 
 /// Where a queue's deliveries go: the consumer's side of the queue-consumer link. The queue
@@ -38,6 +39,16 @@ pub trait DeliverySink: Send + Sync {
     fn push(&self, _c: &Arc<Consumer>, _q: QueueRef, _m: &QueuedMessage) -> bool {
         false
     }
+    /// [`DeliverySink::offer`] from a stream's consumer task (its credit counted by the
+    /// stream); a sink that cannot take stream deliveries refuses.
+    fn offer_stream(&self, _c: &Arc<Consumer>, _s: &Arc<Stream>, _m: &QueuedMessage) -> Offer {
+        Offer::NoCredit
+    }
+    /// After an [`Offer::OutboxFull`] from `offer_stream`: wake `s`'s consumers once there is
+    /// room. False if there is room already.
+    fn wait_for_space_stream(&self, _s: &Arc<Stream>) -> bool {
+        false
+    }
 }
 
 /// A queue, wherever it runs.
@@ -47,6 +58,8 @@ pub enum QueueRef {
     Local(Arc<Queue>),
     /// On another node of the cluster: its operations go over the link to its home.
     Remote(Arc<RemoteQueue>),
+    /// A stream on this node (`queue/stream.rs`): an append-only log read from offsets.
+    Stream(Arc<Stream>),
 }
 
 impl std::fmt::Debug for QueueRef {
@@ -54,6 +67,7 @@ impl std::fmt::Debug for QueueRef {
         match self {
             QueueRef::Local(q) => q.fmt(f),
             QueueRef::Remote(q) => q.fmt(f),
+            QueueRef::Stream(q) => q.fmt(f),
         }
     }
 }
@@ -71,6 +85,7 @@ impl warren_routing::QueueKey for QueueRef {
         match self {
             QueueRef::Local(q) => q.key(),
             QueueRef::Remote(q) => Arc::as_ptr(q) as usize,
+            QueueRef::Stream(q) => Arc::as_ptr(q) as usize,
         }
     }
 }
@@ -81,6 +96,40 @@ impl QueueRef {
     pub fn local(&self) -> Option<&Arc<Queue>> {
         match self {
             QueueRef::Local(q) => Some(q),
+            QueueRef::Remote(_) | QueueRef::Stream(_) => None,
+        }
+    }
+
+    /// The stream, if it is one.
+    pub fn stream(&self) -> Option<&Arc<Stream>> {
+        match self {
+            QueueRef::Stream(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// RabbitMQ's name for its type (the management API's `type`).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            QueueRef::Stream(_) => "stream",
+            _ => "classic",
+        }
+    }
+
+    /// Its message counts, for a queue on this node.
+    pub fn stats(&self) -> Option<&crate::metrics::QueueStats> {
+        match self {
+            QueueRef::Local(q) => Some(&q.stats),
+            QueueRef::Stream(s) => Some(&s.stats),
+            QueueRef::Remote(_) => None,
+        }
+    }
+
+    /// The id of its log directory, for a queue with one on this node.
+    pub fn store_id(&self) -> Option<u64> {
+        match self {
+            QueueRef::Local(q) => q.store_id,
+            QueueRef::Stream(s) => Some(s.store_id),
             QueueRef::Remote(_) => None,
         }
     }
@@ -89,7 +138,7 @@ impl QueueRef {
     pub fn remote(&self) -> Option<&Arc<RemoteQueue>> {
         match self {
             QueueRef::Remote(q) => Some(q),
-            QueueRef::Local(_) => None,
+            QueueRef::Local(_) | QueueRef::Stream(_) => None,
         }
     }
 
@@ -102,6 +151,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => &q.name,
             QueueRef::Remote(q) => &q.name,
+            QueueRef::Stream(q) => &q.name,
         }
     }
 
@@ -109,6 +159,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => &q.vhost,
             QueueRef::Remote(q) => &q.vhost,
+            QueueRef::Stream(q) => &q.vhost,
         }
     }
 
@@ -117,13 +168,14 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => &q.options,
             QueueRef::Remote(q) => &q.options,
+            QueueRef::Stream(q) => &q.options,
         }
     }
 
     /// The node it runs on (`None`: this one).
     pub fn home(&self) -> Option<&str> {
         match self {
-            QueueRef::Local(_) => None,
+            QueueRef::Local(_) | QueueRef::Stream(_) => None,
             QueueRef::Remote(q) => Some(&q.home),
         }
     }
@@ -133,6 +185,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.args(),
             QueueRef::Remote(q) => q.args(),
+            QueueRef::Stream(q) => q.args(),
         }
     }
 
@@ -140,6 +193,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.set_effective_args(a),
             QueueRef::Remote(q) => q.set_effective_args(a),
+            QueueRef::Stream(q) => q.set_effective_args(a),
         }
     }
 
@@ -147,6 +201,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.describe(),
             QueueRef::Remote(q) => q.describe(),
+            QueueRef::Stream(q) => q.describe(),
         }
     }
 
@@ -155,6 +210,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.publish(msg, confirm),
             QueueRef::Remote(q) => q.publish(msg, confirm),
+            QueueRef::Stream(q) => q.publish(msg, confirm),
         }
     }
 
@@ -165,6 +221,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.stores(msg),
             QueueRef::Remote(_) => true,
+            QueueRef::Stream(_) => true,
         }
     }
 
@@ -174,6 +231,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.pressured(),
             QueueRef::Remote(q) => q.pressured(),
+            QueueRef::Stream(q) => q.pressured(),
         }
     }
 
@@ -181,6 +239,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.stall(max).await,
             QueueRef::Remote(q) => q.stall(max).await,
+            QueueRef::Stream(q) => q.stall(max).await,
         }
     }
 
@@ -190,6 +249,10 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => Ok(q.get(ack_mode, take)),
             QueueRef::Remote(q) => q.get(ack_mode, take),
+            QueueRef::Stream(q) => Err(crate::error::AmqpError::not_implemented(format!(
+                "basic.get not supported by stream queues {}",
+                q.describe()
+            ))),
         }
     }
 
@@ -198,6 +261,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.settle(msgs, dispatch),
             QueueRef::Remote(q) => q.settle(msgs),
+            QueueRef::Stream(q) => q.settle(msgs),
         }
     }
 
@@ -205,6 +269,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.discard(msgs, dispatch),
             QueueRef::Remote(q) => q.discard(msgs),
+            QueueRef::Stream(q) => q.settle(msgs),
         }
     }
 
@@ -212,12 +277,15 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.requeue(msgs),
             QueueRef::Remote(q) => q.requeue(msgs),
+            QueueRef::Stream(q) => q.settle(msgs),
         }
     }
 
     pub fn dispatch(&self) {
-        if let QueueRef::Local(q) = self {
-            q.dispatch()
+        match self {
+            QueueRef::Local(q) => q.dispatch(),
+            QueueRef::Stream(q) => q.dispatch(),
+            QueueRef::Remote(_) => {}
         }
     }
 
@@ -225,6 +293,8 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.add_consumer(c, on_added),
             QueueRef::Remote(q) => q.add_consumer(c, on_added),
+            // A stream consumer names its offset: the channel adds it with `Stream::add_consumer`.
+            QueueRef::Stream(q) => q.add_consumer(c, super::stream::StartAt::Next, on_added),
         }
     }
 
@@ -237,6 +307,10 @@ impl QueueRef {
                 q.remove_consumer(c);
                 false
             }
+            QueueRef::Stream(q) => {
+                q.remove_consumer(c);
+                false
+            }
         }
     }
 
@@ -244,6 +318,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.message_count(),
             QueueRef::Remote(q) => q.counts().messages,
+            QueueRef::Stream(q) => q.message_count(),
         }
     }
 
@@ -251,6 +326,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.unacked_count(),
             QueueRef::Remote(q) => q.counts().unacked,
+            QueueRef::Stream(q) => q.unacked_count(),
         }
     }
 
@@ -258,6 +334,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.consumer_count(),
             QueueRef::Remote(q) => q.counts().consumers,
+            QueueRef::Stream(q) => q.consumer_count(),
         }
     }
 
@@ -266,6 +343,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.consumers(),
             QueueRef::Remote(q) => q.local_consumers(),
+            QueueRef::Stream(q) => q.consumers(),
         }
     }
 
@@ -273,6 +351,8 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.purge(),
             QueueRef::Remote(q) => q.purge(),
+            // The channel refuses a purge first (540, as RabbitMQ); elsewhere it removes nothing.
+            QueueRef::Stream(_) => 0,
         }
     }
 
@@ -281,6 +361,8 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.mark_deleted(),
             QueueRef::Remote(q) => q.mark_deleted(),
+            // RabbitMQ answers delete-ok with 0 messages for a stream.
+            QueueRef::Stream(q) => (0, q.mark_deleted()),
         }
     }
 
@@ -288,6 +370,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.is_deleted(),
             QueueRef::Remote(q) => q.is_deleted(),
+            QueueRef::Stream(q) => q.is_deleted(),
         }
     }
 
@@ -301,7 +384,7 @@ impl QueueRef {
     pub fn lease_expired(&self, now: u64) -> bool {
         match self {
             QueueRef::Local(q) => q.lease_expired(now),
-            QueueRef::Remote(_) => false,
+            QueueRef::Remote(_) | QueueRef::Stream(_) => false,
         }
     }
 
@@ -309,13 +392,17 @@ impl QueueRef {
     pub fn may_expire(&self) -> bool {
         match self {
             QueueRef::Local(q) => q.may_expire.load(std::sync::atomic::Ordering::Relaxed),
+            // Age retention is checked on the sweeper's visits.
+            QueueRef::Stream(q) => q.may_expire(),
             QueueRef::Remote(_) => false,
         }
     }
 
     pub fn expire(&self) {
-        if let QueueRef::Local(q) = self {
-            q.expire()
+        match self {
+            QueueRef::Local(q) => q.expire(),
+            QueueRef::Stream(q) => q.expire(),
+            QueueRef::Remote(_) => {}
         }
     }
 }

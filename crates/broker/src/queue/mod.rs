@@ -13,6 +13,7 @@
 pub mod args;
 pub mod dead_letter;
 pub mod handle;
+pub mod stream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -781,12 +782,14 @@ impl std::fmt::Debug for Queue {
     }
 }
 
-impl crate::persist::Logged for Queue {
-    fn mark_dirty(&self) -> bool {
+impl Queue {
+    /// Joins the persister's next batch; false if already in it.
+    pub fn mark_dirty(&self) -> bool {
         !self.in_batch.swap(true, Ordering::AcqRel)
     }
 
-    fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>> {
+    /// Called by the persister: writes the buffered records (the caller fsyncs the files).
+    pub fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>> {
         self.in_batch.store(false, Ordering::Release);
         let mut st = self.state.lock();
         let io = &mut st.io;
@@ -803,9 +806,5 @@ impl crate::persist::Logged for Queue {
             }
             None => Ok((Vec::new(), Vec::new())),
         }
-    }
-
-    fn describe(&self) -> String {
-        Queue::describe(self)
     }
 }
