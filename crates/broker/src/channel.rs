@@ -1209,7 +1209,7 @@ impl Channel {
 
     fn route(
         &mut self,
-        msg: Message,
+        mut msg: Message,
         cc: &[ByteString],
         mandatory: bool,
         vhost: &Arc<VHost>,
@@ -1238,31 +1238,13 @@ impl Channel {
             None
         };
         if let Some(delay) = delay {
-            // A mandatory message no binding would take now is returned, not held (the
-            // plugin returns every mandatory one; routing happens when it is due).
-            let unroutable = mandatory && {
-                vhost.route_due(&msg.exchange, &msg, &mut targets);
-                let none = targets.is_empty();
-                targets.clear();
-                none
-            };
-            if !unroutable {
-                self.route_buf = targets;
-                let handle = seq.map(|s| self.confirms.pending(s, 1));
-                let held = vhost.delay_store(&msg.exchange).map(|store| {
-                    let took = store.hold(msg, delay, handle.as_ref());
-                    (store, took)
-                });
-                match (handle, held) {
-                    (Some(h), Some((_, false))) => {
-                        h.done(true);
-                    }
-                    (Some(h), None) => {
-                        h.done(false);
-                    }
-                    _ => {}
+            match self.hold_delayed(msg, delay, seq, mandatory, vhost, targets) {
+                Ok(()) => return Ok(()),
+                // Unroutable and mandatory: returned below like any other.
+                Err((m, t)) => {
+                    msg = m;
+                    targets = t;
                 }
-                return Ok(());
             }
         }
         if targets.is_empty() {
@@ -1324,6 +1306,50 @@ impl Channel {
             self.confirms.settled(seq, true);
         }
         self.route_buf = targets;
+        Ok(())
+    }
+
+    /// A publish to a delayed exchange with a positive `x-delay`: held by the exchange's store.
+    /// A mandatory message no binding would take now is handed back to be returned, not held
+    /// (the plugin returns every mandatory one; routing happens when it is due). Out of line:
+    /// the common publish does not pay for it.
+    #[cold]
+    #[inline(never)]
+    fn hold_delayed(
+        &mut self,
+        msg: Message,
+        delay: u64,
+        seq: Option<u64>,
+        mandatory: bool,
+        vhost: &Arc<VHost>,
+        mut targets: Vec<QueueRef>,
+    ) -> Result<(), (Message, Vec<QueueRef>)> {
+        if mandatory {
+            vhost.route_due(&msg.exchange, &msg, &mut targets);
+            let none = targets.is_empty();
+            targets.clear();
+            if none {
+                return Err((msg, targets));
+            }
+        }
+        self.route_buf = targets;
+        let handle = seq.map(|s| self.confirms.pending(s, 1));
+        let took = vhost
+            .delay_store(&msg.exchange)
+            .map(|store| store.hold(msg, delay, handle.as_ref()));
+        if let Some(h) = handle {
+            match took {
+                Some(true) => {}
+                // Held without a write to wait for.
+                Some(false) => {
+                    h.done(true);
+                }
+                // The store could not be opened: the publisher gets a nack.
+                None => {
+                    h.done(false);
+                }
+            }
+        }
         Ok(())
     }
 

@@ -193,6 +193,7 @@ impl<Q: Clone + QueueKey> Table<Q> {
     /// [`Table::route`] with more routing keys (RabbitMQ's `CC` and `BCC` headers): the message
     /// goes wherever any of its keys leads, each queue once; the alternate exchange is tried
     /// only when no key matched.
+    #[inline]
     pub fn route_keys(
         &self,
         exchange: &str,
