@@ -272,6 +272,16 @@ impl ChannelShared {
     }
 }
 
+/// Whether no binding of a delayed exchange would take `msg` now (`targets` is left empty).
+#[cold]
+#[inline(never)]
+fn unroutable_now(vhost: &VHost, msg: &Message, targets: &mut Vec<QueueRef>) -> bool {
+    vhost.route_due(&msg.exchange, msg, targets);
+    let none = targets.is_empty();
+    targets.clear();
+    none
+}
+
 /// Hands the requeued deliveries of queues with `x-delayed-retry-*` to their retry stores and
 /// returns the others. Each leaves its queue once its store has it (on disk when it must be).
 fn retry_later(taken: Vec<Unacked>, vhost: &Arc<VHost>, failed: bool) -> Vec<Unacked> {
@@ -1209,7 +1219,7 @@ impl Channel {
 
     fn route(
         &mut self,
-        mut msg: Message,
+        msg: Message,
         cc: &[ByteString],
         mandatory: bool,
         vhost: &Arc<VHost>,
@@ -1237,14 +1247,12 @@ impl Channel {
         } else {
             None
         };
+        // Held by a delayed exchange, unless mandatory and unroutable now: then returned below
+        // like any other (the plugin returns every mandatory one; routing happens when due).
         if let Some(delay) = delay {
-            match self.hold_delayed(msg, delay, seq, mandatory, vhost, targets) {
-                Ok(()) => return Ok(()),
-                // Unroutable and mandatory: returned below like any other.
-                Err((m, t)) => {
-                    msg = m;
-                    targets = t;
-                }
+            if !(mandatory && unroutable_now(vhost, &msg, &mut targets)) {
+                self.hold_delayed(msg, delay, seq, vhost, targets);
+                return Ok(());
             }
         }
         if targets.is_empty() {
@@ -1310,9 +1318,7 @@ impl Channel {
     }
 
     /// A publish to a delayed exchange with a positive `x-delay`: held by the exchange's store.
-    /// A mandatory message no binding would take now is handed back to be returned, not held
-    /// (the plugin returns every mandatory one; routing happens when it is due). Out of line:
-    /// the common publish does not pay for it.
+    /// Out of line: the common publish does not pay for it.
     #[cold]
     #[inline(never)]
     fn hold_delayed(
@@ -1320,18 +1326,9 @@ impl Channel {
         msg: Message,
         delay: u64,
         seq: Option<u64>,
-        mandatory: bool,
         vhost: &Arc<VHost>,
-        mut targets: Vec<QueueRef>,
-    ) -> Result<(), (Message, Vec<QueueRef>)> {
-        if mandatory {
-            vhost.route_due(&msg.exchange, &msg, &mut targets);
-            let none = targets.is_empty();
-            targets.clear();
-            if none {
-                return Err((msg, targets));
-            }
-        }
+        targets: Vec<QueueRef>,
+    ) {
         self.route_buf = targets;
         let handle = seq.map(|s| self.confirms.pending(s, 1));
         let took = vhost
@@ -1350,7 +1347,6 @@ impl Channel {
                 }
             }
         }
-        Ok(())
     }
 
     /// Sends the confirms that are ready, merging runs into `multiple` acks.

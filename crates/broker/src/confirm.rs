@@ -141,6 +141,9 @@ pub fn complete_all(handles: impl IntoIterator<Item = (Arc<ConfirmHandle>, bool)
     }
 }
 
+/// What [`ConfirmHandle::then`] runs.
+type OnDone = Box<dyn FnOnce(bool) + Send>;
+
 /// Who is told when a confirmed publish is done.
 enum Target {
     Channel(Arc<Confirms>),
@@ -149,7 +152,7 @@ enum Target {
     /// A delayed message handed to its queues: its record in the delay log can go.
     Delayed(Arc<crate::delayed::DelayStore>),
     /// Something to do once a write is durable (a retried message leaves its queue).
-    Then(Mutex<Option<Box<dyn FnOnce(bool) + Send>>>),
+    Then(Mutex<Option<OnDone>>),
 }
 
 /// One confirmed publish waiting on durable queues.

@@ -619,18 +619,7 @@ impl Logged for DelayStore {
     fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>> {
         self.in_batch.store(false, Ordering::Release);
         let mut st = self.state.lock();
-        match st.log.as_mut() {
-            Some(log) => {
-                let before = log.bytes_written;
-                let r = log.write_pending();
-                if let Some(p) = &self.persister {
-                    p.bytes
-                        .fetch_add(log.bytes_written - before, Ordering::Relaxed);
-                }
-                r
-            }
-            None => Ok((Vec::new(), Vec::new())),
-        }
+        crate::persist::write_counted(st.log.as_mut(), self.persister.as_ref())
     }
 
     fn log_name(&self) -> &str {

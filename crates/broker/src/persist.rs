@@ -147,6 +147,24 @@ impl Persister {
     }
 }
 
+/// Writes what `log` buffers (`None`: nothing to write), counting the bytes in `persister`'s
+/// totals; for a [`Logged::write_log`] over a queue log.
+pub fn write_counted(
+    log: Option<&mut warren_store::QueueLog<Arc<ConfirmHandle>>>,
+    persister: Option<&Arc<Persister>>,
+) -> warren_store::Written<Arc<ConfirmHandle>> {
+    let Some(log) = log else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let before = log.bytes_written;
+    let r = log.write_pending();
+    if let Some(p) = persister {
+        p.bytes
+            .fetch_add(log.bytes_written - before, Ordering::Relaxed);
+    }
+    r
+}
+
 /// Most files synced at once: each queue has its own log, and one `fdatasync` after another
 /// made a group over 10 queues take 10 flush latencies (S3, S6). Concurrent flushes overlap on
 /// this kind of disk: 10 files synced in parallel took 3.6-12 ms against 24-38 ms in turn.

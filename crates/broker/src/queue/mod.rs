@@ -794,17 +794,6 @@ impl Queue {
         let mut st = self.state.lock();
         let io = &mut st.io;
         io.log_dirty = false;
-        match &mut io.log {
-            Some(log) => {
-                let before = log.bytes_written;
-                let r = log.write_pending();
-                if let Some(p) = &self.persister {
-                    p.bytes
-                        .fetch_add(log.bytes_written - before, Ordering::Relaxed);
-                }
-                r
-            }
-            None => Ok((Vec::new(), Vec::new())),
-        }
+        crate::persist::write_counted(io.log.as_mut(), self.persister.as_ref())
     }
 }
