@@ -658,7 +658,9 @@ def test_publish_on_one_node_consume_on_another_queue_on_a_third(cluster, chans,
                                 home.api("GET", f"/api/queues/%2f/{q(qn)}")[1].get("messages_unacknowledged")) == (0, 0),
                        what=f"the home node to see every message acked ({where})")
             cons.close()
-            assert hch.queue_declare(qn, passive=True).method.consumer_count == 0
+            # The consumer lives at the home; its cancel crosses the link after the close-ok.
+            wait_until(lambda: hch.queue_declare(qn, passive=True).method.consumer_count == 0,
+                       what=f"the home node to drop the closed channel's consumer ({where})")
 
 
 @pytest.mark.parametrize("kind", ["direct", "fanout", "topic", "headers"])
