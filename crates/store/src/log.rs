@@ -125,8 +125,23 @@ pub struct QueueLog<T> {
     pub bytes_written: u64,
 }
 
-fn segment_path(dir: &Path, id: u64) -> PathBuf {
+pub(crate) fn segment_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:016x}.seg"))
+}
+
+/// The ids of the `<hex id>.seg` files in `dir`, ascending (queue logs and streams).
+pub(crate) fn segment_ids(dir: &Path) -> std::io::Result<Vec<u64>> {
+    let mut ids: Vec<u64> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".seg"))
+                .and_then(|h| u64::from_str_radix(h, 16).ok())
+        })
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
 }
 
 fn open_append(path: &Path) -> std::io::Result<File> {
@@ -157,16 +172,7 @@ impl<T> QueueLog<T> {
         measure: impl Fn(&[u8]) -> u64,
     ) -> std::io::Result<(QueueLog<T>, Recovery)> {
         fs::create_dir_all(dir)?;
-        let mut ids: Vec<u64> = fs::read_dir(dir)?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(".seg"))
-                    .and_then(|h| u64::from_str_radix(h, 16).ok())
-            })
-            .collect();
-        ids.sort_unstable();
+        let ids = segment_ids(dir)?;
         // Every enqueue on disk in seq order (seqs only grow in a log), with its size; an acked
         // one gets DEAD. Flat vectors: 12 bytes a message while scanning, freed after.
         const DEAD: u32 = u32::MAX;

@@ -105,9 +105,7 @@ pub struct StreamLog<T> {
     pub bytes_written: u64,
 }
 
-fn segment_path(dir: &Path, first: u64) -> PathBuf {
-    dir.join(format!("{first:016x}.seg"))
-}
+use crate::log::segment_path;
 
 fn ts_of(data: &[u8]) -> u64 {
     data.get(..8)
@@ -119,21 +117,28 @@ fn open_read(path: &Path) -> std::io::Result<File> {
     OpenOptions::new().read(true).open(path)
 }
 
+impl Segment {
+    /// A segment holding nothing yet, its first offset `first`.
+    fn empty(first: u64, path: PathBuf, file: File) -> Segment {
+        Segment {
+            first,
+            next: first,
+            len: 0,
+            first_ts: 0,
+            last_ts: 0,
+            index: Vec::new(),
+            path,
+            file: Arc::new(file),
+        }
+    }
+}
+
 impl<T> StreamLog<T> {
     /// Opens (creating if needed) the stream in `dir`: scans every segment to rebuild its index,
     /// cuts a torn or corrupt tail off the last one.
     pub fn open(dir: &Path, max_segment_bytes: u64) -> std::io::Result<StreamLog<T>> {
         fs::create_dir_all(dir)?;
-        let mut firsts: Vec<u64> = fs::read_dir(dir)?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(".seg"))
-                    .and_then(|h| u64::from_str_radix(h, 16).ok())
-            })
-            .collect();
-        firsts.sort_unstable();
+        let mut firsts = crate::log::segment_ids(dir)?;
         if firsts.is_empty() {
             File::create(segment_path(dir, 0))?;
             firsts.push(0);
@@ -144,16 +149,7 @@ impl<T> StreamLog<T> {
         for (i, first) in firsts.into_iter().enumerate() {
             let path = segment_path(dir, first);
             let file = open_read(&path)?;
-            let mut seg = Segment {
-                first,
-                next: first,
-                len: 0,
-                first_ts: 0,
-                last_ts: 0,
-                index: Vec::new(),
-                path,
-                file: Arc::new(file),
-            };
+            let mut seg = Segment::empty(first, path, file);
             let size = seg.file.metadata()?.len();
             let good = scan_segment(&mut seg, size, &mut last_chunk)?;
             if good < size {
@@ -335,16 +331,7 @@ impl<T> StreamLog<T> {
             let _ = d.sync_all();
         }
         self.append = append;
-        self.segments.push_back(Segment {
-            first,
-            next: first,
-            len: 0,
-            first_ts: 0,
-            last_ts: 0,
-            index: Vec::new(),
-            path,
-            file: Arc::new(file),
-        });
+        self.segments.push_back(Segment::empty(first, path, file));
         Ok(())
     }
 

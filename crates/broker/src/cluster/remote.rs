@@ -275,12 +275,7 @@ impl RemoteQueue {
     }
 
     pub async fn stall(&self, max: Duration) {
-        let relieved = self.relieved.notified();
-        tokio::pin!(relieved);
-        relieved.as_mut().enable();
-        if self.pressured() {
-            let _ = tokio::time::timeout(max, relieved).await;
-        }
+        crate::limits::wait_relief(&self.relieved, || self.pressured(), max).await
     }
 
     fn credited(&self, n: u32) {

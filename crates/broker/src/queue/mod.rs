@@ -441,12 +441,7 @@ impl Queue {
 
     /// Waits until the queue is relieved, for at most `max`.
     pub async fn stall(&self, max: std::time::Duration) {
-        let relieved = self.relieved.notified();
-        tokio::pin!(relieved);
-        relieved.as_mut().enable();
-        if self.pressured() {
-            let _ = tokio::time::timeout(max, relieved).await;
-        }
+        crate::limits::wait_relief(&self.relieved, || self.pressured(), max).await
     }
 
     /// Marks the queue as used now (a redeclare), for `x-expires`.

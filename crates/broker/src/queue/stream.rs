@@ -323,12 +323,7 @@ impl Stream {
     }
 
     pub async fn stall(&self, max: Duration) {
-        let relieved = self.relieved.notified();
-        tokio::pin!(relieved);
-        relieved.as_mut().enable();
-        if self.pressured() {
-            let _ = tokio::time::timeout(max, relieved).await;
-        }
+        crate::limits::wait_relief(&self.relieved, || self.pressured(), max).await
     }
 
     /// Appends `msg` with the next offset; its confirm completes once the chunk is fsynced.
