@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# The standard scenarios (../shared/bench/README.md) with both load generators, `warren perf` and
-# RabbitMQ's PerfTest, against both brokers, Warren and RabbitMQ 3.10, in one run; records each
-# generator's CPU time so their cost per message can be compared against the same broker.
+# The standard scenarios (../shared/bench/README.md) with three load generators, `warren perf`,
+# RabbitMQ's PerfTest and LavinMQ's lavinmqperf, against Warren, RabbitMQ 3.10 and LavinMQ 2.8.2 in
+# one run; records each generator's CPU time and each broker's, so cost per message compares.
 #
 #   bench/perf.sh [SCENARIO ...]      default: S1 S2 S3 S4-1000 S4-10000 S4-40000 S4-80000 S5;
 #                                     also S6a S6b (backlog fill, then drain: given together in
 #                                     that order, each broker and tool runs the fill then the
-#                                     drain), S7 (quorum), S8
-#   env: DUR (30; S4-* run 15 s, S5 60 s), ROUNDS (1), TOOLS ("warren-perf perftest"),
-#        BROKERS ("warren rabbitmq"), WARREN_BIN (default $CARGO_TARGET_DIR or target/release/warren,
-#        built if missing), SWEEP (1: also a `warren perf --sweep` per broker, with an SVG chart),
-#        WRITE_DOCS (1: replace the generated section of docs/benchmarks.md with this run's tables)
+#                                     drain), S7 (quorum), S8, S2P (lavinmqperf's persistent
+#                                     scenario: 1 -> 1, 1 KiB, confirms 100, ack every 100)
+#   env: DUR (30; S4-* run 15 s, S5 60 s), ROUNDS (1), TOOLS ("warren-perf perftest"; also
+#        lavinmqperf), BROKERS ("warren rabbitmq"; also lavinmq, from ../shared/bench/lavinmq.sh), WARREN_BIN (default $CARGO_TARGET_DIR or target/release/warren,
+#        built if missing), SWEEP (1: also a `warren perf --sweep` per broker, with an SVG chart,
+#        and the same rates run one by one with every other tool: sweep.tsv),
+#        SWEEP_RATES (1000,5000,10000,20000,40000,80000,unlimited),
 #
-# Every run of one scenario uses the same PerfTest flags; each tool runs alone on the machine (the
-# order is Warren/warren-perf, Warren/PerfTest, RabbitMQ/warren-perf, RabbitMQ/PerfTest). Raw
-# outputs go to bench/results/perf-<UTC timestamp>/ with summary.md. Loopback only; every run is
+# Every run of one scenario uses the same flags (lavinmqperf: its spelling of them); each tool runs
+# alone on the machine. Within a round every tool runs against each broker in turn, and the broker
+# that goes first rotates from round to round. Raw outputs go to bench/results/perf-<UTC timestamp>/
+# with summary.md, runs.tsv (one row per run), commands.tsv and sweep.tsv, read by bench/report.py. Loopback only; every run is
 # bounded by its -z. A fresh Warren on a free port is started here and stopped on exit; RabbitMQ
 # (127.0.0.1:5673) is started if down, purged before each of its runs, and left running.
 set -euo pipefail
@@ -27,6 +30,7 @@ ROUNDS=${ROUNDS:-1}
 TOOLS=${TOOLS:-"warren-perf perftest"}
 BROKERS=${BROKERS:-"warren rabbitmq"}
 SWEEP=${SWEEP:-1}
+SWEEP_RATES=${SWEEP_RATES:-1000,5000,10000,20000,40000,80000,unlimited}
 PT_LIB=${PERFTEST_CACHE:-/opt/rabbitmq-perftest}/lib-${PERFTEST_VERSION:-2.22.1}
 RMQ_URI=amqp://guest:guest@127.0.0.1:5673/%2f
 SCENARIOS=("$@")
@@ -40,13 +44,28 @@ scenario_args() {
     S1) echo "-x 1 -y 1 -u bench-s1 -a -s 16 -z $DUR" ;;
     S2) echo "-x 10 -y 10 -u bench-s2 -f persistent -s 4000 -c 100 -q 100 -z $DUR" ;;
     S3) echo "-x 10 -y 10 -qp bench-s3-%d -qpf 1 -qpt 10 -f persistent -s 4000 -c 100 -q 100 -z $DUR" ;;
+    S4-unlimited) echo "-x 1 -y 1 -u bench-s4 -a -s 16 -z 15" ;;
     S4-*) echo "-x 1 -y 1 -u bench-s4 -a -s 16 -r ${1#S4-} -z 15" ;;
     S5) echo "--queue-pattern bench-s5-%d --queue-pattern-from 1 --queue-pattern-to 100 --producers 200 --consumers 200 --flag persistent --qos 1000 --confirm 1000 --size 1024 --rate 50 --consumer-latency 10000 -z 60" ;;
     S6a) echo "-qp bench-s6-%d -qpf 1 -qpt 10 -f persistent -ad false -s 1000 -x 10 -y 0 -c 100 -C 100000 -z 900" ;;
     S6b) echo "-qp bench-s6-%d -qpf 1 -qpt 10 -f persistent -ad false -s 1000 -x 0 -y 10 -q 100 -ew empty -z 900" ;;
     S7) echo "-x 10 -y 10 -u bench-s7 -qq -s 4000 -c 100 -q 100 -z $DUR" ;;
     S8) echo "-x 1000 -y 10 -qp bench-s8-%d -qpf 1 -qpt 10 -P 1 -s 16 -q 100 -niot 4 -niotp 6 -ctp 2 -hst 2 -z 60" ;;
-    *) die "unknown scenario $1 (S1 S2 S3 S4-<rate> S5 S6a S6b S7 S8)" ;;
+    S2P) echo "-x 1 -y 1 -u bench-s2p -f persistent -s 1024 -c 100 -A 100 -z $DUR" ;;
+    *) die "unknown scenario $1 (S1 S2 S2P S3 S4-<rate> S5 S6a S6b S7 S8)" ;;
+  esac
+}
+# The same scenarios in lavinmqperf's flags (its -a N acks every N, 0 = no-ack; -P is prefetch,
+# 0 = unlimited, its default; -c is the most unconfirmed publishes; -r is per publisher).
+lavin_args() {
+  case "$1" in
+    S1) echo "-x 1 -y 1 -u bench-s1 -s 16 -z $DUR" ;;
+    S2) echo "-x 10 -y 10 -u bench-s2 -p -s 4000 -c 100 -P 100 -a 1 -z $DUR" ;;
+    S2P) echo "-s 1024 -p -c 100 -a 100 -u bench-s2p -z $DUR" ;;
+    S3) echo "-x 10 -y 10 --queue-pattern=bench-s3-% --queue-pattern-from=1 --queue-pattern-to=10 -p -s 4000 -c 100 -P 100 -a 1 -z $DUR" ;;
+    S4-unlimited) echo "-x 1 -y 1 -u bench-s4 -s 16 -l -z 15" ;;
+    S4-*) echo "-x 1 -y 1 -u bench-s4 -s 16 -r ${1#S4-} -l -z 15" ;;
+    *) return 1 ;;
   esac
 }
 # Seconds the rates are averaged over; 0: the run ends on its own (S6), use the generator's wall time.
@@ -83,6 +102,21 @@ trap 'exit 130' INT TERM
 WPID=$!
 for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
 kill -0 "$WPID" 2>/dev/null || die "Warren did not start: $(tail -n 3 "$OUT/warren.log")"
+LPID=""
+LAVIN_URI=amqp://guest:guest@127.0.0.1:${LAVINMQ_PORT:-5674}/%2f
+if [[ " $BROKERS " == *" lavinmq "* ]]; then
+  [ "$("$BENCH/lavinmq.sh" status)" = up ] || "$BENCH/lavinmq.sh" start >/dev/null 9>&- || die "LavinMQ did not start"
+  LPID=$("$BENCH/lavinmq.sh" pid)
+fi
+# Every queue is deleted before a run (through the broker's HTTP API, guest/guest): one generator's
+# durable queue must not meet the next one's declare of the same name with other flags.
+delete_queues() {  # HTTP_PORT
+  local api=http://127.0.0.1:$1/api/queues q
+  for q in $(curl -s -u guest:guest "$api" | python3 -c 'import json,sys,urllib.parse
+for q in json.load(sys.stdin): print(urllib.parse.quote(q["vhost"], safe="") + "/" + urllib.parse.quote(q["name"], safe=""))' 2>/dev/null); do
+    curl -s -o /dev/null -u guest:guest -X DELETE "$api/$q" || true
+  done
+}
 RPID=""
 if [[ " $BROKERS " == *" rabbitmq "* ]]; then
   [ "$("$BENCH/rabbitmq.sh" status)" = up ] || "$BENCH/rabbitmq.sh" start >/dev/null 9>&- || die "RabbitMQ did not start"
@@ -92,17 +126,31 @@ fi
 cpu_ticks() { awk '{print $14+$15}' /proc/"$1"/stat 2>/dev/null || echo 0; }
 
 run_one() {  # BROKER TOOL SCENARIO ROUND
-  local broker=$1 tool=$2 s=$3 r=$4 uri pid out c0 c1
-  if [ "$broker" = warren ]; then uri=$W_URI; pid=$WPID; else uri=$RMQ_URI; pid=$RPID
-    # S6b drains what S6a just filled.
-    [ "$s" = S6b ] || "$BENCH/rabbitmq.sh" purge-all >/dev/null 2>&1 || true
-  fi
+  local broker=$1 tool=$2 s=$3 r=$4 uri pid hp out c0 c1
+  case "$broker" in
+    warren) uri=$W_URI; pid=$WPID; hp=$HPORT ;;
+    lavinmq) uri=$LAVIN_URI; pid=$LPID; hp=${LAVINMQ_HTTP_PORT:-15674} ;;
+    *) uri=$RMQ_URI; pid=$RPID; hp=15673 ;;
+  esac
+  # S6b drains what S6a just filled.
+  [ "$s" = S6b ] || delete_queues "$hp"
   out=$OUT/$s-$broker-$tool-$r.txt
-  # shellcheck disable=SC2046
-  set -- $(scenario_args "$s")
+  if [ "$tool" = lavinmqperf ]; then
+    lavin_args "$s" >/dev/null || { echo "== $s: no lavinmqperf form, skipped"; return 0; }
+    # shellcheck disable=SC2046
+    set -- $(lavin_args "$s")
+  else
+    # shellcheck disable=SC2046
+    set -- $(scenario_args "$s")
+  fi
   echo "== $s $broker $tool (round $r)"
   c0=$(cpu_ticks "$pid")
-  if [ "$tool" = warren-perf ]; then
+  if [ "$tool" = lavinmqperf ]; then
+    # lavinmqperf waits forever for a broker that is gone: bounded here. URI without the vhost.
+    timeout --kill-after=10 $(( $(scenario_secs "$s") + 60 )) /usr/bin/time -o "$out.time" \
+      -f '# generator: user_s=%U sys_s=%S wall_s=%e max_rss_kb=%M' \
+      "$BENCH/lavinmq.sh" perf throughput "$@" -j --uri="${uri%/%2f}" >"$out" 2>&1 9>&- || true
+  elif [ "$tool" = warren-perf ]; then
     timeout --kill-after=30 $(( $(scenario_secs "$s") + 1020 )) /usr/bin/time -o "$out.time" \
       -f '# generator: user_s=%U sys_s=%S wall_s=%e max_rss_kb=%M' \
       "$WORK/warren" perf -h "$uri" "$@" --json "$out.json" >"$out" 2>&1 9>&- || true
@@ -113,8 +161,9 @@ run_one() {  # BROKER TOOL SCENARIO ROUND
   fi
   c1=$(cpu_ticks "$pid")
   grep '^# generator' "$out.time" >>"$out" || true
-  echo "# broker: pid=$pid cpu_s=$(( (c1 - c0) / 100 )) secs=$(scenario_secs "$s")" >>"$out"
+  echo "# broker: pid=$pid cpu_s=$(( (c1 - c0) / 100 )) cpu_ticks=$(( c1 - c0 )) secs=$(scenario_secs "$s")" >>"$out"
   python3 "$HERE/perf_summary.py" --line "$out"
+  python3 "$HERE/perf_summary.py" --tsv-row "$out" "$s" "$broker" "$tool" "$r" >>"$OUT/runs.tsv"
 }
 
 {
@@ -124,12 +173,27 @@ run_one() {  # BROKER TOOL SCENARIO ROUND
   echo "- Warren: sha256 $(sha256sum "$BIN" | cut -c1-12) (tree $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?')); RabbitMQ $(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo '?'); PerfTest $(basename "$PT_LIB" | sed 's/lib-//'), java $(java -version 2>&1 | head -1 | grep -o '"[^"]*"' | tr -d '"')"
 } >"$OUT/header.md"
 cat "$OUT/header.md"
+printf 'scenario\tbroker\ttool\tround\tsend_rate\trecv_rate\tp50_us\tp99_us\tbroker_cpu_s\trecv_msgs\tsecs\n' >"$OUT/runs.tsv"
+printf 'scenario\ttool\tcommand\n' >"$OUT/commands.tsv"
+for s in "${SCENARIOS[@]}"; do
+  for tool in $TOOLS; do
+    case "$tool" in
+      lavinmqperf) a=$(lavin_args "$s") || continue; c="lavinmqperf throughput $a -j --uri=\$URI" ;;
+      warren-perf) c="warren perf -h \$URI $(scenario_args "$s")" ;;
+      *) c="PerfTest -h \$URI $(scenario_args "$s")" ;;
+    esac
+    printf '%s\t%s\t%s\n' "$s" "$tool" "$c" >>"$OUT/commands.tsv"
+  done
+done
+# shellcheck disable=SC2206
+BROKER_LIST=($BROKERS)
 
 for ((i = 0; i < ${#SCENARIOS[@]}; i++)); do
   s=${SCENARIOS[$i]}
   if [ "$s" = S6b ] && [ "$i" -gt 0 ] && [ "${SCENARIOS[$((i - 1))]}" = S6a ]; then continue; fi
   for r in $(seq 1 "$ROUNDS"); do
-    for broker in $BROKERS; do
+    for ((k = 0; k < ${#BROKER_LIST[@]}; k++)); do
+      broker=${BROKER_LIST[$(( (k + r - 1) % ${#BROKER_LIST[@]} ))]}
       for tool in $TOOLS; do
         run_one "$broker" "$tool" "$s" "$r"
         # S6 is a fill then a drain of the same queues, so each (broker, tool) runs both in turn.
@@ -139,22 +203,18 @@ for ((i = 0; i < ${#SCENARIOS[@]}; i++)); do
   done
 done
 if [ "$SWEEP" = 1 ]; then
-  for broker in $BROKERS; do
-    if [ "$broker" = warren ]; then uri=$W_URI; else uri=$RMQ_URI; "$BENCH/rabbitmq.sh" purge-all >/dev/null 2>&1 || true; fi
-    echo "== S4 sweep on $broker (warren perf --sweep)"
-    "$WORK/warren" perf -h "$uri" -x 1 -y 1 -u bench-s4 -a -s 16 --sweep 1000,5000,10000,20000,40000,80000,unlimited \
-      -z 15 --json "$OUT/sweep-$broker.json" --svg "$OUT/sweep-$broker.svg" --report "$OUT/sweep-$broker.html" \
-      >"$OUT/sweep-$broker.txt" 2>&1 9>&- || true
-    tail -n 8 "$OUT/sweep-$broker.txt"
+  # Rate attempted vs achieved vs latency (S4 at each rate), every tool against every broker.
+  for r in $(seq 1 "${SWEEP_ROUNDS:-1}"); do
+    for rate in ${SWEEP_RATES//,/ }; do
+      for ((k = 0; k < ${#BROKER_LIST[@]}; k++)); do
+        broker=${BROKER_LIST[$(( (k + r - 1) % ${#BROKER_LIST[@]} ))]}
+        for tool in $TOOLS; do run_one "$broker" "$tool" "S4-$rate" "$r"; done
+      done
+    done
   done
+  python3 "$HERE/perf_summary.py" --sweep-tsv "$OUT" >"$OUT/sweep.tsv"
 fi
 stop_warren
 python3 "$HERE/perf_summary.py" "$OUT" "${SCENARIOS[@]}" >"$OUT/tables.md"
 { cat "$OUT/header.md"; echo; cat "$OUT/tables.md"; } >"$OUT/summary.md"
 echo; cat "$OUT/summary.md"; echo "raw results: $OUT"
-if [ "${WRITE_DOCS:-0}" = 1 ]; then
-  mkdir -p "$ROOT/docs/img"
-  for b in $BROKERS; do [ ! -f "$OUT/sweep-$b.svg" ] || cp "$OUT/sweep-$b.svg" "$ROOT/docs/img/perf-sweep-$b.svg"; done
-  python3 "$HERE/perf_summary.py" --write-docs "$ROOT/docs/benchmarks.md" "$OUT/summary.md"
-  echo "docs/benchmarks.md: generated section replaced"
-fi
