@@ -11,6 +11,7 @@
 #
 # Loopback only; every broker started here is stopped on exit. Broker CPU is user+system time
 # from /proc over the run, so "CPU-s per million" compares what each broker spends per message.
+# runs.tsv holds the same rows for bench/report.py.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
@@ -81,6 +82,7 @@ else:
 last=$((NCPU - 1))
 echo "| round | broker | generator | broker cores | generator cores | recv msg/s | broker CPU-s per M msgs |" | tee "$OUT/runs.md"
 echo "|---|---|---|---:|---|---:|---:|" | tee -a "$OUT/runs.md"
+printf 'round\tbroker\tgenerator\tbroker_cores\tgenerator_cores\trecv_rate\tcpu_s_per_M\n' >"$OUT/runs.tsv"
 for r in $(seq "$ROUNDS"); do
   for c in $CORES; do
     bset="0-$((c - 1))"
@@ -94,6 +96,7 @@ for r in $(seq "$ROUNDS"); do
         stop_broker
         cpu=$(python3 -c "import os,sys; t=(int(sys.argv[2])-int(sys.argv[1]))/os.sysconf('SC_CLK_TCK'); n=int(sys.argv[3])*int(sys.argv[4]); print(f'{t/(n/1e6):.2f}' if n else '-')" "$t0" "$t1" "$rate" "$DUR")
         echo "| $r | $b | $g | $c | $gset | $rate | $cpu |" | tee -a "$OUT/runs.md"
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$b" "$g" "$c" "$gset" "$rate" "${cpu/-/}" >>"$OUT/runs.tsv"
       done
     done
   done
