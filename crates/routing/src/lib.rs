@@ -151,7 +151,8 @@ impl<Q: Clone> Exchange<Q> {
 #[derive(Debug, Clone)]
 pub struct Table<Q> {
     /// Exchanges behind `Arc` so that a new snapshot shares every exchange it did not change.
-    /// aHash, not SipHash: looked up twice per publish (docs/benchmarks.md, "Where Warren's S1 time goes").
+    /// aHash, not SipHash: looked up twice per publish
+    /// (docs/benchmarks/notes/2026-11-23-where-s1-time-goes.md).
     pub exchanges: AHashMap<Arc<str>, Arc<Exchange<Q>>>,
 }
 
