@@ -4,7 +4,8 @@
 #   2. the Python interop suite (pika; venv in .venv-interop) against the real binary;
 #   3. the Go interop suite (amqp091-go) against the real binary.
 # Between 1 and 2, a bounded fuzzing run of the protocol decoders and the queue state machine
-# (scripts/fuzz.sh).
+# (scripts/fuzz.sh), and the benchmark page renderer's own test (bench/test_report.py: a fixture,
+# no load, no timing).
 # CARGO_TARGET_DIR is honoured. Exits non-zero if anything fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,6 +38,9 @@ cargo test --release --locked --workspace
 
 echo "== fuzz (scripts/fuzz.sh: every target, ${FUZZ_SECONDS:-30} s each; skipped without nightly + cargo-fuzz)"
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}" scripts/fuzz.sh
+
+echo "== bench/test_report.py (the benchmark page renderer on a fixture)"
+python3 bench/test_report.py
 
 export WARREN_BIN="$TARGET_DIR/release/warren"
 echo "== interop: python (pika)"
