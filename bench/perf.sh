@@ -9,17 +9,18 @@
 #                                     drain), S7 (quorum), S8, S2P (lavinmqperf's persistent
 #                                     scenario: 1 -> 1, 1 KiB, confirms 100, ack every 100)
 #   env: DUR (30; S4-* run 15 s, S5 60 s), ROUNDS (1), TOOLS ("warren-perf perftest"; also
-#        lavinmqperf), BROKERS ("warren rabbitmq"; also lavinmq, from ../shared/bench/lavinmq.sh), WARREN_BIN (default $CARGO_TARGET_DIR or target/release/warren,
-#        built if missing), SWEEP (1: also a `warren perf --sweep` per broker, with an SVG chart,
-#        and the same rates run one by one with every other tool: sweep.tsv),
-#        SWEEP_RATES (1000,5000,10000,20000,40000,80000,unlimited),
+#        lavinmqperf), BROKERS ("warren rabbitmq"; also lavinmq, from ../shared/bench/lavinmq.sh),
+#        WARREN_BIN (default $CARGO_TARGET_DIR or target/release/warren, built if missing),
+#        SWEEP (1: also S4 at each of SWEEP_RATES, every tool against every broker: sweep.tsv),
+#        SWEEP_RATES (1000,5000,10000,20000,40000,80000,unlimited), SWEEP_ROUNDS (1)
 #
 # Every run of one scenario uses the same flags (lavinmqperf: its spelling of them); each tool runs
 # alone on the machine. Within a round every tool runs against each broker in turn, and the broker
 # that goes first rotates from round to round. Raw outputs go to bench/results/perf-<UTC timestamp>/
-# with summary.md, runs.tsv (one row per run), commands.tsv and sweep.tsv, read by bench/report.py. Loopback only; every run is
-# bounded by its -z. A fresh Warren on a free port is started here and stopped on exit; RabbitMQ
-# (127.0.0.1:5673) is started if down, purged before each of its runs, and left running.
+# with summary.md, runs.tsv (one row per run), commands.tsv and sweep.tsv, read by bench/report.py.
+# Loopback only; every run is bounded by its -z. A fresh Warren on a free port is started here and
+# stopped on exit; RabbitMQ (127.0.0.1:5673) and LavinMQ (5674) are started if down and left
+# running; every broker's queues are deleted before each run (S6b keeps what S6a filled).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)

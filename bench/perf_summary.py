@@ -30,8 +30,6 @@ spec = importlib.util.spec_from_file_location("perftest_summary", PS_PATH)
 ps = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ps)
 
-BEGIN = "<!-- bench/perf.sh: generated section begin -->"
-END = "<!-- bench/perf.sh: generated section end -->"
 TOOL_NAMES = {"warren-perf": "warren perf", "perftest": "PerfTest", "lavinmqperf": "lavinmqperf"}
 BROKER_NAMES = {"warren": "Warren", "rabbitmq": "RabbitMQ", "lavinmq": "LavinMQ"}
 # PerfTest and warren perf: "time 2.001 s, ... min/median/75th/95th/99th consumer latency: a/b/c/d/e µs"
@@ -177,42 +175,7 @@ def tables(d, scenarios):
                    f"| {ratio(g('rabbitmq', 'warren-perf', 'eff'), g('rabbitmq', 'perftest', 'eff'))} "
                    f"| {ratio(g('warren', 'warren-perf', 'recv'), g('rabbitmq', 'warren-perf', 'recv'))} "
                    f"| {ratio(g('warren', 'perftest', 'recv'), g('rabbitmq', 'perftest', 'recv'))} |")
-    sweeps = sorted(glob.glob(f"{d}/sweep-*.json"))
-    if sweeps:
-        out.append("")
-        out.append("S4 as one `warren perf --sweep 1000,5000,10000,20000,40000,80000,unlimited -z 15` "
-                   "per broker (`-x 1 -y 1 -a -s 16`): attempted vs achieved vs latency.")
-        out.append("")
-        out.append("| broker | attempted msg/s | sent msg/s | received msg/s | latency p50 | latency p99 |")
-        out.append("|---|---:|---:|---:|---:|---:|")
-        for path in sweeps:
-            broker = os.path.basename(path)[len("sweep-"):-len(".json")]
-            try:
-                points = json.load(open(path)).get("sweep") or []
-            except (OSError, ValueError):
-                points = []
-            for p in points:
-                att = "unlimited" if p["attempted"] is None else fmt(p["attempted"])
-                out.append(f"| {BROKER_NAMES.get(broker, broker)} | {att} | {fmt(p['sent'])} "
-                           f"| {fmt(p['received'])} | {ms(p['p50_us'])} | {ms(p['p99_us'])} |")
-        for path in sweeps:
-            broker = os.path.basename(path)[len("sweep-"):-len(".json")]
-            out.append("")
-            out.append(f"![S4 sweep on {BROKER_NAMES.get(broker, broker)}](img/perf-sweep-{broker}.svg)")
     return "\n".join(out)
-
-
-def write_docs(doc, summary):
-    text = open(doc, encoding="utf-8").read()
-    body = open(summary, encoding="utf-8").read().rstrip("\n")
-    block = f"{BEGIN}\n{body}\n{END}"
-    if BEGIN in text and END in text:
-        a, rest = text.split(BEGIN, 1)
-        _, b = rest.split(END, 1)
-        text = a + block + b
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    open(doc, "w", encoding="utf-8").write(text)
 
 
 if __name__ == "__main__":
@@ -222,7 +185,5 @@ if __name__ == "__main__":
         print(tsv_row(*sys.argv[2:7]))
     elif sys.argv[1] == "--sweep-tsv":
         print(sweep_tsv(sys.argv[2]))
-    elif sys.argv[1] == "--write-docs":
-        write_docs(sys.argv[2], sys.argv[3])
     else:
         print(tables(sys.argv[1], sys.argv[2:]))
