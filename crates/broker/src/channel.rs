@@ -551,7 +551,7 @@ impl Channel {
             Method::BasicGet(g) => {
                 let name = self.queue_name(&g.queue)?;
                 self.allow(ctx, Perm::Read, Resource::Queue, &name)?;
-                let q = vhost.queue_for(&name, ctx.conn_id)?;
+                let q = vhost.queue_for(&name, ctx.conn_id)?.resolved()?;
                 let shared = &self.shared;
                 let got = q.get(!g.no_ack, |m, remaining| {
                     shared.deliver_get(&q, m, remaining, g.no_ack)
@@ -670,6 +670,7 @@ impl Channel {
                     conn_id: ctx.conn_id,
                     server_named,
                     home: None,
+                    members: None,
                 })?;
                 if !d.passive {
                     crate::policy::apply(ctx.access, &q);
@@ -843,7 +844,8 @@ impl Channel {
         } else {
             let name = self.queue_name(&c.queue)?;
             self.allow(ctx, Perm::Read, Resource::Queue, &name)?;
-            ctx.vhost.queue_for(&name, ctx.conn_id)?
+            // A replicated queue's consumer belongs to its leader's leg: cancelled with it.
+            ctx.vhost.queue_for(&name, ctx.conn_id)?.resolved()?
         };
         let tag = if c.consumer_tag.is_empty() {
             ByteString::from(gen_name("amq.ctag-"))
@@ -1656,6 +1658,7 @@ mod tests {
                 conn_id: 1,
                 server_named: false,
                 home: None,
+                members: None,
             })
             .expect("declare");
         let mut ch = Channel::new(1, Outbox::new(131_072));

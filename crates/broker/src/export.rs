@@ -226,6 +226,7 @@ pub fn import(broker: &Broker, doc: &Value) -> Result<(), String> {
                 conn_id: 0,
                 server_named: false,
                 home: None,
+                members: None,
             })
             .map_err(|e| e.text)?;
         crate::policy::apply(&broker.access, &q);

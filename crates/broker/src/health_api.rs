@@ -108,6 +108,7 @@ pub async fn aliveness_test(State(b): B, Path(vhost): Path<String>) -> ApiResult
         conn_id: 0,
         server_named: false,
         home: None,
+        members: None,
     };
     let failure = |reason: String| failed(json!({"status": "failed", "reason": reason}));
     let q = match v.declare_queue(&spec) {

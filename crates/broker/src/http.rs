@@ -603,7 +603,7 @@ fn queue_json(b: &Broker, q: &QueueRef) -> Value {
         "policy": policy.as_ref().map(|p| p.name.clone()),
         "effective_policy_definition": policy.map(|p| Value::Object(p.definition)).unwrap_or(json!({})),
         "state": if q.remote().is_some_and(|r| !b.cluster().is_some_and(|c| c.running(&r.home))) { "down" } else { "running" },
-        "type": q.type_name(), "node": q.home().unwrap_or(&b.config.node_name),
+        "type": q.type_name(), "node": q.home().unwrap_or_else(|| b.config.node_name.clone()),
         "message_stats": crate::stats_api::queue_message_stats(b, q),
     })
 }
@@ -656,6 +656,7 @@ async fn put_queue(
             conn_id: 0,
             server_named: false,
             home: None,
+            members: None,
         })
         .map_err(|e| bad_request(e.text))?;
     crate::policy::apply(&b.access, &q);

@@ -1,6 +1,7 @@
-//! `x-queue-type`: `classic` and `stream` (`queue/stream.rs`) are what Warren has; `quorum` is
-//! accepted with RabbitMQ's validation (durable, not exclusive, not auto-delete) and served by
-//! a durable classic queue until replication exists (a log line says so).
+//! `x-queue-type`: `classic`, `stream` (`queue/stream.rs`) and `quorum` (RabbitMQ's validation:
+//! durable, not exclusive, not auto-delete). In a cluster a quorum queue is replicated
+//! (`cluster/quorum.rs`); on a single node there is nothing to replicate to, and it is a durable
+//! classic queue.
 
 use warren_protocol::{FieldTable, FieldValue};
 
@@ -124,9 +125,14 @@ pub fn check(spec: &QueueSpec<'_>, vhost: &str) -> AmqpResult<QueueArgs> {
     if kind == "stream" {
         check_stream_args(spec.arguments, &what)?;
     } else {
-        tracing::info!(vhost, queue = spec.name, queue_type = %kind, "queue type served by a durable classic queue (no replication yet)");
+        crate::cluster::quorum::initial_group_size(spec.arguments)?;
     }
     Ok(args)
+}
+
+/// Whether a declare's arguments make a quorum queue (replicated in a cluster).
+pub fn is_quorum(args: &FieldTable) -> bool {
+    matches!(args.get("x-queue-type"), Some(FieldValue::LongStr(b)) if &b[..] == b"quorum")
 }
 
 /// Whether a declare's arguments make a stream.

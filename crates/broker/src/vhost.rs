@@ -123,6 +123,9 @@ pub struct QueueSpec<'a> {
     pub server_named: bool,
     /// In a cluster: the node it is to live on (`None`: this one).
     pub home: Option<&'a str>,
+    /// A replicated queue's group (`None` for the entry that first declares it: that entry's
+    /// index) and members, from the metadata entry.
+    pub members: Option<(Option<u64>, &'a [String])>,
 }
 
 /// The outcome of deleting a queue, for the caller to notify consumers and log.
@@ -543,11 +546,7 @@ impl VHost {
                 false,
             ),
             Method::QueueDeclare(q) => {
-                let meta = meta.cloned().unwrap_or(QueueMeta {
-                    home: String::new(),
-                    owner: None,
-                    server_named: false,
-                });
+                let meta = meta.cloned().unwrap_or_default();
                 self.declare_queue(&QueueSpec {
                     name: &q.queue,
                     passive: false,
@@ -558,6 +557,7 @@ impl VHost {
                     conn_id: meta.owner.unwrap_or(0),
                     server_named: meta.server_named,
                     home: Some(&meta.home),
+                    members: (!meta.members.is_empty()).then_some((meta.group, &meta.members[..])),
                 })
                 .map(|_| ())
             }
@@ -626,9 +626,11 @@ impl VHost {
                 }
                 .into(),
                 Some(QueueMeta {
-                    home: q.home().map_or(me.clone(), String::from),
+                    home: q.home().unwrap_or_else(|| me.clone()),
                     owner: o.exclusive_owner,
                     server_named: true,
+                    group: q.quorum().map(|r| r.group),
+                    members: q.quorum().map(|r| r.members.clone()).unwrap_or_default(),
                 }),
             ));
         }
@@ -661,9 +663,8 @@ impl VHost {
                 out.push(op(
                     m,
                     owner.map(|o| QueueMeta {
-                        home: String::new(),
                         owner: Some(o),
-                        server_named: false,
+                        ..Default::default()
                     }),
                 ));
             }
@@ -1372,9 +1373,8 @@ impl VHost {
         if let Some(c) = self.replicated() {
             let m = bind_method(true, queue, exchange, key, args, add);
             let meta = conn_id.map(|o| QueueMeta {
-                home: String::new(),
                 owner: Some(o),
-                server_named: false,
+                ..Default::default()
             });
             return c.vhost_op(&self.name, m, meta);
         }
@@ -1491,14 +1491,34 @@ impl VHost {
                     c.place(from_args.or(from_policy).as_deref())
                 }
             };
+            let members = if crate::queue_type::is_quorum(spec.arguments) {
+                let size = crate::cluster::quorum::initial_group_size(spec.arguments)?;
+                c.quorum_members(&home, size)
+            } else {
+                Vec::new()
+            };
             let meta = QueueMeta {
                 home,
                 owner: spec.exclusive.then_some(spec.conn_id),
                 server_named: spec.server_named,
+                group: None,
+                members,
             };
             c.vhost_op(&self.name, m.into(), Some(meta))?;
             let q = self.defs.lock().queues.get(spec.name).cloned();
             self.churn.queue_declared.fetch_add(1, Relaxed);
+            if let Some(r) = q.as_ref().and_then(|q| q.quorum()) {
+                // declare-ok once the group has its first leader, as RabbitMQ waits for its
+                // Ra cluster to start.
+                let handle = tokio::runtime::Handle::current();
+                let r = r.clone();
+                let up = tokio::task::block_in_place(|| {
+                    handle.block_on(r.wait_leader(crate::cluster::quorum::FIRST_LEADER_WAIT))
+                });
+                if !up {
+                    return Err(r.unavailable());
+                }
+            }
             return q.ok_or_else(|| self.no_queue(spec.name));
         }
         let q = self.declare_queue_once(spec)?;
@@ -1578,6 +1598,24 @@ impl VHost {
             (Some(c), Some(h)) if h != c.me => Some((c, h)),
             _ => None,
         };
+        if let (Some(c), Some((group, members))) = (&self.cluster, spec.members) {
+            // A replicated queue: every node holds the same handle; members run its group.
+            let group = group.or_else(crate::cluster::applying).unwrap_or(0);
+            let q = QueueRef::Quorum(crate::cluster::quorum::QuorumQueue::open(
+                name.clone(),
+                self.name.clone(),
+                options,
+                group,
+                members.to_vec(),
+                c,
+                Arc::downgrade(self),
+            ));
+            defs.queues.insert(name, q.clone());
+            self.publish(&defs);
+            self.churn.queue_created.fetch_add(1, Relaxed);
+            tracing::info!(vhost = %self.name, queue = spec.name, group = %format!("{group:016x}"), members = ?members, "quorum queue declared");
+            return Ok(q);
+        }
         if let Some((c, home)) = remote_home {
             let q = QueueRef::Remote(crate::cluster::remote::RemoteQueue::new(
                 name.clone(),

@@ -327,11 +327,25 @@ impl Meta {
     /// Makes this node a single-member cluster (bootstrap) and waits until it leads it. Does
     /// nothing if this node is already a voter.
     pub async fn initialize(&self) -> Result<(), MetaError> {
+        let me = self.inner.me.clone();
+        self.initialize_with(vec![me]).await
+    }
+
+    /// Bootstraps a group of `members` (this node among them) from this node, and waits until
+    /// the group has a leader. The other members start empty and are brought in by the leader;
+    /// only one member may call this. Does nothing if this node is already a voter.
+    pub async fn initialize_with(&self, members: Vec<Node>) -> Result<(), MetaError> {
         let inner = &self.inner;
         if self.is_voter() {
             return Ok(());
         }
-        let members = BTreeMap::from([(inner.id, inner.me.clone())]);
+        let members: BTreeMap<NodeId, Node> =
+            members.into_iter().map(|n| (node_id(&n.name), n)).collect();
+        if !members.contains_key(&inner.id) {
+            return Err(MetaError::Config(
+                "a group is initialized by one of its members".into(),
+            ));
+        }
         match inner.raft.initialize(members).await {
             Ok(()) => {}
             Err(RaftError::APIError(InitializeError::NotAllowed(e))) => {

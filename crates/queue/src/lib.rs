@@ -498,6 +498,31 @@ impl<C, M: Payload> State<C, M> {
     /// this message to its log (a persistent message in a durable queue), so it is handed over
     /// as [`Effect::Append`] and its leaving as [`Effect::Forget`].
     pub fn publish(&mut self, msg: M, logged: bool, host: &mut impl Host<C, M>) -> Published {
+        self.publish_entry(msg, logged, false, host)
+    }
+
+    /// [`State::publish`] for a replicated host, which numbers messages itself (its log's ids,
+    /// the same on every replica, so an ack names the same message wherever it lands): `msg`
+    /// becomes `seq` (which must be above every seq so far; a lower one takes the next free),
+    /// logged, and marked `redelivered` when an earlier leader may have delivered it.
+    pub fn publish_as(
+        &mut self,
+        seq: u64,
+        msg: M,
+        redelivered: bool,
+        host: &mut impl Host<C, M>,
+    ) -> Published {
+        self.next_seq = self.next_seq.max(seq);
+        self.publish_entry(msg, true, redelivered, host)
+    }
+
+    fn publish_entry(
+        &mut self,
+        msg: M,
+        logged: bool,
+        redelivered: bool,
+        host: &mut impl Host<C, M>,
+    ) -> Published {
         if self.deleted {
             return Published::Gone;
         }
@@ -530,7 +555,7 @@ impl<C, M: Payload> State<C, M> {
         let entry = Entry {
             seq,
             msg,
-            redelivered: false,
+            redelivered,
             expires_at_ms,
             logged: logged && !page_out,
         };

@@ -554,3 +554,40 @@ fn fuzz_crashers_stay_fixed() {
         }
     }
 }
+
+#[test]
+fn publish_as_numbers_messages_with_the_hosts_ids_and_forgets_them_by_those_ids() {
+    let mut s = sim_with(&[(1, 0)]);
+    let mut q = Q::new(Config::default(), Limits::default(), 0);
+    // Ids from a replicated log: gaps where other replicas' entries settled messages.
+    assert_eq!(
+        q.publish_as(7, msg(0, 1, None, None), true, &mut s),
+        Published::Accepted { seq: 7 }
+    );
+    assert_eq!(
+        q.publish_as(12, msg(1, 1, None, None), false, &mut s),
+        Published::Accepted { seq: 12 }
+    );
+    // An id at or below one taken already gets the next free one: seqs never repeat.
+    assert_eq!(
+        q.publish_as(3, msg(2, 1, None, None), false, &mut s),
+        Published::Accepted { seq: 13 }
+    );
+    assert_eq!(
+        s.logged,
+        BTreeSet::from([7, 12, 13]),
+        "every message is logged"
+    );
+    q.add_consumer(consumer(1, 0), 0).unwrap();
+    q.dispatch(&mut s);
+    let got: Vec<(u32, bool)> = s.delivered.iter().map(|d| (d.1, d.2)).collect();
+    assert_eq!(
+        got,
+        [(0, true), (1, false), (2, false)],
+        "in order, redelivered as told"
+    );
+    let held = std::mem::take(&mut s.consumers.get_mut(&1).unwrap().held);
+    q.settle(held.into_iter().map(|e| (Some(1), e)), true, &mut s);
+    assert!(s.logged.is_empty(), "each ack forgets its id");
+    assert!(s.errors.is_empty(), "{:?}", s.errors);
+}

@@ -10,6 +10,7 @@
 //!   over the link to the queue's home, where it is an ordinary local queue.
 
 pub mod link;
+pub mod quorum;
 pub mod remote;
 
 use std::cell::Cell;
@@ -96,13 +97,19 @@ pub enum MetaOp {
     },
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct QueueMeta {
     /// The node that runs it.
     pub home: String,
     /// The owning connection of an exclusive queue (connection ids are unique in the cluster).
     pub owner: Option<u64>,
     pub server_named: bool,
+    /// A replicated queue's group id (the index of the entry that first declared it; `None` in
+    /// that entry itself) and its members, the initial leader first.
+    #[serde(default)]
+    pub group: Option<u64>,
+    #[serde(default)]
+    pub members: Vec<String>,
 }
 
 /// The outcome of an applied op, as the proposer reports it.
@@ -148,6 +155,8 @@ pub struct Cluster {
     nodes: parking_lot::RwLock<Vec<warren_cluster::Node>>,
     /// Members that recently did not apply a change in time, by name.
     lagging: parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// The Raft groups of the replicated queues this node is a member of, by group id.
+    pub groups: parking_lot::RwLock<std::collections::HashMap<u64, warren_cluster::Meta>>,
 }
 
 impl Cluster {
@@ -175,6 +184,7 @@ impl Cluster {
             remote: remote::Remote::default(),
             nodes: Default::default(),
             lagging: Default::default(),
+            groups: Default::default(),
         });
         links.set_handler(Arc::new(LinkHandler(Arc::downgrade(&c))));
         broker.set_cluster(c.clone());
@@ -334,7 +344,7 @@ impl Cluster {
         Ok(())
     }
 
-    fn broker(&self) -> Option<Arc<Broker>> {
+    pub(crate) fn broker(&self) -> Option<Arc<Broker>> {
         self.broker.upgrade()
     }
 
@@ -492,7 +502,7 @@ impl Cluster {
                 if let Some(b) = self.broker() {
                     for v in b.vhosts() {
                         for q in v.snapshot().queues.values() {
-                            if let Some(n) = load.get_mut(q.home().unwrap_or(&self.me)) {
+                            if let Some(n) = load.get_mut(q.home().as_deref().unwrap_or(&self.me)) {
                                 *n += 1;
                             }
                         }
@@ -508,6 +518,35 @@ impl Cluster {
             }
             _ => self.me.clone(),
         }
+    }
+
+    /// A new replicated queue's members: `first` (its initial leader) and `size - 1` other
+    /// running nodes, those in the fewest groups first, so replicas spread over the cluster.
+    pub fn quorum_members(&self, first: &str, size: usize) -> Vec<String> {
+        let mut load: std::collections::HashMap<String, usize> = self
+            .members()
+            .into_iter()
+            .map(|n| n.name)
+            .filter(|n| n != first && self.running(n))
+            .map(|n| (n, 0))
+            .collect();
+        if let Some(b) = self.broker() {
+            for v in b.vhosts() {
+                for q in v.snapshot().queues.values() {
+                    for m in q.quorum().map(|q| &q.members[..]).unwrap_or_default() {
+                        if let Some(n) = load.get_mut(m) {
+                            *n += 1;
+                        }
+                    }
+                }
+            }
+        }
+        let mut by: Vec<(usize, String)> = load.into_iter().map(|(n, c)| (c, n)).collect();
+        by.sort();
+        std::iter::once(first.to_string())
+            .chain(by.into_iter().map(|(_, n)| n))
+            .take(size.max(1))
+            .collect()
     }
 
     /// Whether node `name` is this one or linked to it now.
@@ -929,6 +968,21 @@ impl Handler for LinkHandler {
                     }
                 }
                 SERVICE_QUEUE => remote::serve_request(&c, &link, body).await,
+                quorum::SERVICE_QRAFT | quorum::SERVICE_QLEADER => {
+                    if body.len() < 8 {
+                        return Err("short request".into());
+                    }
+                    let group = u64::from_be_bytes([
+                        body[0], body[1], body[2], body[3], body[4], body[5], body[6], body[7],
+                    ]);
+                    let m = c.groups.read().get(&group).cloned();
+                    let m = m.ok_or_else(|| format!("no queue group {group:016x} here"))?;
+                    if service == quorum::SERVICE_QLEADER {
+                        let leader = quorum::QuorumQueue::raft_leader(&m).unwrap_or_default();
+                        return Ok(Bytes::from(leader));
+                    }
+                    Ok(Bytes::from(m.handle_rpc(&body[8..]).await))
+                }
                 SERVICE_APPLIED => {
                     let m = c.meta.read().clone().ok_or("not ready")?;
                     let index = match body.len() {

@@ -623,6 +623,14 @@ fn local_queue(c: &Cluster, vhost: &str, name: &str) -> AmqpResult<Arc<Queue>> {
         .ok_or_else(|| AmqpError::not_found(format!("no vhost '{vhost}'")))?;
     match v.queue(name) {
         Some(QueueRef::Local(q)) => Ok(q),
+        // A replicated queue is served here while this node leads it.
+        Some(QueueRef::Quorum(q)) => match q.leg() {
+            Some(QueueRef::Local(l)) => Ok(l),
+            _ => Err(AmqpError::not_found(format!(
+                "{} is not led by this node (its leader changed)",
+                q.describe()
+            ))),
+        },
         _ => Err(v.no_queue(name)),
     }
 }
@@ -759,8 +767,14 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
             };
             let Some(q) = forwarded_to(c, &vhost, &name) else {
                 // Deleted meanwhile: as a local publish to a deleted queue, confirmed. The
-                // publishing node's credit for it goes with the queue.
-                confirm(true);
+                // publishing node's credit for it goes with the queue. A replicated queue
+                // this node no longer leads did not take it: nacked.
+                let replicated = std::str::from_utf8(&vhost)
+                    .ok()
+                    .zip(std::str::from_utf8(&name).ok())
+                    .and_then(|(v, n)| c.broker()?.vhost(v)?.queue(n))
+                    .is_some_and(|q| q.quorum().is_some_and(|q| !q.is_deleted()));
+                confirm(!replicated);
                 return;
             };
             let msg = Arc::new(msg);

@@ -17,6 +17,7 @@ use crate::confirm::ConfirmHandle;
 use crate::error::AmqpResult;
 use crate::message::Message;
 
+use crate::cluster::quorum::QuorumQueue;
 use crate::cluster::remote::RemoteQueue;
 
 use super::stream::Stream;
@@ -60,6 +61,9 @@ pub enum QueueRef {
     Remote(Arc<RemoteQueue>),
     /// A stream on this node (`queue/stream.rs`): an append-only log read from offsets.
     Stream(Arc<Stream>),
+    /// A replicated queue (`cluster/quorum.rs`): served by its group's leader, through
+    /// [`QuorumQueue::leg`] (a `Local` queue where this node leads, else a `Remote` one).
+    Quorum(Arc<QuorumQueue>),
 }
 
 impl std::fmt::Debug for QueueRef {
@@ -68,6 +72,7 @@ impl std::fmt::Debug for QueueRef {
             QueueRef::Local(q) => q.fmt(f),
             QueueRef::Remote(q) => q.fmt(f),
             QueueRef::Stream(q) => q.fmt(f),
+            QueueRef::Quorum(q) => q.fmt(f),
         }
     }
 }
@@ -86,6 +91,7 @@ impl warren_routing::QueueKey for QueueRef {
             QueueRef::Local(q) => q.key(),
             QueueRef::Remote(q) => Arc::as_ptr(q) as usize,
             QueueRef::Stream(q) => Arc::as_ptr(q) as usize,
+            QueueRef::Quorum(q) => Arc::as_ptr(q) as usize,
         }
     }
 }
@@ -96,7 +102,25 @@ impl QueueRef {
     pub fn local(&self) -> Option<&Arc<Queue>> {
         match self {
             QueueRef::Local(q) => Some(q),
-            QueueRef::Remote(_) | QueueRef::Stream(_) => None,
+            QueueRef::Remote(_) | QueueRef::Stream(_) | QueueRef::Quorum(_) => None,
+        }
+    }
+
+    /// What serves it now: a replicated queue's leg (its leader's local queue, or a remote
+    /// handle to it), so that deliveries and their settles stay with one leader; any other
+    /// queue itself.
+    pub fn resolved(self) -> AmqpResult<QueueRef> {
+        match self {
+            QueueRef::Quorum(q) => q.leg().ok_or_else(|| q.unavailable()),
+            q => Ok(q),
+        }
+    }
+
+    /// The replicated queue, if it is one.
+    pub fn quorum(&self) -> Option<&Arc<QuorumQueue>> {
+        match self {
+            QueueRef::Quorum(q) => Some(q),
+            _ => None,
         }
     }
 
@@ -112,6 +136,7 @@ impl QueueRef {
     pub fn type_name(&self) -> &'static str {
         match self {
             QueueRef::Stream(_) => "stream",
+            QueueRef::Quorum(_) => "quorum",
             _ => "classic",
         }
     }
@@ -121,7 +146,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => Some(&q.stats),
             QueueRef::Stream(s) => Some(&s.stats),
-            QueueRef::Remote(_) => None,
+            QueueRef::Remote(_) | QueueRef::Quorum(_) => None,
         }
     }
 
@@ -130,7 +155,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.store_id,
             QueueRef::Stream(s) => Some(s.store_id),
-            QueueRef::Remote(_) => None,
+            QueueRef::Remote(_) | QueueRef::Quorum(_) => None,
         }
     }
 
@@ -138,7 +163,7 @@ impl QueueRef {
     pub fn remote(&self) -> Option<&Arc<RemoteQueue>> {
         match self {
             QueueRef::Remote(q) => Some(q),
-            QueueRef::Local(_) | QueueRef::Stream(_) => None,
+            QueueRef::Local(_) | QueueRef::Stream(_) | QueueRef::Quorum(_) => None,
         }
     }
 
@@ -152,6 +177,7 @@ impl QueueRef {
             QueueRef::Local(q) => &q.name,
             QueueRef::Remote(q) => &q.name,
             QueueRef::Stream(q) => &q.name,
+            QueueRef::Quorum(q) => &q.name,
         }
     }
 
@@ -160,6 +186,7 @@ impl QueueRef {
             QueueRef::Local(q) => &q.vhost,
             QueueRef::Remote(q) => &q.vhost,
             QueueRef::Stream(q) => &q.vhost,
+            QueueRef::Quorum(q) => &q.vhost,
         }
     }
 
@@ -169,14 +196,21 @@ impl QueueRef {
             QueueRef::Local(q) => &q.options,
             QueueRef::Remote(q) => &q.options,
             QueueRef::Stream(q) => &q.options,
+            QueueRef::Quorum(q) => &q.options,
         }
     }
 
-    /// The node it runs on (`None`: this one).
-    pub fn home(&self) -> Option<&str> {
+    /// The node it runs on (`None`: this one); a replicated queue's leader, its first member
+    /// while it has none.
+    pub fn home(&self) -> Option<String> {
         match self {
             QueueRef::Local(_) | QueueRef::Stream(_) => None,
-            QueueRef::Remote(q) => Some(&q.home),
+            QueueRef::Remote(q) => Some(q.home.clone()),
+            QueueRef::Quorum(q) => match q.leg() {
+                Some(QueueRef::Local(_)) => None,
+                Some(QueueRef::Remote(r)) => Some(r.home.clone()),
+                _ => q.members.first().cloned(),
+            },
         }
     }
 
@@ -186,6 +220,7 @@ impl QueueRef {
             QueueRef::Local(q) => q.args(),
             QueueRef::Remote(q) => q.args(),
             QueueRef::Stream(q) => q.args(),
+            QueueRef::Quorum(q) => q.args(),
         }
     }
 
@@ -194,6 +229,7 @@ impl QueueRef {
             QueueRef::Local(q) => q.set_effective_args(a),
             QueueRef::Remote(q) => q.set_effective_args(a),
             QueueRef::Stream(q) => q.set_effective_args(a),
+            QueueRef::Quorum(q) => q.set_effective_args(a),
         }
     }
 
@@ -202,6 +238,7 @@ impl QueueRef {
             QueueRef::Local(q) => q.describe(),
             QueueRef::Remote(q) => q.describe(),
             QueueRef::Stream(q) => q.describe(),
+            QueueRef::Quorum(q) => q.describe(),
         }
     }
 
@@ -211,6 +248,10 @@ impl QueueRef {
             QueueRef::Local(q) => q.publish(msg, confirm),
             QueueRef::Remote(q) => q.publish(msg, confirm),
             QueueRef::Stream(q) => q.publish(msg, confirm),
+            QueueRef::Quorum(q) => match q.leg() {
+                Some(l) => l.publish(msg, confirm),
+                None => Enqueued::Rejected,
+            },
         }
     }
 
@@ -220,8 +261,7 @@ impl QueueRef {
     pub fn stores(&self, msg: &Message) -> bool {
         match self {
             QueueRef::Local(q) => q.stores(msg),
-            QueueRef::Remote(_) => true,
-            QueueRef::Stream(_) => true,
+            QueueRef::Remote(_) | QueueRef::Stream(_) | QueueRef::Quorum(_) => true,
         }
     }
 
@@ -232,6 +272,7 @@ impl QueueRef {
             QueueRef::Local(q) => q.pressured(),
             QueueRef::Remote(q) => q.pressured(),
             QueueRef::Stream(q) => q.pressured(),
+            QueueRef::Quorum(q) => q.leg().is_some_and(|l| l.pressured()),
         }
     }
 
@@ -240,6 +281,11 @@ impl QueueRef {
             QueueRef::Local(q) => q.stall(max).await,
             QueueRef::Remote(q) => q.stall(max).await,
             QueueRef::Stream(q) => q.stall(max).await,
+            QueueRef::Quorum(q) => {
+                if let Some(l) = q.leg() {
+                    Box::pin(l.stall(max)).await
+                }
+            }
         }
     }
 
@@ -253,6 +299,10 @@ impl QueueRef {
                 "basic.get not supported by stream queues {}",
                 q.describe()
             ))),
+            QueueRef::Quorum(q) => match q.leg() {
+                Some(l) => l.get(ack_mode, take),
+                None => Err(q.unavailable()),
+            },
         }
     }
 
@@ -262,6 +312,8 @@ impl QueueRef {
             QueueRef::Local(q) => q.settle(msgs, dispatch),
             QueueRef::Remote(q) => q.settle(msgs),
             QueueRef::Stream(q) => q.settle(msgs),
+            // Deliveries name the leg they came from: a quorum queue's are never settled here.
+            QueueRef::Quorum(q) => drop_settles(q, msgs),
         }
     }
 
@@ -270,6 +322,7 @@ impl QueueRef {
             QueueRef::Local(q) => q.discard(msgs, dispatch),
             QueueRef::Remote(q) => q.discard(msgs),
             QueueRef::Stream(q) => q.settle(msgs),
+            QueueRef::Quorum(q) => drop_settles(q, msgs),
         }
     }
 
@@ -278,6 +331,7 @@ impl QueueRef {
             QueueRef::Local(q) => q.requeue(msgs),
             QueueRef::Remote(q) => q.requeue(msgs),
             QueueRef::Stream(q) => q.settle(msgs),
+            QueueRef::Quorum(q) => drop_settles(q, msgs),
         }
     }
 
@@ -285,6 +339,11 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.dispatch(),
             QueueRef::Stream(q) => q.dispatch(),
+            QueueRef::Quorum(q) => {
+                if let Some(l) = q.leg() {
+                    l.dispatch()
+                }
+            }
             QueueRef::Remote(_) => {}
         }
     }
@@ -295,6 +354,10 @@ impl QueueRef {
             QueueRef::Remote(q) => q.add_consumer(c, on_added),
             // A stream consumer names its offset: the channel adds it with `Stream::add_consumer`.
             QueueRef::Stream(q) => q.add_consumer(c, super::stream::StartAt::Next, on_added),
+            QueueRef::Quorum(q) => match q.leg() {
+                Some(l) => l.add_consumer(c, on_added),
+                None => Err(q.unavailable()),
+            },
         }
     }
 
@@ -311,6 +374,12 @@ impl QueueRef {
                 q.remove_consumer(c);
                 false
             }
+            QueueRef::Quorum(q) => {
+                if let Some(l) = q.leg() {
+                    l.remove_consumer(c);
+                }
+                false
+            }
         }
     }
 
@@ -319,6 +388,7 @@ impl QueueRef {
             QueueRef::Local(q) => q.message_count(),
             QueueRef::Remote(q) => q.counts().messages,
             QueueRef::Stream(q) => q.message_count(),
+            QueueRef::Quorum(q) => q.leg().map_or(0, |l| l.message_count()),
         }
     }
 
@@ -327,6 +397,7 @@ impl QueueRef {
             QueueRef::Local(q) => q.unacked_count(),
             QueueRef::Remote(q) => q.counts().unacked,
             QueueRef::Stream(q) => q.unacked_count(),
+            QueueRef::Quorum(q) => q.leg().map_or(0, |l| l.unacked_count()),
         }
     }
 
@@ -335,6 +406,7 @@ impl QueueRef {
             QueueRef::Local(q) => q.consumer_count(),
             QueueRef::Remote(q) => q.counts().consumers,
             QueueRef::Stream(q) => q.consumer_count(),
+            QueueRef::Quorum(q) => q.leg().map_or(0, |l| l.consumer_count()),
         }
     }
 
@@ -344,6 +416,7 @@ impl QueueRef {
             QueueRef::Local(q) => q.consumers(),
             QueueRef::Remote(q) => q.local_consumers(),
             QueueRef::Stream(q) => q.consumers(),
+            QueueRef::Quorum(q) => q.leg().map_or_else(Vec::new, |l| l.consumers()),
         }
     }
 
@@ -353,6 +426,7 @@ impl QueueRef {
             QueueRef::Remote(q) => q.purge(),
             // The channel refuses a purge first (540, as RabbitMQ); elsewhere it removes nothing.
             QueueRef::Stream(_) => 0,
+            QueueRef::Quorum(q) => q.leg().map_or(0, |l| l.purge()),
         }
     }
 
@@ -363,6 +437,7 @@ impl QueueRef {
             QueueRef::Remote(q) => q.mark_deleted(),
             // RabbitMQ answers delete-ok with 0 messages for a stream.
             QueueRef::Stream(q) => (0, q.mark_deleted()),
+            QueueRef::Quorum(q) => q.mark_deleted(),
         }
     }
 
@@ -371,6 +446,7 @@ impl QueueRef {
             QueueRef::Local(q) => q.is_deleted(),
             QueueRef::Remote(q) => q.is_deleted(),
             QueueRef::Stream(q) => q.is_deleted(),
+            QueueRef::Quorum(q) => q.is_deleted(),
         }
     }
 
@@ -384,7 +460,7 @@ impl QueueRef {
     pub fn lease_expired(&self, now: u64) -> bool {
         match self {
             QueueRef::Local(q) => q.lease_expired(now),
-            QueueRef::Remote(_) | QueueRef::Stream(_) => false,
+            QueueRef::Remote(_) | QueueRef::Stream(_) | QueueRef::Quorum(_) => false,
         }
     }
 
@@ -394,6 +470,7 @@ impl QueueRef {
             QueueRef::Local(q) => q.may_expire.load(std::sync::atomic::Ordering::Relaxed),
             // Age retention is checked on the sweeper's visits.
             QueueRef::Stream(q) => q.may_expire(),
+            QueueRef::Quorum(q) => q.leg().is_some_and(|l| l.may_expire()),
             QueueRef::Remote(_) => false,
         }
     }
@@ -402,7 +479,21 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.expire(),
             QueueRef::Stream(q) => q.expire(),
+            QueueRef::Quorum(q) => {
+                if let Some(l) = q.leg() {
+                    l.expire()
+                }
+            }
             QueueRef::Remote(_) => {}
         }
+    }
+}
+
+/// Settles addressed to a quorum queue itself rather than to the leg that delivered them: a
+/// bookkeeping slip, since the ids they carry may mean nothing to the current leader.
+fn drop_settles(q: &QuorumQueue, msgs: impl IntoIterator<Item = Settled>) {
+    let n = msgs.into_iter().count();
+    if n > 0 {
+        tracing::debug!(queue = %q.name, n, "settles addressed to a quorum queue ignored");
     }
 }

@@ -29,6 +29,7 @@ pub use warren_queue::Reason;
 use warren_store::{Cursor, LiveSet, QueueLog};
 
 use crate::channel::Offer;
+use crate::cluster::quorum::Replicator;
 use crate::confirm::ConfirmHandle;
 use crate::error::{AmqpError, AmqpResult};
 use crate::limits;
@@ -115,6 +116,9 @@ pub struct Queue {
     /// `relieved` for a bounded time. This is the queue's credit to its publishers.
     pressure: AtomicBool,
     relieved: tokio::sync::Notify,
+    /// The leader's queue of a replicated queue (`cluster/quorum.rs`): publishes go to the
+    /// replicator and enter once committed; what leaves for good is settled through it.
+    repl: arc_swap::ArcSwapOption<Replicator>,
     /// Message counts (management API, Prometheus), bumped under `state`'s lock.
     pub stats: QueueStats,
     state: Mutex<Locked>,
@@ -238,6 +242,9 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
                 io.log_dirty = true;
             }
             Effect::Forget { seq } => {
+                if let Some(r) = &*self.q.repl.load() {
+                    r.settled(seq);
+                }
                 if let Some(log) = &mut io.log {
                     if let Some(h) = log.ack(seq) {
                         io.confirmed.push(h);
@@ -407,6 +414,7 @@ impl Queue {
             store_id,
             pressure: AtomicBool::new(false),
             relieved: tokio::sync::Notify::new(),
+            repl: arc_swap::ArcSwapOption::empty(),
             stats: QueueStats::default(),
             state: Mutex::new(Locked { core, io }),
         });
@@ -437,11 +445,57 @@ impl Queue {
     /// True while consumers fall behind; publishers should stall (see [`Queue::stall`]).
     pub fn pressured(&self) -> bool {
         self.pressure.load(Ordering::Relaxed)
+            || self.repl.load().as_ref().is_some_and(|r| r.pressured())
     }
 
     /// Waits until the queue is relieved, for at most `max`.
     pub async fn stall(&self, max: std::time::Duration) {
+        let repl = self.repl.load_full();
+        if let Some(r) = repl.filter(|r| r.pressured()) {
+            return r.stall(max).await;
+        }
         crate::limits::wait_relief(&self.relieved, || self.pressured(), max).await
+    }
+
+    /// Makes this the leader's queue of a replicated queue (`Some`), or stops replicating
+    /// (`None`: the queue is being retired, and what it drops must not be settled).
+    pub fn set_replicator(&self, r: Option<Arc<Replicator>>) {
+        self.repl.store(r);
+    }
+
+    /// A committed publish of a replicated queue, numbered `id` by its log; false if the queue
+    /// refused it (full, reject-publish) or is gone.
+    pub fn apply_committed(
+        self: &Arc<Self>,
+        id: u64,
+        msg: Arc<Message>,
+        redelivered: bool,
+    ) -> bool {
+        self.locked(|q, st, host| {
+            host.io.outbox_bound = false;
+            match st.publish_as(id, msg, redelivered, host) {
+                warren_queue::Published::Accepted { .. } => bump(&q.stats.publish, 1),
+                _ => return false,
+            }
+            q.after_publish(st, host);
+            true
+        })
+    }
+
+    /// What a publish leaves to check: deadlines for the sweeper, and publisher pressure.
+    fn after_publish(&self, st: &Core, host: &Ctx<'_>) {
+        if st.may_expire() && !self.may_expire.load(Ordering::Relaxed) {
+            self.may_expire.store(true, Ordering::Relaxed);
+        }
+        // Only a consumer held back by its own connection's output counts: one that stopped
+        // acking must not stop publishers (the backlog pages to disk instead).
+        if host.io.outbox_bound
+            && !st.consumers().is_empty()
+            && (st.ready_len() > limits::QUEUE_PRESSURE_MSGS
+                || st.ready_bytes() > limits::QUEUE_PRESSURE_BYTES)
+        {
+            self.pressure.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Marks the queue as used now (a redeclare), for `x-expires`.
@@ -518,7 +572,7 @@ impl Queue {
 
     /// True if a persistent message published here is written to disk (and its confirm waits).
     pub fn stores(&self, msg: &Message) -> bool {
-        msg.persistent && self.durable_store
+        (msg.persistent && self.durable_store) || self.repl.load().is_some()
     }
 
     /// Makes sure a log exists to page out to (a non-durable queue makes a scratch one once).
@@ -550,6 +604,11 @@ impl Queue {
         msg: Arc<Message>,
         confirm: Option<&Arc<ConfirmHandle>>,
     ) -> Enqueued {
+        if let Some(r) = &*self.repl.load() {
+            // Replicated: it enters the queue once committed (`apply_committed`).
+            r.submit(msg, confirm);
+            return Enqueued::Accepted;
+        }
         self.locked_with(confirm, |q, st, host| {
             let logged = q.stores(&msg) && host.io.log.is_some();
             host.io.outbox_bound = false;
@@ -558,18 +617,7 @@ impl Queue {
                 warren_queue::Published::Rejected => return Enqueued::Rejected,
                 warren_queue::Published::Gone => return Enqueued::Gone,
             }
-            if st.may_expire() && !q.may_expire.load(Ordering::Relaxed) {
-                q.may_expire.store(true, Ordering::Relaxed);
-            }
-            // Only a consumer held back by its own connection's output counts: one that stopped
-            // acking must not stop publishers (the backlog pages to disk instead).
-            if host.io.outbox_bound
-                && !st.consumers().is_empty()
-                && (st.ready_len() > limits::QUEUE_PRESSURE_MSGS
-                    || st.ready_bytes() > limits::QUEUE_PRESSURE_BYTES)
-            {
-                q.pressure.store(true, Ordering::Relaxed);
-            }
+            q.after_publish(st, host);
             Enqueued::Accepted
         })
     }

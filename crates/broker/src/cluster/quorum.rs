@@ -1,0 +1,826 @@
+//! Replicated queues (`x-queue-type=quorum` in a cluster): each queue is one openraft group of
+//! its own (`warren-cluster`'s `Meta`, the same code as the metadata group) over its members,
+//! with the messages in the group's log.
+//!
+//! - **What is replicated** is the queue's message log, as RabbitMQ's quorum queues replicate
+//!   enqueues and settlements: an entry is a batch of enqueued messages and of settled ids.
+//!   Every member applies it to its [`Replica`] (id -> stored message), so every member holds
+//!   every message not yet settled, and the ids are the same everywhere.
+//! - **The leader serves.** On the member that leads the group, the queue is an ordinary local
+//!   [`Queue`] (the classic state machine: consumers, prefetch, priorities, TTL, length limits,
+//!   dead-lettering), built from the replica when it becomes leader and fed every committed
+//!   enqueue. Its messages are numbered with the replica's ids (`publish_as`), so when one
+//!   leaves the queue for good (ack, drop, expiry, purge) its `Forget` effect is the id to
+//!   settle in the next entry. Deliveries and requeues are not replicated: a new leader
+//!   redelivers every message its replica holds, marked redelivered (at-least-once).
+//! - **Every other node** (followers and non-members) reaches the leader as it reaches any
+//!   queue homed elsewhere: a [`RemoteQueue`] whose home is the current leader.
+//!   [`QuorumQueue::leg`] is whichever of the two this node has now; a leader change retires
+//!   the old leg (its consumers are cancelled, as when a queue's node goes down) and installs
+//!   the new one.
+//! - **Confirms**: a publish goes to the leader's [`Replicator`], which proposes batches of
+//!   them; the confirm is sent once the entry is committed (appended and fsynced on a
+//!   majority) and applied on the leader.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use parking_lot::Mutex;
+
+use super::link::Links;
+use super::remote::RemoteQueue;
+use super::Cluster;
+use crate::confirm::ConfirmHandle;
+use crate::error::{AmqpError, AmqpResult};
+use crate::message::Message;
+use crate::queue::{Consumer, Queue, QueueArgs, QueueOptions, QueueRef};
+use crate::vhost::VHost;
+
+/// Raft messages of a queue group: `[group u64][openraft rpc]`.
+pub const SERVICE_QRAFT: u8 = 5;
+/// Which node leads a queue group (asked by non-members): `[group u64]` -> the leader's name.
+pub const SERVICE_QLEADER: u8 = 6;
+
+/// Publishes proposed in one entry at most (bounds an entry's size and a confirm's wait).
+const BATCH_MSGS: usize = 2048;
+const BATCH_BYTES: usize = 4 << 20;
+/// Publishes waiting for their entry beyond which the queue counts as pressured (publishers
+/// stall, as for a queue whose consumers fall behind).
+const PRESSURE_MSGS: usize = 16_384;
+/// How often a non-member asks the members who leads.
+const LEADER_POLL: Duration = Duration::from_millis(500);
+/// How long a declare waits for the new group to elect its first leader.
+pub const FIRST_LEADER_WAIT: Duration = Duration::from_secs(15);
+
+const OP_ENQUEUE: u8 = 1;
+
+/// A member's copy of the queue: every message enqueued and not yet settled, by id.
+#[derive(Default)]
+struct Replica {
+    next_id: u64,
+    msgs: BTreeMap<u64, Bytes>,
+}
+
+/// Publishes and settlements waiting to be proposed.
+#[derive(Default)]
+struct Batch {
+    msgs: Vec<(Arc<Message>, Option<Arc<ConfirmHandle>>)>,
+    bytes: usize,
+    settled: Vec<u64>,
+}
+
+/// The leader's side of replication: gathers what its queue did and proposes it in batches.
+#[derive(Default)]
+pub struct Replicator {
+    pending: Mutex<Batch>,
+    wake: tokio::sync::Notify,
+    /// Publishes accepted and not yet confirmed or refused.
+    in_flight: AtomicUsize,
+    relieved: tokio::sync::Notify,
+}
+
+impl Replicator {
+    /// A publish to replicate; its confirm (if any) is completed once it is committed.
+    pub fn submit(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) {
+        let mut p = self.pending.lock();
+        p.bytes += msg.body.len() + msg.properties.len() + 64;
+        p.msgs.push((msg, confirm.cloned()));
+        drop(p);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+
+    /// A message (by its replica id) left the leader's queue for good.
+    pub fn settled(&self, id: u64) {
+        self.pending.lock().settled.push(id);
+        self.wake.notify_one();
+    }
+
+    /// Publishes wait for replication beyond what the log keeps up with.
+    pub fn pressured(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) >= PRESSURE_MSGS
+    }
+
+    pub async fn stall(&self, max: Duration) {
+        crate::limits::wait_relief(&self.relieved, || self.pressured(), max).await
+    }
+
+    fn take(&self) -> Option<Batch> {
+        let mut p = self.pending.lock();
+        if p.msgs.is_empty() && p.settled.is_empty() {
+            return None;
+        }
+        if p.msgs.len() <= BATCH_MSGS && p.bytes <= BATCH_BYTES {
+            return Some(std::mem::take(&mut *p));
+        }
+        let mut n = 0;
+        let mut bytes = 0;
+        for (m, _) in &p.msgs {
+            let b = m.body.len() + m.properties.len() + 64;
+            if n > 0 && (n == BATCH_MSGS || bytes + b > BATCH_BYTES) {
+                break;
+            }
+            n += 1;
+            bytes += b;
+        }
+        let rest = p.msgs.split_off(n);
+        let msgs = std::mem::replace(&mut p.msgs, rest);
+        p.bytes -= bytes;
+        Some(Batch {
+            msgs,
+            bytes,
+            settled: std::mem::take(&mut p.settled),
+        })
+    }
+
+    fn done(&self, n: usize) {
+        let before = self.in_flight.fetch_sub(n, Ordering::Relaxed);
+        if before >= PRESSURE_MSGS && before - n < PRESSURE_MSGS {
+            self.relieved.notify_waiters();
+        }
+    }
+}
+
+/// An entry: `[OP_ENQUEUE][n u32]([len u32][stored message])*n [m u32]([id u64])*m`.
+fn encode(batch: &Batch) -> Vec<u8> {
+    let mut b = BytesMut::with_capacity(batch.bytes + 16 + batch.settled.len() * 8);
+    b.put_u8(OP_ENQUEUE);
+    b.put_u32(batch.msgs.len() as u32);
+    for (m, _) in &batch.msgs {
+        let data = crate::persist::encode_message(m, None);
+        b.put_u32(data.len() as u32);
+        b.put_slice(&data);
+    }
+    b.put_u32(batch.settled.len() as u32);
+    for id in &batch.settled {
+        b.put_u64(*id);
+    }
+    b.to_vec()
+}
+
+struct Decoded {
+    msgs: Vec<Bytes>,
+    settled: Vec<u64>,
+}
+
+fn decode(command: &[u8]) -> Option<Decoded> {
+    let mut b = Bytes::copy_from_slice(command);
+    if b.remaining() < 5 || b.get_u8() != OP_ENQUEUE {
+        return None;
+    }
+    let n = b.get_u32() as usize;
+    let mut msgs = Vec::with_capacity(n.min(BATCH_MSGS * 2));
+    for _ in 0..n {
+        if b.remaining() < 4 {
+            return None;
+        }
+        let len = b.get_u32() as usize;
+        if b.remaining() < len {
+            return None;
+        }
+        msgs.push(b.split_to(len));
+    }
+    if b.remaining() < 4 {
+        return None;
+    }
+    let m = b.get_u32() as usize;
+    if b.remaining() < m * 8 {
+        return None;
+    }
+    let settled = (0..m).map(|_| b.get_u64()).collect();
+    Some(Decoded { msgs, settled })
+}
+
+/// The group's state machine on one member.
+struct GroupSm {
+    queue: std::sync::OnceLock<Weak<QuorumQueue>>,
+    replica: Mutex<Replica>,
+}
+
+impl warren_cluster::StateMachine for GroupSm {
+    fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
+        let Some(d) = decode(command) else {
+            tracing::error!(index, "undecodable queue entry skipped");
+            return Vec::new();
+        };
+        let q = self.queue.get().and_then(Weak::upgrade);
+        let mut r = self.replica.lock();
+        // Under the replica's lock, so a leg being built sees each message exactly once.
+        let leg = q.as_ref().and_then(|q| q.local_leg());
+        let mut refused: Vec<u32> = Vec::new();
+        let first_id = r.next_id;
+        for (i, data) in d.msgs.into_iter().enumerate() {
+            let id = r.next_id;
+            r.next_id += 1;
+            if let Some(leg) = &leg {
+                if let Some((msg, _)) = crate::persist::decode_message(&data) {
+                    if leg.apply_committed(id, Arc::new(msg), false) {
+                        r.msgs.insert(id, data);
+                    } else {
+                        refused.push(i as u32);
+                    }
+                    continue;
+                }
+            }
+            r.msgs.insert(id, data);
+        }
+        for id in d.settled {
+            r.msgs.remove(&id);
+        }
+        drop(r);
+        // The other members hold the refused ones: settled in the next entry.
+        if let Some(q) = &q {
+            for i in &refused {
+                q.repl.settled(first_id + u64::from(*i));
+            }
+        }
+        // The positions in the entry of publishes the leader's queue refused (x-overflow
+        // reject-publish): they never entered it, and their publishers get a nack.
+        let mut out = Vec::with_capacity(refused.len() * 4);
+        for i in refused {
+            out.extend_from_slice(&i.to_be_bytes());
+        }
+        out
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let r = self.replica.lock();
+        let mut b = BytesMut::new();
+        b.put_u64(r.next_id);
+        b.put_u64(r.msgs.len() as u64);
+        for (id, data) in &r.msgs {
+            b.put_u64(*id);
+            b.put_u32(data.len() as u32);
+            b.put_slice(data);
+        }
+        b.to_vec()
+    }
+
+    fn restore(&self, snapshot: &[u8]) {
+        let mut b = Bytes::copy_from_slice(snapshot);
+        let mut r = Replica::default();
+        if b.remaining() >= 16 {
+            r.next_id = b.get_u64();
+            let n = b.get_u64();
+            for _ in 0..n {
+                if b.remaining() < 12 {
+                    break;
+                }
+                let id = b.get_u64();
+                let len = b.get_u32() as usize;
+                if b.remaining() < len {
+                    break;
+                }
+                r.msgs.insert(id, b.split_to(len));
+            }
+        }
+        *self.replica.lock() = r;
+        // A leader's queue no longer matches: build it again from the new state.
+        if let Some(q) = self.queue.get().and_then(Weak::upgrade) {
+            q.retire_leg();
+        }
+    }
+}
+
+/// Raft messages of one group travel on the links, tagged with the group.
+struct GroupTransport {
+    links: Arc<Links>,
+    group: u64,
+}
+
+impl warren_cluster::Transport for GroupTransport {
+    fn call(
+        &self,
+        to: &warren_cluster::Node,
+        request: Vec<u8>,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<Vec<u8>, warren_cluster::TransportError>>
+                + Send,
+        >,
+    > {
+        let links = self.links.clone();
+        let addr = to.addr.clone();
+        let mut body = Vec::with_capacity(8 + request.len());
+        body.extend_from_slice(&self.group.to_be_bytes());
+        body.extend_from_slice(&request);
+        Box::pin(async move {
+            links
+                .call(&addr, SERVICE_QRAFT, &body, Duration::from_secs(3))
+                .await
+                .map(|b| b.to_vec())
+                .map_err(|e| match e {
+                    super::link::LinkError::Timeout(_) => warren_cluster::TransportError::Timeout,
+                    e => warren_cluster::TransportError::Unreachable(addr, e.to_string()),
+                })
+        })
+    }
+}
+
+/// A replicated queue as one node sees it.
+pub struct QuorumQueue {
+    pub name: Arc<str>,
+    pub vhost: Arc<str>,
+    pub options: QueueOptions,
+    args: arc_swap::ArcSwap<QueueArgs>,
+    /// The group's id: the metadata index of the declare, the same on every node.
+    pub group: u64,
+    /// Node names, the initial leader first.
+    pub members: Vec<String>,
+    cluster: Weak<Cluster>,
+    vhost_ref: Weak<VHost>,
+    /// The leader's queue here, or a remote handle to the leader; none while there is none.
+    leg: arc_swap::ArcSwapOption<QueueRef>,
+    leg_changed: tokio::sync::Notify,
+    sm: Arc<GroupSm>,
+    repl: Arc<Replicator>,
+    meta: Mutex<Option<warren_cluster::Meta>>,
+    deleted: AtomicBool,
+    stop: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for QuorumQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QuorumQueue({})", self.name)
+    }
+}
+
+impl QuorumQueue {
+    /// The queue as declared (or recovered) on this node: a member opens its group in the
+    /// background (the first member bootstraps it); every node then follows its leader.
+    pub fn open(
+        name: Arc<str>,
+        vhost: Arc<str>,
+        options: QueueOptions,
+        group: u64,
+        members: Vec<String>,
+        cluster: &Arc<Cluster>,
+        vhost_ref: Weak<VHost>,
+    ) -> Arc<QuorumQueue> {
+        let q = Arc::new(QuorumQueue {
+            name,
+            vhost,
+            args: arc_swap::ArcSwap::from_pointee(options.args.clone()),
+            options,
+            group,
+            members,
+            cluster: Arc::downgrade(cluster),
+            vhost_ref,
+            leg: arc_swap::ArcSwapOption::empty(),
+            leg_changed: tokio::sync::Notify::new(),
+            sm: Arc::new(GroupSm {
+                queue: std::sync::OnceLock::new(),
+                replica: Mutex::new(Replica::default()),
+            }),
+            repl: Arc::new(Replicator::default()),
+            meta: Mutex::new(None),
+            deleted: AtomicBool::new(false),
+            stop: tokio::sync::Notify::new(),
+        });
+        let _ = q.sm.queue.set(Arc::downgrade(&q));
+        if q.members.iter().any(|m| *m == cluster.me) {
+            tokio::spawn(q.clone().run_member());
+        } else {
+            tokio::spawn(q.clone().run_follower());
+        }
+        q
+    }
+
+    fn dir(&self, c: &Cluster) -> Option<std::path::PathBuf> {
+        let b = c.broker()?;
+        Some(
+            b.config
+                .data_dir
+                .join("quorum")
+                .join(format!("{:016x}", self.group)),
+        )
+    }
+
+    /// A member: opens the group, bootstraps it if this is its first member and it is new, then
+    /// proposes the leader's batches and follows leadership until the queue is deleted.
+    async fn run_member(self: Arc<Self>) {
+        let Some(c) = self.cluster.upgrade() else {
+            return;
+        };
+        let Some(dir) = self.dir(&c) else { return };
+        let me = warren_cluster::Node {
+            name: c.me.clone(),
+            addr: c.addr.clone(),
+        };
+        let meta = match warren_cluster::Meta::open(
+            &dir,
+            me,
+            self.sm.clone(),
+            Arc::new(GroupTransport {
+                links: c.links.clone(),
+                group: self.group,
+            }),
+            // Failover in 1-2 s: a queue's leader is what publishers wait for.
+            warren_cluster::MetaConfig {
+                election_timeout_min_ms: 600,
+                election_timeout_max_ms: 1200,
+                heartbeat_ms: 150,
+                propose_timeout: Duration::from_secs(5),
+                snapshot_after: 20_000,
+            },
+        )
+        .await
+        {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::error!(queue = %self.name, vhost = %self.vhost, error = %e, "cannot open the queue's replica");
+                return;
+            }
+        };
+        if self.deleted.load(Ordering::Acquire) {
+            meta.shutdown().await;
+            return;
+        }
+        *self.meta.lock() = Some(meta.clone());
+        c.groups.write().insert(self.group, meta.clone());
+        drop(c);
+        if self.members.first() == Some(&meta.status().me.name) && !meta.is_initialized() {
+            let nodes: Vec<warren_cluster::Node> = {
+                let Some(c) = self.cluster.upgrade() else {
+                    return;
+                };
+                self.members
+                    .iter()
+                    .filter_map(|n| {
+                        c.addr_of(n).map(|addr| warren_cluster::Node {
+                            name: n.clone(),
+                            addr,
+                        })
+                    })
+                    .collect()
+            };
+            if let Err(e) = meta.initialize_with(nodes).await {
+                tracing::warn!(queue = %self.name, error = %e, "starting the queue's group");
+            }
+        }
+        tokio::spawn(self.clone().propose_loop(meta.clone()));
+        let mut status = meta.watch();
+        loop {
+            let (leader, me) = {
+                let s = status.borrow_and_update();
+                let leader = s.leader.and_then(|id| {
+                    s.members
+                        .iter()
+                        .find(|m| m.id == id)
+                        .map(|m| m.node.name.clone())
+                });
+                (leader, s.me.name.clone())
+            };
+            self.follow(leader, &me);
+            tokio::select! {
+                changed = status.changed() => if changed.is_err() { break },
+                _ = self.stop.notified() => break,
+            }
+            if self.deleted.load(Ordering::Acquire) {
+                break;
+            }
+        }
+    }
+
+    /// A non-member: asks the members who leads, and follows.
+    async fn run_follower(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(LEADER_POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.stop.notified() => break,
+            }
+            if self.deleted.load(Ordering::Acquire) {
+                break;
+            }
+            let Some(c) = self.cluster.upgrade() else {
+                break;
+            };
+            let mut leader = None;
+            for m in &self.members {
+                let Some(addr) = c.addr_of(m) else { continue };
+                if !c.running(m) {
+                    continue;
+                }
+                let asked = c
+                    .links
+                    .call(
+                        &addr,
+                        SERVICE_QLEADER,
+                        &self.group.to_be_bytes(),
+                        Duration::from_secs(1),
+                    )
+                    .await;
+                if let Ok(b) = asked {
+                    if !b.is_empty() {
+                        leader = Some(String::from_utf8_lossy(&b).into_owned());
+                        break;
+                    }
+                }
+            }
+            let me = c.me.clone();
+            drop(c);
+            if leader.is_some() || self.leg.load().is_none() {
+                self.follow(leader, &me);
+            }
+        }
+    }
+
+    /// Installs the leg for `leader`, retiring the old one if it changed.
+    fn follow(self: &Arc<Self>, leader: Option<String>, me: &str) {
+        let current = self.leg.load_full();
+        let same = match (&leader, current.as_deref()) {
+            (Some(l), Some(QueueRef::Local(_))) => l == me,
+            (Some(l), Some(QueueRef::Remote(r))) => *l == r.home && !r.is_deleted(),
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        self.retire_leg();
+        let Some(leader) = leader else { return };
+        if self.deleted.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(c) = self.cluster.upgrade() else {
+            return;
+        };
+        if leader == me {
+            self.lead();
+        } else {
+            let r = RemoteQueue::new(
+                self.name.clone(),
+                self.vhost.clone(),
+                self.options.clone(),
+                leader.clone(),
+                &c,
+            );
+            r.set_effective_args((**self.args.load()).clone());
+            self.leg.store(Some(Arc::new(QueueRef::Remote(r))));
+        }
+        tracing::info!(vhost = %self.vhost, queue = %self.name, leader = %leader, "quorum queue leader");
+        self.leg_changed.notify_waiters();
+    }
+
+    /// This node leads: its queue is built from the replica, every message marked redelivered
+    /// (an earlier leader may have delivered it).
+    fn lead(self: &Arc<Self>) {
+        let q = Queue::new(
+            self.name.clone(),
+            self.vhost.clone(),
+            self.options.clone(),
+            self.vhost_ref.clone(),
+        );
+        q.set_effective_args((**self.args.load()).clone());
+        q.set_replicator(Some(self.repl.clone()));
+        let r = self.sm.replica.lock();
+        let mut refused = Vec::new();
+        for (id, data) in &r.msgs {
+            match crate::persist::decode_message(data) {
+                Some((msg, _)) => {
+                    if !q.apply_committed(*id, Arc::new(msg), true) {
+                        refused.push(*id);
+                    }
+                }
+                None => {
+                    tracing::warn!(queue = %self.name, id, "skipping a replicated message that does not decode");
+                    refused.push(*id);
+                }
+            }
+        }
+        self.leg.store(Some(Arc::new(QueueRef::Local(q))));
+        drop(r);
+        for id in refused {
+            self.repl.settled(id);
+        }
+    }
+
+    /// The leader's queue, when this node leads.
+    fn local_leg(&self) -> Option<Arc<Queue>> {
+        match self.leg.load().as_deref() {
+            Some(QueueRef::Local(q)) => Some(q.clone()),
+            _ => None,
+        }
+    }
+
+    /// Drops the current leg: its consumers here are cancelled (they consume again, from the
+    /// new leader); a local queue stops replicating first, so what it drops is not settled.
+    fn retire_leg(&self) {
+        let Some(old) = self.leg.swap(None) else {
+            return;
+        };
+        let consumers = match &*old {
+            QueueRef::Local(q) => {
+                q.set_replicator(None);
+                q.mark_deleted().1
+            }
+            QueueRef::Remote(r) => r.mark_deleted().1,
+            _ => Vec::new(),
+        };
+        crate::channel::notify_cancelled(&consumers);
+    }
+
+    /// Proposes the leader queue's publishes and settlements, a batch per entry, and completes
+    /// the publishes' confirms once committed.
+    async fn propose_loop(self: Arc<Self>, meta: warren_cluster::Meta) {
+        loop {
+            while let Some(batch) = self.repl.take() {
+                let n = batch.msgs.len();
+                // Without a reply (not committed in time, no leader) every publish is nacked:
+                // the entry may still commit, so a publisher that resends may duplicate.
+                let refused: Option<Vec<usize>> = match meta.propose(encode(&batch)).await {
+                    Ok(reply) => Some(
+                        reply
+                            .chunks_exact(4)
+                            .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
+                            .collect(),
+                    ),
+                    Err(e) => {
+                        tracing::warn!(queue = %self.name, vhost = %self.vhost, messages = n, error = %e, "replicating publishes failed; they are nacked");
+                        None
+                    }
+                };
+                let handles = batch
+                    .msgs
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(|(i, (_, h))| h.map(|h| (i, h)));
+                crate::confirm::complete_all(handles.map(|(i, h)| {
+                    let ok = refused.as_ref().is_some_and(|r| !r.contains(&i));
+                    (h, ok)
+                }));
+                self.repl.done(n);
+                if self.deleted.load(Ordering::Acquire) {
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = self.repl.wake.notified() => {}
+                _ = self.stop.notified() => return,
+            }
+        }
+    }
+
+    /// Waits until this node knows the leader (a fresh declare waits for the first election).
+    pub async fn wait_leader(&self, max: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            let changed = self.leg_changed.notified();
+            if self.leg.load().is_some() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return self.leg.load().is_some();
+            }
+        }
+    }
+
+    /// The leader's leg on this node, if there is a leader.
+    pub fn leg(&self) -> Option<QueueRef> {
+        self.leg.load().as_deref().cloned()
+    }
+
+    /// The leader's name, if known.
+    pub fn leader(&self) -> Option<String> {
+        let c = self.cluster.upgrade()?;
+        match self.leg.load().as_deref()? {
+            QueueRef::Local(_) => Some(c.me.clone()),
+            QueueRef::Remote(r) => Some(r.home.clone()),
+            _ => None,
+        }
+    }
+
+    /// The group's leader as this member's Raft sees it (answers [`SERVICE_QLEADER`]).
+    pub fn raft_leader(meta: &warren_cluster::Meta) -> Option<String> {
+        let s = meta.status();
+        let id = s.leader?;
+        s.members
+            .iter()
+            .find(|m| m.id == id)
+            .map(|m| m.node.name.clone())
+    }
+
+    pub fn args(&self) -> arc_swap::Guard<Arc<QueueArgs>> {
+        self.args.load()
+    }
+
+    pub fn set_effective_args(&self, a: QueueArgs) {
+        if let Some(l) = self.leg() {
+            l.set_effective_args(a.clone());
+        }
+        self.args.store(Arc::new(a));
+    }
+
+    pub fn describe(&self) -> String {
+        format!("queue '{}' in vhost '{}'", self.name, self.vhost)
+    }
+
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.load(Ordering::Acquire)
+    }
+
+    /// No leader known: the answer to what needs one.
+    pub fn unavailable(&self) -> AmqpError {
+        AmqpError::not_found(format!(
+            "{} has no leader: a majority of its members ({}) is down, or an election is under way",
+            self.describe(),
+            self.members.join(", ")
+        ))
+    }
+
+    pub fn pressured(&self) -> bool {
+        self.repl.pressured()
+    }
+
+    pub async fn stall(&self, max: Duration) {
+        self.repl.stall(max).await
+    }
+
+    /// Deleted (applied on every node): the leg goes, the group stops and its files with it.
+    pub fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>) {
+        self.deleted.store(true, Ordering::Release);
+        let ready = self.leg().map_or(0, |l| match l {
+            QueueRef::Local(q) => q.message_count(),
+            _ => 0,
+        });
+        let consumers = match self.leg.swap(None).as_deref() {
+            Some(QueueRef::Local(q)) => {
+                q.set_replicator(None);
+                q.mark_deleted().1
+            }
+            Some(QueueRef::Remote(r)) => r.mark_deleted().1,
+            _ => Vec::new(),
+        };
+        self.stop.notify_waiters();
+        let meta = self.meta.lock().take();
+        let c = self.cluster.upgrade();
+        if let Some(c) = &c {
+            c.groups.write().remove(&self.group);
+        }
+        let dir = c.as_ref().and_then(|c| self.dir(c));
+        if let Some(meta) = meta {
+            tokio::spawn(async move {
+                meta.shutdown().await;
+                if let Some(d) = dir {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+            });
+        }
+        (ready, consumers)
+    }
+
+    /// Ready messages on the leader (through the link when it is elsewhere).
+    pub fn message_count(&self) -> u32 {
+        self.leg().map_or(0, |l| l.message_count())
+    }
+}
+
+/// `x-quorum-initial-group-size`, default 3, at most the cluster's size.
+pub fn initial_group_size(args: &warren_protocol::FieldTable) -> AmqpResult<usize> {
+    match args.get("x-quorum-initial-group-size") {
+        None => Ok(3),
+        Some(v) => match v.as_i64() {
+            Some(n) if n >= 1 => Ok(n as usize),
+            _ => Err(AmqpError::precondition_failed(
+                "invalid arg 'x-quorum-initial-group-size': must be a positive integer".to_string(),
+            )),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip() {
+        let m = Arc::new(Message {
+            exchange: "x".into(),
+            routing_key: "k".into(),
+            properties: Bytes::from_static(&[0, 0]),
+            body: Bytes::from_static(b"hello"),
+            persistent: true,
+            priority: None,
+            expiration_ms: None,
+        });
+        let batch = Batch {
+            msgs: vec![(m.clone(), None), (m, None)],
+            bytes: 10,
+            settled: vec![3, 9],
+        };
+        let d = decode(&encode(&batch)).expect("decodes");
+        assert_eq!(d.msgs.len(), 2);
+        assert_eq!(d.settled, [3, 9]);
+        let (back, _) = crate::persist::decode_message(&d.msgs[0]).expect("a stored message");
+        assert_eq!(&back.body[..], b"hello");
+        assert!(
+            decode(&encode(&batch)[..7]).is_none(),
+            "a cut entry is refused"
+        );
+    }
+}
