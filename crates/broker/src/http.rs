@@ -594,7 +594,7 @@ fn queue_json(b: &Broker, q: &QueueRef) -> Value {
     let ready = q.message_count();
     let unacked = q.unacked_count();
     let policy = crate::policy::matching(&b.access.policies_of(q.vhost()), q.name(), true).cloned();
-    json!({
+    let mut out = json!({
         "name": &**q.name(), "vhost": &**q.vhost(), "durable": q.options().durable,
         "auto_delete": q.options().auto_delete, "exclusive": q.options().exclusive_owner.is_some(),
         "arguments": table_to_json(&q.options().arguments),
@@ -605,7 +605,19 @@ fn queue_json(b: &Broker, q: &QueueRef) -> Value {
         "state": if q.remote().is_some_and(|r| !b.cluster().is_some_and(|c| c.running(&r.home))) { "down" } else { "running" },
         "type": q.type_name(), "node": q.home().unwrap_or_else(|| b.config.node_name.clone()),
         "message_stats": crate::stats_api::queue_message_stats(b, q),
-    })
+    });
+    if let Some(r) = q.quorum() {
+        // RabbitMQ's quorum queue fields: its leader, its members, the members running.
+        let online: Vec<&String> = r
+            .members
+            .iter()
+            .filter(|m| b.cluster().is_some_and(|c| c.running(m)))
+            .collect();
+        out["leader"] = json!(r.leader());
+        out["members"] = json!(r.members);
+        out["online"] = json!(online);
+    }
+    out
 }
 
 fn queues_of(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Value {

@@ -75,6 +75,8 @@ pub enum Reason {
     Rejected,
     Expired,
     MaxLen,
+    /// Returned more often than the queue's delivery limit (quorum queues).
+    DeliveryLimit,
 }
 
 impl Reason {
@@ -83,6 +85,7 @@ impl Reason {
             Reason::Rejected => "rejected",
             Reason::Expired => "expired",
             Reason::MaxLen => "maxlen",
+            Reason::DeliveryLimit => "delivery_limit",
         }
     }
 }
@@ -704,6 +707,17 @@ impl<C, M: Payload> State<C, M> {
         host: &mut impl Host<C, M>,
     ) {
         self.leave(entries, Some(Reason::Rejected), dispatch, host)
+    }
+
+    /// Unacked deliveries leave for good, dead-lettered for `reason` (a host that counts
+    /// returns drops those past their delivery limit this way).
+    pub fn dead_letter(
+        &mut self,
+        entries: impl IntoIterator<Item = Settled<M>>,
+        reason: Reason,
+        host: &mut impl Host<C, M>,
+    ) {
+        self.leave(entries, Some(reason), true, host)
     }
 
     /// Settled deliveries leave for good, dead-lettered with `dead` if given.

@@ -22,7 +22,7 @@
 //!   them; the confirm is sent once the entry is committed (appended and fsynced on a
 //!   majority) and applied on the leader.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -57,11 +57,13 @@ pub const FIRST_LEADER_WAIT: Duration = Duration::from_secs(15);
 
 const OP_ENQUEUE: u8 = 1;
 
-/// A member's copy of the queue: every message enqueued and not yet settled, by id.
+/// A member's copy of the queue: every message enqueued and not yet settled, by id, and how
+/// often each was returned (requeued) so far.
 #[derive(Default)]
 struct Replica {
     next_id: u64,
     msgs: BTreeMap<u64, Bytes>,
+    returns: HashMap<u64, u32>,
 }
 
 /// Publishes and settlements waiting to be proposed.
@@ -70,6 +72,7 @@ struct Batch {
     msgs: Vec<(Arc<Message>, Option<Arc<ConfirmHandle>>)>,
     bytes: usize,
     settled: Vec<u64>,
+    returned: Vec<u64>,
 }
 
 /// The leader's side of replication: gathers what its queue did and proposes it in batches.
@@ -80,6 +83,8 @@ pub struct Replicator {
     /// Publishes accepted and not yet confirmed or refused.
     in_flight: AtomicUsize,
     relieved: tokio::sync::Notify,
+    /// Returns so far of the leader queue's messages that were returned at least once.
+    returns: Mutex<HashMap<u64, u32>>,
 }
 
 impl Replicator {
@@ -95,8 +100,22 @@ impl Replicator {
 
     /// A message (by its replica id) left the leader's queue for good.
     pub fn settled(&self, id: u64) {
+        self.returns.lock().remove(&id);
         self.pending.lock().settled.push(id);
         self.wake.notify_one();
+    }
+
+    /// A message went back to the leader's queue (requeued): its count of returns so far.
+    pub fn returned(&self, id: u64) -> u32 {
+        let n = {
+            let mut r = self.returns.lock();
+            let n = r.entry(id).or_insert(0);
+            *n += 1;
+            *n
+        };
+        self.pending.lock().returned.push(id);
+        self.wake.notify_one();
+        n
     }
 
     /// Publishes wait for replication beyond what the log keeps up with.
@@ -110,7 +129,7 @@ impl Replicator {
 
     fn take(&self) -> Option<Batch> {
         let mut p = self.pending.lock();
-        if p.msgs.is_empty() && p.settled.is_empty() {
+        if p.msgs.is_empty() && p.settled.is_empty() && p.returned.is_empty() {
             return None;
         }
         if p.msgs.len() <= BATCH_MSGS && p.bytes <= BATCH_BYTES {
@@ -133,6 +152,7 @@ impl Replicator {
             msgs,
             bytes,
             settled: std::mem::take(&mut p.settled),
+            returned: std::mem::take(&mut p.returned),
         })
     }
 
@@ -144,7 +164,8 @@ impl Replicator {
     }
 }
 
-/// An entry: `[OP_ENQUEUE][n u32]([len u32][stored message])*n [m u32]([id u64])*m`.
+/// An entry: `[OP_ENQUEUE][n u32]([len u32][stored message])*n`, then the settled ids and the
+/// returned ids, each as `[m u32]([id u64])*m`.
 fn encode(batch: &Batch) -> Vec<u8> {
     let mut b = BytesMut::with_capacity(batch.bytes + 16 + batch.settled.len() * 8);
     b.put_u8(OP_ENQUEUE);
@@ -154,9 +175,11 @@ fn encode(batch: &Batch) -> Vec<u8> {
         b.put_u32(data.len() as u32);
         b.put_slice(&data);
     }
-    b.put_u32(batch.settled.len() as u32);
-    for id in &batch.settled {
-        b.put_u64(*id);
+    for ids in [&batch.settled, &batch.returned] {
+        b.put_u32(ids.len() as u32);
+        for id in ids {
+            b.put_u64(*id);
+        }
     }
     b.to_vec()
 }
@@ -164,6 +187,7 @@ fn encode(batch: &Batch) -> Vec<u8> {
 struct Decoded {
     msgs: Vec<Bytes>,
     settled: Vec<u64>,
+    returned: Vec<u64>,
 }
 
 fn decode(command: &[u8]) -> Option<Decoded> {
@@ -183,15 +207,23 @@ fn decode(command: &[u8]) -> Option<Decoded> {
         }
         msgs.push(b.split_to(len));
     }
-    if b.remaining() < 4 {
-        return None;
-    }
-    let m = b.get_u32() as usize;
-    if b.remaining() < m * 8 {
-        return None;
-    }
-    let settled = (0..m).map(|_| b.get_u64()).collect();
-    Some(Decoded { msgs, settled })
+    let mut ids = || -> Option<Vec<u64>> {
+        if b.remaining() < 4 {
+            return None;
+        }
+        let m = b.get_u32() as usize;
+        if b.remaining() < m * 8 {
+            return None;
+        }
+        Some((0..m).map(|_| b.get_u64()).collect())
+    };
+    let settled = ids()?;
+    let returned = ids()?;
+    Some(Decoded {
+        msgs,
+        settled,
+        returned,
+    })
 }
 
 /// The group's state machine on one member.
@@ -229,6 +261,12 @@ impl warren_cluster::StateMachine for GroupSm {
         }
         for id in d.settled {
             r.msgs.remove(&id);
+            r.returns.remove(&id);
+        }
+        for id in d.returned {
+            if r.msgs.contains_key(&id) {
+                *r.returns.entry(id).or_insert(0) += 1;
+            }
         }
         drop(r);
         // The other members hold the refused ones: settled in the next entry.
@@ -253,6 +291,7 @@ impl warren_cluster::StateMachine for GroupSm {
         b.put_u64(r.msgs.len() as u64);
         for (id, data) in &r.msgs {
             b.put_u64(*id);
+            b.put_u32(r.returns.get(id).copied().unwrap_or(0));
             b.put_u32(data.len() as u32);
             b.put_slice(data);
         }
@@ -266,15 +305,19 @@ impl warren_cluster::StateMachine for GroupSm {
             r.next_id = b.get_u64();
             let n = b.get_u64();
             for _ in 0..n {
-                if b.remaining() < 12 {
+                if b.remaining() < 16 {
                     break;
                 }
                 let id = b.get_u64();
+                let returns = b.get_u32();
                 let len = b.get_u32() as usize;
                 if b.remaining() < len {
                     break;
                 }
                 r.msgs.insert(id, b.split_to(len));
+                if returns > 0 {
+                    r.returns.insert(id, returns);
+                }
             }
         }
         *self.replica.lock() = r;
@@ -579,10 +622,15 @@ impl QuorumQueue {
         q.set_effective_args((**self.args.load()).clone());
         q.set_replicator(Some(self.repl.clone()));
         let r = self.sm.replica.lock();
+        *self.repl.returns.lock() = r.returns.clone();
         let mut refused = Vec::new();
         for (id, data) in &r.msgs {
             match crate::persist::decode_message(data) {
                 Some((msg, _)) => {
+                    let msg = match r.returns.get(id) {
+                        Some(n) => crate::delayed::with_delivery_count(&msg, u64::from(*n)),
+                        None => msg,
+                    };
                     if !q.apply_committed(*id, Arc::new(msg), true) {
                         refused.push(*id);
                     }
@@ -812,10 +860,12 @@ mod tests {
             msgs: vec![(m.clone(), None), (m, None)],
             bytes: 10,
             settled: vec![3, 9],
+            returned: vec![4],
         };
         let d = decode(&encode(&batch)).expect("decodes");
         assert_eq!(d.msgs.len(), 2);
         assert_eq!(d.settled, [3, 9]);
+        assert_eq!(d.returned, [4]);
         let (back, _) = crate::persist::decode_message(&d.msgs[0]).expect("a stored message");
         assert_eq!(&back.body[..], b"hello");
         assert!(

@@ -30,6 +30,9 @@ pub struct QueueArgs {
     /// `x-consumer-timeout` in ms (0 is "not set"): the consumer timeout of this queue's
     /// deliveries, unless their consumer sets its own.
     pub consumer_timeout_ms: Option<u64>,
+    /// `x-delivery-limit` (quorum queues): a message returned more often than this is
+    /// dead-lettered (reason `delivery_limit`) or dropped.
+    pub delivery_limit: Option<u64>,
 }
 
 /// Which requeues are delayed (RabbitMQ 4.3's `x-delayed-retry-type`). Over AMQP 0-9-1, as in
@@ -195,6 +198,7 @@ impl QueueArgs {
                 Some(n) => return Err(invalid("x-expires", format!("{{value_negative,{n}}}"))),
             },
             consumer_timeout_ms: non_neg("x-consumer-timeout")?.filter(|&n| n > 0),
+            delivery_limit: non_neg("x-delivery-limit")?,
             single_active_consumer: match args.get("x-single-active-consumer") {
                 None => false,
                 Some(warren_protocol::FieldValue::Bool(b)) => *b,

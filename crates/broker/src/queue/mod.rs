@@ -675,6 +675,28 @@ impl Queue {
     /// Puts unacked messages back at their original positions, marked redelivered (see
     /// `warren_queue::State::requeue` for the length limits).
     pub fn requeue(self: &Arc<Self>, msgs: impl IntoIterator<Item = Settled>) {
+        if let Some(r) = self.repl.load_full() {
+            // A replicated queue counts returns (replicated with the log), shows the count as
+            // `x-delivery-count`, and drops what passed `x-delivery-limit`, as RabbitMQ's
+            // quorum queues do.
+            let limit = self.args().delivery_limit;
+            let (mut back, mut over) = (Vec::new(), Vec::new());
+            for (c, mut m) in msgs {
+                let n = r.returned(m.seq);
+                m.msg = Arc::new(crate::delayed::with_delivery_count(&m.msg, u64::from(n)));
+                if limit.is_some_and(|l| u64::from(n) > l) {
+                    over.push((c, m));
+                } else {
+                    back.push((c, m));
+                }
+            }
+            return self.locked(|_, st, host| {
+                if !over.is_empty() {
+                    st.dead_letter(over, Reason::DeliveryLimit, host);
+                }
+                st.requeue(back, host)
+            });
+        }
         self.locked(|_, st, host| st.requeue(msgs, host))
     }
 
