@@ -613,9 +613,24 @@ fn queue_json(b: &Broker, q: &QueueRef) -> Value {
             .iter()
             .filter(|m| b.cluster().is_some_and(|c| c.running(m)))
             .collect();
-        out["leader"] = json!(r.leader());
-        out["members"] = json!(r.members);
-        out["online"] = json!(online);
+        let leader = r.leader();
+        if r.mirrored() {
+            // A mirrored classic queue, as RabbitMQ 3.10 lists one.
+            let mirrors: Vec<&String> = r
+                .members
+                .iter()
+                .filter(|m| Some(*m) != leader.as_ref())
+                .collect();
+            out["slave_nodes"] = json!(mirrors);
+            out["synchronised_slave_nodes"] = json!(mirrors
+                .iter()
+                .filter(|m| online.contains(m))
+                .collect::<Vec<_>>());
+        } else {
+            out["members"] = json!(r.members);
+            out["online"] = json!(online);
+        }
+        out["leader"] = json!(leader);
     }
     out
 }

@@ -1494,8 +1494,29 @@ impl VHost {
             let members = if crate::queue_type::is_quorum(spec.arguments) {
                 let size = crate::cluster::quorum::initial_group_size(spec.arguments)?;
                 c.quorum_members(&home, size)
-            } else {
+            } else if spec.exclusive || crate::queue_type::is_stream(spec.arguments) {
                 Vec::new()
+            } else {
+                // A classic queue matched by an `ha-mode` policy (RabbitMQ's mirrored queues)
+                // is replicated the same way, so older clusters' setups keep their guarantee.
+                let policies = self.policies.lock();
+                let ha = crate::policy::matching(&policies, spec.name, true)
+                    .and_then(|p| crate::cluster::quorum::ha_members(&p.definition));
+                drop(policies);
+                match ha {
+                    Some(crate::cluster::quorum::Ha::Size(n)) => c.quorum_members(&home, n),
+                    Some(crate::cluster::quorum::Ha::Nodes(nodes)) => {
+                        let first = if nodes.contains(&home) {
+                            home.clone()
+                        } else {
+                            nodes[0].clone()
+                        };
+                        std::iter::once(first.clone())
+                            .chain(nodes.into_iter().filter(|n| *n != first))
+                            .collect()
+                    }
+                    None => Vec::new(),
+                }
             };
             let meta = QueueMeta {
                 home,

@@ -733,6 +733,12 @@ impl QuorumQueue {
         self.leg.load().as_deref().cloned()
     }
 
+    /// A classic queue replicated because an `ha-mode` policy matched it (RabbitMQ's mirrored
+    /// queue): listed as `classic`, with its mirrors.
+    pub fn mirrored(&self) -> bool {
+        !crate::queue_type::is_quorum(&self.options.arguments)
+    }
+
     /// The leader's name, if known.
     pub fn leader(&self) -> Option<String> {
         let c = self.cluster.upgrade()?;
@@ -828,6 +834,37 @@ impl QuorumQueue {
     }
 }
 
+/// How many members (or which) an `ha-mode` policy asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ha {
+    Size(usize),
+    Nodes(Vec<String>),
+}
+
+/// RabbitMQ's `ha-mode` / `ha-params`: `all` (every node), `exactly` N (N nodes, the leader
+/// included; 2 is taken as 3), `nodes` [names]. `None` without a (valid) `ha-mode`.
+pub fn ha_members(definition: &serde_json::Map<String, serde_json::Value>) -> Option<Ha> {
+    let params = definition.get("ha-params");
+    match definition.get("ha-mode")?.as_str()? {
+        "all" => Some(Ha::Size(usize::MAX)),
+        // A Raft group of 2 cannot elect a leader once one member is gone, where RabbitMQ
+        // promotes the mirror: 2 becomes 3, so losing one node loses nothing, as users expect.
+        "exactly" => {
+            let n = params?.as_i64().filter(|n| *n >= 1)?;
+            Some(Ha::Size(if n == 2 { 3 } else { n as usize }))
+        }
+        "nodes" => {
+            let nodes: Vec<String> = params?
+                .as_array()?
+                .iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect();
+            (!nodes.is_empty()).then_some(Ha::Nodes(nodes))
+        }
+        _ => None,
+    }
+}
+
 /// `x-quorum-initial-group-size`, default 3, at most the cluster's size.
 pub fn initial_group_size(args: &warren_protocol::FieldTable) -> AmqpResult<usize> {
     match args.get("x-quorum-initial-group-size") {
@@ -844,6 +881,39 @@ pub fn initial_group_size(args: &warren_protocol::FieldTable) -> AmqpResult<usiz
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ha_policies_map_to_group_sizes_and_nodes() {
+        let def = |v: serde_json::Value| v.as_object().cloned().unwrap_or_default();
+        assert_eq!(
+            ha_members(&def(serde_json::json!({"ha-mode": "all"}))),
+            Some(Ha::Size(usize::MAX))
+        );
+        assert_eq!(
+            ha_members(&def(
+                serde_json::json!({"ha-mode": "exactly", "ha-params": 2})
+            )),
+            Some(Ha::Size(3)),
+            "two members could not survive the loss of one"
+        );
+        assert_eq!(
+            ha_members(&def(
+                serde_json::json!({"ha-mode": "exactly", "ha-params": 5})
+            )),
+            Some(Ha::Size(5))
+        );
+        assert_eq!(
+            ha_members(&def(
+                serde_json::json!({"ha-mode": "nodes", "ha-params": ["a@h", "b@h"]})
+            )),
+            Some(Ha::Nodes(vec!["a@h".into(), "b@h".into()]))
+        );
+        assert_eq!(
+            ha_members(&def(serde_json::json!({"ha-mode": "exactly"}))),
+            None
+        );
+        assert_eq!(ha_members(&def(serde_json::json!({"max-length": 3}))), None);
+    }
 
     #[test]
     fn entries_round_trip() {

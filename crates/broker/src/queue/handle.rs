@@ -136,6 +136,7 @@ impl QueueRef {
     pub fn type_name(&self) -> &'static str {
         match self {
             QueueRef::Stream(_) => "stream",
+            QueueRef::Quorum(q) if q.mirrored() => "classic",
             QueueRef::Quorum(_) => "quorum",
             _ => "classic",
         }
