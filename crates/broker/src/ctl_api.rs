@@ -46,6 +46,28 @@ pub fn routes() -> Router<Arc<Broker>> {
         .route("/api/warren/cluster", get(cluster_status))
         .route("/api/warren/cluster/forget", post(forget_node))
         .route("/api/warren/cluster/join", post(join_cluster))
+        .route("/api/warren/queues/members", post(queue_member))
+}
+
+/// rabbitmq-queues add_member / delete_member (grow and shrink are made of these):
+/// `{"vhost", "queue", "node", "action": "add" | "delete"}`.
+async fn queue_member(State(b): B, body: axum::body::Bytes) -> ApiResult {
+    let c = b.cluster().ok_or_else(not_clustered)?;
+    let v: Value = serde_json::from_slice(&body).map_err(|e| bad_request(e.to_string()))?;
+    let field = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .map(String::from)
+            .ok_or_else(|| bad_request(format!("[{{key_missing,{k}}}]")))
+    };
+    let (vhost, queue, node) = (field("vhost")?, field("queue")?, field("node")?);
+    let add = match field("action")?.as_str() {
+        "add" => true,
+        "delete" => false,
+        other => return Err(bad_request(format!("unknown action '{other}'"))),
+    };
+    c.change_queue_member(&vhost, &queue, &node, add).await?;
+    no_content()
 }
 
 fn not_clustered() -> ApiError {

@@ -608,16 +608,15 @@ fn queue_json(b: &Broker, q: &QueueRef) -> Value {
     });
     if let Some(r) = q.quorum() {
         // RabbitMQ's quorum queue fields: its leader, its members, the members running.
-        let online: Vec<&String> = r
-            .members
+        let members = r.members();
+        let online: Vec<&String> = members
             .iter()
             .filter(|m| b.cluster().is_some_and(|c| c.running(m)))
             .collect();
         let leader = r.leader();
         if r.mirrored() {
             // A mirrored classic queue, as RabbitMQ 3.10 lists one.
-            let mirrors: Vec<&String> = r
-                .members
+            let mirrors: Vec<&String> = members
                 .iter()
                 .filter(|m| Some(*m) != leader.as_ref())
                 .collect();
@@ -627,7 +626,7 @@ fn queue_json(b: &Broker, q: &QueueRef) -> Value {
                 .filter(|m| online.contains(m))
                 .collect::<Vec<_>>());
         } else {
-            out["members"] = json!(r.members);
+            out["members"] = json!(members);
             out["online"] = json!(online);
         }
         out["leader"] = json!(leader);

@@ -630,7 +630,7 @@ impl VHost {
                     owner: o.exclusive_owner,
                     server_named: true,
                     group: q.quorum().map(|r| r.group),
-                    members: q.quorum().map(|r| r.members.clone()).unwrap_or_default(),
+                    members: q.quorum().map(|r| r.members()).unwrap_or_default(),
                 }),
             ));
         }
@@ -2018,7 +2018,13 @@ impl VHost {
                     return Err(self.locked(name));
                 }
             }
-            let message_count = match q.remote() {
+            // A replicated queue led elsewhere is asked like a remote one (fresh counts).
+            let remote = q.remote().cloned().or_else(|| {
+                q.quorum()
+                    .and_then(|r| r.leg())
+                    .and_then(|l| l.remote().cloned())
+            });
+            let message_count = match remote {
                 Some(r) => {
                     let n = r.counts_checked()?;
                     if if_unused && n.consumers > 0 {

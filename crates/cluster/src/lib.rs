@@ -412,6 +412,22 @@ impl Meta {
         Ok(())
     }
 
+    /// Adds `node` as a voter, from any member: it is added as a learner (the leader starts
+    /// sending it the log) and then promoted. Returns once the change is committed.
+    pub async fn add_voter(&self, node: Node) -> Result<(), MetaError> {
+        let t = self.inner.config.propose_timeout;
+        let id = node_id(&node.name);
+        changed_index(
+            self.route(&Rpc::Join(node), None, Instant::now() + t)
+                .await?,
+        )?;
+        let index = changed_index(
+            self.route(&Rpc::Promote(id), None, Instant::now() + t)
+                .await?,
+        )?;
+        self.wait_applied(index, Instant::now() + t).await
+    }
+
     /// Removes a node from the membership (forget_cluster_node). Works from any member.
     pub async fn remove(&self, id: NodeId) -> Result<(), MetaError> {
         let t = self.inner.config.propose_timeout;

@@ -190,6 +190,43 @@ enum Cmd {
         #[arg(value_name = "NODE")]
         member: String,
     },
+    /// Adds NODE to a quorum queue's members (rabbitmq-queues add_member).
+    AddMember {
+        #[command(flatten)]
+        v: VhostOpt,
+        #[arg(value_name = "QUEUE")]
+        queue: String,
+        #[arg(value_name = "NODE")]
+        node: String,
+    },
+    /// Removes NODE from a quorum queue's members (rabbitmq-queues delete_member).
+    DeleteMember {
+        #[command(flatten)]
+        v: VhostOpt,
+        #[arg(value_name = "QUEUE")]
+        queue: String,
+        #[arg(value_name = "NODE")]
+        node: String,
+    },
+    /// Adds NODE to every quorum queue (`all`), or to those with an even number of members
+    /// (`even`), as rabbitmq-queues grow.
+    Grow {
+        #[arg(value_name = "NODE")]
+        node: String,
+        #[arg(value_name = "all|even")]
+        which: String,
+        /// Only queues of vhosts matching this regex.
+        #[arg(long = "vhost-pattern", default_value = ".*")]
+        vhost_pattern: String,
+        /// Only queues whose names match this regex.
+        #[arg(long = "queue-pattern", default_value = ".*")]
+        queue_pattern: String,
+    },
+    /// Removes NODE from every quorum queue it is a member of (rabbitmq-queues shrink).
+    Shrink {
+        #[arg(value_name = "NODE")]
+        node: String,
+    },
     /// The settings in force, as Erlang terms under RabbitMQ's names where it has them.
     Environment,
     /// The memory alarm's threshold, in force at once: a FRACTION of RAM (0.0 to 1.0), or
@@ -579,6 +616,45 @@ fn delete_limit(api: &Api, kind: &str, name: &str, limit: &str, what: &str) -> R
         format!("{what} '{name}' does not exist"),
     )?;
     Ok(())
+}
+
+/// One add_member / delete_member through `/api/warren/queues/members`.
+fn member_change(
+    api: &Api,
+    vhost: &str,
+    queue: &str,
+    node: &str,
+    add: bool,
+) -> Result<(), Failure> {
+    let action = if add { "add" } else { "delete" };
+    api.call(
+        "POST",
+        "/api/warren/queues/members",
+        Some(&json!({"vhost": vhost, "queue": queue, "node": node, "action": action})),
+        &[],
+    )?;
+    Ok(())
+}
+
+/// Every quorum queue: (vhost, name, members).
+fn quorum_queues(api: &Api) -> Result<Vec<(String, String, Vec<String>)>, Failure> {
+    let rows = api.must("GET", "/api/queues", None, "no queue listing".into())?;
+    let mut out = Vec::new();
+    for q in rows.as_array().into_iter().flatten() {
+        if q.get("type").and_then(Value::as_str) != Some("quorum") {
+            continue;
+        }
+        let s = |k: &str| q.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let members = q
+            .get("members")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m.as_str().map(String::from))
+            .collect();
+        out.push((s("vhost"), s("name"), members));
+    }
+    Ok(out)
 }
 
 /// `list_vhost_limits` / `list_user_limits`: one JSON object for `name`, or with `global` a
@@ -1069,6 +1145,71 @@ fn run(api: &Api, cmd: Cmd, view: View, out: &mut impl Write) -> Result<(), Fail
                 Some(&json!({ "node": target })),
                 &[],
             )?;
+        }
+        Cmd::AddMember { v, queue, node } => {
+            info(
+                quiet,
+                format!(
+                    "Adding a replica for queue {queue} in vhost {} on node {node} ...",
+                    v.vhost
+                ),
+            );
+            member_change(api, &v.vhost, &queue, &node, true)?;
+        }
+        Cmd::DeleteMember { v, queue, node } => {
+            info(
+                quiet,
+                format!(
+                    "Removing a replica of queue {queue} in vhost {} on node {node} ...",
+                    v.vhost
+                ),
+            );
+            member_change(api, &v.vhost, &queue, &node, false)?;
+        }
+        Cmd::Grow {
+            node,
+            which,
+            vhost_pattern,
+            queue_pattern,
+        } => {
+            if which != "all" && which != "even" {
+                return Err(fail(format!("grow takes 'all' or 'even', not '{which}'")));
+            }
+            let vre = regex::Regex::new(&vhost_pattern)
+                .map_err(|e| fail(format!("--vhost-pattern: {e}")))?;
+            let qre = regex::Regex::new(&queue_pattern)
+                .map_err(|e| fail(format!("--queue-pattern: {e}")))?;
+            info(
+                quiet,
+                format!("Growing {which} quorum queues on {node} ..."),
+            );
+            writeln!(out, "vhost\tname\tsize\tresult").map_err(|e| fail(e.to_string()))?;
+            for q in quorum_queues(api)? {
+                let (vh, name, members) = q;
+                if !vre.is_match(&vh) || !qre.is_match(&name) || members.contains(&node) {
+                    continue;
+                }
+                if which == "even" && members.len() % 2 != 0 {
+                    continue;
+                }
+                let r = member_change(api, &vh, &name, &node, true);
+                let size = members.len() + usize::from(r.is_ok());
+                let result = r.err().map_or("ok".to_string(), |e| e.message);
+                writeln!(out, "{vh}\t{name}\t{size}\t{result}").map_err(|e| fail(e.to_string()))?;
+            }
+        }
+        Cmd::Shrink { node } => {
+            info(quiet, format!("Shrinking quorum queues on {node} ..."));
+            writeln!(out, "vhost\tname\tsize\tresult").map_err(|e| fail(e.to_string()))?;
+            for (vh, name, members) in quorum_queues(api)? {
+                if !members.contains(&node) {
+                    continue;
+                }
+                let r = member_change(api, &vh, &name, &node, false);
+                let size = members.len() - usize::from(r.is_ok());
+                let result = r.err().map_or("ok".to_string(), |e| e.message);
+                writeln!(out, "{vh}\t{name}\t{size}\t{result}").map_err(|e| fail(e.to_string()))?;
+            }
         }
         Cmd::ForgetClusterNode { member } => {
             info(quiet, format!("Removing node {member} from the cluster"));

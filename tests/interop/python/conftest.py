@@ -19,7 +19,11 @@ import time
 import pika
 import pytest
 
-from helpers import connect, safe_close, uname
+# The cluster harness holds assertions (and fixtures) of the cluster test modules: pytest rewrites
+# its asserts as it does theirs, so a failing one explains its values. Before anything imports it.
+pytest.register_assert_rewrite("cluster_harness")
+
+from helpers import connect, safe_close, uname  # noqa: E402
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5673/%2f"
 DEFAULT_MGMT_URL = "http://127.0.0.1:15673"

@@ -95,6 +95,12 @@ pub enum MetaOp {
         name: String,
         key: Option<String>,
     },
+    /// A replicated queue's members changed (add_member, delete_member, grow, shrink).
+    QueueMembers {
+        vhost: String,
+        queue: String,
+        members: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -533,8 +539,8 @@ impl Cluster {
         if let Some(b) = self.broker() {
             for v in b.vhosts() {
                 for q in v.snapshot().queues.values() {
-                    for m in q.quorum().map(|q| &q.members[..]).unwrap_or_default() {
-                        if let Some(n) = load.get_mut(m) {
+                    for m in q.quorum().map(|q| q.members()).unwrap_or_default() {
+                        if let Some(n) = load.get_mut(&m) {
                             *n += 1;
                         }
                     }
@@ -704,7 +710,18 @@ impl Cluster {
 
     /// A users/permissions/policies/limits/vhosts change.
     pub fn mgmt_op(&self, op: MetaOp) -> Result<(), MgmtError> {
-        match self.propose_blocking(op) {
+        mgmt_reply(self.propose_blocking(op))
+    }
+
+    /// [`Cluster::mgmt_op`] from async code.
+    pub async fn propose_mgmt(&self, op: MetaOp) -> Result<(), MgmtError> {
+        mgmt_reply(self.propose(op).await)
+    }
+}
+
+fn mgmt_reply(r: Result<MetaReply, String>) -> Result<(), MgmtError> {
+    {
+        match r {
             Ok(MetaReply::Ok) => Ok(()),
             Ok(MetaReply::Mgmt { kind: 0, text }) => Err(MgmtError::NotFound(text)),
             Ok(MetaReply::Mgmt { kind: 1, text }) => Err(MgmtError::BadRequest(text)),
@@ -714,7 +731,9 @@ impl Cluster {
             Err(t) => Err(MgmtError::Unavailable(t)),
         }
     }
+}
 
+impl Cluster {
     /// This node's id for connection ids: exclusive queues name their owner by connection id,
     /// so ids must not repeat across nodes.
     pub fn connection_id_base_of(config: &crate::Config) -> u64 {
@@ -816,6 +835,23 @@ fn apply(b: &Arc<Broker>, op: MetaOp) -> MetaReply {
             let r = b.access.set_limits(scope, &name, &def, replace);
             b.limits_changed(scope, &name);
             MetaReply::mgmt(r)
+        }
+        MetaOp::QueueMembers {
+            vhost,
+            queue,
+            members,
+        } => {
+            let q = b.vhost(&vhost).and_then(|v| v.queue(&queue));
+            match q.as_ref().and_then(|q| q.quorum()) {
+                Some(q) => {
+                    q.set_members(members);
+                    MetaReply::Ok
+                }
+                None => MetaReply::Mgmt {
+                    kind: 0,
+                    text: format!("no quorum queue '{queue}' in vhost '{vhost}'"),
+                },
+            }
         }
         MetaOp::ClearLimit { user, name, key } => {
             let scope = limit_scope(user);
@@ -968,6 +1004,7 @@ impl Handler for LinkHandler {
                     }
                 }
                 SERVICE_QUEUE => remote::serve_request(&c, &link, body).await,
+                quorum::SERVICE_QMEMBER => quorum::serve_member_change(&c, &body).await,
                 quorum::SERVICE_QRAFT | quorum::SERVICE_QLEADER => {
                     if body.len() < 8 {
                         return Err("short request".into());

@@ -22,7 +22,7 @@
 //!   them; the confirm is sent once the entry is committed (appended and fsynced on a
 //!   majority) and applied on the leader.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 
 use super::link::Links;
 use super::remote::RemoteQueue;
-use super::Cluster;
+use super::{Cluster, MetaOp};
 use crate::confirm::ConfirmHandle;
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
@@ -44,12 +44,18 @@ pub const SERVICE_QRAFT: u8 = 5;
 /// Which node leads a queue group (asked by non-members): `[group u64]` -> the leader's name.
 pub const SERVICE_QLEADER: u8 = 6;
 
+/// Change a queue group's Raft membership, served by one of its members:
+/// `[group u64][1 add | 2 remove][node name]`.
+pub const SERVICE_QMEMBER: u8 = 7;
+
 /// Publishes proposed in one entry at most (bounds an entry's size and a confirm's wait).
 const BATCH_MSGS: usize = 2048;
 const BATCH_BYTES: usize = 4 << 20;
 /// Publishes waiting for their entry beyond which the queue counts as pressured (publishers
 /// stall, as for a queue whose consumers fall behind).
 const PRESSURE_MSGS: usize = 16_384;
+/// Messages claimed for delivery ahead of need, per entry.
+const CLAIM_WINDOW: usize = 512;
 /// How often a non-member asks the members who leads.
 const LEADER_POLL: Duration = Duration::from_millis(500);
 /// How long a declare waits for the new group to elect its first leader.
@@ -64,6 +70,8 @@ struct Replica {
     next_id: u64,
     msgs: BTreeMap<u64, Bytes>,
     returns: HashMap<u64, u32>,
+    /// Claimed by a leader for delivery: a later leader marks them redelivered.
+    delivered: HashSet<u64>,
 }
 
 /// Publishes and settlements waiting to be proposed.
@@ -73,6 +81,10 @@ struct Batch {
     bytes: usize,
     settled: Vec<u64>,
     returned: Vec<u64>,
+    /// Ids claimed for delivery, and how many of this entry's new messages are claimed too
+    /// (the first ones: consumers are waiting for them).
+    claimed: Vec<u64>,
+    claim_new: u32,
 }
 
 /// The leader's side of replication: gathers what its queue did and proposes it in batches.
@@ -85,6 +97,10 @@ pub struct Replicator {
     relieved: tokio::sync::Notify,
     /// Returns so far of the leader queue's messages that were returned at least once.
     returns: Mutex<HashMap<u64, u32>>,
+    /// Claims asked for: the lowest unclaimed id an offer was held back for, and the ids
+    /// proposed and not yet committed (not asked for twice).
+    claims_from: Mutex<Option<u64>>,
+    claiming: Mutex<HashSet<u64>>,
 }
 
 impl Replicator {
@@ -103,6 +119,22 @@ impl Replicator {
         self.returns.lock().remove(&id);
         self.pending.lock().settled.push(id);
         self.wake.notify_one();
+    }
+
+    /// An offer of `id` (and probably of the ones after it) waits for its claim.
+    pub fn want_claims(&self, id: u64) {
+        let mut w = self.claims_from.lock();
+        *w = Some(w.map_or(id, |x| x.min(id)));
+        drop(w);
+        self.wake.notify_one();
+    }
+
+    /// `id` went out already (basic.get): record its claim in the next entry.
+    pub fn claim_now(&self, id: u64) {
+        if self.claiming.lock().insert(id) {
+            self.pending.lock().claimed.push(id);
+            self.wake.notify_one();
+        }
     }
 
     /// A message went back to the leader's queue (requeued): its count of returns so far.
@@ -129,7 +161,12 @@ impl Replicator {
 
     fn take(&self) -> Option<Batch> {
         let mut p = self.pending.lock();
-        if p.msgs.is_empty() && p.settled.is_empty() && p.returned.is_empty() {
+        if p.msgs.is_empty()
+            && p.settled.is_empty()
+            && p.returned.is_empty()
+            && p.claimed.is_empty()
+            && self.claims_from.lock().is_none()
+        {
             return None;
         }
         if p.msgs.len() <= BATCH_MSGS && p.bytes <= BATCH_BYTES {
@@ -153,6 +190,8 @@ impl Replicator {
             bytes,
             settled: std::mem::take(&mut p.settled),
             returned: std::mem::take(&mut p.returned),
+            claimed: std::mem::take(&mut p.claimed),
+            claim_new: 0,
         })
     }
 
@@ -164,8 +203,8 @@ impl Replicator {
     }
 }
 
-/// An entry: `[OP_ENQUEUE][n u32]([len u32][stored message])*n`, then the settled ids and the
-/// returned ids, each as `[m u32]([id u64])*m`.
+/// An entry: `[OP_ENQUEUE][n u32]([len u32][stored message])*n`, then the settled, returned
+/// and claimed ids, each as `[m u32]([id u64])*m`, then `[claim_new u32]`.
 fn encode(batch: &Batch) -> Vec<u8> {
     let mut b = BytesMut::with_capacity(batch.bytes + 16 + batch.settled.len() * 8);
     b.put_u8(OP_ENQUEUE);
@@ -175,12 +214,13 @@ fn encode(batch: &Batch) -> Vec<u8> {
         b.put_u32(data.len() as u32);
         b.put_slice(&data);
     }
-    for ids in [&batch.settled, &batch.returned] {
+    for ids in [&batch.settled, &batch.returned, &batch.claimed] {
         b.put_u32(ids.len() as u32);
         for id in ids {
             b.put_u64(*id);
         }
     }
+    b.put_u32(batch.claim_new);
     b.to_vec()
 }
 
@@ -188,6 +228,8 @@ struct Decoded {
     msgs: Vec<Bytes>,
     settled: Vec<u64>,
     returned: Vec<u64>,
+    claimed: Vec<u64>,
+    claim_new: u32,
 }
 
 fn decode(command: &[u8]) -> Option<Decoded> {
@@ -219,10 +261,16 @@ fn decode(command: &[u8]) -> Option<Decoded> {
     };
     let settled = ids()?;
     let returned = ids()?;
+    let claimed = ids()?;
+    if b.remaining() < 4 {
+        return None;
+    }
     Some(Decoded {
         msgs,
         settled,
         returned,
+        claimed,
+        claim_new: b.get_u32(),
     })
 }
 
@@ -244,6 +292,19 @@ impl warren_cluster::StateMachine for GroupSm {
         let leg = q.as_ref().and_then(|q| q.local_leg());
         let mut refused: Vec<u32> = Vec::new();
         let first_id = r.next_id;
+        // Claims first: a claimed new message may go out as soon as it is enqueued.
+        let claim_new = (d.claim_new as usize).min(d.msgs.len()) as u64;
+        let new_claims = first_id..first_id + claim_new;
+        for id in d.claimed.iter().copied().chain(new_claims.clone()) {
+            if id >= first_id || r.msgs.contains_key(&id) {
+                r.delivered.insert(id);
+            }
+        }
+        if let Some(leg) = &leg {
+            if !d.claimed.is_empty() || claim_new > 0 {
+                leg.claimed(d.claimed.iter().copied().chain(new_claims));
+            }
+        }
         for (i, data) in d.msgs.into_iter().enumerate() {
             let id = r.next_id;
             r.next_id += 1;
@@ -262,6 +323,7 @@ impl warren_cluster::StateMachine for GroupSm {
         for id in d.settled {
             r.msgs.remove(&id);
             r.returns.remove(&id);
+            r.delivered.remove(&id);
         }
         for id in d.returned {
             if r.msgs.contains_key(&id) {
@@ -269,6 +331,12 @@ impl warren_cluster::StateMachine for GroupSm {
             }
         }
         drop(r);
+        if let Some(q) = &q {
+            let mut c = q.repl.claiming.lock();
+            for id in &d.claimed {
+                c.remove(id);
+            }
+        }
         // The other members hold the refused ones: settled in the next entry.
         if let Some(q) = &q {
             for i in &refused {
@@ -292,6 +360,7 @@ impl warren_cluster::StateMachine for GroupSm {
         for (id, data) in &r.msgs {
             b.put_u64(*id);
             b.put_u32(r.returns.get(id).copied().unwrap_or(0));
+            b.put_u8(r.delivered.contains(id) as u8);
             b.put_u32(data.len() as u32);
             b.put_slice(data);
         }
@@ -305,11 +374,14 @@ impl warren_cluster::StateMachine for GroupSm {
             r.next_id = b.get_u64();
             let n = b.get_u64();
             for _ in 0..n {
-                if b.remaining() < 16 {
+                if b.remaining() < 17 {
                     break;
                 }
                 let id = b.get_u64();
                 let returns = b.get_u32();
+                if b.get_u8() == 1 {
+                    r.delivered.insert(id);
+                }
                 let len = b.get_u32() as usize;
                 if b.remaining() < len {
                     break;
@@ -371,8 +443,8 @@ pub struct QuorumQueue {
     args: arc_swap::ArcSwap<QueueArgs>,
     /// The group's id: the metadata index of the declare, the same on every node.
     pub group: u64,
-    /// Node names, the initial leader first.
-    pub members: Vec<String>,
+    /// Node names, the initial leader first (changed by add_member / delete_member).
+    members: parking_lot::RwLock<Vec<String>>,
     cluster: Weak<Cluster>,
     vhost_ref: Weak<VHost>,
     /// The leader's queue here, or a remote handle to the leader; none while there is none.
@@ -382,7 +454,13 @@ pub struct QuorumQueue {
     repl: Arc<Replicator>,
     meta: Mutex<Option<warren_cluster::Meta>>,
     deleted: AtomicBool,
-    stop: tokio::sync::Notify,
+    /// Stops the tasks of this node's current role (member or not); replaced on a change.
+    role: Mutex<tokio::sync::watch::Sender<bool>>,
+}
+
+/// Resolves once `stop` says so (or its sender is gone).
+async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 impl std::fmt::Debug for QuorumQueue {
@@ -409,7 +487,7 @@ impl QuorumQueue {
             args: arc_swap::ArcSwap::from_pointee(options.args.clone()),
             options,
             group,
-            members,
+            members: parking_lot::RwLock::new(members),
             cluster: Arc::downgrade(cluster),
             vhost_ref,
             leg: arc_swap::ArcSwapOption::empty(),
@@ -421,15 +499,67 @@ impl QuorumQueue {
             repl: Arc::new(Replicator::default()),
             meta: Mutex::new(None),
             deleted: AtomicBool::new(false),
-            stop: tokio::sync::Notify::new(),
+            role: Mutex::new(tokio::sync::watch::channel(false).0),
         });
         let _ = q.sm.queue.set(Arc::downgrade(&q));
-        if q.members.iter().any(|m| *m == cluster.me) {
-            tokio::spawn(q.clone().run_member());
-        } else {
-            tokio::spawn(q.clone().run_follower());
-        }
+        q.start_role(q.is_member(&cluster.me));
         q
+    }
+
+    /// Its members now.
+    pub fn members(&self) -> Vec<String> {
+        self.members.read().clone()
+    }
+
+    fn is_member(&self, node: &str) -> bool {
+        self.members.read().iter().any(|m| m == node)
+    }
+
+    /// Stops the current role's tasks and starts a member's or a non-member's.
+    fn start_role(self: &Arc<Self>, member: bool) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let old = std::mem::replace(&mut *self.role.lock(), tx);
+        let _ = old.send(true);
+        if member {
+            tokio::spawn(self.clone().run_member(rx));
+        } else {
+            tokio::spawn(self.clone().run_follower(rx));
+        }
+    }
+
+    /// The metadata changed its members (applied on every node): a node that joins opens an
+    /// empty replica, which the group's leader fills; a node that leaves drops its replica.
+    pub fn set_members(self: &Arc<Self>, members: Vec<String>) {
+        let Some(c) = self.cluster.upgrade() else {
+            return;
+        };
+        let was = self.is_member(&c.me);
+        *self.members.write() = members;
+        let is = self.is_member(&c.me);
+        if was == is || self.is_deleted() {
+            return;
+        }
+        if was {
+            self.retire_leg();
+            self.drop_replica(&c);
+        }
+        self.start_role(is);
+    }
+
+    /// Stops this node's member of the group and deletes its files.
+    fn drop_replica(&self, c: &Cluster) {
+        let meta = self.meta.lock().take();
+        c.groups.write().remove(&self.group);
+        let dir = self.dir(c);
+        *self.sm.replica.lock() = Replica::default();
+        if let Some(meta) = meta {
+            tokio::spawn(async move {
+                meta.shutdown().await;
+                if let Some(d) = dir {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+            });
+        }
     }
 
     fn dir(&self, c: &Cluster) -> Option<std::path::PathBuf> {
@@ -444,7 +574,7 @@ impl QuorumQueue {
 
     /// A member: opens the group, bootstraps it if this is its first member and it is new, then
     /// proposes the leader's batches and follows leadership until the queue is deleted.
-    async fn run_member(self: Arc<Self>) {
+    async fn run_member(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let Some(c) = self.cluster.upgrade() else {
             return;
         };
@@ -478,19 +608,20 @@ impl QuorumQueue {
                 return;
             }
         };
-        if self.deleted.load(Ordering::Acquire) {
+        if self.deleted.load(Ordering::Acquire) || *stop.borrow() {
             meta.shutdown().await;
             return;
         }
         *self.meta.lock() = Some(meta.clone());
         c.groups.write().insert(self.group, meta.clone());
         drop(c);
-        if self.members.first() == Some(&meta.status().me.name) && !meta.is_initialized() {
+        let first = self.members.read().first().cloned();
+        if first.as_ref() == Some(&meta.status().me.name) && !meta.is_initialized() {
             let nodes: Vec<warren_cluster::Node> = {
                 let Some(c) = self.cluster.upgrade() else {
                     return;
                 };
-                self.members
+                self.members()
                     .iter()
                     .filter_map(|n| {
                         c.addr_of(n).map(|addr| warren_cluster::Node {
@@ -504,7 +635,7 @@ impl QuorumQueue {
                 tracing::warn!(queue = %self.name, error = %e, "starting the queue's group");
             }
         }
-        tokio::spawn(self.clone().propose_loop(meta.clone()));
+        tokio::spawn(self.clone().propose_loop(meta.clone(), stop.clone()));
         let mut status = meta.watch();
         loop {
             let (leader, me) = {
@@ -520,7 +651,7 @@ impl QuorumQueue {
             self.follow(leader, &me);
             tokio::select! {
                 changed = status.changed() => if changed.is_err() { break },
-                _ = self.stop.notified() => break,
+                _ = stopped(&mut stop) => break,
             }
             if self.deleted.load(Ordering::Acquire) {
                 break;
@@ -529,13 +660,13 @@ impl QuorumQueue {
     }
 
     /// A non-member: asks the members who leads, and follows.
-    async fn run_follower(self: Arc<Self>) {
+    async fn run_follower(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let mut tick = tokio::time::interval(LEADER_POLL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                _ = self.stop.notified() => break,
+                _ = stopped(&mut stop) => break,
             }
             if self.deleted.load(Ordering::Acquire) {
                 break;
@@ -544,7 +675,7 @@ impl QuorumQueue {
                 break;
             };
             let mut leader = None;
-            for m in &self.members {
+            for m in &self.members() {
                 let Some(addr) = c.addr_of(m) else { continue };
                 if !c.running(m) {
                     continue;
@@ -610,8 +741,8 @@ impl QuorumQueue {
         self.leg_changed.notify_waiters();
     }
 
-    /// This node leads: its queue is built from the replica, every message marked redelivered
-    /// (an earlier leader may have delivered it).
+    /// This node leads: its queue is built from the replica; the messages an earlier leader
+    /// claimed for delivery are marked redelivered.
     fn lead(self: &Arc<Self>) {
         let q = Queue::new(
             self.name.clone(),
@@ -631,7 +762,10 @@ impl QuorumQueue {
                         Some(n) => crate::delayed::with_delivery_count(&msg, u64::from(*n)),
                         None => msg,
                     };
-                    if !q.apply_committed(*id, Arc::new(msg), true) {
+                    // Only what an earlier leader claimed (or that came back) may have been
+                    // delivered; the rest is new to every consumer.
+                    let seen = r.delivered.contains(id) || r.returns.contains_key(id);
+                    if !q.apply_committed(*id, Arc::new(msg), seen) {
                         refused.push(*id);
                     }
                 }
@@ -675,9 +809,14 @@ impl QuorumQueue {
 
     /// Proposes the leader queue's publishes and settlements, a batch per entry, and completes
     /// the publishes' confirms once committed.
-    async fn propose_loop(self: Arc<Self>, meta: warren_cluster::Meta) {
+    async fn propose_loop(
+        self: Arc<Self>,
+        meta: warren_cluster::Meta,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
         loop {
-            while let Some(batch) = self.repl.take() {
+            while let Some(mut batch) = self.repl.take() {
+                self.claim(&mut batch);
                 let n = batch.msgs.len();
                 // Without a reply (not committed in time, no leader) every publish is nacked:
                 // the entry may still commit, so a publisher that resends may duplicate.
@@ -709,7 +848,31 @@ impl QuorumQueue {
             }
             tokio::select! {
                 _ = self.repl.wake.notified() => {}
-                _ = self.stop.notified() => return,
+                _ = stopped(&mut stop) => return,
+            }
+        }
+    }
+
+    /// Adds the claims this batch should carry: the new messages consumers are waiting for, and
+    /// unclaimed ones from the lowest an offer was held back for (a window, so a backlog drains
+    /// a window per entry; a new leader marks at most that many never-delivered messages).
+    fn claim(&self, batch: &mut Batch) {
+        let Some(leg) = self.local_leg() else {
+            self.repl.claims_from.lock().take();
+            return;
+        };
+        batch.claim_new = leg.spare_credit().min(batch.msgs.len()) as u32;
+        let Some(from) = self.repl.claims_from.lock().take() else {
+            return;
+        };
+        let r = self.sm.replica.lock();
+        let mut claiming = self.repl.claiming.lock();
+        for id in r.msgs.range(from..).map(|(id, _)| *id) {
+            if batch.claimed.len() >= CLAIM_WINDOW {
+                break;
+            }
+            if !r.delivered.contains(&id) && claiming.insert(id) {
+                batch.claimed.push(id);
             }
         }
     }
@@ -783,7 +946,7 @@ impl QuorumQueue {
         AmqpError::not_found(format!(
             "{} has no leader: a majority of its members ({}) is down, or an election is under way",
             self.describe(),
-            self.members.join(", ")
+            self.members().join(", ")
         ))
     }
 
@@ -810,20 +973,9 @@ impl QuorumQueue {
             Some(QueueRef::Remote(r)) => r.mark_deleted().1,
             _ => Vec::new(),
         };
-        self.stop.notify_waiters();
-        let meta = self.meta.lock().take();
-        let c = self.cluster.upgrade();
-        if let Some(c) = &c {
-            c.groups.write().remove(&self.group);
-        }
-        let dir = c.as_ref().and_then(|c| self.dir(c));
-        if let Some(meta) = meta {
-            tokio::spawn(async move {
-                meta.shutdown().await;
-                if let Some(d) = dir {
-                    let _ = std::fs::remove_dir_all(d);
-                }
-            });
+        let _ = self.role.lock().send(true);
+        if let Some(c) = self.cluster.upgrade() {
+            self.drop_replica(&c);
         }
         (ready, consumers)
     }
@@ -831,6 +983,143 @@ impl QuorumQueue {
     /// Ready messages on the leader (through the link when it is elsewhere).
     pub fn message_count(&self) -> u32 {
         self.leg().map_or(0, |l| l.message_count())
+    }
+}
+
+/// A member's side of [`SERVICE_QMEMBER`].
+pub async fn serve_member_change(c: &Arc<Cluster>, body: &[u8]) -> Result<Bytes, String> {
+    if body.len() < 9 {
+        return Err("short request".into());
+    }
+    let group = u64::from_be_bytes(body[..8].try_into().map_err(|_| "short request")?);
+    let add = body[8] == 1;
+    let name = String::from_utf8_lossy(&body[9..]).into_owned();
+    let meta = c.groups.read().get(&group).cloned();
+    let meta = meta.ok_or_else(|| format!("not a member of queue group {group:016x}"))?;
+    change_group(c, &meta, &name, add).await?;
+    Ok(Bytes::new())
+}
+
+async fn change_group(
+    c: &Cluster,
+    meta: &warren_cluster::Meta,
+    name: &str,
+    add: bool,
+) -> Result<(), String> {
+    if add {
+        let addr = c
+            .addr_of(name)
+            .ok_or_else(|| format!("{name} is not a cluster member"))?;
+        meta.add_voter(warren_cluster::Node {
+            name: name.to_string(),
+            addr,
+        })
+        .await
+        .map_err(|e| e.to_string())
+    } else {
+        meta.remove(warren_cluster::node_id(name))
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Cluster {
+    /// `add_member` / `delete_member`: adds `node` to (or removes it from) a replicated queue's
+    /// members. A new member first opens an empty replica (through the metadata), then the
+    /// group adds it and its leader sends it the log; a member leaves the group first, then
+    /// the metadata, so the group never counts on a node that has dropped its replica.
+    pub async fn change_queue_member(
+        self: &Arc<Self>,
+        vhost: &str,
+        queue: &str,
+        node: &str,
+        add: bool,
+    ) -> Result<(), crate::access::MgmtError> {
+        use crate::access::MgmtError;
+        let b = self
+            .broker()
+            .ok_or_else(|| MgmtError::Internal("stopping".into()))?;
+        let q = b
+            .vhost(vhost)
+            .and_then(|v| v.queue(queue))
+            .ok_or_else(|| MgmtError::NotFound(format!("no queue '{queue}' in vhost '{vhost}'")))?;
+        let q = q.quorum().cloned().ok_or_else(|| {
+            MgmtError::BadRequest(format!(
+                "queue '{queue}' in vhost '{vhost}' is not a quorum queue"
+            ))
+        })?;
+        if self.addr_of(node).is_none() {
+            return Err(MgmtError::BadRequest(format!(
+                "{node} is not a member of the cluster"
+            )));
+        }
+        let mut members = q.members();
+        let present = members.iter().any(|m| m == node);
+        if add == present {
+            return Ok(());
+        }
+        if !add && members.len() == 1 {
+            return Err(MgmtError::BadRequest(format!(
+                "cannot remove the last member of queue '{queue}' in vhost '{vhost}'"
+            )));
+        }
+        let set = |members: Vec<String>| MetaOp::QueueMembers {
+            vhost: vhost.to_string(),
+            queue: queue.to_string(),
+            members,
+        };
+        // The members that run the group already: one of them makes the change (a new
+        // member knows no leader yet).
+        let old: Vec<String> = members.iter().filter(|m| *m != node).cloned().collect();
+        if add {
+            members.push(node.to_string());
+            self.propose_mgmt(set(members.clone())).await?;
+        }
+        let mut body = q.group.to_be_bytes().to_vec();
+        body.push(if add { 1 } else { 2 });
+        body.extend_from_slice(node.as_bytes());
+        let local = if old.contains(&self.me) {
+            self.groups.read().get(&q.group).cloned()
+        } else {
+            None
+        };
+        let changed = match local {
+            Some(meta) => change_group(self, &meta, node, add).await,
+            None => {
+                let mut done = Err("no member of the queue is running".to_string());
+                for m in old.iter().filter(|m| self.running(m)) {
+                    let Some(addr) = self.addr_of(m) else {
+                        continue;
+                    };
+                    done = self
+                        .links
+                        .call(&addr, SERVICE_QMEMBER, &body, Duration::from_secs(15))
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string());
+                    if done.is_ok() {
+                        break;
+                    }
+                }
+                done
+            }
+        };
+        if let Err(e) = changed {
+            if add {
+                // The group did not take it: the new member's empty replica goes again.
+                members.retain(|m| m != node);
+                let _ = self.propose_mgmt(set(members)).await;
+            }
+            return Err(MgmtError::Unavailable(format!(
+                "changing the members of queue '{queue}' in vhost '{vhost}': {e}"
+            )));
+        }
+        if !add {
+            members.retain(|m| m != node);
+            self.propose_mgmt(set(members)).await?;
+        }
+        tracing::info!(vhost, queue, node, add, "quorum queue members changed");
+        Ok(())
     }
 }
 
@@ -931,11 +1220,15 @@ mod tests {
             bytes: 10,
             settled: vec![3, 9],
             returned: vec![4],
+            claimed: vec![7, 8],
+            claim_new: 1,
         };
         let d = decode(&encode(&batch)).expect("decodes");
         assert_eq!(d.msgs.len(), 2);
         assert_eq!(d.settled, [3, 9]);
         assert_eq!(d.returned, [4]);
+        assert_eq!(d.claimed, [7, 8]);
+        assert_eq!(d.claim_new, 1);
         let (back, _) = crate::persist::decode_message(&d.msgs[0]).expect("a stored message");
         assert_eq!(&back.body[..], b"hello");
         assert!(

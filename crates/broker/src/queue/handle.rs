@@ -210,7 +210,7 @@ impl QueueRef {
             QueueRef::Quorum(q) => match q.leg() {
                 Some(QueueRef::Local(_)) => None,
                 Some(QueueRef::Remote(r)) => Some(r.home.clone()),
-                _ => q.members.first().cloned(),
+                _ => q.members().first().cloned(),
             },
         }
     }

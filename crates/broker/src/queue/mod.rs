@@ -182,6 +182,12 @@ struct Io {
     confirmed: Vec<Arc<ConfirmHandle>>,
     /// The log has records to write.
     log_dirty: bool,
+    /// A replicated queue's leader: the messages the group has recorded as (possibly)
+    /// delivered, which alone may be delivered for the first time, so that a new leader knows
+    /// exactly which messages to mark redelivered. `None` for any other queue.
+    claims: Option<std::collections::HashSet<u64>>,
+    /// The lowest unclaimed message an offer was held back for.
+    want_claim: Option<u64>,
 }
 
 /// One command's host: the queue, its side of the lock, the publish's confirm, and the time,
@@ -196,6 +202,14 @@ struct Ctx<'a> {
 impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
     #[inline]
     fn offer(&mut self, c: &Arc<Consumer>, m: &QueuedMessage) -> warren_queue::Offer {
+        if let Some(claims) = &self.io.claims {
+            if !m.redelivered && !claims.contains(&m.seq) {
+                // Delivered once the group records the claim (`Queue::claimed`).
+                let w = self.io.want_claim.get_or_insert(m.seq);
+                *w = (*w).min(m.seq);
+                return warren_queue::Offer::Refused;
+            }
+        }
         match c.sink.offer(c, self.q, m) {
             Offer::Delivered => {
                 let st = &self.q.stats;
@@ -242,8 +256,11 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
                 io.log_dirty = true;
             }
             Effect::Forget { seq } => {
-                if let Some(r) = &*self.q.repl.load() {
-                    r.settled(seq);
+                if let Some(claims) = &mut io.claims {
+                    claims.remove(&seq);
+                    if let Some(r) = &*self.q.repl.load() {
+                        r.settled(seq);
+                    }
                 }
                 if let Some(log) = &mut io.log {
                     if let Some(h) = log.ack(seq) {
@@ -460,7 +477,39 @@ impl Queue {
     /// Makes this the leader's queue of a replicated queue (`Some`), or stops replicating
     /// (`None`: the queue is being retired, and what it drops must not be settled).
     pub fn set_replicator(&self, r: Option<Arc<Replicator>>) {
+        let on = r.is_some();
         self.repl.store(r);
+        let mut st = self.state.lock();
+        if on {
+            st.io.claims.get_or_insert_with(Default::default);
+        } else {
+            st.io.claims = None;
+        }
+    }
+
+    /// The group recorded these messages as delivered: they may go out now.
+    pub fn claimed(self: &Arc<Self>, ids: impl IntoIterator<Item = u64>) {
+        self.locked(|_, st, host| {
+            if let Some(c) = &mut host.io.claims {
+                c.extend(ids);
+            }
+            st.dispatch(host);
+        })
+    }
+
+    /// Deliveries the consumers could take now beyond the ready messages (a guess at how many
+    /// of the next publishes go straight out, so they are claimed with their enqueue).
+    pub fn spare_credit(&self) -> usize {
+        let st = self.state.lock();
+        let mut spare = 0usize;
+        for c in st.core.consumers() {
+            spare = spare.saturating_add(if c.no_ack || c.prefetch == 0 {
+                usize::MAX / 4
+            } else {
+                c.prefetch.saturating_sub(c.outstanding) as usize
+            });
+        }
+        spare.saturating_sub(st.core.ready_len())
     }
 
     /// A committed publish of a replicated queue, numbered `id` by its log; false if the queue
@@ -555,7 +604,13 @@ impl Queue {
             std::mem::take(&mut io.confirmed)
         };
         let dirty = std::mem::take(&mut io.log_dirty);
+        let want_claim = io.want_claim.take();
         drop(guard);
+        if let Some(seq) = want_claim {
+            if let Some(r) = &*self.repl.load() {
+                r.want_claims(seq);
+            }
+        }
         if dirty {
             if let Some(p) = &self.persister {
                 p.mark_dirty(self);
@@ -638,6 +693,13 @@ impl Queue {
     pub fn get(self: &Arc<Self>, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> bool {
         self.locked(|q, st, host| match st.get(ack_mode, host) {
             Some((m, left)) => {
+                // basic.get cannot wait for the group: its claim follows it (a leader lost in
+                // between leaves that one message unmarked at the next).
+                if host.io.claims.as_ref().is_some_and(|c| !c.contains(&m.seq)) {
+                    if let Some(r) = &*q.repl.load() {
+                        r.claim_now(m.seq);
+                    }
+                }
                 let st = &q.stats;
                 delivered(
                     &st.get,
