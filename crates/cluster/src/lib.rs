@@ -4,7 +4,7 @@
 //! - [`Meta`] runs the local Raft node: [`Meta::propose`] replicates a command (forwarded to the
 //!   leader when needed) and returns the leader's reply once this node applied it too.
 //! - Nodes talk through the broker's inter-node link ([`Transport`] out, [`Meta::handle_rpc`]
-//!   in); requests and replies are serde_json.
+//!   in); requests, replies and log entries are bincode (`types::wire`).
 //! - State under the node's directory: `raft.log` (entries), `vote.json`, `committed.json`,
 //!   `snapshot.bin` (the last snapshot). Everything is fsynced before it is acknowledged.
 //!
@@ -51,7 +51,7 @@ use tokio::time::Instant;
 use crate::log_store::LogStore;
 use crate::network::{Network, Reach};
 use crate::sm_store::SmStore;
-use crate::types::{Blob, Reply, Rpc, TypeConfig};
+use crate::types::{wire, Blob, Reply, Rpc, TypeConfig};
 
 pub type NodeId = u64;
 
@@ -467,6 +467,31 @@ impl Meta {
         Ok(reply.0)
     }
 
+    /// Submits `command` on this node when it leads, without waiting: the returned future
+    /// resolves to the apply's reply once the entry is committed and applied here. Entries are
+    /// ordered as submitted, so a caller may keep several in flight (pipelining) and still
+    /// know their order. `None` when this node does not lead (use [`Meta::propose`]).
+    pub async fn submit(
+        &self,
+        command: Vec<u8>,
+    ) -> Option<impl std::future::Future<Output = Result<Vec<u8>, ProposeError>>> {
+        if !matches!(self.leader_target(), Some(Target::Local)) {
+            return None;
+        }
+        let rx = self.inner.raft.client_write_ff(Blob(command)).await.ok()?;
+        let t = self.inner.config.propose_timeout;
+        Some(async move {
+            match tokio::time::timeout(t, rx).await {
+                Ok(Ok(Ok(resp))) => Ok(resp.data.0),
+                Ok(Ok(Err(e))) => Err(ProposeError::Unavailable(e.to_string())),
+                Ok(Err(_)) => Err(ProposeError::Unavailable("the leader stopped".into())),
+                Err(_) => Err(ProposeError::Unavailable(format!(
+                    "not committed within {t:?} (is a majority down?); it may still be"
+                ))),
+            }
+        })
+    }
+
     /// Waits up to `timeout` for this node to have applied entry `index`; true if it has.
     pub async fn wait_applied_within(&self, index: u64, timeout: Duration) -> bool {
         self.wait_applied(index, Instant::now() + timeout)
@@ -505,8 +530,7 @@ impl Meta {
     ) -> Result<Reply, MetaError> {
         let inner = &self.inner;
         let pause = Duration::from_millis(inner.config.heartbeat_ms.clamp(10, 100));
-        let request = serde_json::to_vec(rpc)
-            .map_err(|e| MetaError::Stopped(format!("encoding a request: {e}")))?;
+        let request = wire::encode(rpc);
         let mut hint: Option<Target> = None;
         let mut last = String::from("no leader known");
         loop {
@@ -531,7 +555,7 @@ impl Meta {
                 Target::Remote(node) => {
                     let call = inner.transport.call(node, request.clone());
                     match tokio::time::timeout_at(deadline, call).await {
-                        Ok(Ok(bytes)) => serde_json::from_slice(&bytes)
+                        Ok(Ok(bytes)) => wire::decode(&bytes)
                             .unwrap_or_else(|e| Reply::Error(format!("undecodable reply: {e}"))),
                         Ok(Err(TransportError::Timeout)) | Err(_) => {
                             return Err(MetaError::Unavailable(format!(
@@ -680,7 +704,7 @@ impl Meta {
     /// The receiving side of [`Transport::call`].
     pub async fn handle_rpc(&self, request: &[u8]) -> Vec<u8> {
         let raft = &self.inner.raft;
-        let reply = match serde_json::from_slice::<Rpc>(request) {
+        let reply = match wire::decode::<Rpc>(request) {
             Err(e) => Reply::Error(format!("undecodable request: {e}")),
             Ok(Rpc::Vote(req)) => match raft.vote(req).await {
                 Ok(r) => Reply::Vote(r),
@@ -702,8 +726,7 @@ impl Meta {
             }
             Ok(rpc) => self.serve(&rpc).await,
         };
-        serde_json::to_vec(&reply)
-            .unwrap_or_else(|_| br#"{"Error":"reply encoding failed"}"#.to_vec())
+        wire::encode(&reply)
     }
 
     pub fn status(&self) -> Status {

@@ -1,6 +1,6 @@
 //! The Raft log, vote and committed index, persisted under the node's directory.
 //!
-//! - `raft.log`: checksummed records, one per entry (serde_json of the entry), optionally led by
+//! - `raft.log`: checksummed records, one per entry (bincode, `types::wire`), optionally led by
 //!   a record naming the last purged log id. Appends are written and fsynced before openraft is
 //!   told; truncation and purging rewrite the whole file atomically (metadata logs are small and
 //!   these are rare). A damaged tail (torn write) is cut off at open.
@@ -24,7 +24,7 @@ use openraft::{
 };
 use warren_store::{record, snapshot};
 
-use crate::types::TypeConfig;
+use crate::types::{wire, TypeConfig};
 use crate::{lock, NodeId};
 
 const KIND_ENTRY: u8 = 1;
@@ -101,12 +101,12 @@ fn recover(path: &Path) -> io::Result<Recovered> {
             break;
         };
         match r.kind {
-            KIND_PURGED if at == 0 => match serde_json::from_slice(&r.data) {
+            KIND_PURGED if at == 0 => match wire::decode(&r.data) {
                 Ok(id) => purged = Some(id),
                 Err(_) => break,
             },
             KIND_ENTRY => {
-                let Ok(entry) = serde_json::from_slice::<Entry<TypeConfig>>(&r.data) else {
+                let Ok(entry) = wire::decode::<Entry<TypeConfig>>(&r.data) else {
                     break;
                 };
                 // Entries are consecutive; anything else is damage, never a valid suffix.
@@ -146,10 +146,10 @@ impl LogInner {
     fn rewrite(&mut self) -> io::Result<()> {
         let mut buf = BytesMut::new();
         if let Some(p) = &self.purged {
-            record::encode(&mut buf, KIND_PURGED, p.index, &serde_json::to_vec(p)?);
+            record::encode(&mut buf, KIND_PURGED, p.index, &wire::encode(p));
         }
         for (index, e) in &self.entries {
-            record::encode(&mut buf, KIND_ENTRY, *index, &serde_json::to_vec(e)?);
+            record::encode(&mut buf, KIND_ENTRY, *index, &wire::encode(e));
         }
         self.file = None;
         snapshot::write_atomic(&self.log_path, &buf)?;
@@ -168,12 +168,7 @@ impl LogInner {
         }
         let mut buf = BytesMut::new();
         for e in &entries {
-            record::encode(
-                &mut buf,
-                KIND_ENTRY,
-                e.log_id.index,
-                &serde_json::to_vec(e)?,
-            );
+            record::encode(&mut buf, KIND_ENTRY, e.log_id.index, &wire::encode(e));
         }
         if self.file.is_none() {
             let f = OpenOptions::new()

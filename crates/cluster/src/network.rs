@@ -17,7 +17,7 @@ use openraft::raft::{
 };
 use openraft::{RPCTypes, Snapshot, Vote};
 
-use crate::types::{Blob, Reply, Rpc, TypeConfig};
+use crate::types::{wire, Blob, Reply, Rpc, TypeConfig};
 use crate::{lock, Node, NodeId, Transport, TransportError};
 
 /// The last RPC outcome per peer: whether it succeeded, and when.
@@ -79,7 +79,7 @@ enum CallError {
 
 impl Conn {
     async fn call(&self, rpc: &Rpc, ttl: Duration) -> Result<Reply, CallError> {
-        let request = serde_json::to_vec(rpc).map_err(|e| CallError::Bad(e.to_string()))?;
+        let request = wire::encode(rpc);
         let sent = tokio::time::timeout(ttl, self.transport.call(&self.node, request)).await;
         let bytes = match sent {
             Ok(Ok(b)) => b,
@@ -92,7 +92,7 @@ impl Conn {
                 return Err(CallError::Unreachable(e.to_string()));
             }
         };
-        match serde_json::from_slice::<Reply>(&bytes) {
+        match wire::decode::<Reply>(&bytes) {
             // A peer whose Raft is stopped is as good as down.
             Ok(Reply::Error(msg)) => {
                 self.reach.record(self.target, false);

@@ -54,6 +54,8 @@ const BATCH_BYTES: usize = 4 << 20;
 /// Publishes waiting for their entry beyond which the queue counts as pressured (publishers
 /// stall, as for a queue whose consumers fall behind).
 const PRESSURE_MSGS: usize = 16_384;
+/// Entries one queue keeps in flight.
+const PIPELINE: usize = 4;
 /// Messages claimed for delivery ahead of need, per entry.
 const CLAIM_WINDOW: usize = 512;
 /// How often a non-member asks the members who leads.
@@ -814,43 +816,82 @@ impl QuorumQueue {
         meta: warren_cluster::Meta,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
+        type Pending = std::pin::Pin<
+            Box<
+                dyn std::future::Future<Output = Result<Vec<u8>, warren_cluster::ProposeError>>
+                    + Send,
+            >,
+        >;
+        // Entries in flight, oldest first: a batch waits for the group only while the window
+        // is full, so commits of consecutive batches overlap (each is one fsync per member).
+        let mut in_flight: std::collections::VecDeque<(Pending, Batch)> = Default::default();
         loop {
-            while let Some(mut batch) = self.repl.take() {
+            while in_flight.len() < PIPELINE {
+                let Some(mut batch) = self.repl.take() else {
+                    break;
+                };
                 self.claim(&mut batch);
-                let n = batch.msgs.len();
-                // Without a reply (not committed in time, no leader) every publish is nacked:
-                // the entry may still commit, so a publisher that resends may duplicate.
-                let refused: Option<Vec<usize>> = match meta.propose(encode(&batch)).await {
-                    Ok(reply) => Some(
-                        reply
-                            .chunks_exact(4)
-                            .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
-                            .collect(),
-                    ),
-                    Err(e) => {
-                        tracing::warn!(queue = %self.name, vhost = %self.vhost, messages = n, error = %e, "replicating publishes failed; they are nacked");
-                        None
+                let cmd = encode(&batch);
+                let fut: Pending = match meta.submit(cmd.clone()).await {
+                    Some(f) => Box::pin(f),
+                    // Not the leader (any more): through whoever leads, one at a time.
+                    None => {
+                        let m = meta.clone();
+                        Box::pin(async move { m.propose(cmd).await })
                     }
                 };
-                let handles = batch
-                    .msgs
-                    .into_iter()
-                    .enumerate()
-                    .filter_map(|(i, (_, h))| h.map(|h| (i, h)));
-                crate::confirm::complete_all(handles.map(|(i, h)| {
-                    let ok = refused.as_ref().is_some_and(|r| !r.contains(&i));
-                    (h, ok)
-                }));
-                self.repl.done(n);
-                if self.deleted.load(Ordering::Acquire) {
-                    return;
+                in_flight.push_back((fut, batch));
+            }
+            let room = in_flight.len() < PIPELINE;
+            if let Some((fut, _)) = in_flight.front_mut() {
+                let r = tokio::select! {
+                    r = fut => Some(r),
+                    _ = self.repl.wake.notified(), if room => None,
+                    _ = stopped(&mut stop) => return,
+                };
+                let Some(r) = r else { continue };
+                if let Some((_, batch)) = in_flight.pop_front() {
+                    self.finish(batch, r);
                 }
+                continue;
+            }
+            if self.deleted.load(Ordering::Acquire) {
+                return;
             }
             tokio::select! {
                 _ = self.repl.wake.notified() => {}
                 _ = stopped(&mut stop) => return,
             }
         }
+    }
+
+    /// Completes a batch's confirms from its entry's outcome. Without a reply (not committed in
+    /// time, no leader) every publish is nacked: the entry may still commit, so a publisher
+    /// that resends may duplicate.
+    fn finish(&self, batch: Batch, r: Result<Vec<u8>, warren_cluster::ProposeError>) {
+        let n = batch.msgs.len();
+        let refused: Option<Vec<usize>> = match r {
+            Ok(reply) => Some(
+                reply
+                    .chunks_exact(4)
+                    .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
+                    .collect(),
+            ),
+            Err(e) => {
+                tracing::warn!(queue = %self.name, vhost = %self.vhost, messages = n, error = %e, "replicating publishes failed; they are nacked");
+                None
+            }
+        };
+        let handles = batch
+            .msgs
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, (_, h))| h.map(|h| (i, h)));
+        crate::confirm::complete_all(handles.map(|(i, h)| {
+            let ok = refused.as_ref().is_some_and(|r| !r.contains(&i));
+            (h, ok)
+        }));
+        self.repl.done(n);
     }
 
     /// Adds the claims this batch should carry: the new messages consumers are waiting for, and
