@@ -207,7 +207,10 @@ pub fn effective(
         a.consumer_timeout_ms,
         num("consumer-timeout").filter(|n| *n > 0),
     );
-    a.delivery_limit = min(a.delivery_limit, num("delivery-limit"));
+    // A quorum queue's key (RabbitMQ ignores it for other types).
+    if crate::queue_type::is_quorum(arguments) {
+        a.delivery_limit = min(a.delivery_limit, num("delivery-limit"));
+    }
     let text = |k: &str| d.get(k).and_then(Value::as_str).map(String::from);
     if a.dead_letter_exchange.is_none() {
         a.dead_letter_exchange = text("dead-letter-exchange");

@@ -737,16 +737,27 @@ impl Queue {
     /// Puts unacked messages back at their original positions, marked redelivered (see
     /// `warren_queue::State::requeue` for the length limits).
     pub fn requeue(self: &Arc<Self>, msgs: impl IntoIterator<Item = Settled>) {
-        if let Some(r) = self.repl.load_full() {
-            // A replicated queue counts returns (replicated with the log), shows the count as
-            // `x-delivery-count`, and drops what passed `x-delivery-limit`, as RabbitMQ's
-            // quorum queues do.
-            let limit = self.args().delivery_limit;
+        let repl = self.repl.load_full();
+        let limit = self.args().delivery_limit;
+        if repl.is_some() || limit.is_some() {
+            // A quorum queue counts returns (replicated with the log when it is replicated;
+            // on a single node in the message's own header), shows the count as
+            // `x-delivery-count`, and drops what passed `x-delivery-limit`, as RabbitMQ does.
             let (mut back, mut over) = (Vec::new(), Vec::new());
             for (c, mut m) in msgs {
-                let n = r.returned(m.seq);
-                m.msg = Arc::new(crate::delayed::with_delivery_count(&m.msg, u64::from(n)));
-                if limit.is_some_and(|l| u64::from(n) > l) {
+                let n = match &repl {
+                    Some(r) => {
+                        let n = u64::from(r.returned(m.seq));
+                        m.msg = Arc::new(crate::delayed::with_delivery_count(&m.msg, n));
+                        n
+                    }
+                    None => {
+                        let (msg, n) = crate::delayed::next_attempt(&m.msg);
+                        m.msg = Arc::new(msg);
+                        n
+                    }
+                };
+                if limit.is_some_and(|l| n > l) {
                     over.push((c, m));
                 } else {
                     back.push((c, m));
