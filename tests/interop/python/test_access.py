@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 import json
 import urllib.error
 import urllib.parse
@@ -269,6 +270,46 @@ def test_quorum_queue_is_accepted(conn, res):
     wait_until(lambda: _depth(ch, name) == 1, conn=conn)
     ch.queue_declare(name, durable=True, arguments={"x-queue-type": "quorum"})
     ch.queue_declare(res.queue("classic"), arguments={"x-queue-type": "classic"})
+
+
+def test_quorum_queue_delivery_limit_dead_letters_after_the_limit(conn, res):
+    """x-delivery-limit 2: a message returned twice is delivered a third time (x-delivery-count
+    0 on the first delivery, then 1, then 2: RabbitMQ 3.10 sets it on every quorum queue
+    delivery), and returned once more it is dead-lettered with reason delivery_limit."""
+    ch = conn.channel()
+    dlq, name = res.queue("dlq"), res.queue("limited")
+    ch.queue_declare(dlq, durable=True)
+    ch.queue_declare(name, durable=True, arguments={
+        "x-queue-type": "quorum", "x-delivery-limit": 2,
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+    ch.confirm_delivery()
+    ch.basic_publish("", name, b"m", pika.BasicProperties(delivery_mode=2))
+    seen = []
+    for _ in range(4):
+        got = None
+        deadline = time.time() + 5
+        while got is None and time.time() < deadline:
+            m = ch.basic_get(name)
+            if m[0] is not None:
+                got = m
+            elif seen and len(seen) == 3:
+                break
+            else:
+                time.sleep(0.05)
+        if got is None:
+            break
+        method, props, body = got
+        assert body == b"m"
+        seen.append((method.redelivered, (props.headers or {}).get("x-delivery-count")))
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    assert seen == [(False, 0), (True, 1), (True, 2)], seen
+    deadline = time.time() + 5
+    dead = ch.basic_get(dlq, auto_ack=True)
+    while dead[0] is None and time.time() < deadline:
+        time.sleep(0.05)
+        dead = ch.basic_get(dlq, auto_ack=True)
+    assert dead[2] == b"m", dead
+    assert dead[1].headers["x-death"][0]["reason"] == "delivery_limit"
 
 
 # probeu / secret1 exported by RabbitMQ 3.10.8 (rabbit_password_hashing_sha256).

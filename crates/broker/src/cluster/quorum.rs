@@ -310,9 +310,9 @@ impl warren_cluster::StateMachine for GroupSm {
         for (i, data) in d.msgs.into_iter().enumerate() {
             let id = r.next_id;
             r.next_id += 1;
-            if let Some(leg) = &leg {
+            if let (Some(leg), Some(q)) = (&leg, &q) {
                 if let Some((msg, _)) = crate::persist::decode_message(&data) {
-                    if leg.apply_committed(id, Arc::new(msg), false) {
+                    if leg.apply_committed(id, q.delivery_form(msg, 0), false) {
                         r.msgs.insert(id, data);
                     } else {
                         refused.push(i as u32);
@@ -760,14 +760,12 @@ impl QuorumQueue {
         for (id, data) in &r.msgs {
             match crate::persist::decode_message(data) {
                 Some((msg, _)) => {
-                    let msg = match r.returns.get(id) {
-                        Some(n) => crate::delayed::with_delivery_count(&msg, u64::from(*n)),
-                        None => msg,
-                    };
+                    let n = r.returns.get(id).copied().unwrap_or(0);
+                    let msg = self.delivery_form(msg, n);
                     // Only what an earlier leader claimed (or that came back) may have been
                     // delivered; the rest is new to every consumer.
                     let seen = r.delivered.contains(id) || r.returns.contains_key(id);
-                    if !q.apply_committed(*id, Arc::new(msg), seen) {
+                    if !q.apply_committed(*id, msg, seen) {
                         refused.push(*id);
                     }
                 }
@@ -782,6 +780,16 @@ impl QuorumQueue {
         for id in refused {
             self.repl.settled(id);
         }
+    }
+
+    /// A message as the leader's queue holds it: a quorum queue's deliveries carry
+    /// `x-delivery-count` (0 on the first), as RabbitMQ 3.10's do; a mirrored classic queue's
+    /// do not.
+    fn delivery_form(&self, msg: Message, returns: u32) -> Arc<Message> {
+        if self.mirrored() {
+            return Arc::new(msg);
+        }
+        Arc::new(crate::delayed::with_delivery_count(&msg, u64::from(returns)))
     }
 
     /// The leader's queue, when this node leads.

@@ -119,6 +119,9 @@ pub struct Queue {
     /// The leader's queue of a replicated queue (`cluster/quorum.rs`): publishes go to the
     /// replicator and enter once committed; what leaves for good is settled through it.
     repl: arc_swap::ArcSwapOption<Replicator>,
+    /// A quorum queue (on a single node): its deliveries carry `x-delivery-count`, as
+    /// RabbitMQ's quorum queues' do (0 on the first).
+    quorum_type: bool,
     /// Message counts (management API, Prometheus), bumped under `state`'s lock.
     pub stats: QueueStats,
     state: Mutex<Locked>,
@@ -417,6 +420,7 @@ impl Queue {
                 (id, Some(b.persister), b.scratch_dir)
             }
         };
+        let quorum_type = crate::queue_type::is_quorum(&options.arguments);
         let q = Arc::new(Queue {
             name,
             vhost,
@@ -432,6 +436,7 @@ impl Queue {
             pressure: AtomicBool::new(false),
             relieved: tokio::sync::Notify::new(),
             repl: arc_swap::ArcSwapOption::empty(),
+            quorum_type,
             stats: QueueStats::default(),
             state: Mutex::new(Locked { core, io }),
         });
@@ -664,6 +669,11 @@ impl Queue {
             r.submit(msg, confirm);
             return Enqueued::Accepted;
         }
+        let msg = if self.quorum_type {
+            Arc::new(crate::delayed::with_delivery_count(&msg, 0))
+        } else {
+            msg
+        };
         self.locked_with(confirm, |q, st, host| {
             let logged = q.stores(&msg) && host.io.log.is_some();
             host.io.outbox_bound = false;
