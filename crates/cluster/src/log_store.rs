@@ -27,8 +27,11 @@ use warren_store::{record, snapshot};
 use crate::types::{wire, TypeConfig};
 use crate::{lock, NodeId};
 
-const KIND_ENTRY: u8 = 1;
-const KIND_PURGED: u8 = 2;
+// Kinds 1 and 2 are the serde_json records of earlier versions, still read; 3 and 4 are written.
+const KIND_ENTRY_JSON: u8 = 1;
+const KIND_PURGED_JSON: u8 = 2;
+const KIND_ENTRY: u8 = 3;
+const KIND_PURGED: u8 = 4;
 
 type StorageResult<T> = Result<T, StorageError<NodeId>>;
 
@@ -64,11 +67,32 @@ impl LogStore {
             Some(b) => Some(serde_json::from_slice(&b).map_err(other)?),
             None => None,
         };
-        let committed = match snapshot::read(&committed_path)? {
+        let committed: Option<LogId<NodeId>> = match snapshot::read(&committed_path)? {
             Some(b) => serde_json::from_slice(&b).map_err(other)?,
             None => None,
         };
         let (entries, purged, len) = recover(&log_path)?;
+        // A log cut shorter than what was known committed (a damaged tail that had been
+        // fsynced: the disk lost acknowledged data) must not claim entries it no longer has:
+        // this node holds what is left, and the leader sends it the rest.
+        let last = entries
+            .last_key_value()
+            .map(|(_, e): (_, &Entry<TypeConfig>)| e.log_id)
+            .or(purged);
+        let committed = match committed {
+            Some(c) if last.is_none_or(|l: LogId<NodeId>| l.index < c.index) => {
+                tracing::warn!(
+                    path = %log_path.display(),
+                    committed = c.index,
+                    last = ?last.map(|l| l.index),
+                    "the raft log ends before its committed index; catching up from the leader"
+                );
+                let bytes = serde_json::to_vec(&last).map_err(other)?;
+                snapshot::write_atomic(&committed_path, &bytes)?;
+                last
+            }
+            c => c,
+        };
         Ok(LogStore {
             inner: Arc::new(Mutex::new(LogInner {
                 log_path,
@@ -100,15 +124,30 @@ fn recover(path: &Path) -> io::Result<Recovered> {
         let record::Scan::Record(r, next) = record::scan(&data, at) else {
             break;
         };
+        // A record whose checksum holds but does not decode is not a torn write: refuse to
+        // start rather than cut acknowledged entries off.
+        let undecodable = |e: String| {
+            other(format!(
+                "raft log {}: a whole record at byte {at} does not decode ({e}); refusing to cut it",
+                path.display()
+            ))
+        };
         match r.kind {
-            KIND_PURGED if at == 0 => match wire::decode(&r.data) {
-                Ok(id) => purged = Some(id),
-                Err(_) => break,
-            },
-            KIND_ENTRY => {
-                let Ok(entry) = wire::decode::<Entry<TypeConfig>>(&r.data) else {
-                    break;
+            KIND_PURGED_JSON | KIND_PURGED if at == 0 => {
+                let id = if r.kind == KIND_PURGED {
+                    wire::decode(&r.data)
+                } else {
+                    serde_json::from_slice(&r.data).map_err(|e| e.to_string())
                 };
+                purged = Some(id.map_err(undecodable)?);
+            }
+            KIND_ENTRY_JSON | KIND_ENTRY => {
+                let entry: Entry<TypeConfig> = if r.kind == KIND_ENTRY {
+                    wire::decode(&r.data)
+                } else {
+                    serde_json::from_slice(&r.data).map_err(|e| e.to_string())
+                }
+                .map_err(undecodable)?;
                 // Entries are consecutive; anything else is damage, never a valid suffix.
                 let index = entry.log_id.index;
                 if entries
@@ -340,7 +379,7 @@ mod tests {
         }
         // A torn write: half of a record's bytes at the end of the file.
         let mut partial = BytesMut::new();
-        record::encode(&mut partial, KIND_ENTRY, 5, b"{\"not\":\"finished\"}");
+        record::encode(&mut partial, KIND_ENTRY, 5, b"not finished");
         let mut f = OpenOptions::new()
             .append(true)
             .open(d.join("raft.log"))
@@ -365,6 +404,88 @@ mod tests {
         drop(f);
         let mut s = LogStore::open(&d).expect("reopen");
         assert_eq!(indexes(&mut s).await, vec![0, 1, 2, 3, 4, 5]);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn a_log_cut_below_its_committed_index_lowers_the_committed_index() {
+        let d = dir("committed");
+        {
+            let mut s = LogStore::open(&d).expect("open");
+            s.blocking_append((0..5).map(|i| entry(i, "x")))
+                .await
+                .expect("append");
+            s.save_committed(Some(LogId::new(CommittedLeaderId::new(1, 1), 4)))
+                .await
+                .expect("commit");
+        }
+        // The disk lost fsynced bytes: the last record is cut in half.
+        let path = d.join("raft.log");
+        let len = std::fs::metadata(&path).expect("stat").len();
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open log");
+        f.set_len(len - 3).expect("cut");
+        drop(f);
+        let mut s = LogStore::open(&d).expect("reopen");
+        assert_eq!(indexes(&mut s).await, vec![0, 1, 2, 3]);
+        let c = s.read_committed().await.expect("committed");
+        assert_eq!(
+            c.map(|c| c.index),
+            Some(3),
+            "never past the last entry it has"
+        );
+        drop(s);
+        let mut s = LogStore::open(&d).expect("reopen again");
+        let c = s.read_committed().await.expect("committed");
+        assert_eq!(c.map(|c| c.index), Some(3), "and that is what is on disk");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn a_whole_record_that_does_not_decode_is_refused_not_cut() {
+        let d = dir("undecodable");
+        {
+            let mut s = LogStore::open(&d).expect("open");
+            s.blocking_append((0..3).map(|i| entry(i, "x")))
+                .await
+                .expect("append");
+        }
+        let mut rec = BytesMut::new();
+        record::encode(&mut rec, KIND_ENTRY, 3, b"\xff\xff not an entry");
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(d.join("raft.log"))
+            .expect("open log");
+        f.write_all(&rec).expect("write");
+        drop(f);
+        let len = std::fs::metadata(d.join("raft.log")).expect("stat").len();
+        let e = LogStore::open(&d).err().expect("refused");
+        assert!(e.to_string().contains("does not decode"), "{e}");
+        assert_eq!(
+            std::fs::metadata(d.join("raft.log")).expect("stat").len(),
+            len,
+            "nothing was cut"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn entries_of_the_json_format_are_still_read() {
+        let d = dir("json");
+        let mut buf = BytesMut::new();
+        for i in 0..3 {
+            let json = serde_json::to_vec(&entry(i, "old")).expect("json");
+            record::encode(&mut buf, KIND_ENTRY_JSON, i, &json);
+        }
+        std::fs::write(d.join("raft.log"), &buf).expect("write");
+        let mut s = LogStore::open(&d).expect("open");
+        assert_eq!(indexes(&mut s).await, vec![0, 1, 2]);
+        s.blocking_append([entry(3, "new")]).await.expect("append");
+        drop(s);
+        let mut s = LogStore::open(&d).expect("reopen");
+        assert_eq!(indexes(&mut s).await, vec![0, 1, 2, 3]);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -789,7 +789,10 @@ impl QuorumQueue {
         if self.mirrored() {
             return Arc::new(msg);
         }
-        Arc::new(crate::delayed::with_delivery_count(&msg, u64::from(returns)))
+        Arc::new(crate::delayed::with_delivery_count(
+            &msg,
+            u64::from(returns),
+        ))
     }
 
     /// The leader's queue, when this node leads.
