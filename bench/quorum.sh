@@ -31,7 +31,8 @@ S7=(-x 10 -y 10 -qq -s 4000 -c 100 -q 100 -z "$DUR")
 S2=(-x 10 -y 10 -f persistent -s 4000 -c 100 -q 100 -z "$DUR")
 delete_q() { # HTTP_PORT QUEUE
   curl -s -o /dev/null -u guest:guest -X DELETE "http://127.0.0.1:$1/api/queues/%2f/$2" || true; }
-rate() { grep -oE "receiving rate avg: [0-9]+" "$1" | grep -oE "[0-9]+$" || echo 0; }
+# perftest.sh prints one summary line per run ("manual: send=N recv=N msg/s | ...").
+rate() { grep -oE "recv=[0-9]+" "$1" | grep -oE "[0-9]+$" | tail -1 || echo 0; }
 run() { # NAME ROUND
   local out="$RESULTS_DIR/$1-$2.txt"
   case "$1" in

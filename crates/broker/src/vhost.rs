@@ -2019,11 +2019,7 @@ impl VHost {
                 }
             }
             // A replicated queue led elsewhere is asked like a remote one (fresh counts).
-            let remote = q.remote().cloned().or_else(|| {
-                q.quorum()
-                    .and_then(|r| r.leg())
-                    .and_then(|l| l.remote().cloned())
-            });
+            let remote = q.remote_leg();
             let message_count = match remote {
                 Some(r) => {
                     let n = r.counts_checked()?;

@@ -116,6 +116,16 @@ impl QueueRef {
         }
     }
 
+    /// The remote handle this node uses for it now: a queue homed elsewhere, or a replicated
+    /// queue led elsewhere (publish credit, counts and link failures are the handle's).
+    pub fn remote_leg(&self) -> Option<Arc<RemoteQueue>> {
+        match self {
+            QueueRef::Remote(q) => Some(q.clone()),
+            QueueRef::Quorum(q) => q.leg().and_then(|l| l.remote().cloned()),
+            _ => None,
+        }
+    }
+
     /// The replicated queue, if it is one.
     pub fn quorum(&self) -> Option<&Arc<QuorumQueue>> {
         match self {
