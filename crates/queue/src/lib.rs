@@ -445,6 +445,20 @@ impl<C, M: Payload> State<C, M> {
         self.limits = limits;
     }
 
+    /// Marks the ready message `seq` redelivered (a replicated host learned that an earlier
+    /// leader may have delivered it); false if it is not ready here.
+    pub fn mark_redelivered(&mut self, seq: u64) -> bool {
+        for lane in &mut self.ready {
+            if let Ok(i) = lane.binary_search_by_key(&seq, |e| e.seq) {
+                if let Some(e) = lane.get_mut(i) {
+                    e.redelivered = true;
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
     pub fn ready_len(&self) -> usize {
         self.ready_len
     }

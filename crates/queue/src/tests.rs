@@ -591,3 +591,18 @@ fn publish_as_numbers_messages_with_the_hosts_ids_and_forgets_them_by_those_ids(
     assert!(s.logged.is_empty(), "each ack forgets its id");
     assert!(s.errors.is_empty(), "{:?}", s.errors);
 }
+
+#[test]
+fn mark_redelivered_flags_a_ready_message_by_seq() {
+    let mut s = sim_with(&[(1, 0)]);
+    let mut q = Q::new(Config::default(), Limits::default(), 0);
+    for (seq, id) in [(4, 0), (9, 1), (15, 2)] {
+        q.publish_as(seq, msg(id, 1, None, None), false, &mut s);
+    }
+    assert!(q.mark_redelivered(9));
+    assert!(!q.mark_redelivered(10), "no such message");
+    q.add_consumer(consumer(1, 0), 0).unwrap();
+    q.dispatch(&mut s);
+    let got: Vec<(u32, bool)> = s.delivered.iter().map(|d| (d.1, d.2)).collect();
+    assert_eq!(got, [(0, false), (1, true), (2, false)]);
+}

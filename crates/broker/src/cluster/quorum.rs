@@ -23,7 +23,7 @@
 //!   majority) and applied on the leader.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -87,6 +87,8 @@ struct Batch {
     /// (the first ones: consumers are waiting for them).
     claimed: Vec<u64>,
     claim_new: u32,
+    /// The proposing leader's epoch (see `Replicator::epoch`).
+    epoch: u64,
 }
 
 /// The leader's side of replication: gathers what its queue did and proposes it in batches.
@@ -103,6 +105,10 @@ pub struct Replicator {
     /// proposed and not yet committed (not asked for twice).
     claims_from: Mutex<Option<u64>>,
     claiming: Mutex<HashSet<u64>>,
+    /// Set afresh each time this node starts leading. An entry proposed under another epoch
+    /// (an earlier leader's, committed after this node took over) may carry claims that leader
+    /// acted on: its claimed messages may have been delivered, so they are marked redelivered.
+    epoch: AtomicU64,
 }
 
 impl Replicator {
@@ -171,8 +177,11 @@ impl Replicator {
         {
             return None;
         }
+        let epoch = self.epoch.load(Ordering::Relaxed);
         if p.msgs.len() <= BATCH_MSGS && p.bytes <= BATCH_BYTES {
-            return Some(std::mem::take(&mut *p));
+            let mut b = std::mem::take(&mut *p);
+            b.epoch = epoch;
+            return Some(b);
         }
         let mut n = 0;
         let mut bytes = 0;
@@ -194,6 +203,7 @@ impl Replicator {
             returned: std::mem::take(&mut p.returned),
             claimed: std::mem::take(&mut p.claimed),
             claim_new: 0,
+            epoch,
         })
     }
 
@@ -206,7 +216,7 @@ impl Replicator {
 }
 
 /// An entry: `[OP_ENQUEUE][n u32]([len u32][stored message])*n`, then the settled, returned
-/// and claimed ids, each as `[m u32]([id u64])*m`, then `[claim_new u32]`.
+/// and claimed ids, each as `[m u32]([id u64])*m`, then `[claim_new u32][epoch u64]`.
 fn encode(batch: &Batch) -> Vec<u8> {
     let mut b = BytesMut::with_capacity(batch.bytes + 16 + batch.settled.len() * 8);
     b.put_u8(OP_ENQUEUE);
@@ -223,6 +233,7 @@ fn encode(batch: &Batch) -> Vec<u8> {
         }
     }
     b.put_u32(batch.claim_new);
+    b.put_u64(batch.epoch);
     b.to_vec()
 }
 
@@ -232,6 +243,7 @@ struct Decoded {
     returned: Vec<u64>,
     claimed: Vec<u64>,
     claim_new: u32,
+    epoch: u64,
 }
 
 fn decode(command: &[u8]) -> Option<Decoded> {
@@ -264,7 +276,7 @@ fn decode(command: &[u8]) -> Option<Decoded> {
     let settled = ids()?;
     let returned = ids()?;
     let claimed = ids()?;
-    if b.remaining() < 4 {
+    if b.remaining() < 12 {
         return None;
     }
     Some(Decoded {
@@ -273,6 +285,7 @@ fn decode(command: &[u8]) -> Option<Decoded> {
         returned,
         claimed,
         claim_new: b.get_u32(),
+        epoch: b.get_u64(),
     })
 }
 
@@ -302,9 +315,17 @@ impl warren_cluster::StateMachine for GroupSm {
                 r.delivered.insert(id);
             }
         }
+        // An earlier leader's entry, applied after this node took over: what it claimed or
+        // returned may have been delivered already.
+        let foreign = q
+            .as_ref()
+            .is_some_and(|q| d.epoch != q.repl.epoch.load(Ordering::Relaxed));
         if let Some(leg) = &leg {
+            if foreign && (!d.claimed.is_empty() || !d.returned.is_empty()) {
+                leg.mark_redelivered(d.claimed.iter().chain(&d.returned).copied());
+            }
             if !d.claimed.is_empty() || claim_new > 0 {
-                leg.claimed(d.claimed.iter().copied().chain(new_claims));
+                leg.claimed(d.claimed.iter().copied().chain(new_claims.clone()));
             }
         }
         for (i, data) in d.msgs.into_iter().enumerate() {
@@ -312,7 +333,8 @@ impl warren_cluster::StateMachine for GroupSm {
             r.next_id += 1;
             if let (Some(leg), Some(q)) = (&leg, &q) {
                 if let Some((msg, _)) = crate::persist::decode_message(&data) {
-                    if leg.apply_committed(id, q.delivery_form(msg, 0), false) {
+                    let seen = foreign && new_claims.contains(&id);
+                    if leg.apply_committed(id, q.delivery_form(msg, 0), seen) {
                         r.msgs.insert(id, data);
                     } else {
                         refused.push(i as u32);
@@ -755,7 +777,13 @@ impl QuorumQueue {
         q.set_effective_args((**self.args.load()).clone());
         q.set_replicator(Some(self.repl.clone()));
         let r = self.sm.replica.lock();
+        // Under the replica's lock: every entry applied from here on knows this epoch.
+        self.repl
+            .epoch
+            .store(rand::random::<u64>() | 1, Ordering::Relaxed);
         *self.repl.returns.lock() = r.returns.clone();
+        // Claims still on their way are an earlier leg's: it may have delivered those.
+        let pending_claims = self.repl.claiming.lock().clone();
         let mut refused = Vec::new();
         for (id, data) in &r.msgs {
             match crate::persist::decode_message(data) {
@@ -764,7 +792,9 @@ impl QuorumQueue {
                     let msg = self.delivery_form(msg, n);
                     // Only what an earlier leader claimed (or that came back) may have been
                     // delivered; the rest is new to every consumer.
-                    let seen = r.delivered.contains(id) || r.returns.contains_key(id);
+                    let seen = r.delivered.contains(id)
+                        || r.returns.contains_key(id)
+                        || pending_claims.contains(id);
                     if !q.apply_committed(*id, msg, seen) {
                         refused.push(*id);
                     }
@@ -1274,6 +1304,7 @@ mod tests {
             returned: vec![4],
             claimed: vec![7, 8],
             claim_new: 1,
+            epoch: 42,
         };
         let d = decode(&encode(&batch)).expect("decodes");
         assert_eq!(d.msgs.len(), 2);
@@ -1281,6 +1312,7 @@ mod tests {
         assert_eq!(d.returned, [4]);
         assert_eq!(d.claimed, [7, 8]);
         assert_eq!(d.claim_new, 1);
+        assert_eq!(d.epoch, 42);
         let (back, _) = crate::persist::decode_message(&d.msgs[0]).expect("a stored message");
         assert_eq!(&back.body[..], b"hello");
         assert!(

@@ -111,7 +111,24 @@ impl QueueRef {
     /// queue itself.
     pub fn resolved(self) -> AmqpResult<QueueRef> {
         match self {
-            QueueRef::Quorum(q) => q.leg().ok_or_else(|| q.unavailable()),
+            QueueRef::Quorum(q) => {
+                if let Some(l) = q.leg() {
+                    return Ok(l);
+                }
+                // An election under way, or a node that learns the leader by asking the
+                // members (a queue declared a moment ago elsewhere): wait a little for it.
+                let found = tokio::runtime::Handle::try_current().ok().and_then(|h| {
+                    let q = q.clone();
+                    tokio::task::block_in_place(|| {
+                        h.block_on(q.wait_leader(std::time::Duration::from_secs(3)))
+                    })
+                    .then_some(())
+                });
+                match found.and_then(|_| q.leg()) {
+                    Some(l) => Ok(l),
+                    None => Err(q.unavailable()),
+                }
+            }
             q => Ok(q),
         }
     }

@@ -502,6 +502,14 @@ impl Queue {
         })
     }
 
+    /// An earlier leader may have delivered these: their next delivery says so.
+    pub fn mark_redelivered(self: &Arc<Self>, ids: impl IntoIterator<Item = u64>) {
+        let mut st = self.state.lock();
+        for id in ids {
+            st.core.mark_redelivered(id);
+        }
+    }
+
     /// Deliveries the consumers could take now beyond the ready messages (a guess at how many
     /// of the next publishes go straight out, so they are claimed with their enqueue).
     pub fn spare_credit(&self) -> usize {
