@@ -54,6 +54,17 @@ struct VhostOpt {
     vhost: String,
 }
 
+/// A quorum queue and a node (add_member, delete_member).
+#[derive(Args)]
+struct MemberOpt {
+    #[command(flatten)]
+    v: VhostOpt,
+    #[arg(value_name = "QUEUE")]
+    queue: String,
+    #[arg(value_name = "NODE")]
+    node: String,
+}
+
 #[derive(Subcommand)]
 #[command(rename_all = "snake_case")]
 enum Cmd {
@@ -191,23 +202,9 @@ enum Cmd {
         member: String,
     },
     /// Adds NODE to a quorum queue's members (rabbitmq-queues add_member).
-    AddMember {
-        #[command(flatten)]
-        v: VhostOpt,
-        #[arg(value_name = "QUEUE")]
-        queue: String,
-        #[arg(value_name = "NODE")]
-        node: String,
-    },
+    AddMember(MemberOpt),
     /// Removes NODE from a quorum queue's members (rabbitmq-queues delete_member).
-    DeleteMember {
-        #[command(flatten)]
-        v: VhostOpt,
-        #[arg(value_name = "QUEUE")]
-        queue: String,
-        #[arg(value_name = "NODE")]
-        node: String,
-    },
+    DeleteMember(MemberOpt),
     /// Adds NODE to every quorum queue (`all`), or to those with an even number of members
     /// (`even`), as rabbitmq-queues grow.
     Grow {
@@ -616,6 +613,13 @@ fn delete_limit(api: &Api, kind: &str, name: &str, limit: &str, what: &str) -> R
         format!("{what} '{name}' does not exist"),
     )?;
     Ok(())
+}
+
+fn member_text(m: &MemberOpt) -> String {
+    format!(
+        "queue {} in vhost {} on node {} ...",
+        m.queue, m.v.vhost, m.node
+    )
 }
 
 /// One add_member / delete_member through `/api/warren/queues/members`.
@@ -1146,25 +1150,13 @@ fn run(api: &Api, cmd: Cmd, view: View, out: &mut impl Write) -> Result<(), Fail
                 &[],
             )?;
         }
-        Cmd::AddMember { v, queue, node } => {
-            info(
-                quiet,
-                format!(
-                    "Adding a replica for queue {queue} in vhost {} on node {node} ...",
-                    v.vhost
-                ),
-            );
-            member_change(api, &v.vhost, &queue, &node, true)?;
+        Cmd::AddMember(m) => {
+            info(quiet, format!("Adding a replica for {}", member_text(&m)));
+            member_change(api, &m.v.vhost, &m.queue, &m.node, true)?;
         }
-        Cmd::DeleteMember { v, queue, node } => {
-            info(
-                quiet,
-                format!(
-                    "Removing a replica of queue {queue} in vhost {} on node {node} ...",
-                    v.vhost
-                ),
-            );
-            member_change(api, &v.vhost, &queue, &node, false)?;
+        Cmd::DeleteMember(m) => {
+            info(quiet, format!("Removing a replica of {}", member_text(&m)));
+            member_change(api, &m.v.vhost, &m.queue, &m.node, false)?;
         }
         Cmd::Grow {
             node,

@@ -283,7 +283,11 @@ impl Cluster {
             &broker.config.data_dir.join("raft"),
             me,
             Arc::new(BrokerSm(Arc::downgrade(broker))),
-            Arc::new(LinkTransport(self.links.clone())),
+            Arc::new(LinkTransport {
+                links: self.links.clone(),
+                service: SERVICE_RAFT,
+                group: None,
+            }),
             // Failover (lease + election) takes 2-4 s; a change waits out one failover.
             warren_cluster::MetaConfig {
                 election_timeout_min_ms: 1000,
@@ -951,8 +955,13 @@ fn cookie(config: &crate::Config, c: &crate::config::ClusterConfig) -> anyhow::R
     }
 }
 
-/// Raft's messages travel on the links.
-struct LinkTransport(Arc<Links>);
+/// Raft's messages travel on the links: the metadata group's as `SERVICE_RAFT`, a replicated
+/// queue's as `quorum::SERVICE_QRAFT` led by its group id.
+pub(crate) struct LinkTransport {
+    pub(crate) links: Arc<Links>,
+    pub(crate) service: u8,
+    pub(crate) group: Option<u64>,
+}
 
 impl warren_cluster::Transport for LinkTransport {
     fn call(
@@ -965,13 +974,23 @@ impl warren_cluster::Transport for LinkTransport {
                 + Send,
         >,
     > {
-        let links = self.0.clone();
+        let links = self.links.clone();
         let addr = to.addr.clone();
+        let service = self.service;
+        let body = match self.group {
+            Some(g) => {
+                let mut b = Vec::with_capacity(8 + request.len());
+                b.extend_from_slice(&g.to_be_bytes());
+                b.extend_from_slice(&request);
+                b
+            }
+            None => request,
+        };
         Box::pin(async move {
             links
                 // Below the propose deadline, so a forward to a leader that stopped answering
                 // leaves time to retry with the next one.
-                .call(&addr, SERVICE_RAFT, &request, Duration::from_secs(3))
+                .call(&addr, service, &body, Duration::from_secs(3))
                 .await
                 .map(|b| b.to_vec())
                 .map_err(|e| match e {

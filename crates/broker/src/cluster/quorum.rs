@@ -30,7 +30,6 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 
-use super::link::Links;
 use super::remote::RemoteQueue;
 use super::{Cluster, MetaOp};
 use crate::confirm::ConfirmHandle;
@@ -424,41 +423,6 @@ impl warren_cluster::StateMachine for GroupSm {
     }
 }
 
-/// Raft messages of one group travel on the links, tagged with the group.
-struct GroupTransport {
-    links: Arc<Links>,
-    group: u64,
-}
-
-impl warren_cluster::Transport for GroupTransport {
-    fn call(
-        &self,
-        to: &warren_cluster::Node,
-        request: Vec<u8>,
-    ) -> std::pin::Pin<
-        Box<
-            dyn std::future::Future<Output = Result<Vec<u8>, warren_cluster::TransportError>>
-                + Send,
-        >,
-    > {
-        let links = self.links.clone();
-        let addr = to.addr.clone();
-        let mut body = Vec::with_capacity(8 + request.len());
-        body.extend_from_slice(&self.group.to_be_bytes());
-        body.extend_from_slice(&request);
-        Box::pin(async move {
-            links
-                .call(&addr, SERVICE_QRAFT, &body, Duration::from_secs(3))
-                .await
-                .map(|b| b.to_vec())
-                .map_err(|e| match e {
-                    super::link::LinkError::Timeout(_) => warren_cluster::TransportError::Timeout,
-                    e => warren_cluster::TransportError::Unreachable(addr, e.to_string()),
-                })
-        })
-    }
-}
-
 /// A replicated queue as one node sees it.
 pub struct QuorumQueue {
     pub name: Arc<str>,
@@ -611,9 +575,10 @@ impl QuorumQueue {
             &dir,
             me,
             self.sm.clone(),
-            Arc::new(GroupTransport {
+            Arc::new(super::LinkTransport {
                 links: c.links.clone(),
-                group: self.group,
+                service: SERVICE_QRAFT,
+                group: Some(self.group),
             }),
             // Failover in 1-2 s: a queue's leader is what publishers wait for.
             warren_cluster::MetaConfig {
