@@ -1100,3 +1100,15 @@ def test_publishers_on_a_node_that_does_not_lead_are_credited(cluster, names):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "confirmed 20000, nacked 0" in r.stdout, r.stdout[-2000:]
     wait_messages(cluster.nodes, qn, 20000, timeout=20)
+
+
+def test_x_expires_deletes_an_unused_quorum_queue_everywhere(cluster, chans, names):
+    """x-expires 1000 on a quorum queue declared through b: unused, it is gone from every
+    node's API within a few seconds (its leader's sweeper decides, the metadata deletes it)."""
+    _, b, _ = cluster.nodes
+    qn = names("queue", "qq-expires")
+    chans(b).queue_declare(qn, durable=True, arguments={**QUORUM, "x-expires": 1000})
+
+    def gone():
+        return all(n.api("GET", f"/api/queues/%2F/{q(qn)}")[0] == 404 for n in cluster.nodes)
+    wait_until(gone, timeout=10, interval=0.2, what=f"{qn} deleted by x-expires on every node")

@@ -480,15 +480,26 @@ impl QueueRef {
 
     /// Marks it used now, for `x-expires` (a remote queue's home sees its own use).
     pub fn touch(&self) {
-        if let QueueRef::Local(q) = self {
-            q.touch()
+        match self {
+            QueueRef::Local(q) => q.touch(),
+            // The leader's queue keeps a replicated queue's lease (its sweeper decides).
+            QueueRef::Quorum(q) => {
+                if let Some(QueueRef::Local(l)) = q.leg() {
+                    l.touch()
+                }
+            }
+            _ => {}
         }
     }
 
     pub fn lease_expired(&self, now: u64) -> bool {
         match self {
             QueueRef::Local(q) => q.lease_expired(now),
-            QueueRef::Remote(_) | QueueRef::Stream(_) | QueueRef::Quorum(_) => false,
+            QueueRef::Quorum(q) => match q.leg() {
+                Some(QueueRef::Local(l)) => l.lease_expired(now),
+                _ => false,
+            },
+            QueueRef::Remote(_) | QueueRef::Stream(_) => false,
         }
     }
 

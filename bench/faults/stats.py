@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Totals of a batch of checker runs, for docs/reliability.md: runs, faults by kind and role,
+messages, losses, duplicates, redelivered-flag violations, failover and unavailability
+(median and max), and the builds the runs used.
+
+  stats.py RESULTS.jsonl [--batch ID]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("results")
+    p.add_argument("--batch")
+    a = p.parse_args()
+    runs = []
+    with open(a.results) as fh:
+        for line in fh:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if a.batch is None or r.get("batch") == a.batch:
+                runs.append(r)
+    if not runs:
+        print("no runs")
+        return 1
+    kinds = collections.Counter()
+    for r in runs:
+        for f in r.get("faults", []):
+            if not f.get("skipped"):
+                kinds[f"{f['kind']} ({f.get('role', '?')})"] += 1
+    c = [r["counts"] for r in runs]
+    failover = [ms for x in c for ms in x.get("failover_ms", [])]
+    unavail = [x.get("max_unavailable_s", 0) for x in c]
+    ok = sum(1 for r in runs if r.get("ok"))
+    seeds = sorted(r["seed"] for r in runs)
+    builds = collections.Counter(r.get("binary", {}).get("mtime", "?") for r in runs)
+    print(f"runs: {len(runs)} (seeds {seeds[0]}-{seeds[-1]}), passed {ok}, failed {len(runs) - ok}")
+    print("builds (binary mtime: runs): " + ", ".join(f"{k}: {v}" for k, v in sorted(builds.items())))
+    print("faults applied: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + f"; total {sum(kinds.values())}")
+    for k in ("published", "confirmed", "nacked", "unknown", "received", "lost", "lost_after_delivery",
+              "duplicates", "violations", "acked_then_redelivered", "phantom"):
+        print(f"{k}: {sum(x.get(k, 0) for x in c)}")
+    if failover:
+        print(f"failover ms (leader kill -> next confirm), {len(failover)} kills: median "
+              f"{statistics.median(failover):.0f}, p90 {sorted(failover)[int(len(failover) * 0.9) - 1] if len(failover) >= 10 else max(failover)}, "
+              f"max {max(failover)}, min {min(failover)}")
+    print(f"max unavailable per run (s): median {statistics.median(unavail):.2f}, max {max(unavail):.2f}")
+    print(f"wall per run (s): median {statistics.median(r.get('wall_s', 0) for r in runs):.1f}")
+    for r in runs:
+        if not r.get("ok"):
+            print(f"FAILED seed {r['seed']}: {r.get('failures')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
