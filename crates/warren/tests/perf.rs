@@ -547,6 +547,11 @@ fn sweep_report_has_a_point_per_step() {
         "1",
         "-u",
         "perf-sweep",
+        // A durable queue across the steps: with PerfTest's auto-delete default, the previous
+        // step's consumer, still being closed on a loaded machine, could delete the queue the
+        // next step had just declared (404 on its consume; seen once in CI).
+        "--auto-delete",
+        "false",
         "-a",
         "--sweep",
         "500,2000,unlimited",

@@ -805,10 +805,7 @@ impl QuorumQueue {
             return;
         };
         let consumers = match &*old {
-            QueueRef::Local(q) => {
-                q.set_replicator(None);
-                q.mark_deleted().1
-            }
+            QueueRef::Local(q) => q.retire(),
             QueueRef::Remote(r) => r.mark_deleted().1,
             _ => Vec::new(),
         };
@@ -1013,10 +1010,7 @@ impl QuorumQueue {
             _ => 0,
         });
         let consumers = match self.leg.swap(None).as_deref() {
-            Some(QueueRef::Local(q)) => {
-                q.set_replicator(None);
-                q.mark_deleted().1
-            }
+            Some(QueueRef::Local(q)) => q.retire(),
             Some(QueueRef::Remote(r)) => r.mark_deleted().1,
             _ => Vec::new(),
         };

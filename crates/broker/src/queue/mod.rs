@@ -119,6 +119,10 @@ pub struct Queue {
     /// The leader's queue of a replicated queue (`cluster/quorum.rs`): publishes go to the
     /// replicator and enter once committed; what leaves for good is settled through it.
     repl: arc_swap::ArcSwapOption<Replicator>,
+    /// A replicated queue's leader queue that was retired (its node no longer leads): a
+    /// publish that finds no replicator here is refused, never taken into a queue that is
+    /// going (its confirm would be a lie).
+    retired: AtomicBool,
     /// A quorum queue (on a single node): its deliveries carry `x-delivery-count`, as
     /// RabbitMQ's quorum queues' do (0 on the first).
     quorum_type: bool,
@@ -436,6 +440,7 @@ impl Queue {
             pressure: AtomicBool::new(false),
             relieved: tokio::sync::Notify::new(),
             repl: arc_swap::ArcSwapOption::empty(),
+            retired: AtomicBool::new(false),
             quorum_type,
             stats: QueueStats::default(),
             state: Mutex::new(Locked { core, io }),
@@ -477,6 +482,15 @@ impl Queue {
             return r.stall(max).await;
         }
         crate::limits::wait_relief(&self.relieved, || self.pressured(), max).await
+    }
+
+    /// Retires the leader's queue of a replicated queue (this node no longer leads): it stops
+    /// replicating, so what it drops is not settled, refuses publishes, and is deleted.
+    /// Returns its consumers, to be told of the cancel.
+    pub fn retire(self: &Arc<Self>) -> Vec<Arc<Consumer>> {
+        self.retired.store(true, Ordering::SeqCst);
+        self.set_replicator(None);
+        self.mark_deleted().1
     }
 
     /// Makes this the leader's queue of a replicated queue (`Some`), or stops replicating
@@ -676,6 +690,10 @@ impl Queue {
             // Replicated: it enters the queue once committed (`apply_committed`).
             r.submit(msg, confirm);
             return Enqueued::Accepted;
+        }
+        // Read after the replicator: `retire` sets this before it takes the replicator away.
+        if self.retired.load(Ordering::SeqCst) {
+            return Enqueued::Rejected;
         }
         let msg = if self.quorum_type {
             Arc::new(crate::delayed::with_delivery_count(&msg, 0))
