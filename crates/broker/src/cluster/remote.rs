@@ -766,15 +766,12 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
                 }
             };
             let Some(q) = forwarded_to(c, &vhost, &name) else {
-                // Deleted meanwhile: as a local publish to a deleted queue, confirmed. The
-                // publishing node's credit for it goes with the queue. A replicated queue
-                // this node no longer leads did not take it: nacked.
-                let replicated = std::str::from_utf8(&vhost)
-                    .ok()
-                    .zip(std::str::from_utf8(&name).ok())
-                    .and_then(|(v, n)| c.broker()?.vhost(v)?.queue(n))
-                    .is_some_and(|q| q.quorum().is_some_and(|q| !q.is_deleted()));
-                confirm(!replicated);
+                // Not taken here: deleted meanwhile, led by another node now (a replicated
+                // queue), or not known yet (this node has just restarted and not replayed its
+                // metadata). Nacked, never confirmed: a confirm must mean stored. A publisher
+                // that resends to a queue that is really gone gets it unroutable, and
+                // confirmed then. The publishing node's credit goes with the queue.
+                confirm(false);
                 return;
             };
             let msg = Arc::new(msg);
