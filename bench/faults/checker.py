@@ -178,8 +178,14 @@ def snapshot_binary(path: str) -> tuple[str, dict]:
             tmp.unlink()
             raise HarnessError(f"{path} changed while it was copied (a build is writing it?)")
         os.replace(tmp, dest)
-        for old in cache.parent.iterdir():  # copies of older builds
-            if old != cache:
+        # Copies of older builds, once no run can still be using them: another checker (the
+        # test suite's --short run, say) may be running a different binary right now.
+        for old in cache.parent.iterdir():
+            try:
+                stale = time.time() - old.stat().st_mtime > 3600
+            except OSError:
+                continue
+            if old != cache and stale:
                 shutil.rmtree(old, ignore_errors=True)
     return str(dest), info
 

@@ -531,13 +531,15 @@ impl Cluster {
     }
 
     /// A new replicated queue's members: `first` (its initial leader) and `size - 1` other
-    /// running nodes, those in the fewest groups first, so replicas spread over the cluster.
+    /// nodes: running ones first (a node this one has no link to yet may well be up: links
+    /// between followers are made on first use), then those in the fewest groups, so replicas
+    /// spread over the cluster.
     pub fn quorum_members(&self, first: &str, size: usize) -> Vec<String> {
         let mut load: std::collections::HashMap<String, usize> = self
             .members()
             .into_iter()
             .map(|n| n.name)
-            .filter(|n| n != first && self.running(n))
+            .filter(|n| n != first)
             .map(|n| (n, 0))
             .collect();
         if let Some(b) = self.broker() {
@@ -551,10 +553,13 @@ impl Cluster {
                 }
             }
         }
-        let mut by: Vec<(usize, String)> = load.into_iter().map(|(n, c)| (c, n)).collect();
+        let mut by: Vec<(bool, usize, String)> = load
+            .into_iter()
+            .map(|(n, c)| (!self.running(&n), c, n))
+            .collect();
         by.sort();
         std::iter::once(first.to_string())
-            .chain(by.into_iter().map(|(_, n)| n))
+            .chain(by.into_iter().map(|(_, _, n)| n))
             .take(size.max(1))
             .collect()
     }
