@@ -35,7 +35,7 @@ def main() -> int:
         for f in r.get("faults", []):
             if not f.get("skipped"):
                 kinds[f"{f['kind']} ({f.get('role', '?')})"] += 1
-    c = [r["counts"] for r in runs]
+    c = [r.get("counts", {}) for r in runs]
     failover = [ms for x in c for ms in x.get("failover_ms", [])]
     unavail = [x.get("max_unavailable_s", 0) for x in c]
     ok = sum(1 for r in runs if r.get("ok"))
