@@ -63,7 +63,7 @@ impl LogStore {
         let log_path = dir.join("raft.log");
         let vote_path = dir.join("vote.json");
         let committed_path = dir.join("committed.json");
-        let vote = match snapshot::read(&vote_path)? {
+        let vote: Option<Vote<NodeId>> = match snapshot::read(&vote_path)? {
             Some(b) => Some(serde_json::from_slice(&b).map_err(other)?),
             None => None,
         };
@@ -72,6 +72,7 @@ impl LogStore {
             None => None,
         };
         let (entries, purged, len) = recover(&log_path)?;
+        let committed_before = committed;
         // A log cut shorter than what was known committed (a damaged tail that had been
         // fsynced: the disk lost acknowledged data) must not claim entries it no longer has:
         // this node holds what is left, and the leader sends it the rest.
@@ -92,6 +93,25 @@ impl LogStore {
                 last
             }
             c => c,
+        };
+        // With entries it had acknowledged gone, this node must not come back as the leader it
+        // may have been (openraft resumes leading on a committed vote for itself): a leader
+        // with a shorter log would write other entries under the same term and index as the
+        // followers' lost ones. An uncommitted vote keeps the term; the node starts as a
+        // follower and catches up from whoever leads.
+        let cut = match (committed_before, committed) {
+            (Some(b), Some(a)) => a.index < b.index,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        let vote: Option<Vote<NodeId>> = match vote {
+            Some(mut v) if cut && v.committed => {
+                v.committed = false;
+                let bytes = serde_json::to_vec(&v).map_err(other)?;
+                snapshot::write_atomic(&vote_path, &bytes)?;
+                Some(v)
+            }
+            v => v,
         };
         Ok(LogStore {
             inner: Arc::new(Mutex::new(LogInner {
@@ -418,6 +438,9 @@ mod tests {
             s.save_committed(Some(LogId::new(CommittedLeaderId::new(1, 1), 4)))
                 .await
                 .expect("commit");
+            let mut v = Vote::new(1, 1);
+            v.commit();
+            s.save_vote(&v).await.expect("vote");
         }
         // The disk lost fsynced bytes: the last record is cut in half.
         let path = d.join("raft.log");
@@ -435,6 +458,11 @@ mod tests {
             c.map(|c| c.index),
             Some(3),
             "never past the last entry it has"
+        );
+        let v = s.read_vote().await.expect("vote").expect("a vote");
+        assert!(
+            !v.committed,
+            "no longer a leader's vote: it must not lead at once"
         );
         drop(s);
         let mut s = LogStore::open(&d).expect("reopen again");
