@@ -206,6 +206,12 @@ pub fn encode_message(m: &Message, expires_at_ms: Option<u64>) -> Bytes {
     let mut b = BytesMut::with_capacity(
         11 + m.exchange.len() + m.routing_key.len() + 4 + m.properties.len() + m.body.len(),
     );
+    encode_message_into(&mut b, m, expires_at_ms);
+    b.freeze()
+}
+
+/// [`encode_message`] appended to `b` (a replicated queue's entry holds many).
+pub fn encode_message_into(b: &mut BytesMut, m: &Message, expires_at_ms: Option<u64>) {
     match expires_at_ms {
         Some(at) => {
             b.put_u8(1);
@@ -221,7 +227,6 @@ pub fn encode_message(m: &Message, expires_at_ms: Option<u64>) -> Bytes {
     b.put_u32(m.properties.len() as u32);
     b.put_slice(&m.properties);
     b.put_slice(&m.body);
-    b.freeze()
 }
 
 fn unix_ms() -> u64 {

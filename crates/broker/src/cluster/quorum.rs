@@ -221,9 +221,11 @@ fn encode(batch: &Batch) -> Vec<u8> {
     b.put_u8(OP_ENQUEUE);
     b.put_u32(batch.msgs.len() as u32);
     for (m, _) in &batch.msgs {
-        let data = crate::persist::encode_message(m, None);
-        b.put_u32(data.len() as u32);
-        b.put_slice(&data);
+        let at = b.len();
+        b.put_u32(0);
+        crate::persist::encode_message_into(&mut b, m, None);
+        let len = (b.len() - at - 4) as u32;
+        b[at..at + 4].copy_from_slice(&len.to_be_bytes());
     }
     for ids in [&batch.settled, &batch.returned, &batch.claimed] {
         b.put_u32(ids.len() as u32);
@@ -733,14 +735,14 @@ impl QuorumQueue {
     /// This node leads: its queue is built from the replica; the messages an earlier leader
     /// claimed for delivery are marked redelivered.
     fn lead(self: &Arc<Self>) {
-        let q = Queue::new(
+        let q = Queue::leader(
             self.name.clone(),
             self.vhost.clone(),
             self.options.clone(),
             self.vhost_ref.clone(),
+            self.repl.clone(),
         );
         q.set_effective_args((**self.args.load()).clone());
-        q.set_replicator(Some(self.repl.clone()));
         let r = self.sm.replica.lock();
         // Under the replica's lock: every entry applied from here on knows this epoch.
         self.repl
@@ -801,15 +803,16 @@ impl QuorumQueue {
     /// Drops the current leg: its consumers here are cancelled (they consume again, from the
     /// new leader); a local queue stops replicating first, so what it drops is not settled.
     fn retire_leg(&self) {
-        let Some(old) = self.leg.swap(None) else {
-            return;
-        };
-        let consumers = match &*old {
-            QueueRef::Local(q) => q.retire(),
-            QueueRef::Remote(r) => r.mark_deleted().1,
+        crate::channel::notify_cancelled(&self.take_leg());
+    }
+
+    /// Takes the leg away and retires it; returns its consumers here.
+    fn take_leg(&self) -> Vec<Arc<Consumer>> {
+        match self.leg.swap(None).as_deref() {
+            Some(QueueRef::Local(q)) => q.retire(),
+            Some(QueueRef::Remote(r)) => r.mark_deleted().1,
             _ => Vec::new(),
-        };
-        crate::channel::notify_cancelled(&consumers);
+        }
     }
 
     /// Proposes the leader queue's publishes and settlements, a batch per entry, and completes
@@ -994,14 +997,6 @@ impl QuorumQueue {
         ))
     }
 
-    pub fn pressured(&self) -> bool {
-        self.repl.pressured()
-    }
-
-    pub async fn stall(&self, max: Duration) {
-        self.repl.stall(max).await
-    }
-
     /// Deleted (applied on every node): the leg goes, the group stops and its files with it.
     pub fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>) {
         self.deleted.store(true, Ordering::Release);
@@ -1009,21 +1004,12 @@ impl QuorumQueue {
             QueueRef::Local(q) => q.message_count(),
             _ => 0,
         });
-        let consumers = match self.leg.swap(None).as_deref() {
-            Some(QueueRef::Local(q)) => q.retire(),
-            Some(QueueRef::Remote(r)) => r.mark_deleted().1,
-            _ => Vec::new(),
-        };
+        let consumers = self.take_leg();
         let _ = self.role.lock().send(true);
         if let Some(c) = self.cluster.upgrade() {
             self.drop_replica(&c);
         }
         (ready, consumers)
-    }
-
-    /// Ready messages on the leader (through the link when it is elsewhere).
-    pub fn message_count(&self) -> u32 {
-        self.leg().map_or(0, |l| l.message_count())
     }
 }
 

@@ -119,6 +119,9 @@ pub struct Queue {
     /// The leader's queue of a replicated queue (`cluster/quorum.rs`): publishes go to the
     /// replicator and enter once committed; what leaves for good is settled through it.
     repl: arc_swap::ArcSwapOption<Replicator>,
+    /// Made by `Queue::leader`: only such a queue reads `repl` and `retired` on its publish
+    /// path, so a classic queue's publishes pay nothing for replication.
+    leader_leg: bool,
     /// A replicated queue's leader queue that was retired (its node no longer leads): a
     /// publish that finds no replicator here is refused, never taken into a queue that is
     /// going (its confirm would be a lie).
@@ -393,6 +396,17 @@ impl Queue {
         vhost_ref: Weak<VHost>,
         backing: Option<Backing>,
     ) -> Arc<Queue> {
+        Self::build(name, vhost, options, vhost_ref, backing, None)
+    }
+
+    fn build(
+        name: Arc<str>,
+        vhost: Arc<str>,
+        options: QueueOptions,
+        vhost_ref: Weak<VHost>,
+        backing: Option<Backing>,
+        repl: Option<Arc<Replicator>>,
+    ) -> Arc<Queue> {
         let config = warren_queue::Config {
             max_priority: options.args.max_priority,
             single_active_consumer: options.args.single_active_consumer,
@@ -401,7 +415,10 @@ impl Queue {
             page_out_bytes: limits::PAGE_OUT_BYTES,
         };
         let core = warren_queue::State::new(config, core_limits(&options.args), now_ms());
-        let mut io = Io::default();
+        let mut io = Io {
+            claims: repl.as_ref().map(|_| Default::default()),
+            ..Io::default()
+        };
         let mut recovered = None;
         let (store_id, persister, scratch_dir) = match backing {
             None => (None, None, None),
@@ -439,7 +456,8 @@ impl Queue {
             store_id,
             pressure: AtomicBool::new(false),
             relieved: tokio::sync::Notify::new(),
-            repl: arc_swap::ArcSwapOption::empty(),
+            leader_leg: repl.is_some(),
+            repl: arc_swap::ArcSwapOption::new(repl),
             retired: AtomicBool::new(false),
             quorum_type,
             stats: QueueStats::default(),
@@ -472,14 +490,15 @@ impl Queue {
     /// True while consumers fall behind; publishers should stall (see [`Queue::stall`]).
     pub fn pressured(&self) -> bool {
         self.pressure.load(Ordering::Relaxed)
-            || self.repl.load().as_ref().is_some_and(|r| r.pressured())
+            || (self.leader_leg && self.repl.load().as_ref().is_some_and(|r| r.pressured()))
     }
 
     /// Waits until the queue is relieved, for at most `max`.
     pub async fn stall(&self, max: std::time::Duration) {
-        let repl = self.repl.load_full();
-        if let Some(r) = repl.filter(|r| r.pressured()) {
-            return r.stall(max).await;
+        if self.leader_leg {
+            if let Some(r) = self.repl.load_full().filter(|r| r.pressured()) {
+                return r.stall(max).await;
+            }
         }
         crate::limits::wait_relief(&self.relieved, || self.pressured(), max).await
     }
@@ -489,21 +508,26 @@ impl Queue {
     /// Returns its consumers, to be told of the cancel.
     pub fn retire(self: &Arc<Self>) -> Vec<Arc<Consumer>> {
         self.retired.store(true, Ordering::SeqCst);
-        self.set_replicator(None);
+        self.stop_replicating();
         self.mark_deleted().1
     }
 
-    /// Makes this the leader's queue of a replicated queue (`Some`), or stops replicating
-    /// (`None`: the queue is being retired, and what it drops must not be settled).
-    pub fn set_replicator(&self, r: Option<Arc<Replicator>>) {
-        let on = r.is_some();
-        self.repl.store(r);
-        let mut st = self.state.lock();
-        if on {
-            st.io.claims.get_or_insert_with(Default::default);
-        } else {
-            st.io.claims = None;
-        }
+    /// The leader's queue of a replicated queue (`cluster/quorum.rs`), replicating through
+    /// `repl`: no log of its own, it pages nothing out.
+    pub fn leader(
+        name: Arc<str>,
+        vhost: Arc<str>,
+        options: QueueOptions,
+        vhost_ref: Weak<VHost>,
+        repl: Arc<Replicator>,
+    ) -> Arc<Queue> {
+        Self::build(name, vhost, options, vhost_ref, None, Some(repl))
+    }
+
+    /// Stops replicating: the queue is being retired, and what it drops must not be settled.
+    fn stop_replicating(&self) {
+        self.repl.store(None);
+        self.state.lock().io.claims = None;
     }
 
     /// The group recorded these messages as delivered: they may go out now.
@@ -654,7 +678,7 @@ impl Queue {
 
     /// True if a persistent message published here is written to disk (and its confirm waits).
     pub fn stores(&self, msg: &Message) -> bool {
-        (msg.persistent && self.durable_store) || self.repl.load().is_some()
+        (msg.persistent && self.durable_store) || (self.leader_leg && self.repl.load().is_some())
     }
 
     /// Makes sure a log exists to page out to (a non-durable queue makes a scratch one once).
@@ -686,14 +710,16 @@ impl Queue {
         msg: Arc<Message>,
         confirm: Option<&Arc<ConfirmHandle>>,
     ) -> Enqueued {
-        if let Some(r) = &*self.repl.load() {
-            // Replicated: it enters the queue once committed (`apply_committed`).
-            r.submit(msg, confirm);
-            return Enqueued::Accepted;
-        }
-        // Read after the replicator: `retire` sets this before it takes the replicator away.
-        if self.retired.load(Ordering::SeqCst) {
-            return Enqueued::Rejected;
+        if self.leader_leg {
+            if let Some(r) = &*self.repl.load() {
+                // Replicated: it enters the queue once committed (`apply_committed`).
+                r.submit(msg, confirm);
+                return Enqueued::Accepted;
+            }
+            // Read after the replicator: `retire` sets this before it takes it away.
+            if self.retired.load(Ordering::SeqCst) {
+                return Enqueued::Rejected;
+            }
         }
         let msg = if self.quorum_type {
             Arc::new(crate::delayed::with_delivery_count(&msg, 0))
@@ -773,18 +799,25 @@ impl Queue {
     /// Puts unacked messages back at their original positions, marked redelivered (see
     /// `warren_queue::State::requeue` for the length limits).
     pub fn requeue(self: &Arc<Self>, msgs: impl IntoIterator<Item = Settled>) {
-        let repl = self.repl.load_full();
-        let limit = self.args().delivery_limit;
-        if repl.is_some() || limit.is_some() {
+        let repl = if self.leader_leg {
+            self.repl.load_full()
+        } else {
+            None
+        };
+        if repl.is_some() || self.quorum_type {
             // A quorum queue counts returns (replicated with the log when it is replicated;
             // on a single node in the message's own header), shows the count as
-            // `x-delivery-count`, and drops what passed `x-delivery-limit`, as RabbitMQ does.
+            // `x-delivery-count` (a mirrored classic queue only replicates it), and drops what
+            // passed `x-delivery-limit`, as RabbitMQ does.
+            let limit = self.args().delivery_limit;
             let (mut back, mut over) = (Vec::new(), Vec::new());
             for (c, mut m) in msgs {
                 let n = match &repl {
                     Some(r) => {
                         let n = u64::from(r.returned(m.seq));
-                        m.msg = Arc::new(crate::delayed::with_delivery_count(&m.msg, n));
+                        if self.quorum_type {
+                            m.msg = Arc::new(crate::delayed::with_delivery_count(&m.msg, n));
+                        }
                         n
                     }
                     None => {
