@@ -49,6 +49,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::log_store::LogStore;
+pub use crate::log_store::LogReader;
 use crate::network::{Network, Reach};
 use crate::sm_store::SmStore;
 use crate::types::{wire, Blob, Reply, Rpc, TypeConfig};
@@ -198,6 +199,7 @@ struct Inner {
     config: MetaConfig,
     reach: Reach,
     status_tx: watch::Sender<Status>,
+    log: LogReader,
 }
 
 /// Where a leader-only request goes next.
@@ -219,6 +221,7 @@ impl Meta {
         std::fs::create_dir_all(dir)?;
         let id = node_id(&me.name);
         let log_store = LogStore::open(dir)?;
+        let log = log_store.reader();
         let sm_store = SmStore::open(dir, sm)?;
         let raft_config = openraft::Config {
             cluster_name: "warren-meta".into(),
@@ -272,6 +275,7 @@ impl Meta {
                 config,
                 reach,
                 status_tx,
+                log,
             }),
         };
         let now = meta.status();
@@ -727,6 +731,11 @@ impl Meta {
             Ok(rpc) => self.serve(&rpc).await,
         };
         wire::encode(&reply)
+    }
+
+    /// Reads this node's copy of the log (applied entries only; see [`LogReader`]).
+    pub fn log(&self) -> &LogReader {
+        &self.inner.log
     }
 
     pub fn status(&self) -> Status {

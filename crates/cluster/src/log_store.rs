@@ -1,26 +1,36 @@
-//! The Raft log, vote and committed index, persisted under the node's directory.
+//! The Raft log, vote and committed index, persisted under the group's directory.
 //!
-//! - `raft.log`: checksummed records, one per entry (bincode, `types::wire`), optionally led by
-//!   a record naming the last purged log id. Appends are written and fsynced before openraft is
-//!   told; truncation and purging rewrite the whole file atomically (metadata logs are small and
-//!   these are rare). A damaged tail (torn write) is cut off at open.
-//! - `vote.json`, `committed.json`: small files replaced atomically.
+//! - `log/<first index, 16 hex digits>.seg`: the entries, one checksummed record each
+//!   (bincode, `types::wire`; the record's seq is the entry's index), in segments rotated past
+//!   `SEGMENT_BYTES`. Appends are written and fsynced before openraft is told. A damaged tail
+//!   (torn write) is cut off at open; a whole record that does not decode stops the open
+//!   instead. Purging deletes whole segments; truncating cuts the segment it falls in and
+//!   deletes the later ones.
+//! - `purged.json`, `vote.json`, `committed.json`: small files replaced atomically.
 //!
-//! All entries are also kept in memory. File I/O is done inline on the calling task: writes are
-//! small and the metadata rate is low.
+//! Memory holds each entry's offset in its segment (4 bytes) and the newest entries up to
+//! `CACHE_BYTES`, which serve replication and apply; older entries are read back from their
+//! segment. A replicated queue's message bodies live in its log (the broker's
+//! `cluster/quorum.rs` reads them back through [`LogReader`]), so a long queue is not held in
+//! memory. Writes happen on openraft's log task, one at a time; a file write and its fsync run
+//! without the lock, so readers are not held up by the disk.
+//!
+//! Earlier versions kept one file, `raft.log`, wholly in memory: it is converted at open.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
-use std::ops::RangeBounds;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{
-    AnyError, Entry, LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote,
+    AnyError, Entry, EntryPayload, LogId, LogState, RaftLogReader, StorageError, StorageIOError,
+    Vote,
 };
 use warren_store::{record, snapshot};
 
@@ -33,6 +43,14 @@ const KIND_PURGED_JSON: u8 = 2;
 const KIND_ENTRY: u8 = 3;
 const KIND_PURGED: u8 = 4;
 
+/// A segment is rotated once it has grown past this.
+const SEGMENT_BYTES: u64 = 64 << 20;
+/// The newest entries kept in memory (at least the last one).
+const CACHE_BYTES: usize = 4 << 20;
+/// What one read for replication returns at most (at least one entry): a follower that lags
+/// far behind catches up in bounded steps.
+const REPLICATION_READ_BYTES: usize = 8 << 20;
+
 type StorageResult<T> = Result<T, StorageError<NodeId>>;
 
 #[derive(Clone)]
@@ -40,15 +58,42 @@ pub(crate) struct LogStore {
     inner: Arc<Mutex<LogInner>>,
 }
 
+/// One segment file: entries `first ..` at `offsets`.
+struct Segment {
+    first: u64,
+    path: PathBuf,
+    file: Arc<File>,
+    offsets: Vec<u32>,
+    /// Bytes of whole records in the file.
+    len: u64,
+}
+
+impl Segment {
+    /// The index after its last entry.
+    fn end(&self) -> u64 {
+        self.first + self.offsets.len() as u64
+    }
+
+    /// Where entry `index`'s record starts and where the next one does.
+    fn span(&self, index: u64) -> (u64, u64) {
+        let i = (index - self.first) as usize;
+        let start = u64::from(self.offsets[i]);
+        let end = self.offsets.get(i + 1).map_or(self.len, |o| u64::from(*o));
+        (start, end)
+    }
+}
+
 struct LogInner {
-    log_path: PathBuf,
+    dir: PathBuf,
     vote_path: PathBuf,
     committed_path: PathBuf,
-    /// Append handle; `None` after a rewrite replaced the file.
-    file: Option<File>,
-    /// Bytes of valid records in the log file.
-    len: u64,
-    entries: BTreeMap<u64, Entry<TypeConfig>>,
+    purged_path: PathBuf,
+    segment_bytes: u64,
+    segments: VecDeque<Segment>,
+    /// The newest entries, consecutive up to the last one, with their encoded sizes.
+    cache: VecDeque<(Entry<TypeConfig>, usize)>,
+    cache_bytes: usize,
+    last: Option<LogId<NodeId>>,
     purged: Option<LogId<NodeId>>,
     vote: Option<Vote<NodeId>>,
     committed: Option<LogId<NodeId>>,
@@ -58,11 +103,34 @@ fn other(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
+fn segment_path(dir: &Path, first: u64) -> PathBuf {
+    dir.join(format!("{first:016x}.seg"))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn decode_entry(kind: u8, data: &[u8]) -> Result<Entry<TypeConfig>, String> {
+    if kind == KIND_ENTRY {
+        wire::decode(data)
+    } else {
+        serde_json::from_slice(data).map_err(|e| e.to_string())
+    }
+}
+
 impl LogStore {
     pub(crate) fn open(dir: &Path) -> io::Result<LogStore> {
-        let log_path = dir.join("raft.log");
+        Self::open_with(dir, SEGMENT_BYTES)
+    }
+
+    fn open_with(dir: &Path, segment_bytes: u64) -> io::Result<LogStore> {
+        let log_dir = dir.join("log");
+        std::fs::create_dir_all(&log_dir)?;
         let vote_path = dir.join("vote.json");
         let committed_path = dir.join("committed.json");
+        let purged_path = dir.join("purged.json");
+        convert_single_file(dir, &log_dir, &purged_path)?;
         let vote: Option<Vote<NodeId>> = match snapshot::read(&vote_path)? {
             Some(b) => Some(serde_json::from_slice(&b).map_err(other)?),
             None => None,
@@ -71,19 +139,20 @@ impl LogStore {
             Some(b) => serde_json::from_slice(&b).map_err(other)?,
             None => None,
         };
-        let (entries, purged, len) = recover(&log_path)?;
+        let purged: Option<LogId<NodeId>> = match snapshot::read(&purged_path)? {
+            Some(b) => serde_json::from_slice(&b).map_err(other)?,
+            None => None,
+        };
+        let (segments, last_entry) = recover(&log_dir, purged)?;
+        let last = last_entry.or(purged);
         let committed_before = committed;
         // A log cut shorter than what was known committed (a damaged tail that had been
         // fsynced: the disk lost acknowledged data) must not claim entries it no longer has:
         // this node holds what is left, and the leader sends it the rest.
-        let last = entries
-            .last_key_value()
-            .map(|(_, e): (_, &Entry<TypeConfig>)| e.log_id)
-            .or(purged);
         let committed = match committed {
             Some(c) if last.is_none_or(|l: LogId<NodeId>| l.index < c.index) => {
                 tracing::warn!(
-                    path = %log_path.display(),
+                    path = %log_dir.display(),
                     committed = c.index,
                     last = ?last.map(|l| l.index),
                     "the raft log ends before its committed index; catching up from the leader"
@@ -115,37 +184,89 @@ impl LogStore {
         };
         Ok(LogStore {
             inner: Arc::new(Mutex::new(LogInner {
-                log_path,
+                dir: log_dir,
                 vote_path,
                 committed_path,
-                file: None,
-                len,
-                entries,
+                purged_path,
+                segment_bytes,
+                segments,
+                cache: VecDeque::new(),
+                cache_bytes: 0,
+                last,
                 purged,
                 vote,
                 committed,
             })),
         })
     }
+
+    /// A reader of the entries for the state machine's own use (see [`LogReader`]).
+    pub(crate) fn reader(&self) -> LogReader {
+        LogReader {
+            store: self.clone(),
+        }
+    }
 }
 
-type Recovered = (BTreeMap<u64, Entry<TypeConfig>>, Option<LogId<NodeId>>, u64);
+/// Reads a group's entries back in order, for its state machine (a replicated queue reads its
+/// message bodies here rather than keeping them in memory). Only entries that are applied
+/// and not purged should be asked for.
+#[derive(Clone)]
+pub struct LogReader {
+    store: LogStore,
+}
 
-/// Reads the log file, keeping the longest valid prefix and cutting the rest off the file.
-fn recover(path: &Path) -> io::Result<Recovered> {
-    let mut entries = BTreeMap::new();
-    let mut purged = None;
-    let Some(data) = snapshot::read(path)? else {
-        return Ok((entries, purged, 0));
+impl LogReader {
+    /// Entries from `from` on, about `max_bytes` of them (at least one if there is any): each
+    /// index with its command (`None` for Raft's own entries).
+    pub fn read(&self, from: u64, max_bytes: usize) -> io::Result<Vec<(u64, Option<Vec<u8>>)>> {
+        let entries = self.store.read_range(from, u64::MAX, max_bytes)?;
+        Ok(entries
+            .into_iter()
+            .map(|e| {
+                let cmd = match e.payload {
+                    EntryPayload::Normal(b) => Some(b.0),
+                    _ => None,
+                };
+                (e.log_id.index, cmd)
+            })
+            .collect())
+    }
+}
+
+/// Converts the single-file log of earlier versions into segments.
+fn convert_single_file(dir: &Path, log_dir: &Path, purged_path: &Path) -> io::Result<()> {
+    let old = dir.join("raft.log");
+    let Some(data) = snapshot::read(&old)? else {
+        return Ok(());
     };
+    let (entries, purged) = read_single_file(&old, data)?;
+    if let Some(first) = entries.first() {
+        let mut buf = BytesMut::new();
+        for e in &entries {
+            record::encode(&mut buf, KIND_ENTRY, e.log_id.index, &wire::encode(e));
+        }
+        snapshot::write_atomic(&segment_path(log_dir, first.log_id.index), &buf)?;
+    }
+    let bytes = serde_json::to_vec(&purged).map_err(other)?;
+    snapshot::write_atomic(purged_path, &bytes)?;
+    std::fs::remove_file(&old)?;
+    sync_dir(dir)
+}
+
+/// The entries of an earlier version's single file: the longest valid prefix.
+fn read_single_file(
+    path: &Path,
+    data: Vec<u8>,
+) -> io::Result<(Vec<Entry<TypeConfig>>, Option<LogId<NodeId>>)> {
     let data = Bytes::from(data);
+    let mut entries: Vec<Entry<TypeConfig>> = Vec::new();
+    let mut purged = None;
     let mut at = 0;
     while at < data.len() {
         let record::Scan::Record(r, next) = record::scan(&data, at) else {
             break;
         };
-        // A record whose checksum holds but does not decode is not a torn write: refuse to
-        // start rather than cut acknowledged entries off.
         let undecodable = |e: String| {
             other(format!(
                 "raft log {}: a whole record at byte {at} does not decode ({e}); refusing to cut it",
@@ -162,95 +283,430 @@ fn recover(path: &Path) -> io::Result<Recovered> {
                 purged = Some(id.map_err(undecodable)?);
             }
             KIND_ENTRY_JSON | KIND_ENTRY => {
-                let entry: Entry<TypeConfig> = if r.kind == KIND_ENTRY {
-                    wire::decode(&r.data)
-                } else {
-                    serde_json::from_slice(&r.data).map_err(|e| e.to_string())
-                }
-                .map_err(undecodable)?;
-                // Entries are consecutive; anything else is damage, never a valid suffix.
-                let index = entry.log_id.index;
+                let entry = decode_entry(r.kind, &r.data).map_err(undecodable)?;
                 if entries
-                    .last_key_value()
-                    .is_some_and(|(last, _)| *last + 1 != index)
+                    .last()
+                    .is_some_and(|l| l.log_id.index + 1 != entry.log_id.index)
                 {
                     break;
                 }
-                entries.insert(index, entry);
+                entries.push(entry);
             }
             _ => break,
         }
         at = next;
     }
-    if at < data.len() {
-        tracing::warn!(
-            path = %path.display(),
-            kept = at,
-            dropped = data.len() - at,
-            "raft log has a damaged tail; cutting it off"
-        );
-        let f = OpenOptions::new().write(true).open(path)?;
-        f.set_len(at as u64)?;
-        f.sync_all()?;
+    Ok((entries, purged))
+}
+
+/// Opens the segments, keeping the longest valid run of entries and cutting the rest off (a
+/// torn tail; any damage before it cuts there too, and the later segments go). Returns them and
+/// the last entry's id.
+fn recover(
+    dir: &Path,
+    purged: Option<LogId<NodeId>>,
+) -> io::Result<(VecDeque<Segment>, Option<LogId<NodeId>>)> {
+    let mut firsts: Vec<u64> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".seg"))
+                .and_then(|h| u64::from_str_radix(h, 16).ok())
+        })
+        .collect();
+    firsts.sort_unstable();
+    let mut segments: VecDeque<Segment> = VecDeque::new();
+    let mut last: Option<LogId<NodeId>> = None;
+    let mut cut = false;
+    for first in firsts {
+        let path = segment_path(dir, first);
+        if cut {
+            tracing::warn!(path = %path.display(), "removing a raft log segment after damage");
+            std::fs::remove_file(&path)?;
+            continue;
+        }
+        // Segments must follow on from each other (and from what was purged).
+        let expected = segments
+            .back()
+            .map(Segment::end)
+            .or(purged.map(|p| p.index + 1));
+        let starts_well = match expected {
+            Some(e) => segments.is_empty() && first <= e || first == e,
+            None => true,
+        };
+        if !starts_well {
+            cut = true;
+            tracing::warn!(path = %path.display(), "removing a raft log segment that does not follow on");
+            std::fs::remove_file(&path)?;
+            continue;
+        }
+        let data = Bytes::from(std::fs::read(&path)?);
+        let mut offsets = Vec::new();
+        let mut at = 0;
+        while at < data.len() {
+            let record::Scan::Record(r, next) = record::scan(&data, at) else {
+                break;
+            };
+            let undecodable = |e: String| {
+                other(format!(
+                    "raft log {}: a whole record at byte {at} does not decode ({e}); refusing to cut it",
+                    path.display()
+                ))
+            };
+            if r.kind != KIND_ENTRY && r.kind != KIND_ENTRY_JSON {
+                break;
+            }
+            let entry = decode_entry(r.kind, &r.data).map_err(undecodable)?;
+            if entry.log_id.index != first + offsets.len() as u64 {
+                break;
+            }
+            offsets.push(at as u32);
+            last = Some(entry.log_id);
+            at = next;
+        }
+        if at < data.len() {
+            tracing::warn!(
+                path = %path.display(),
+                kept = at,
+                dropped = data.len() - at,
+                "raft log has a damaged tail; cutting it off"
+            );
+            let f = OpenOptions::new().write(true).open(&path)?;
+            f.set_len(at as u64)?;
+            f.sync_all()?;
+            cut = true;
+        }
+        if offsets.is_empty() {
+            std::fs::remove_file(&path)?;
+            continue;
+        }
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        segments.push_back(Segment {
+            first,
+            path,
+            file: Arc::new(file),
+            offsets,
+            len: at as u64,
+        });
     }
-    Ok((entries, purged, at as u64))
+    // Entries at or below the purge point are not the log's any more.
+    if last.is_some_and(|l| purged.is_some_and(|p| l.index <= p.index)) {
+        last = None;
+    }
+    Ok((segments, last))
+}
+
+/// What a read takes from one segment: `count` entries from `first`, in `len` bytes at `at`.
+struct Chunk {
+    file: Arc<File>,
+    first: u64,
+    count: usize,
+    at: u64,
+    len: usize,
 }
 
 impl LogInner {
-    fn last_index(&self) -> Option<u64> {
-        self.entries.last_key_value().map(|(i, _)| *i)
+    /// The first index the log holds.
+    fn first_index(&self) -> u64 {
+        self.purged.map_or(0, |p| p.index + 1)
     }
 
-    /// Writes the whole file anew: the purged marker, then every entry.
-    fn rewrite(&mut self) -> io::Result<()> {
-        let mut buf = BytesMut::new();
-        if let Some(p) = &self.purged {
-            record::encode(&mut buf, KIND_PURGED, p.index, &wire::encode(p));
+    fn push_cache(&mut self, entry: Entry<TypeConfig>, size: usize) {
+        self.cache_bytes += size;
+        self.cache.push_back((entry, size));
+        while self.cache_bytes > CACHE_BYTES && self.cache.len() > 1 {
+            if let Some((_, s)) = self.cache.pop_front() {
+                self.cache_bytes -= s;
+            }
         }
-        for (index, e) in &self.entries {
-            record::encode(&mut buf, KIND_ENTRY, *index, &wire::encode(e));
-        }
-        self.file = None;
-        snapshot::write_atomic(&self.log_path, &buf)?;
-        self.len = buf.len() as u64;
-        Ok(())
     }
 
-    fn append(&mut self, entries: Vec<Entry<TypeConfig>>) -> io::Result<()> {
+    /// Reads one entry from its segment, under the lock (for the rare truncate).
+    fn read_one(&self, index: u64) -> io::Result<Option<Entry<TypeConfig>>> {
+        if let Some((e, _)) = self.cache.iter().find(|(e, _)| e.log_id.index == index) {
+            return Ok(Some(e.clone()));
+        }
+        let Some(seg) = self
+            .segments
+            .iter()
+            .find(|s| s.first <= index && index < s.end())
+        else {
+            return Ok(None);
+        };
+        let (start, end) = seg.span(index);
+        let chunk = Chunk {
+            file: seg.file.clone(),
+            first: index,
+            count: 1,
+            at: start,
+            len: (end - start) as usize,
+        };
+        Ok(read_chunk(&chunk)?.pop())
+    }
+}
+
+/// Reads and decodes a chunk's entries.
+fn read_chunk(c: &Chunk) -> io::Result<Vec<Entry<TypeConfig>>> {
+    let mut buf = vec![0u8; c.len];
+    c.file.read_exact_at(&mut buf, c.at)?;
+    let data = Bytes::from(buf);
+    let mut out = Vec::with_capacity(c.count);
+    let mut at = 0;
+    while out.len() < c.count {
+        let record::Scan::Record(r, next) = record::scan(&data, at) else {
+            return Err(other(format!(
+                "raft log: entry {} cannot be read back",
+                c.first + out.len() as u64
+            )));
+        };
+        let e = decode_entry(r.kind, &r.data).map_err(other)?;
+        if e.log_id.index != c.first + out.len() as u64 {
+            return Err(other(format!(
+                "raft log: entry {} is not where it should be",
+                c.first + out.len() as u64
+            )));
+        }
+        out.push(e);
+        at = next;
+    }
+    Ok(out)
+}
+
+fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
+    let start = match range.start_bound() {
+        Bound::Included(s) => *s,
+        Bound::Excluded(s) => s + 1,
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(e) => e.saturating_add(1),
+        Bound::Excluded(e) => *e,
+        Bound::Unbounded => u64::MAX,
+    };
+    (start, end)
+}
+
+impl LogStore {
+    /// Entries in `[start, end)` that the log holds, about `max_bytes` of them at most (at least
+    /// one). Plans under the lock, reads the files without it.
+    fn read_range(&self, start: u64, end: u64, max_bytes: usize) -> io::Result<Vec<Entry<TypeConfig>>> {
+        let mut chunks = Vec::new();
+        let mut cached = Vec::new();
+        {
+            let inner = lock(&self.inner);
+            let end = end.min(inner.last.map_or(0, |l| l.index + 1));
+            let mut at = start.max(inner.first_index());
+            let cache_first = inner
+                .cache
+                .front()
+                .map_or(end, |(e, _)| e.log_id.index)
+                .min(end);
+            let mut budget = max_bytes;
+            let mut any = false;
+            // From the files up to the cache.
+            for seg in &inner.segments {
+                if at >= cache_first || (any && budget == 0) {
+                    break;
+                }
+                if seg.end() <= at {
+                    continue;
+                }
+                if seg.first > at {
+                    break;
+                }
+                let (from, _) = seg.span(at);
+                let mut count = 0usize;
+                let mut to = from;
+                while at + (count as u64) < cache_first.min(seg.end()) {
+                    let (_, e) = seg.span(at + count as u64);
+                    let size = (e - to) as usize;
+                    if any && size > budget {
+                        budget = 0;
+                        break;
+                    }
+                    budget = budget.saturating_sub(size);
+                    to = e;
+                    count += 1;
+                    any = true;
+                }
+                if count > 0 {
+                    chunks.push(Chunk {
+                        file: seg.file.clone(),
+                        first: at,
+                        count,
+                        at: from,
+                        len: (to - from) as usize,
+                    });
+                    at += count as u64;
+                }
+            }
+            // Then from memory, if the files got that far.
+            if at >= cache_first && !(any && budget == 0) {
+                for (e, size) in &inner.cache {
+                    let i = e.log_id.index;
+                    if i < at {
+                        continue;
+                    }
+                    if i >= end || (any && *size > budget) {
+                        break;
+                    }
+                    budget = budget.saturating_sub(*size);
+                    any = true;
+                    cached.push(e.clone());
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for c in &chunks {
+            out.extend(read_chunk(c)?);
+        }
+        out.extend(cached);
+        Ok(out)
+    }
+
+    fn append_entries(&self, entries: Vec<Entry<TypeConfig>>) -> io::Result<()> {
         let Some(first) = entries.first().map(|e| e.log_id.index) else {
             return Ok(());
         };
-        // openraft truncates conflicts before appending; this keeps the file consecutive anyway.
-        if self.last_index().is_some_and(|last| last >= first) {
-            self.entries.split_off(&first);
-            self.rewrite()?;
+        // openraft truncates conflicts before appending; this keeps the log consecutive anyway.
+        let last = lock(&self.inner).last;
+        if last.is_some_and(|l| l.index >= first) {
+            self.truncate_from(first)?;
         }
         let mut buf = BytesMut::new();
+        let mut at = Vec::with_capacity(entries.len() + 1);
         for e in &entries {
+            at.push(buf.len());
             record::encode(&mut buf, KIND_ENTRY, e.log_id.index, &wire::encode(e));
         }
-        if self.file.is_none() {
-            let f = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.log_path)?;
-            // A fresh file needs its directory entry to be durable too.
-            if let Some(dir) = self.log_path.parent() {
-                File::open(dir)?.sync_all()?;
+        at.push(buf.len());
+        let mut i = 0;
+        while i < entries.len() {
+            let index = entries[i].log_id.index;
+            let active = {
+                let inner = lock(&self.inner);
+                inner
+                    .segments
+                    .back()
+                    .filter(|s| s.end() == index && (s.len < inner.segment_bytes || s.offsets.is_empty()))
+                    .map(|s| (s.file.clone(), s.len, inner.segment_bytes))
+            };
+            let Some((file, len, segment_bytes)) = active else {
+                self.new_segment(index)?;
+                continue;
+            };
+            // Whole entries up to the segment's size, at least one.
+            let mut j = i + 1;
+            while j < entries.len() && len + (at[j + 1] - at[i]) as u64 <= segment_bytes {
+                j += 1;
             }
-            self.file = Some(f);
+            let written = file
+                .write_all_at(&buf[at[i]..at[j]], len)
+                .and_then(|_| file.sync_data());
+            if let Err(e) = written {
+                // Cut a partial write so that later appends do not follow garbage.
+                let _ = file.set_len(len);
+                return Err(e);
+            }
+            let mut inner = lock(&self.inner);
+            let Some(seg) = inner.segments.back_mut() else {
+                return Err(other("raft log: segment gone while appending"));
+            };
+            for k in i..j {
+                seg.offsets.push((len + (at[k] - at[i]) as u64) as u32);
+            }
+            seg.len = len + (at[j] - at[i]) as u64;
+            i = j;
         }
-        let file = self.file.as_mut().ok_or_else(|| other("no log file"))?;
-        let written = file.write_all(&buf).and_then(|_| file.sync_data());
-        if let Err(e) = written {
-            // Cut a partial write so that later appends do not follow garbage.
-            let _ = file.set_len(self.len);
-            self.file = None;
-            return Err(e);
+        let mut inner = lock(&self.inner);
+        for (k, e) in entries.into_iter().enumerate() {
+            inner.last = Some(e.log_id);
+            inner.push_cache(e, at[k + 1] - at[k]);
         }
-        self.len += buf.len() as u64;
-        for e in entries {
-            self.entries.insert(e.log_id.index, e);
+        Ok(())
+    }
+
+    /// Starts a segment whose first entry will be `first`.
+    fn new_segment(&self, first: u64) -> io::Result<()> {
+        let dir = lock(&self.inner).dir.clone();
+        let path = segment_path(&dir, first);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        // Its directory entry must be durable before anything in it is acknowledged.
+        sync_dir(&dir)?;
+        lock(&self.inner).segments.push_back(Segment {
+            first,
+            path,
+            file: Arc::new(file),
+            offsets: Vec::new(),
+            len: 0,
+        });
+        Ok(())
+    }
+
+    /// Removes the entries from `index` on.
+    fn truncate_from(&self, index: u64) -> io::Result<()> {
+        let mut inner = lock(&self.inner);
+        while let Some((e, size)) = inner.cache.back() {
+            if e.log_id.index < index {
+                break;
+            }
+            inner.cache_bytes -= *size;
+            inner.cache.pop_back();
+        }
+        while let Some(seg) = inner.segments.back_mut() {
+            if seg.first >= index {
+                std::fs::remove_file(&seg.path)?;
+                inner.segments.pop_back();
+                continue;
+            }
+            if seg.end() > index {
+                let (start, _) = seg.span(index);
+                seg.file.set_len(start)?;
+                seg.file.sync_all()?;
+                seg.offsets.truncate((index - seg.first) as usize);
+                seg.len = start;
+            }
+            break;
+        }
+        inner.last = match index.checked_sub(1) {
+            Some(prev) if prev >= inner.first_index() => {
+                inner.read_one(prev)?.map(|e| e.log_id)
+            }
+            _ => inner.purged,
+        };
+        Ok(())
+    }
+
+    fn purge_upto(&self, log_id: LogId<NodeId>) -> io::Result<()> {
+        let mut inner = lock(&self.inner);
+        let bytes = serde_json::to_vec(&Some(log_id)).map_err(other)?;
+        // The marker first: a crash between the two leaves segments the log no longer counts.
+        snapshot::write_atomic(&inner.purged_path, &bytes)?;
+        inner.purged = Some(log_id);
+        while inner
+            .segments
+            .front()
+            .is_some_and(|s| s.end() <= log_id.index + 1 && s.end() > s.first)
+        {
+            if let Some(seg) = inner.segments.pop_front() {
+                std::fs::remove_file(&seg.path)?;
+            }
+        }
+        while let Some((e, size)) = inner.cache.front() {
+            if e.log_id.index > log_id.index {
+                break;
+            }
+            inner.cache_bytes -= *size;
+            inner.cache.pop_front();
+        }
+        if inner.last.is_none_or(|l| l.index < log_id.index) {
+            inner.last = Some(log_id);
         }
         Ok(())
     }
@@ -261,8 +717,18 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> StorageResult<Vec<Entry<TypeConfig>>> {
-        let inner = lock(&self.inner);
-        Ok(inner.entries.range(range).map(|(_, e)| e.clone()).collect())
+        let (start, end) = bounds(&range);
+        self.read_range(start, end, usize::MAX)
+            .map_err(|e| StorageIOError::read_logs(&e).into())
+    }
+
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> StorageResult<Vec<Entry<TypeConfig>>> {
+        self.read_range(start, end, REPLICATION_READ_BYTES)
+            .map_err(|e| StorageIOError::read_logs(&e).into())
     }
 }
 
@@ -271,14 +737,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> StorageResult<LogState<TypeConfig>> {
         let inner = lock(&self.inner);
-        let last = inner
-            .entries
-            .last_key_value()
-            .map(|(_, e)| e.log_id)
-            .or(inner.purged);
         Ok(LogState {
             last_purged_log_id: inner.purged,
-            last_log_id: last,
+            last_log_id: inner.last.or(inner.purged),
         })
     }
 
@@ -323,8 +784,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         let entries: Vec<_> = entries.into_iter().collect();
-        let res = lock(&self.inner).append(entries);
-        match res {
+        match self.append_entries(entries) {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
                 Ok(())
@@ -337,20 +797,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
-        let mut inner = lock(&self.inner);
-        inner.entries.split_off(&log_id.index);
-        inner
-            .rewrite()
+        self.truncate_from(log_id.index)
             .map_err(|e| StorageIOError::write_logs(&e).into())
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
-        let mut inner = lock(&self.inner);
-        let kept = inner.entries.split_off(&(log_id.index + 1));
-        inner.entries = kept;
-        inner.purged = Some(log_id);
-        inner
-            .rewrite()
+        self.purge_upto(log_id)
             .map_err(|e| StorageIOError::write_logs(&e).into())
     }
 }
@@ -358,6 +810,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
+
     use openraft::storage::RaftLogStorageExt;
     use openraft::{CommittedLeaderId, EntryPayload};
 
@@ -376,6 +830,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("mkdir");
         d
+    }
+
+    fn seg0(d: &Path) -> PathBuf {
+        d.join("log").join(format!("{:016x}.seg", 0))
     }
 
     async fn indexes(store: &mut LogStore) -> Vec<u64> {
@@ -402,7 +860,7 @@ mod tests {
         record::encode(&mut partial, KIND_ENTRY, 5, b"not finished");
         let mut f = OpenOptions::new()
             .append(true)
-            .open(d.join("raft.log"))
+            .open(seg0(&d))
             .expect("open log");
         f.write_all(&partial[..partial.len() / 2]).expect("write");
         drop(f);
@@ -418,7 +876,7 @@ mod tests {
         // Garbage (not a record at all) at the tail is cut off too.
         let mut f = OpenOptions::new()
             .append(true)
-            .open(d.join("raft.log"))
+            .open(seg0(&d))
             .expect("open log");
         f.write_all(&[0u8; 37]).expect("write");
         drop(f);
@@ -443,7 +901,7 @@ mod tests {
             s.save_vote(&v).await.expect("vote");
         }
         // The disk lost fsynced bytes: the last record is cut in half.
-        let path = d.join("raft.log");
+        let path = seg0(&d);
         let len = std::fs::metadata(&path).expect("stat").len();
         let f = OpenOptions::new()
             .write(true)
@@ -484,15 +942,15 @@ mod tests {
         record::encode(&mut rec, KIND_ENTRY, 3, b"\xff\xff not an entry");
         let mut f = OpenOptions::new()
             .append(true)
-            .open(d.join("raft.log"))
+            .open(seg0(&d))
             .expect("open log");
         f.write_all(&rec).expect("write");
         drop(f);
-        let len = std::fs::metadata(d.join("raft.log")).expect("stat").len();
+        let len = std::fs::metadata(seg0(&d)).expect("stat").len();
         let e = LogStore::open(&d).err().expect("refused");
         assert!(e.to_string().contains("does not decode"), "{e}");
         assert_eq!(
-            std::fs::metadata(d.join("raft.log")).expect("stat").len(),
+            std::fs::metadata(seg0(&d)).expect("stat").len(),
             len,
             "nothing was cut"
         );
@@ -561,6 +1019,63 @@ mod tests {
         assert_eq!(st.last_purged_log_id.map(|l| l.index), Some(8));
         assert_eq!(st.last_log_id.map(|l| l.index), Some(8));
         assert!(indexes(&mut s).await.is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn segments_rotate_and_are_read_back_from_disk() {
+        let d = dir("segments");
+        let body = "y".repeat(300);
+        {
+            let mut s = LogStore::open_with(&d, 2048).expect("open");
+            for i in 0..100 {
+                s.blocking_append([entry(i, &body)]).await.expect("append");
+            }
+            // Several batches of several entries, some crossing a segment's end.
+            s.blocking_append((100..140).map(|i| entry(i, &body)))
+                .await
+                .expect("append");
+        }
+        let segs = |d: &Path| std::fs::read_dir(d.join("log")).expect("ls").count();
+        assert!(segs(&d) > 10, "rotated: {} segments", segs(&d));
+        let mut s = LogStore::open_with(&d, 2048).expect("reopen");
+        assert_eq!(indexes(&mut s).await, (0..140).collect::<Vec<_>>());
+        // Nothing is in memory after a reopen: every read comes from the files.
+        let got = s.try_get_log_entries(37..75).await.expect("read");
+        assert_eq!(got.len(), 38);
+        assert!(got.iter().all(|e| matches!(&e.payload, EntryPayload::Normal(b) if b.0 == body.as_bytes())));
+        // A limited read stops at its byte budget, but returns at least one entry.
+        let some = s.read_range(0, 140, 1000).expect("read");
+        assert!(!some.is_empty() && some.len() < 5, "{}", some.len());
+        assert_eq!(s.read_range(5, 140, 0).expect("read").len(), 1);
+        // The reader the state machine uses.
+        let r = s.reader().read(138, usize::MAX).expect("read");
+        assert_eq!(r.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![138, 139]);
+        assert_eq!(r[0].1.as_deref(), Some(body.as_bytes()));
+
+        // Purging deletes whole segments only, and what it keeps is still there.
+        let before = segs(&d);
+        s.purge(LogId::new(CommittedLeaderId::new(1, 1), 69))
+            .await
+            .expect("purge");
+        assert!(segs(&d) < before);
+        assert_eq!(indexes(&mut s).await, (70..140).collect::<Vec<_>>());
+        // Truncating cuts into a segment and removes the later ones.
+        s.truncate(LogId::new(CommittedLeaderId::new(1, 1), 101))
+            .await
+            .expect("truncate");
+        assert_eq!(
+            s.get_log_state().await.expect("state").last_log_id.map(|l| l.index),
+            Some(100)
+        );
+        s.blocking_append((101..110).map(|i| entry(i, "z")))
+            .await
+            .expect("append");
+        drop(s);
+        let mut s = LogStore::open_with(&d, 2048).expect("reopen");
+        assert_eq!(indexes(&mut s).await, (70..110).collect::<Vec<_>>());
+        let got = s.try_get_log_entries(100..102).await.expect("read");
+        assert!(matches!(&got[1].payload, EntryPayload::Normal(b) if b.0 == b"z"));
         let _ = std::fs::remove_dir_all(&d);
     }
 }
