@@ -85,6 +85,24 @@ pub trait StateMachine: Send + Sync + 'static {
     /// Replaces the whole state with a snapshot's (a snapshot installed from the leader, or the
     /// last one at boot).
     fn restore(&self, snapshot: &[u8]);
+    /// Where a snapshot is taken. The default is the whole state now ([`StateMachine::snapshot`]).
+    fn snapshot_point(&self) -> SnapshotPoint {
+        SnapshotPoint::Now
+    }
+}
+
+/// Where a snapshot is taken (see [`StateMachine::snapshot_point`]).
+pub enum SnapshotPoint {
+    /// The whole state after the last applied entry.
+    Now,
+    /// The state as of an earlier applied index, which [`StateMachine::restore`] takes and from
+    /// which the entries after it are applied again. A state machine whose data lives in its log
+    /// takes snapshots this way, as RabbitMQ's Ra does at a quorum queue's release cursor: a
+    /// replicated queue's message bodies stay in the log, which is kept from the entry of the
+    /// oldest message still in the queue.
+    At(u64, Vec<u8>),
+    /// Nothing new since the last snapshot.
+    Unchanged,
 }
 
 /// How this node reaches another node's [`Meta::handle_rpc`] (the broker's inter-node link

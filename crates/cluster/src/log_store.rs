@@ -254,11 +254,13 @@ fn convert_single_file(dir: &Path, log_dir: &Path, purged_path: &Path) -> io::Re
     sync_dir(dir)
 }
 
+type SingleFile = (Vec<Entry<TypeConfig>>, Option<LogId<NodeId>>);
+
 /// The entries of an earlier version's single file: the longest valid prefix.
 fn read_single_file(
     path: &Path,
     data: Vec<u8>,
-) -> io::Result<(Vec<Entry<TypeConfig>>, Option<LogId<NodeId>>)> {
+) -> io::Result<SingleFile> {
     let data = Bytes::from(data);
     let mut entries: Vec<Entry<TypeConfig>> = Vec::new();
     let mut purged = None;

@@ -17,7 +17,7 @@ use openraft::{
 use warren_store::{record, snapshot};
 
 use crate::types::{Blob, TypeConfig};
-use crate::{lock, Node, NodeId, StateMachine};
+use crate::{lock, Node, NodeId, SnapshotPoint, StateMachine};
 
 const KIND_SNAPSHOT: u8 = 1;
 
@@ -43,6 +43,55 @@ struct SmState {
     current: Option<Stored>,
     /// Makes snapshot ids unique within this process.
     built: u64,
+    /// The memberships since the current snapshot (and the one in force at it), and the first
+    /// log id of each leader's entries since then: what a snapshot at an earlier index
+    /// ([`SnapshotPoint::At`]) records as its membership and log id.
+    memberships: Vec<StoredMembership<NodeId, Node>>,
+    terms: Vec<LogId<NodeId>>,
+}
+
+impl SmState {
+    /// The log id of applied index `index`, if it is at or after the current snapshot.
+    fn log_id_at(&self, index: u64) -> Option<LogId<NodeId>> {
+        if self.last_applied.is_none_or(|l| l.index < index) {
+            return None;
+        }
+        self.terms
+            .iter()
+            .rev()
+            .find(|l| l.index <= index)
+            .map(|l| LogId::new(l.leader_id, index))
+    }
+
+    /// The membership in force at applied index `index`.
+    fn membership_at(&self, index: u64) -> StoredMembership<NodeId, Node> {
+        self.memberships
+            .iter()
+            .rev()
+            .find(|m| m.log_id().is_none_or(|l| l.index <= index))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// A snapshot at `at` is current: what led up to it is no longer needed.
+    fn forget_before(&mut self, at: Option<LogId<NodeId>>) {
+        let Some(at) = at else { return };
+        let keep = |ids: Vec<Option<u64>>| {
+            ids.iter()
+                .rposition(|i| i.is_none_or(|i| i <= at.index))
+                .unwrap_or(0)
+        };
+        let m = keep(self.memberships.iter().map(|m| m.log_id().map(|l| l.index)).collect());
+        self.memberships.drain(..m);
+        let t = keep(self.terms.iter().map(|l| Some(l.index)).collect());
+        self.terms.drain(..t);
+    }
+
+    /// Starts the history afresh from a snapshot.
+    fn reset_history(&mut self, meta: &SnapshotMeta<NodeId, Node>) {
+        self.memberships = vec![meta.last_membership.clone()];
+        self.terms = meta.last_log_id.into_iter().collect();
+    }
 }
 
 /// `u32 meta length | meta json | data`, all in one record's data.
@@ -86,12 +135,15 @@ impl SmStore {
             membership: StoredMembership::default(),
             current: None,
             built: 0,
+            memberships: Vec::new(),
+            terms: Vec::new(),
         };
         if let Some(file) = snapshot::read(&path)? {
             let (meta, data) = decode_snapshot(file)?;
             sm.restore(&data);
             state.last_applied = meta.last_log_id;
             state.membership = meta.last_membership.clone();
+            state.reset_history(&meta);
             state.current = Some((meta, Arc::new(data)));
         }
         Ok(SmStore {
@@ -108,13 +160,18 @@ impl Shared {
     /// Persists a snapshot and makes it current, unless a newer one already is.
     fn save(&self, meta: &SnapshotMeta<NodeId, Node>, data: Arc<Vec<u8>>) -> io::Result<bool> {
         let mut st = lock(&self.state);
-        if let Some((cur, _)) = &st.current {
-            if cur.last_log_id > meta.last_log_id {
-                return Ok(false);
-            }
+        // Nothing new: the same snapshot again, or one of nothing.
+        if meta.last_log_id.is_none()
+            || st
+                .current
+                .as_ref()
+                .is_some_and(|(cur, _)| cur.last_log_id >= meta.last_log_id)
+        {
+            return Ok(false);
         }
         snapshot::write_atomic(&self.path, &encode_snapshot(meta, &data)?)?;
         st.current = Some((meta.clone(), data));
+        st.forget_before(meta.last_log_id);
         Ok(true)
     }
 }
@@ -154,11 +211,20 @@ impl RaftStateMachine<TypeConfig> for SmStore {
     {
         let mut replies = Vec::new();
         for e in entries {
+            {
+                let mut st = lock(&self.shared.state);
+                if st.terms.last().map(|l| l.leader_id) != Some(e.log_id.leader_id) {
+                    st.terms.push(e.log_id);
+                }
+            }
             let reply = match e.payload {
                 EntryPayload::Blank => Vec::new(),
                 EntryPayload::Normal(cmd) => self.shared.sm.apply(e.log_id.index, &cmd.0),
                 EntryPayload::Membership(m) => {
-                    lock(&self.shared.state).membership = StoredMembership::new(Some(e.log_id), m);
+                    let mut st = lock(&self.shared.state);
+                    st.membership = StoredMembership::new(Some(e.log_id), m);
+                    let m = st.membership.clone();
+                    st.memberships.push(m);
                     Vec::new()
                 }
             };
@@ -171,21 +237,52 @@ impl RaftStateMachine<TypeConfig> for SmStore {
     // Called on the state machine task, in order with `apply`, so the state captured here matches
     // the applied log id exactly; `build_snapshot` then only writes it out.
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        let data = Arc::new(self.shared.sm.snapshot());
+        let point = match self.shared.sm.snapshot_point() {
+            SnapshotPoint::Now => Some((None, self.shared.sm.snapshot())),
+            SnapshotPoint::At(index, data) => Some((Some(index), data)),
+            SnapshotPoint::Unchanged => None,
+        };
         let mut st = lock(&self.shared.state);
         st.built += 1;
-        let snapshot_id = match st.last_applied {
+        let fresh = point.and_then(|(at, data)| {
+            let (log_id, membership) = match at {
+                None => (st.last_applied, st.membership.clone()),
+                Some(i) => (Some(st.log_id_at(i)?), st.membership_at(i)),
+            };
+            let newer = st
+                .current
+                .as_ref()
+                .is_none_or(|(cur, _)| cur.last_log_id < log_id);
+            newer.then_some((log_id, membership, data))
+        });
+        let Some((last_log_id, last_membership, data)) = fresh else {
+            // Nothing to add: the current snapshot again (openraft keeps what it has).
+            let (meta, data) = st.current.clone().unwrap_or_else(|| {
+                let meta = SnapshotMeta {
+                    last_log_id: None,
+                    last_membership: StoredMembership::default(),
+                    snapshot_id: format!("none-{}", st.built),
+                };
+                (meta, Arc::new(Vec::new()))
+            });
+            return SnapshotBuilder {
+                shared: self.shared.clone(),
+                meta,
+                data,
+            };
+        };
+        let snapshot_id = match last_log_id {
             Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, st.built),
             None => format!("none-{}", st.built),
         };
         SnapshotBuilder {
             shared: self.shared.clone(),
             meta: SnapshotMeta {
-                last_log_id: st.last_applied,
-                last_membership: st.membership.clone(),
+                last_log_id,
+                last_membership,
                 snapshot_id,
             },
-            data,
+            data: Arc::new(data),
         }
     }
 
@@ -207,6 +304,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         let mut st = lock(&self.shared.state);
         st.last_applied = meta.last_log_id;
         st.membership = meta.last_membership.clone();
+        st.reset_history(meta);
         Ok(())
     }
 

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use warren_cluster::{
-    node_id, Meta, MetaConfig, Node, ProposeError, StateMachine, Transport, TransportError,
+    node_id, Meta, MetaConfig, Node, ProposeError, SnapshotPoint, StateMachine, Transport,
+    TransportError,
 };
 
 /// The nodes by link address, and the addresses cut off from everyone.
@@ -61,10 +62,17 @@ impl Transport for MemTransport {
 }
 
 /// Applied commands in order; the reply is how many have been applied.
+///
+/// A `held` toy is a set instead, after a replicated queue: `add X` and `del X`, the reply the
+/// set's size, and snapshots taken before the entry of the oldest item still held (its log is
+/// kept from there), holding nothing themselves.
 #[derive(Default)]
 struct Toy {
     applied: Mutex<Vec<(u64, String)>>,
     restores: AtomicUsize,
+    held: bool,
+    live: Mutex<std::collections::BTreeMap<String, u64>>,
+    last: std::sync::atomic::AtomicU64,
 }
 
 impl Toy {
@@ -80,6 +88,17 @@ impl Toy {
 
 impl StateMachine for Toy {
     fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
+        if self.held {
+            let cmd = String::from_utf8(command.to_vec()).unwrap();
+            let mut live = self.live.lock().unwrap();
+            if let Some(x) = cmd.strip_prefix("add ") {
+                live.insert(x.to_string(), index);
+            } else if let Some(x) = cmd.strip_prefix("del ") {
+                live.remove(x);
+            }
+            self.last.store(index, Ordering::SeqCst);
+            return live.len().to_string().into_bytes();
+        }
         let mut applied = self.applied.lock().unwrap();
         if let Some((last, _)) = applied.last() {
             assert!(index > *last, "indexes increase");
@@ -90,7 +109,24 @@ impl StateMachine for Toy {
     fn snapshot(&self) -> Vec<u8> {
         serde_json::to_vec(&*self.applied.lock().unwrap()).unwrap()
     }
+    fn snapshot_point(&self) -> SnapshotPoint {
+        if !self.held {
+            return SnapshotPoint::Now;
+        }
+        let live = self.live.lock().unwrap();
+        let at = match live.values().min() {
+            Some(oldest) => oldest - 1,
+            None => self.last.load(Ordering::SeqCst),
+        };
+        SnapshotPoint::At(at, Vec::new())
+    }
     fn restore(&self, snapshot: &[u8]) {
+        if self.held {
+            assert!(snapshot.is_empty());
+            self.live.lock().unwrap().clear();
+            self.restores.fetch_add(1, Ordering::SeqCst);
+            return;
+        }
         *self.applied.lock().unwrap() = serde_json::from_slice(snapshot).unwrap();
         self.restores.fetch_add(1, Ordering::SeqCst);
     }
@@ -100,6 +136,7 @@ struct Cluster {
     net: Arc<Net>,
     base: PathBuf,
     config: MetaConfig,
+    held: bool,
 }
 
 struct Running {
@@ -127,6 +164,7 @@ impl Cluster {
             net: Arc::new(Net::default()),
             base,
             config,
+            held: false,
         }
     }
 
@@ -135,7 +173,10 @@ impl Cluster {
     }
 
     async fn start_at(&self, name: &str, addr: &str) -> Running {
-        let toy = Arc::new(Toy::default());
+        let toy = Arc::new(Toy {
+            held: self.held,
+            ..Toy::default()
+        });
         let me = Node {
             name: name.to_string(),
             addr: addr.to_string(),
@@ -420,6 +461,55 @@ async fn a_late_joiner_gets_a_snapshot() {
     assert_eq!(n1.toy.commands(), before);
     c.stop(n1).await;
     c.stop(n2).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshots_before_the_oldest_held_entry_keep_the_log_from_there() {
+    let mut c = Cluster::new(
+        "held",
+        MetaConfig {
+            snapshot_after: 5,
+            ..test_config()
+        },
+    );
+    c.held = true;
+    let live = |n: &Running| n.toy.live.lock().unwrap().keys().cloned().collect::<Vec<_>>();
+    let n1 = c.start("n1").await;
+    n1.meta.initialize().await.expect("initialize");
+    propose(&n1.meta, "add a").await.unwrap();
+    for i in 0..30 {
+        propose(&n1.meta, &format!("add b{i}")).await.unwrap();
+        propose(&n1.meta, &format!("del b{i}")).await.unwrap();
+    }
+    // "a" pins the log: a joiner and a restart still find its entry.
+    let n2 = c.start("n2").await;
+    n2.meta.join(&["n1".to_string()]).await.expect("join");
+    wait_until("n2 holds a", Duration::from_secs(5), || live(&n2) == ["a"]).await;
+    c.stop(n1).await;
+    let n1 = c.start("n1").await;
+    assert_eq!(live(&n1), ["a"]);
+
+    // Once "a" goes, the snapshot moves past it and the log before it is purged: a late
+    // joiner then starts from the snapshot.
+    propose(&n1.meta, "del a").await.unwrap();
+    for i in 0..30 {
+        propose(&n1.meta, &format!("add c{i}")).await.unwrap();
+        propose(&n1.meta, &format!("del c{i}")).await.unwrap();
+    }
+    assert_eq!(propose(&n1.meta, "add d").await.unwrap(), "1");
+    let n3 = c.start("n3").await;
+    n3.meta.join(&["n1".to_string()]).await.expect("join");
+    wait_until("n3 holds d", Duration::from_secs(5), || live(&n3) == ["d"]).await;
+    assert!(n3.toy.restores.load(Ordering::SeqCst) >= 1, "got a snapshot");
+    let purged: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(c.base.join("n1/purged.json")).unwrap()).unwrap();
+    assert!(
+        purged["index"].as_u64().unwrap() > 61,
+        "purged past a's entry: {purged}"
+    );
+    for n in [n1, n2, n3] {
+        c.stop(n).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
