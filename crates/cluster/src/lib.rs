@@ -83,8 +83,8 @@ pub trait StateMachine: Send + Sync + 'static {
     /// The whole state, for a Raft snapshot.
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the whole state with a snapshot's (a snapshot installed from the leader, or the
-    /// last one at boot).
-    fn restore(&self, snapshot: &[u8]);
+    /// last one at boot), which includes the entries up to `index`.
+    fn restore(&self, index: Option<u64>, snapshot: &[u8]);
     /// Where a snapshot is taken. The default is the whole state now ([`StateMachine::snapshot`]).
     fn snapshot_point(&self) -> SnapshotPoint {
         SnapshotPoint::Now

@@ -140,7 +140,7 @@ impl SmStore {
         };
         if let Some(file) = snapshot::read(&path)? {
             let (meta, data) = decode_snapshot(file)?;
-            sm.restore(&data);
+            sm.restore(meta.last_log_id.map(|l| l.index), &data);
             state.last_applied = meta.last_log_id;
             state.membership = meta.last_membership.clone();
             state.reset_history(&meta);
@@ -300,7 +300,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         self.shared
             .save(meta, data.clone())
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        self.shared.sm.restore(&data);
+        self.shared.sm.restore(meta.last_log_id.map(|l| l.index), &data);
         let mut st = lock(&self.shared.state);
         st.last_applied = meta.last_log_id;
         st.membership = meta.last_membership.clone();

@@ -120,7 +120,7 @@ impl StateMachine for Toy {
         };
         SnapshotPoint::At(at, Vec::new())
     }
-    fn restore(&self, snapshot: &[u8]) {
+    fn restore(&self, _index: Option<u64>, snapshot: &[u8]) {
         if self.held {
             assert!(snapshot.is_empty());
             self.live.lock().unwrap().clear();

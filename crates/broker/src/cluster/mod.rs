@@ -786,7 +786,7 @@ impl warren_cluster::StateMachine for BrokerSm {
         serde_json::to_vec(&snapshot(&b)).unwrap_or_default()
     }
 
-    fn restore(&self, data: &[u8]) {
+    fn restore(&self, _index: Option<u64>, data: &[u8]) {
         let Some(b) = self.0.upgrade() else { return };
         match serde_json::from_slice::<Snapshot>(data) {
             Ok(s) => {

@@ -22,7 +22,7 @@
 //!   them; the confirm is sent once the entry is committed (appended and fsynced on a
 //!   majority) and applied on the leader.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -64,15 +64,124 @@ pub const FIRST_LEADER_WAIT: Duration = Duration::from_secs(15);
 
 const OP_ENQUEUE: u8 = 1;
 
-/// A member's copy of the queue: every message enqueued and not yet settled, by id, and how
-/// often each was returned (requeued) so far.
+/// A member's copy of the queue, without the bodies (they stay in the group's log, read back
+/// through [`LogTail`]): which messages are in the queue and their sizes, how often each was
+/// returned, which were claimed, and where a snapshot may be taken.
 #[derive(Default)]
 struct Replica {
     next_id: u64,
-    msgs: BTreeMap<u64, Bytes>,
+    /// The body size of each message from `base` on, [`GONE`] once settled; the front is
+    /// always in the queue.
+    base: u64,
+    sizes: VecDeque<u32>,
+    live: usize,
+    live_bytes: u64,
     returns: HashMap<u64, u32>,
     /// Claimed by a leader for delivery: a later leader marks them redelivered.
     delivered: HashSet<u64>,
+    /// `(index, next id after it)` every [`CHECKPOINT_ENTRIES`] entries or
+    /// [`CHECKPOINT_BYTES`]: once every message below that id is settled, the state as of that
+    /// index is just the id (see [`GroupSm::snapshot_point`]).
+    checkpoints: VecDeque<(u64, u64)>,
+    since_checkpoint: (u32, usize),
+    /// Bodies restored from a snapshot of an earlier version, which held them.
+    legacy: BTreeMap<u64, Bytes>,
+    /// The snapshot restored: its index and the next id after it.
+    start: Option<(u64, u64)>,
+}
+
+/// A settled message's place in [`Replica::sizes`].
+const GONE: u32 = u32::MAX;
+/// How often the replica notes a place where a snapshot could be taken (see
+/// [`Replica::checkpoints`]): the log kept before the oldest message is at most about this.
+const CHECKPOINT_ENTRIES: u32 = 256;
+const CHECKPOINT_BYTES: usize = 4 << 20;
+/// A snapshot of the new format: the magic, then the next id.
+const SNAPSHOT_MAGIC: &[u8; 4] = b"WQS2";
+
+impl Replica {
+    fn holds(&self, id: u64) -> bool {
+        id >= self.base
+            && self
+                .sizes
+                .get((id - self.base) as usize)
+                .is_some_and(|s| *s != GONE)
+    }
+
+    fn insert(&mut self, id: u64, size: u64) {
+        if self.sizes.is_empty() {
+            self.base = id;
+        }
+        while self.base + (self.sizes.len() as u64) < id {
+            self.sizes.push_back(GONE);
+        }
+        let size = size.min(u64::from(GONE - 1)) as u32;
+        self.sizes.push_back(size);
+        self.live += 1;
+        self.live_bytes += u64::from(size);
+    }
+
+    fn remove(&mut self, id: u64) {
+        if !self.holds(id) {
+            return;
+        }
+        let at = (id - self.base) as usize;
+        self.live_bytes -= u64::from(self.sizes[at]);
+        self.live -= 1;
+        self.sizes[at] = GONE;
+        while self.sizes.front() == Some(&GONE) {
+            self.sizes.pop_front();
+            self.base += 1;
+        }
+        self.returns.remove(&id);
+        self.delivered.remove(&id);
+        self.legacy.remove(&id);
+    }
+
+    /// The oldest message still in the queue, or the next id if none is.
+    fn oldest(&self) -> u64 {
+        if self.live == 0 {
+            self.next_id
+        } else {
+            self.base
+        }
+    }
+
+    /// The ids in the queue from `from` on, in order.
+    fn ids_from(&self, from: u64) -> impl Iterator<Item = u64> + '_ {
+        let skip = from.saturating_sub(self.base) as usize;
+        self.sizes
+            .iter()
+            .enumerate()
+            .skip(skip)
+            .filter(|(_, s)| **s != GONE)
+            .map(|(i, _)| self.base + i as u64)
+    }
+
+    /// Entry `index` (of `len` bytes) was applied.
+    fn applied(&mut self, index: u64, len: usize) {
+        self.since_checkpoint.0 += 1;
+        self.since_checkpoint.1 += len;
+        if self.since_checkpoint.0 >= CHECKPOINT_ENTRIES
+            || self.since_checkpoint.1 >= CHECKPOINT_BYTES
+        {
+            self.checkpoints.push_back((index, self.next_id));
+            self.since_checkpoint = (0, 0);
+        }
+        // Only the newest checkpoint below the oldest message is of use.
+        let oldest = self.oldest();
+        while self.checkpoints.get(1).is_some_and(|c| c.1 <= oldest) {
+            self.checkpoints.pop_front();
+        }
+    }
+
+    /// The newest checkpoint before every message still in the queue: `(index, next id)`.
+    fn release(&self) -> Option<(u64, u64)> {
+        self.checkpoints
+            .front()
+            .copied()
+            .filter(|c| c.1 <= self.oldest())
+    }
 }
 
 /// Publishes and settlements waiting to be proposed.
@@ -81,6 +190,8 @@ struct Batch {
     msgs: Vec<(Arc<Message>, Option<Arc<ConfirmHandle>>)>,
     bytes: usize,
     settled: Vec<u64>,
+    /// Runs of ids settled at once (a purged or deleted paged tail), first and last.
+    settled_runs: Vec<(u64, u64)>,
     returned: Vec<u64>,
     /// Ids claimed for delivery, and how many of this entry's new messages are claimed too
     /// (the first ones: consumers are waiting for them).
@@ -128,6 +239,13 @@ impl Replicator {
         self.wake.notify_one();
     }
 
+    /// Every message from `first` to `last` that is still in the queue left it.
+    pub fn settled_run(&self, first: u64, last: u64) {
+        self.returns.lock().retain(|id, _| *id < first || *id > last);
+        self.pending.lock().settled_runs.push((first, last));
+        self.wake.notify_one();
+    }
+
     /// An offer of `id` (and probably of the ones after it) waits for its claim.
     pub fn want_claims(&self, id: u64) {
         let mut w = self.claims_from.lock();
@@ -170,6 +288,7 @@ impl Replicator {
         let mut p = self.pending.lock();
         if p.msgs.is_empty()
             && p.settled.is_empty()
+            && p.settled_runs.is_empty()
             && p.returned.is_empty()
             && p.claimed.is_empty()
             && self.claims_from.lock().is_none()
@@ -199,6 +318,7 @@ impl Replicator {
             msgs,
             bytes,
             settled: std::mem::take(&mut p.settled),
+            settled_runs: std::mem::take(&mut p.settled_runs),
             returned: std::mem::take(&mut p.returned),
             claimed: std::mem::take(&mut p.claimed),
             claim_new: 0,
@@ -215,7 +335,8 @@ impl Replicator {
 }
 
 /// An entry: `[OP_ENQUEUE][n u32]([len u32][stored message])*n`, then the settled, returned
-/// and claimed ids, each as `[m u32]([id u64])*m`, then `[claim_new u32][epoch u64]`.
+/// and claimed ids, each as `[m u32]([id u64])*m`, then `[claim_new u32][epoch u64]`, then the
+/// settled runs `[r u32]([first u64][last u64])*r` (absent from entries of earlier versions).
 fn encode(batch: &Batch) -> Vec<u8> {
     let mut b = BytesMut::with_capacity(batch.bytes + 16 + batch.settled.len() * 8);
     b.put_u8(OP_ENQUEUE);
@@ -235,20 +356,26 @@ fn encode(batch: &Batch) -> Vec<u8> {
     }
     b.put_u32(batch.claim_new);
     b.put_u64(batch.epoch);
+    b.put_u32(batch.settled_runs.len() as u32);
+    for (first, last) in &batch.settled_runs {
+        b.put_u64(*first);
+        b.put_u64(*last);
+    }
     b.to_vec()
 }
 
 struct Decoded {
     msgs: Vec<Bytes>,
     settled: Vec<u64>,
+    settled_runs: Vec<(u64, u64)>,
     returned: Vec<u64>,
     claimed: Vec<u64>,
     claim_new: u32,
     epoch: u64,
 }
 
-fn decode(command: &[u8]) -> Option<Decoded> {
-    let mut b = Bytes::copy_from_slice(command);
+fn decode(command: Bytes) -> Option<Decoded> {
+    let mut b = command;
     if b.remaining() < 5 || b.get_u8() != OP_ENQUEUE {
         return None;
     }
@@ -280,13 +407,24 @@ fn decode(command: &[u8]) -> Option<Decoded> {
     if b.remaining() < 12 {
         return None;
     }
+    let claim_new = b.get_u32();
+    let epoch = b.get_u64();
+    let mut settled_runs = Vec::new();
+    if b.remaining() >= 4 {
+        let r = b.get_u32() as usize;
+        if b.remaining() < r * 16 {
+            return None;
+        }
+        settled_runs = (0..r).map(|_| (b.get_u64(), b.get_u64())).collect();
+    }
     Some(Decoded {
         msgs,
         settled,
+        settled_runs,
         returned,
         claimed,
-        claim_new: b.get_u32(),
-        epoch: b.get_u64(),
+        claim_new,
+        epoch,
     })
 }
 
@@ -294,11 +432,15 @@ fn decode(command: &[u8]) -> Option<Decoded> {
 struct GroupSm {
     queue: std::sync::OnceLock<Weak<QuorumQueue>>,
     replica: Mutex<Replica>,
+    /// One past the index of the entry applied last (or being applied).
+    applied: Arc<AtomicU64>,
 }
 
 impl warren_cluster::StateMachine for GroupSm {
     fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
-        let Some(d) = decode(command) else {
+        // Entries up to this one may be read back (a leader's tail reaches into it as it goes).
+        self.applied.store(index + 1, Ordering::Release);
+        let Some(d) = decode(Bytes::copy_from_slice(command)) else {
             tracing::error!(index, "undecodable queue entry skipped");
             return Vec::new();
         };
@@ -312,7 +454,7 @@ impl warren_cluster::StateMachine for GroupSm {
         let claim_new = (d.claim_new as usize).min(d.msgs.len()) as u64;
         let new_claims = first_id..first_id + claim_new;
         for id in d.claimed.iter().copied().chain(new_claims.clone()) {
-            if id >= first_id || r.msgs.contains_key(&id) {
+            if id >= first_id || r.holds(id) {
                 r.delivered.insert(id);
             }
         }
@@ -332,29 +474,40 @@ impl warren_cluster::StateMachine for GroupSm {
         for (i, data) in d.msgs.into_iter().enumerate() {
             let id = r.next_id;
             r.next_id += 1;
+            let size = crate::persist::stored_body_len(&data);
             if let (Some(leg), Some(q)) = (&leg, &q) {
                 if let Some((msg, _)) = crate::persist::decode_message(&data) {
                     let seen = foreign && new_claims.contains(&id);
-                    if leg.apply_committed(id, q.delivery_form(msg, 0), seen) {
-                        r.msgs.insert(id, data);
+                    let at = LogPos {
+                        index,
+                        first_id,
+                        next_id: id,
+                    };
+                    if leg.apply_committed(id, Some(at), q.delivery_form(msg, 0), seen) {
+                        r.insert(id, size);
                     } else {
                         refused.push(i as u32);
                     }
                     continue;
                 }
             }
-            r.msgs.insert(id, data);
+            r.insert(id, size);
         }
         for id in d.settled {
-            r.msgs.remove(&id);
-            r.returns.remove(&id);
-            r.delivered.remove(&id);
+            r.remove(id);
+        }
+        for (first, last) in d.settled_runs {
+            let last = last.min(r.next_id.saturating_sub(1));
+            for id in first.max(r.base)..=last {
+                r.remove(id);
+            }
         }
         for id in d.returned {
-            if r.msgs.contains_key(&id) {
+            if r.holds(id) {
                 *r.returns.entry(id).or_insert(0) += 1;
             }
         }
+        r.applied(index, command.len());
         drop(r);
         if let Some(q) = &q {
             let mut c = q.repl.claiming.lock();
@@ -377,51 +530,289 @@ impl warren_cluster::StateMachine for GroupSm {
         out
     }
 
+    // Never called: `snapshot_point` always names a point.
     fn snapshot(&self) -> Vec<u8> {
-        let r = self.replica.lock();
-        let mut b = BytesMut::new();
-        b.put_u64(r.next_id);
-        b.put_u64(r.msgs.len() as u64);
-        for (id, data) in &r.msgs {
-            b.put_u64(*id);
-            b.put_u32(r.returns.get(id).copied().unwrap_or(0));
-            b.put_u8(r.delivered.contains(id) as u8);
-            b.put_u32(data.len() as u32);
-            b.put_slice(data);
-        }
-        b.to_vec()
+        Vec::new()
     }
 
-    fn restore(&self, snapshot: &[u8]) {
-        let mut b = Bytes::copy_from_slice(snapshot);
-        let mut r = Replica::default();
-        if b.remaining() >= 16 {
-            r.next_id = b.get_u64();
-            let n = b.get_u64();
-            for _ in 0..n {
-                if b.remaining() < 17 {
-                    break;
-                }
-                let id = b.get_u64();
-                let returns = b.get_u32();
-                if b.get_u8() == 1 {
-                    r.delivered.insert(id);
-                }
-                let len = b.get_u32() as usize;
-                if b.remaining() < len {
-                    break;
-                }
-                r.msgs.insert(id, b.split_to(len));
-                if returns > 0 {
-                    r.returns.insert(id, returns);
-                }
+    /// As Ra does for a quorum queue, at the release cursor: the newest checkpoint below the
+    /// oldest message still in the queue. Every message enqueued up to it has been settled, so
+    /// the state there is the next id alone, and the entries after it (which hold every body
+    /// still needed) are applied again from the log.
+    fn snapshot_point(&self) -> warren_cluster::SnapshotPoint {
+        let r = self.replica.lock();
+        // A snapshot of the earlier format holds bodies nothing else has: kept until they go.
+        if !r.legacy.is_empty() {
+            return warren_cluster::SnapshotPoint::Unchanged;
+        }
+        match r.release() {
+            Some((index, next_id)) => {
+                let mut b = SNAPSHOT_MAGIC.to_vec();
+                b.extend_from_slice(&next_id.to_be_bytes());
+                warren_cluster::SnapshotPoint::At(index, b)
             }
+            None => warren_cluster::SnapshotPoint::Unchanged,
+        }
+    }
+
+    fn restore(&self, index: Option<u64>, snapshot: &[u8]) {
+        let mut r = Replica::default();
+        if let Some(point) = snapshot.strip_prefix(SNAPSHOT_MAGIC) {
+            // `[next id u64]`: every message before it was settled.
+            if let Ok(next) = <[u8; 8]>::try_from(point) {
+                r.next_id = u64::from_be_bytes(next);
+                r.base = r.next_id;
+            }
+        } else {
+            restore_legacy(&mut r, snapshot);
+        }
+        // The log is read again from the entry after the snapshot's.
+        if let Some(index) = index {
+            r.start = Some((index, r.next_id));
         }
         *self.replica.lock() = r;
         // A leader's queue no longer matches: build it again from the new state.
         if let Some(q) = self.queue.get().and_then(Weak::upgrade) {
             q.retire_leg();
         }
+    }
+}
+
+/// A snapshot of the earlier format: every message's body, returns and claim.
+fn restore_legacy(r: &mut Replica, snapshot: &[u8]) {
+    let mut b = Bytes::copy_from_slice(snapshot);
+    if b.remaining() < 16 {
+        return;
+    }
+    let next_id = b.get_u64();
+    let n = b.get_u64();
+    for _ in 0..n {
+        if b.remaining() < 17 {
+            break;
+        }
+        let id = b.get_u64();
+        let returns = b.get_u32();
+        let delivered = b.get_u8() == 1;
+        let len = b.get_u32() as usize;
+        if b.remaining() < len {
+            break;
+        }
+        let data = b.split_to(len);
+        r.insert(id, crate::persist::stored_body_len(&data));
+        r.legacy.insert(id, data);
+        if delivered {
+            r.delivered.insert(id);
+        }
+        if returns > 0 {
+            r.returns.insert(id, returns);
+        }
+    }
+    r.next_id = next_id;
+    if r.live == 0 {
+        r.base = next_id;
+    }
+}
+
+/// Where a message is in the group's log: the entry's index, the id of its first message, and
+/// the id reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogPos {
+    index: u64,
+    first_id: u64,
+    next_id: u64,
+}
+
+impl LogPos {
+    /// At message `id`.
+    pub fn is(&self, id: u64) -> bool {
+        self.next_id == id
+    }
+}
+
+/// The paged tail of a leader's queue, read back from the group's log: a replicated queue keeps
+/// no second copy of a long queue's messages. The queue's state machine counts the tail; this
+/// knows which ids it holds (runs, so a backlog costs a few words), where to read on, and what
+/// the messages need when they come back (redelivered flag, returns, deadline).
+pub struct LogTail {
+    log: warren_cluster::LogReader,
+    /// One past the last entry applied: nothing beyond is read (it may still change).
+    applied: Arc<AtomicU64>,
+    repl: Arc<Replicator>,
+    /// Deliveries carry `x-delivery-count` (a quorum queue, not a mirrored classic one).
+    counts: bool,
+    at: Option<LogPos>,
+    runs: VecDeque<(u64, u64)>,
+    /// Ids an earlier leader may have delivered.
+    seen: HashSet<u64>,
+    /// Deadlines of tail messages that have one, by id.
+    deadlines: VecDeque<(u64, u64)>,
+    /// Ids up to this came from the replica when this node took over: their TTL starts again
+    /// when they are read back (as it does for in-memory messages at a failover).
+    recovered_max: Option<u64>,
+}
+
+impl LogTail {
+    fn new(
+        log: warren_cluster::LogReader,
+        applied: Arc<AtomicU64>,
+        repl: Arc<Replicator>,
+        counts: bool,
+    ) -> LogTail {
+        LogTail {
+            log,
+            applied,
+            repl,
+            counts,
+            at: None,
+            runs: VecDeque::new(),
+            seen: HashSet::new(),
+            deadlines: VecDeque::new(),
+            recovered_max: None,
+        }
+    }
+
+    /// The queue pages out from the message at `at` on.
+    pub fn start(&mut self, at: LogPos) {
+        self.at = Some(at);
+        self.runs.clear();
+        self.deadlines.clear();
+    }
+
+    /// A new leader's whole queue, in the log from `from` on (see [`Queue::recover_tail`]).
+    pub fn recover(&mut self, from: LogPos, runs: VecDeque<(u64, u64)>, seen: HashSet<u64>) {
+        self.recovered_max = runs.back().map(|r| r.1);
+        self.at = Some(from);
+        self.runs = runs;
+        self.seen = seen;
+        self.deadlines.clear();
+    }
+
+    /// Message `id` joined the tail.
+    pub fn push(&mut self, id: u64, expires_at_ms: Option<u64>) {
+        match self.runs.back_mut() {
+            Some(r) if r.1 + 1 == id => r.1 = id,
+            _ => self.runs.push_back((id, id)),
+        }
+        if let Some(t) = expires_at_ms {
+            self.deadlines.push_back((id, t));
+        }
+    }
+
+    /// The whole tail left (purge, delete): settled in runs, without reading it back.
+    pub fn forget(&mut self) {
+        for (first, last) in self.runs.drain(..) {
+            self.repl.settled_run(first, last);
+        }
+        self.at = None;
+        self.deadlines.clear();
+        self.seen.clear();
+    }
+
+    fn holds(&self, id: u64) -> bool {
+        let i = self.runs.partition_point(|r| r.1 < id);
+        self.runs.get(i).is_some_and(|r| r.0 <= id)
+    }
+
+    /// Reads about `limits::PAGE_IN_BYTES` of the tail's messages back, in order; `ttl` is the
+    /// queue's message TTL, for recovered messages.
+    pub fn read(
+        &mut self,
+        remaining: usize,
+        ttl: Option<u64>,
+        now: &mut dyn FnMut() -> u64,
+        out: &mut Vec<warren_queue::Entry<Arc<Message>>>,
+    ) -> warren_queue::PagedIn {
+        let mut read = warren_queue::PagedIn::default();
+        let Some(mut at) = self.at else {
+            return read;
+        };
+        let Some(last) = self.runs.back().map(|r| r.1) else {
+            return read;
+        };
+        let entries = match self.log.read(at.index, crate::limits::PAGE_IN_BYTES) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read a replicated queue's messages back from its log");
+                return read;
+            }
+        };
+        let applied = self.applied.load(Ordering::Acquire);
+        'entries: for (index, cmd) in entries {
+            if index >= applied {
+                break;
+            }
+            if index != at.index {
+                tracing::error!(index, expected = at.index, "a replicated queue's log skips an entry");
+                return read;
+            }
+            // As `GroupSm::apply` numbers them: an entry that does not decode has none.
+            let msgs = cmd
+                .and_then(|c| decode(Bytes::from(c)))
+                .map(|d| d.msgs)
+                .unwrap_or_default();
+            let n = msgs.len() as u64;
+            for (i, data) in msgs.into_iter().enumerate() {
+                let id = at.first_id + i as u64;
+                if id < at.next_id {
+                    continue;
+                }
+                if read.records == remaining || id > last {
+                    break 'entries;
+                }
+                at.next_id = id + 1;
+                if !self.holds(id) {
+                    continue;
+                }
+                read.records += 1;
+                read.bytes += crate::persist::stored_body_len(&data);
+                let Some((msg, _)) = crate::persist::decode_message(&data) else {
+                    tracing::warn!(id, "skipping a replicated message that does not decode");
+                    continue;
+                };
+                let returns = self.repl.returns.lock().get(&id).copied().unwrap_or(0);
+                let msg = if self.counts {
+                    crate::delayed::with_delivery_count(&msg, u64::from(returns))
+                } else {
+                    msg
+                };
+                while self.deadlines.front().is_some_and(|d| d.0 < id) {
+                    self.deadlines.pop_front();
+                }
+                let mut expires_at_ms = self
+                    .deadlines
+                    .front()
+                    .filter(|d| d.0 == id)
+                    .map(|d| d.1);
+                if self.recovered_max.is_some_and(|m| id <= m) {
+                    let t = match (ttl, warren_queue::Payload::expiration_ms(&msg)) {
+                        (Some(x), Some(y)) => Some(x.min(y)),
+                        (x, y) => x.or(y),
+                    };
+                    expires_at_ms = t.map(|t| now().saturating_add(t));
+                }
+                out.push(warren_queue::Entry {
+                    seq: id,
+                    msg: Arc::new(msg),
+                    redelivered: self.seen.remove(&id) || returns > 0,
+                    expires_at_ms,
+                    logged: true,
+                });
+            }
+            // The whole entry is read: on to the next.
+            at = LogPos {
+                index: index + 1,
+                first_id: at.first_id + n,
+                next_id: at.next_id.max(at.first_id + n),
+            };
+        }
+        while self.runs.front().is_some_and(|r| r.1 < at.next_id) {
+            self.runs.pop_front();
+        }
+        if let Some(r) = self.runs.front_mut() {
+            r.0 = r.0.max(at.next_id);
+        }
+        self.at = Some(at);
+        read
     }
 }
 
@@ -485,6 +876,7 @@ impl QuorumQueue {
             sm: Arc::new(GroupSm {
                 queue: std::sync::OnceLock::new(),
                 replica: Mutex::new(Replica::default()),
+                applied: Arc::new(AtomicU64::new(0)),
             }),
             repl: Arc::new(Replicator::default()),
             meta: Mutex::new(None),
@@ -588,7 +980,9 @@ impl QuorumQueue {
                 election_timeout_max_ms: 1200,
                 heartbeat_ms: 150,
                 propose_timeout: Duration::from_secs(5),
-                snapshot_after: 20_000,
+                // Asked often; the replica answers with its release cursor, which moves only
+                // every `CHECKPOINT_ENTRIES` entries and as messages are settled.
+                snapshot_after: 64,
             },
         )
         .await
@@ -732,15 +1126,26 @@ impl QuorumQueue {
         self.leg_changed.notify_waiters();
     }
 
-    /// This node leads: its queue is built from the replica; the messages an earlier leader
+    /// This node leads: its queue is built from the replica, its messages read back from the
+    /// log as they are needed (all of them a paged tail); the messages an earlier leader
     /// claimed for delivery are marked redelivered.
     fn lead(self: &Arc<Self>) {
+        let Some(log) = self.meta.lock().as_ref().map(|m| m.log().clone()) else {
+            return;
+        };
+        let tail = LogTail::new(
+            log,
+            self.sm.applied.clone(),
+            self.repl.clone(),
+            !self.mirrored(),
+        );
         let q = Queue::leader(
             self.name.clone(),
             self.vhost.clone(),
             self.options.clone(),
             self.vhost_ref.clone(),
             self.repl.clone(),
+            tail,
         );
         q.set_effective_args((**self.args.load()).clone());
         let r = self.sm.replica.lock();
@@ -751,18 +1156,19 @@ impl QuorumQueue {
         *self.repl.returns.lock() = r.returns.clone();
         // Claims still on their way are an earlier leg's: it may have delivered those.
         let pending_claims = self.repl.claiming.lock().clone();
+        // Only what an earlier leader claimed (or that came back) may have been delivered; the
+        // rest is new to every consumer.
+        let seen = |id: &u64| {
+            r.delivered.contains(id) || r.returns.contains_key(id) || pending_claims.contains(id)
+        };
         let mut refused = Vec::new();
-        for (id, data) in &r.msgs {
+        // Bodies from a snapshot of an earlier version come first, from memory.
+        for (id, data) in &r.legacy {
             match crate::persist::decode_message(data) {
                 Some((msg, _)) => {
                     let n = r.returns.get(id).copied().unwrap_or(0);
                     let msg = self.delivery_form(msg, n);
-                    // Only what an earlier leader claimed (or that came back) may have been
-                    // delivered; the rest is new to every consumer.
-                    let seen = r.delivered.contains(id)
-                        || r.returns.contains_key(id)
-                        || pending_claims.contains(id);
-                    if !q.apply_committed(*id, msg, seen) {
+                    if !q.apply_committed(*id, None, msg, seen(id)) {
                         refused.push(*id);
                     }
                 }
@@ -772,6 +1178,29 @@ impl QuorumQueue {
                 }
             }
         }
+        let mut runs: VecDeque<(u64, u64)> = VecDeque::new();
+        let (mut count, mut bytes) = (0usize, 0u64);
+        let mut seen_ids = HashSet::new();
+        for id in r.ids_from(0).filter(|id| !r.legacy.contains_key(id)) {
+            match runs.back_mut() {
+                Some(run) if run.1 + 1 == id => run.1 = id,
+                _ => runs.push_back((id, id)),
+            }
+            count += 1;
+            bytes += u64::from(r.sizes[(id - r.base) as usize]);
+            if seen(&id) {
+                seen_ids.insert(id);
+            }
+        }
+        // From the newest checkpoint before them all, else the snapshot restored, else the
+        // group's first entry.
+        let (index, next_id) = r.release().or(r.start).map_or((0, 0), |(i, n)| (i + 1, n));
+        let from = LogPos {
+            index,
+            first_id: next_id,
+            next_id,
+        };
+        q.recover_tail(r.next_id, from, runs, seen_ids, count, bytes);
         self.leg.store(Some(Arc::new(QueueRef::Local(q))));
         drop(r);
         for id in refused {
@@ -914,7 +1343,7 @@ impl QuorumQueue {
         };
         let r = self.sm.replica.lock();
         let mut claiming = self.repl.claiming.lock();
-        for id in r.msgs.range(from..).map(|(id, _)| *id) {
+        for id in r.ids_from(from) {
             if batch.claimed.len() >= CLAIM_WINDOW {
                 break;
             }
@@ -1250,19 +1679,70 @@ mod tests {
             claimed: vec![7, 8],
             claim_new: 1,
             epoch: 42,
+            settled_runs: vec![(100, 200)],
         };
-        let d = decode(&encode(&batch)).expect("decodes");
+        let d = decode(Bytes::from(encode(&batch))).expect("decodes");
         assert_eq!(d.msgs.len(), 2);
         assert_eq!(d.settled, [3, 9]);
         assert_eq!(d.returned, [4]);
         assert_eq!(d.claimed, [7, 8]);
         assert_eq!(d.claim_new, 1);
         assert_eq!(d.epoch, 42);
+        assert_eq!(d.settled_runs, [(100, 200)]);
         let (back, _) = crate::persist::decode_message(&d.msgs[0]).expect("a stored message");
         assert_eq!(&back.body[..], b"hello");
+        let whole = encode(&batch);
         assert!(
-            decode(&encode(&batch)[..7]).is_none(),
+            decode(Bytes::copy_from_slice(&whole[..7])).is_none(),
             "a cut entry is refused"
         );
+        // An entry of an earlier version ends after the epoch.
+        let old = decode(Bytes::copy_from_slice(&whole[..whole.len() - 20])).expect("decodes");
+        assert_eq!(old.epoch, 42);
+        assert!(old.settled_runs.is_empty());
+    }
+
+    #[test]
+    fn replica_keeps_sizes_and_a_release_point() {
+        let mut r = Replica::default();
+        // Entries of 10 messages each, 100 bytes a body.
+        for index in 1..=1000u64 {
+            for _ in 0..10 {
+                let id = r.next_id;
+                r.next_id += 1;
+                r.insert(id, 100);
+            }
+            r.applied(index, 1100);
+        }
+        assert_eq!((r.live, r.live_bytes), (10_000, 1_000_000));
+        // Nothing settled: no snapshot can be taken past the first message.
+        assert_eq!(r.release(), None);
+        // The first 5,000 settled (a purge's run, as apply does it), one more out of order.
+        for id in 0..5000 {
+            r.remove(id);
+        }
+        r.remove(7000);
+        assert!(!r.holds(7000) && r.holds(6999) && r.holds(5000) && !r.holds(4999));
+        assert_eq!(r.oldest(), 5000);
+        assert_eq!((r.live, r.live_bytes), (4999, 499_900));
+        assert_eq!(r.sizes.len(), 5000, "the front is always in the queue");
+        r.applied(1001, 10);
+        let (index, next) = r.release().expect("a release point");
+        assert!(next <= 5000 && index <= 500, "{index} {next}");
+        assert!(index >= 256, "the newest checkpoint before the oldest message: {index}");
+        assert_eq!(r.checkpoints.len(), 3, "the older ones are dropped");
+        assert_eq!(r.ids_from(6998).take(3).collect::<Vec<_>>(), [6998, 6999, 7001]);
+        // All gone: the release point is the newest checkpoint (at most a checkpoint's worth of
+        // log is kept behind an empty queue).
+        for id in 5000..10_000 {
+            r.remove(id);
+        }
+        assert_eq!((r.live, r.live_bytes, r.sizes.len()), (0, 0, 0));
+        r.applied(1002, 10);
+        assert_eq!(r.release(), Some((768, 7680)));
+        assert_eq!(r.checkpoints.len(), 1);
+        // A message after a gap of settled ones.
+        r.insert(10_005, 7);
+        assert_eq!((r.base, r.oldest()), (10_005, 10_005));
     }
 }

@@ -29,7 +29,7 @@ pub use warren_queue::Reason;
 use warren_store::{Cursor, LiveSet, QueueLog};
 
 use crate::channel::Offer;
-use crate::cluster::quorum::Replicator;
+use crate::cluster::quorum::{LogPos, LogTail, Replicator};
 use crate::confirm::ConfirmHandle;
 use crate::error::{AmqpError, AmqpResult};
 use crate::limits;
@@ -198,6 +198,12 @@ struct Io {
     claims: Option<std::collections::HashSet<u64>>,
     /// The lowest unclaimed message an offer was held back for.
     want_claim: Option<u64>,
+    /// A replicated queue's leader: its paged tail is read back from the group's log, not
+    /// written to a log of its own.
+    log_tail: Option<LogTail>,
+    /// Where the committed message being published is in the group's log (it may start the
+    /// tail); none for a message the log no longer has, which stays in memory.
+    publishing_at: Option<LogPos>,
 }
 
 /// One command's host: the queue, its side of the lock, the publish's confirm, and the time,
@@ -242,10 +248,18 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
     }
 
     fn page_in(&mut self, remaining: usize, out: &mut Vec<QueuedMessage>) -> PagedIn {
+        if let Some(t) = &mut self.io.log_tail {
+            let ttl = self.q.args().message_ttl_ms;
+            let now = &mut self.now;
+            return t.read(remaining, ttl, &mut || *now.get_or_insert_with(now_ms), out);
+        }
         self.io.page_in(remaining, out)
     }
 
     fn can_page(&mut self) -> bool {
+        if self.io.log_tail.is_some() {
+            return self.io.publishing_at.is_some();
+        }
         self.q.persister.is_some() && self.q.ensure_log(self.io)
     }
 
@@ -258,6 +272,10 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
         let io = &mut *self.io;
         match effect {
             Effect::Append { entry, paged } => {
+                if let (Some(t), true) = (&mut io.log_tail, paged) {
+                    t.push(entry.seq, entry.expires_at_ms);
+                    return;
+                }
                 let Some(log) = &mut io.log else { return };
                 let stored = self.q.stores(&entry.msg);
                 let data = crate::persist::encode_message(&entry.msg, entry.expires_at_ms);
@@ -281,6 +299,13 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
             }
             Effect::DeadLetter(m, reason) => io.dead.push((m, reason)),
             Effect::PageOut { from_seq } => {
+                if let Some(t) = &mut io.log_tail {
+                    // `can_page` said yes only with a place to read from.
+                    if let Some(at) = io.publishing_at.filter(|a| a.is(from_seq)) {
+                        t.start(at);
+                    }
+                    return;
+                }
                 if let Some(log) = &io.log {
                     io.pager = Some(Pager {
                         cursor: log.cursor_at_end(from_seq),
@@ -290,6 +315,10 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
                 }
             }
             Effect::ForgetTail { last_seq } => {
+                if let Some(t) = &mut io.log_tail {
+                    t.forget();
+                    return;
+                }
                 if let (Some(p), Some(log)) = (io.pager.take(), &mut io.log) {
                     // What is on disk only goes with one record, without reading it back.
                     let cancelled = log.ack_range(p.cursor.next_seq, last_seq, |s| p.holds(s));
@@ -405,7 +434,7 @@ impl Queue {
         options: QueueOptions,
         vhost_ref: Weak<VHost>,
         backing: Option<Backing>,
-        repl: Option<Arc<Replicator>>,
+        repl: Option<(Arc<Replicator>, LogTail)>,
     ) -> Arc<Queue> {
         let config = warren_queue::Config {
             max_priority: options.args.max_priority,
@@ -415,8 +444,10 @@ impl Queue {
             page_out_bytes: limits::PAGE_OUT_BYTES,
         };
         let core = warren_queue::State::new(config, core_limits(&options.args), now_ms());
+        let (repl, log_tail) = repl.unzip();
         let mut io = Io {
             claims: repl.as_ref().map(|_| Default::default()),
+            log_tail,
             ..Io::default()
         };
         let mut recovered = None;
@@ -513,15 +544,37 @@ impl Queue {
     }
 
     /// The leader's queue of a replicated queue (`cluster/quorum.rs`), replicating through
-    /// `repl`: no log of its own, it pages nothing out.
+    /// `repl`: no log of its own, its paged tail is read back from the group's log (`tail`).
     pub fn leader(
         name: Arc<str>,
         vhost: Arc<str>,
         options: QueueOptions,
         vhost_ref: Weak<VHost>,
         repl: Arc<Replicator>,
+        tail: LogTail,
     ) -> Arc<Queue> {
-        Self::build(name, vhost, options, vhost_ref, None, Some(repl))
+        Self::build(name, vhost, options, vhost_ref, None, Some((repl, tail)))
+    }
+
+    /// A new leader's queue takes over the replica's messages as a paged tail: `count` of
+    /// `bytes`, ids in `runs`, read back from the log from `from`; `seen` may have been
+    /// delivered by an earlier leader. Ids go on from `next_id`.
+    pub fn recover_tail(
+        self: &Arc<Self>,
+        next_id: u64,
+        from: LogPos,
+        runs: std::collections::VecDeque<(u64, u64)>,
+        seen: std::collections::HashSet<u64>,
+        count: usize,
+        bytes: u64,
+    ) {
+        self.locked(|q, st, host| {
+            if let Some(t) = &mut host.io.log_tail {
+                t.recover(from, runs, seen);
+            }
+            st.recover(next_id, count, bytes, host);
+            q.may_expire.store(st.may_expire(), Ordering::Relaxed);
+        })
     }
 
     /// Stops replicating: the queue is being retired, and what it drops must not be settled.
@@ -568,12 +621,16 @@ impl Queue {
     pub fn apply_committed(
         self: &Arc<Self>,
         id: u64,
+        at: Option<LogPos>,
         msg: Arc<Message>,
         redelivered: bool,
     ) -> bool {
         self.locked(|q, st, host| {
             host.io.outbox_bound = false;
-            match st.publish_as(id, msg, redelivered, host) {
+            host.io.publishing_at = at;
+            let published = st.publish_as(id, msg, redelivered, host);
+            host.io.publishing_at = None;
+            match published {
                 warren_queue::Published::Accepted { .. } => bump(&q.stats.publish, 1),
                 _ => return false,
             }
