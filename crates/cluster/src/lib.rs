@@ -48,8 +48,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::log_store::LogStore;
 pub use crate::log_store::LogReader;
+use crate::log_store::LogStore;
 use crate::network::{Network, Reach};
 use crate::sm_store::SmStore;
 use crate::types::{wire, Blob, Reply, Rpc, TypeConfig};

@@ -257,10 +257,7 @@ fn convert_single_file(dir: &Path, log_dir: &Path, purged_path: &Path) -> io::Re
 type SingleFile = (Vec<Entry<TypeConfig>>, Option<LogId<NodeId>>);
 
 /// The entries of an earlier version's single file: the longest valid prefix.
-fn read_single_file(
-    path: &Path,
-    data: Vec<u8>,
-) -> io::Result<SingleFile> {
+fn read_single_file(path: &Path, data: Vec<u8>) -> io::Result<SingleFile> {
     let data = Bytes::from(data);
     let mut entries: Vec<Entry<TypeConfig>> = Vec::new();
     let mut purged = None;
@@ -492,7 +489,12 @@ fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
 impl LogStore {
     /// Entries in `[start, end)` that the log holds, about `max_bytes` of them at most (at least
     /// one). Plans under the lock, reads the files without it.
-    fn read_range(&self, start: u64, end: u64, max_bytes: usize) -> io::Result<Vec<Entry<TypeConfig>>> {
+    fn read_range(
+        &self,
+        start: u64,
+        end: u64,
+        max_bytes: usize,
+    ) -> io::Result<Vec<Entry<TypeConfig>>> {
         let mut chunks = Vec::new();
         let mut cached = Vec::new();
         {
@@ -591,7 +593,9 @@ impl LogStore {
                 inner
                     .segments
                     .back()
-                    .filter(|s| s.end() == index && (s.len < inner.segment_bytes || s.offsets.is_empty()))
+                    .filter(|s| {
+                        s.end() == index && (s.len < inner.segment_bytes || s.offsets.is_empty())
+                    })
                     .map(|s| (s.file.clone(), s.len, inner.segment_bytes))
             };
             let Some((file, len, segment_bytes)) = active else {
@@ -677,9 +681,7 @@ impl LogStore {
             break;
         }
         inner.last = match index.checked_sub(1) {
-            Some(prev) if prev >= inner.first_index() => {
-                inner.read_one(prev)?.map(|e| e.log_id)
-            }
+            Some(prev) if prev >= inner.first_index() => inner.read_one(prev)?.map(|e| e.log_id),
             _ => inner.purged,
         };
         Ok(())
@@ -1045,14 +1047,19 @@ mod tests {
         // Nothing is in memory after a reopen: every read comes from the files.
         let got = s.try_get_log_entries(37..75).await.expect("read");
         assert_eq!(got.len(), 38);
-        assert!(got.iter().all(|e| matches!(&e.payload, EntryPayload::Normal(b) if b.0 == body.as_bytes())));
+        assert!(got
+            .iter()
+            .all(|e| matches!(&e.payload, EntryPayload::Normal(b) if b.0 == body.as_bytes())));
         // A limited read stops at its byte budget, but returns at least one entry.
         let some = s.read_range(0, 140, 1000).expect("read");
         assert!(!some.is_empty() && some.len() < 5, "{}", some.len());
         assert_eq!(s.read_range(5, 140, 0).expect("read").len(), 1);
         // The reader the state machine uses.
         let r = s.reader().read(138, usize::MAX).expect("read");
-        assert_eq!(r.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![138, 139]);
+        assert_eq!(
+            r.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            vec![138, 139]
+        );
         assert_eq!(r[0].1.as_deref(), Some(body.as_bytes()));
 
         // Purging deletes whole segments only, and what it keeps is still there.
@@ -1067,7 +1074,11 @@ mod tests {
             .await
             .expect("truncate");
         assert_eq!(
-            s.get_log_state().await.expect("state").last_log_id.map(|l| l.index),
+            s.get_log_state()
+                .await
+                .expect("state")
+                .last_log_id
+                .map(|l| l.index),
             Some(100)
         );
         s.blocking_append((101..110).map(|i| entry(i, "z")))

@@ -81,7 +81,12 @@ impl SmState {
                 .rposition(|i| i.is_none_or(|i| i <= at.index))
                 .unwrap_or(0)
         };
-        let m = keep(self.memberships.iter().map(|m| m.log_id().map(|l| l.index)).collect());
+        let m = keep(
+            self.memberships
+                .iter()
+                .map(|m| m.log_id().map(|l| l.index))
+                .collect(),
+        );
         self.memberships.drain(..m);
         let t = keep(self.terms.iter().map(|l| Some(l.index)).collect());
         self.terms.drain(..t);
@@ -300,7 +305,9 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         self.shared
             .save(meta, data.clone())
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        self.shared.sm.restore(meta.last_log_id.map(|l| l.index), &data);
+        self.shared
+            .sm
+            .restore(meta.last_log_id.map(|l| l.index), &data);
         let mut st = lock(&self.shared.state);
         st.last_applied = meta.last_log_id;
         st.membership = meta.last_membership.clone();

@@ -473,7 +473,15 @@ async fn snapshots_before_the_oldest_held_entry_keep_the_log_from_there() {
         },
     );
     c.held = true;
-    let live = |n: &Running| n.toy.live.lock().unwrap().keys().cloned().collect::<Vec<_>>();
+    let live = |n: &Running| {
+        n.toy
+            .live
+            .lock()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+    };
     let n1 = c.start("n1").await;
     n1.meta.initialize().await.expect("initialize");
     propose(&n1.meta, "add a").await.unwrap();
@@ -500,7 +508,10 @@ async fn snapshots_before_the_oldest_held_entry_keep_the_log_from_there() {
     let n3 = c.start("n3").await;
     n3.meta.join(&["n1".to_string()]).await.expect("join");
     wait_until("n3 holds d", Duration::from_secs(5), || live(&n3) == ["d"]).await;
-    assert!(n3.toy.restores.load(Ordering::SeqCst) >= 1, "got a snapshot");
+    assert!(
+        n3.toy.restores.load(Ordering::SeqCst) >= 1,
+        "got a snapshot"
+    );
     let purged: serde_json::Value =
         serde_json::from_slice(&std::fs::read(c.base.join("n1/purged.json")).unwrap()).unwrap();
     assert!(

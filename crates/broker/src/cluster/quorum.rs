@@ -53,6 +53,8 @@ const BATCH_BYTES: usize = 4 << 20;
 /// Publishes waiting for their entry beyond which the queue counts as pressured (publishers
 /// stall, as for a queue whose consumers fall behind).
 const PRESSURE_MSGS: usize = 16_384;
+/// The same in bytes: what waits for the group is held in memory (a pipeline's worth of entries).
+const PRESSURE_BYTES: usize = PIPELINE * BATCH_BYTES;
 /// Entries one queue keeps in flight.
 const PIPELINE: usize = 4;
 /// Messages claimed for delivery ahead of need, per entry.
@@ -206,8 +208,9 @@ struct Batch {
 pub struct Replicator {
     pending: Mutex<Batch>,
     wake: tokio::sync::Notify,
-    /// Publishes accepted and not yet confirmed or refused.
+    /// Publishes accepted and not yet confirmed or refused, and their bytes.
     in_flight: AtomicUsize,
+    in_flight_bytes: AtomicUsize,
     relieved: tokio::sync::Notify,
     /// Returns so far of the leader queue's messages that were returned at least once.
     returns: Mutex<HashMap<u64, u32>>,
@@ -224,11 +227,13 @@ pub struct Replicator {
 impl Replicator {
     /// A publish to replicate; its confirm (if any) is completed once it is committed.
     pub fn submit(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) {
+        let size = msg.body.len() + msg.properties.len() + 64;
         let mut p = self.pending.lock();
-        p.bytes += msg.body.len() + msg.properties.len() + 64;
+        p.bytes += size;
         p.msgs.push((msg, confirm.cloned()));
         drop(p);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.in_flight_bytes.fetch_add(size, Ordering::Relaxed);
         self.wake.notify_one();
     }
 
@@ -241,7 +246,9 @@ impl Replicator {
 
     /// Every message from `first` to `last` that is still in the queue left it.
     pub fn settled_run(&self, first: u64, last: u64) {
-        self.returns.lock().retain(|id, _| *id < first || *id > last);
+        self.returns
+            .lock()
+            .retain(|id, _| *id < first || *id > last);
         self.pending.lock().settled_runs.push((first, last));
         self.wake.notify_one();
     }
@@ -278,6 +285,7 @@ impl Replicator {
     /// Publishes wait for replication beyond what the log keeps up with.
     pub fn pressured(&self) -> bool {
         self.in_flight.load(Ordering::Relaxed) >= PRESSURE_MSGS
+            || self.in_flight_bytes.load(Ordering::Relaxed) >= PRESSURE_BYTES
     }
 
     pub async fn stall(&self, max: Duration) {
@@ -326,9 +334,11 @@ impl Replicator {
         })
     }
 
-    fn done(&self, n: usize) {
-        let before = self.in_flight.fetch_sub(n, Ordering::Relaxed);
-        if before >= PRESSURE_MSGS && before - n < PRESSURE_MSGS {
+    fn done(&self, n: usize, bytes: usize) {
+        let was = self.pressured();
+        self.in_flight.fetch_sub(n, Ordering::Relaxed);
+        self.in_flight_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        if was && !self.pressured() {
             self.relieved.notify_waiters();
         }
     }
@@ -698,10 +708,13 @@ impl LogTail {
         }
     }
 
-    /// The whole tail left (purge, delete): settled in runs, without reading it back.
-    pub fn forget(&mut self) {
+    /// The whole tail left (purge, delete): settled in runs, without reading it back, if
+    /// `settle` (not when the queue is retired: the messages stay in the group).
+    pub fn forget(&mut self, settle: bool) {
         for (first, last) in self.runs.drain(..) {
-            self.repl.settled_run(first, last);
+            if settle {
+                self.repl.settled_run(first, last);
+            }
         }
         self.at = None;
         self.deadlines.clear();
@@ -729,81 +742,89 @@ impl LogTail {
         let Some(last) = self.runs.back().map(|r| r.1) else {
             return read;
         };
-        let entries = match self.log.read(at.index, crate::limits::PAGE_IN_BYTES) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read a replicated queue's messages back from its log");
-                return read;
-            }
-        };
         let applied = self.applied.load(Ordering::Acquire);
-        'entries: for (index, cmd) in entries {
-            if index >= applied {
-                break;
-            }
-            if index != at.index {
-                tracing::error!(index, expected = at.index, "a replicated queue's log skips an entry");
-                return read;
-            }
-            // As `GroupSm::apply` numbers them: an entry that does not decode has none.
-            let msgs = cmd
-                .and_then(|c| decode(Bytes::from(c)))
-                .map(|d| d.msgs)
-                .unwrap_or_default();
-            let n = msgs.len() as u64;
-            for (i, data) in msgs.into_iter().enumerate() {
-                let id = at.first_id + i as u64;
-                if id < at.next_id {
-                    continue;
+        // Settled messages are skipped: read on until something is found (or the end).
+        let mut done = false;
+        while !done && read.records == 0 {
+            let entries = match self.log.read(at.index, crate::limits::PAGE_IN_BYTES) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read a replicated queue's messages back from its log");
+                    return read;
                 }
-                if read.records == remaining || id > last {
-                    break 'entries;
-                }
-                at.next_id = id + 1;
-                if !self.holds(id) {
-                    continue;
-                }
-                read.records += 1;
-                read.bytes += crate::persist::stored_body_len(&data);
-                let Some((msg, _)) = crate::persist::decode_message(&data) else {
-                    tracing::warn!(id, "skipping a replicated message that does not decode");
-                    continue;
-                };
-                let returns = self.repl.returns.lock().get(&id).copied().unwrap_or(0);
-                let msg = if self.counts {
-                    crate::delayed::with_delivery_count(&msg, u64::from(returns))
-                } else {
-                    msg
-                };
-                while self.deadlines.front().is_some_and(|d| d.0 < id) {
-                    self.deadlines.pop_front();
-                }
-                let mut expires_at_ms = self
-                    .deadlines
-                    .front()
-                    .filter(|d| d.0 == id)
-                    .map(|d| d.1);
-                if self.recovered_max.is_some_and(|m| id <= m) {
-                    let t = match (ttl, warren_queue::Payload::expiration_ms(&msg)) {
-                        (Some(x), Some(y)) => Some(x.min(y)),
-                        (x, y) => x.or(y),
-                    };
-                    expires_at_ms = t.map(|t| now().saturating_add(t));
-                }
-                out.push(warren_queue::Entry {
-                    seq: id,
-                    msg: Arc::new(msg),
-                    redelivered: self.seen.remove(&id) || returns > 0,
-                    expires_at_ms,
-                    logged: true,
-                });
-            }
-            // The whole entry is read: on to the next.
-            at = LogPos {
-                index: index + 1,
-                first_id: at.first_id + n,
-                next_id: at.next_id.max(at.first_id + n),
             };
+            done = entries.is_empty();
+            'entries: for (index, cmd) in entries {
+                if index >= applied {
+                    done = true;
+                    break;
+                }
+                if index != at.index {
+                    tracing::error!(
+                        index,
+                        expected = at.index,
+                        "a replicated queue's log skips an entry"
+                    );
+                    return read;
+                }
+                // As `GroupSm::apply` numbers them: an entry that does not decode has none.
+                let msgs = cmd
+                    .and_then(|c| decode(Bytes::from(c)))
+                    .map(|d| d.msgs)
+                    .unwrap_or_default();
+                let n = msgs.len() as u64;
+                for (i, data) in msgs.into_iter().enumerate() {
+                    let id = at.first_id + i as u64;
+                    if id < at.next_id {
+                        continue;
+                    }
+                    if read.records == remaining || id > last {
+                        done = true;
+                        break 'entries;
+                    }
+                    at.next_id = id + 1;
+                    if !self.holds(id) {
+                        continue;
+                    }
+                    read.records += 1;
+                    read.bytes += crate::persist::stored_body_len(&data);
+                    let Some((msg, _)) = crate::persist::decode_message(&data) else {
+                        tracing::warn!(id, "skipping a replicated message that does not decode");
+                        continue;
+                    };
+                    let returns = self.repl.returns.lock().get(&id).copied().unwrap_or(0);
+                    let msg = if self.counts {
+                        crate::delayed::with_delivery_count(&msg, u64::from(returns))
+                    } else {
+                        msg
+                    };
+                    while self.deadlines.front().is_some_and(|d| d.0 < id) {
+                        self.deadlines.pop_front();
+                    }
+                    let mut expires_at_ms =
+                        self.deadlines.front().filter(|d| d.0 == id).map(|d| d.1);
+                    if self.recovered_max.is_some_and(|m| id <= m) {
+                        let t = match (ttl, warren_queue::Payload::expiration_ms(&msg)) {
+                            (Some(x), Some(y)) => Some(x.min(y)),
+                            (x, y) => x.or(y),
+                        };
+                        expires_at_ms = t.map(|t| now().saturating_add(t));
+                    }
+                    out.push(warren_queue::Entry {
+                        seq: id,
+                        msg: Arc::new(msg),
+                        redelivered: self.seen.remove(&id) || returns > 0,
+                        expires_at_ms,
+                        logged: true,
+                    });
+                }
+                // The whole entry is read: on to the next.
+                at = LogPos {
+                    index: index + 1,
+                    first_id: at.first_id + n,
+                    next_id: at.next_id.max(at.first_id + n),
+                };
+            }
         }
         while self.runs.front().is_some_and(|r| r.1 < at.next_id) {
             self.runs.pop_front();
@@ -1305,6 +1326,7 @@ impl QuorumQueue {
     /// that resends may duplicate.
     fn finish(&self, batch: Batch, r: Result<Vec<u8>, warren_cluster::ProposeError>) {
         let n = batch.msgs.len();
+        let bytes = batch.bytes;
         let refused: Option<Vec<usize>> = match r {
             Ok(reply) => Some(
                 reply
@@ -1326,7 +1348,7 @@ impl QuorumQueue {
             let ok = refused.as_ref().is_some_and(|r| !r.contains(&i));
             (h, ok)
         }));
-        self.repl.done(n);
+        self.repl.done(n, bytes);
     }
 
     /// Adds the claims this batch should carry: the new messages consumers are waiting for, and
@@ -1729,9 +1751,15 @@ mod tests {
         r.applied(1001, 10);
         let (index, next) = r.release().expect("a release point");
         assert!(next <= 5000 && index <= 500, "{index} {next}");
-        assert!(index >= 256, "the newest checkpoint before the oldest message: {index}");
+        assert!(
+            index >= 256,
+            "the newest checkpoint before the oldest message: {index}"
+        );
         assert_eq!(r.checkpoints.len(), 3, "the older ones are dropped");
-        assert_eq!(r.ids_from(6998).take(3).collect::<Vec<_>>(), [6998, 6999, 7001]);
+        assert_eq!(
+            r.ids_from(6998).take(3).collect::<Vec<_>>(),
+            [6998, 6999, 7001]
+        );
         // All gone: the release point is the newest checkpoint (at most a checkpoint's worth of
         // log is kept behind an empty queue).
         for id in 5000..10_000 {

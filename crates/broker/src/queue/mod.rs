@@ -316,7 +316,8 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
             }
             Effect::ForgetTail { last_seq } => {
                 if let Some(t) = &mut io.log_tail {
-                    t.forget();
+                    // A retired queue (`stop_replicating`) settles nothing.
+                    t.forget(self.q.repl.load().is_some());
                     return;
                 }
                 if let (Some(p), Some(log)) = (io.pager.take(), &mut io.log) {
