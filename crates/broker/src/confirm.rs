@@ -208,10 +208,15 @@ impl ConfirmHandle {
 impl ConfirmHandle {
     /// Runs `f` once one durable write is done (`true`) or failed.
     pub fn then(f: impl FnOnce(bool) + Send + 'static) -> Arc<ConfirmHandle> {
+        Self::then_n(1, f)
+    }
+
+    /// Runs `f` once `waits` durable writes are done (`true` if none failed).
+    pub fn then_n(waits: usize, f: impl FnOnce(bool) + Send + 'static) -> Arc<ConfirmHandle> {
         Arc::new(ConfirmHandle {
             target: Target::Then(Mutex::new(Some(Box::new(f)))),
             seq: 0,
-            remaining: AtomicUsize::new(1),
+            remaining: AtomicUsize::new(waits),
             failed: AtomicUsize::new(0),
         })
     }

@@ -208,10 +208,13 @@ pub fn effective(
         num("consumer-timeout").filter(|n| *n > 0),
     );
     // A quorum queue's key (RabbitMQ ignores it for other types).
+    let text = |k: &str| d.get(k).and_then(Value::as_str).map(String::from);
     if crate::queue_type::is_quorum(arguments) {
         a.delivery_limit = min(a.delivery_limit, num("delivery-limit"));
+        if arguments.get("x-dead-letter-strategy").is_none() {
+            a.at_least_once = text("dead-letter-strategy").as_deref() == Some("at-least-once");
+        }
     }
-    let text = |k: &str| d.get(k).and_then(Value::as_str).map(String::from);
     if a.dead_letter_exchange.is_none() {
         a.dead_letter_exchange = text("dead-letter-exchange");
     }

@@ -127,6 +127,15 @@ def test_declare_only_argument_checks(ch, args, arg, why):
     assert info.exc.reply_text == f"PRECONDITION_FAILED - invalid arg '{arg}' for queue '{q}' in vhost '/': {why}"
 
 
+@pytest.mark.parametrize("value,why", [("bogus", "invalid_dlx_strategy"), (5, "{unacceptable_type,signedint}")])
+def test_invalid_dead_letter_strategy(ch, value, why):
+    # RabbitMQ 3.10's quorum queues take at-most-once and at-least-once only.
+    q = uname("badarg")
+    with channel_closed(406, "PRECONDITION_FAILED") as info:
+        ch.queue_declare(q, durable=True, arguments={"x-queue-type": "quorum", "x-dead-letter-strategy": value})
+    assert info.exc.reply_text == f"PRECONDITION_FAILED - invalid arg 'x-dead-letter-strategy' for queue '{q}' in vhost '/': {why}"
+
+
 @pytest.mark.parametrize("qtype", ["quorum", "stream"])
 def test_server_named_replicated_queue_is_refused(ch, qtype):
     module = {"quorum": "rabbit_quorum_queue", "stream": "rabbit_stream_queue"}[qtype]

@@ -1293,3 +1293,99 @@ def test_a_paged_backlog_still_expires(cluster, names):
     wait_quorum(nodes, qn, {x.name for x in nodes})
     publish_confirmed(nodes[1], qn, big_bodies("t", 20_000, 1024), timeout=90)
     wait_passive(nodes, qn, 0, timeout=15)
+
+
+# ---------------------------------------------------------------------------------------------
+# At-least-once dead-lettering (x-dead-letter-strategy, RabbitMQ 3.10's quorum queues)
+
+
+def _declare_exchange(node: ClusterNode, name: str) -> None:
+    def run():
+        c = pika.BlockingConnection(node.params())
+        try:
+            c.channel().exchange_declare(name, "direct", durable=True)
+        finally:
+            safe_close(c)
+    in_thread(run, 20, f"exchange.declare {name}")
+
+
+def _bind(node: ClusterNode, qn: str, exchange: str, key: str) -> None:
+    def run():
+        c = pika.BlockingConnection(node.params())
+        try:
+            c.channel().queue_bind(qn, exchange, key)
+        finally:
+            safe_close(c)
+    in_thread(run, 20, f"queue.bind {qn}")
+
+
+@pytest.mark.timeout(150)
+def test_at_least_once_dead_letters_wait_for_a_route_through_a_failover(lossy):
+    """Two quorum queues with x-message-ttl 300 and a dead-letter exchange that does not exist
+    yet: one with x-dead-letter-strategy at-least-once (and x-overflow reject-publish, which it
+    needs), one at-most-once. 50 confirmed messages each expire unroutable. The leader is
+    SIGKILLed; the exchange and a queue for each are declared afterwards: the at-least-once
+    queue's 50 all reach their dead-letter queue (kept by the group, sent again by the new
+    leader), with x-death reason expired, and no more come once they did; the at-most-once
+    queue's were dropped, as RabbitMQ drops unroutable dead letters."""
+    nodes = lossy.nodes
+    everyone = {n.name for n in nodes}
+    src, lax = uname("qq-dlx-alo"), uname("qq-dlx-amo")
+    dlx = uname("dlx")
+    dlq, dlq_lax = uname("qq-dlq"), uname("qq-dlq-amo")
+    made = [src, lax, dlq, dlq_lax]
+    try:
+        base = {"x-message-ttl": 300, "x-dead-letter-exchange": dlx, "x-overflow": "reject-publish"}
+        declare_quorum(nodes[0], src, {**base, "x-dead-letter-strategy": "at-least-once"})
+        declare_quorum(nodes[0], lax, base)
+        leader = by_name(nodes, wait_quorum(nodes, src, everyone))
+        wait_quorum(nodes, lax, everyone)
+        survivors = [n for n in nodes if n is not leader]
+        want = bodies("d", 50)
+        publish_confirmed(survivors[0], src, want)
+        publish_confirmed(survivors[0], lax, bodies("lax", 50))
+        wait_passive(nodes, src, 0)  # expired: they left the queue's ready messages
+        wait_passive(nodes, lax, 0)
+        time.sleep(1.5)  # retried (unroutable) at least once before the kill
+
+        leader.kill9()
+        wait_quorum(survivors, src, everyone, leaders={n.name for n in survivors}, timeout=FAILOVER_TIMEOUT)
+        _declare_exchange(survivors[1], dlx)
+        declare_quorum(survivors[1], dlq)
+        declare_quorum(survivors[1], dlq_lax)
+        _bind(survivors[1], dlq, dlx, src)
+        _bind(survivors[1], dlq_lax, dlx, lax)
+
+        got = Consumer(survivors[0], dlq, lambda ds: set(want) <= {d.body for d in ds}, 30,
+                       retry=True).start().join()
+        assert set(want) <= set(got.bodies), \
+            f"dead letters kept through the failover: {len(set(got.bodies) & set(want))} of 50 arrived"
+        assert set(got.bodies) <= set(want)
+        # Settled once their target had them: not sent again.
+        time.sleep(3)
+        wait_passive(survivors, dlq, 0)
+
+        def x_death():
+            c = pika.BlockingConnection(survivors[0].params())
+            try:
+                ch = c.channel()
+                publish = pika.BasicProperties(delivery_mode=2)
+                ch.basic_publish("", src, b"probe", publish)
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    m, props, body = ch.basic_get(dlq, auto_ack=True)
+                    if m is not None:
+                        return props.headers
+                    time.sleep(0.1)
+            finally:
+                safe_close(c)
+        headers = in_thread(x_death, 30, "a dead letter's headers")
+        assert headers and headers["x-death"][0]["reason"] == "expired", headers
+        assert headers["x-first-death-queue"] == src
+
+        lax_got = passive(survivors[0], dlq_lax)
+        assert lax_got == ("ok", 0), f"at-most-once dead letters that were unroutable are dropped: {lax_got}"
+    finally:
+        _restart(nodes)
+        for qn in made:
+            delete_quietly(nodes, qn)

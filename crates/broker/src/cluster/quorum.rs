@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
+use warren_protocol::ByteString;
 
 use super::remote::RemoteQueue;
 use super::{Cluster, MetaOp};
@@ -59,6 +60,8 @@ const PRESSURE_BYTES: usize = PIPELINE * BATCH_BYTES;
 const PIPELINE: usize = 4;
 /// Messages claimed for delivery ahead of need, per entry.
 const CLAIM_WINDOW: usize = 512;
+/// How often kept dead letters that could not be routed are tried again.
+const DEAD_LETTER_RETRY: Duration = Duration::from_secs(1);
 /// How often a non-member asks the members who leads.
 const LEADER_POLL: Duration = Duration::from_millis(500);
 /// How long a declare waits for the new group to elect its first leader.
@@ -90,6 +93,9 @@ struct Replica {
     legacy: BTreeMap<u64, Bytes>,
     /// The snapshot restored: its index and the next id after it.
     start: Option<(u64, u64)>,
+    /// At-least-once dead letters not yet taken by their targets, by message id: the copy to
+    /// route and its extra routing keys.
+    dead: BTreeMap<u64, (Bytes, Vec<ByteString>)>,
 }
 
 /// A settled message's place in [`Replica::sizes`].
@@ -138,6 +144,7 @@ impl Replica {
         self.returns.remove(&id);
         self.delivered.remove(&id);
         self.legacy.remove(&id);
+        self.dead.remove(&id);
     }
 
     /// The oldest message still in the queue, or the next id if none is.
@@ -194,6 +201,9 @@ struct Batch {
     settled: Vec<u64>,
     /// Runs of ids settled at once (a purged or deleted paged tail), first and last.
     settled_runs: Vec<(u64, u64)>,
+    /// At-least-once dead letters: the message's id, its dead-lettered copy and extra routing
+    /// keys; kept by every member until the id is settled.
+    dead: Vec<(u64, Arc<Message>, Vec<ByteString>)>,
     returned: Vec<u64>,
     /// Ids claimed for delivery, and how many of this entry's new messages are claimed too
     /// (the first ones: consumers are waiting for them).
@@ -218,13 +228,74 @@ pub struct Replicator {
     /// proposed and not yet committed (not asked for twice).
     claims_from: Mutex<Option<u64>>,
     claiming: Mutex<HashSet<u64>>,
+    /// At-least-once dead letters of the leader's queue by message id, until their targets
+    /// have them.
+    dead: Mutex<HashMap<u64, DeadKept>>,
     /// Set afresh each time this node starts leading. An entry proposed under another epoch
     /// (an earlier leader's, committed after this node took over) may carry claims that leader
     /// acted on: its claimed messages may have been delivered, so they are marked redelivered.
     epoch: AtomicU64,
 }
 
+/// A dead letter kept until its targets have it: the copy to route, its extra routing keys,
+/// and whether it is on its way (routed, confirms awaited).
+struct DeadKept {
+    msg: Arc<Message>,
+    cc: Vec<ByteString>,
+    sent: bool,
+}
+
 impl Replicator {
+    /// Message `id` was dead-lettered as `msg` (at-least-once): kept, and replicated as kept,
+    /// until [`Replicator::dead_done`].
+    pub fn dead_lettering(&self, id: u64, msg: Arc<Message>, cc: Vec<ByteString>) {
+        self.pending.lock().dead.push((id, msg.clone(), cc.clone()));
+        self.dead.lock().insert(
+            id,
+            DeadKept {
+                msg,
+                cc,
+                sent: false,
+            },
+        );
+        self.wake.notify_one();
+    }
+
+    /// The kept dead letters not on their way, now marked as on their way.
+    pub fn dead_to_send(&self) -> Vec<(u64, Arc<Message>, Vec<ByteString>)> {
+        let mut d = self.dead.lock();
+        d.iter_mut()
+            .filter(|(_, k)| !k.sent)
+            .map(|(id, k)| {
+                k.sent = true;
+                (*id, k.msg.clone(), k.cc.clone())
+            })
+            .collect()
+    }
+
+    fn has_dead_to_send(&self) -> bool {
+        self.dead.lock().values().any(|k| !k.sent)
+    }
+
+    /// Could not be routed: tried again later.
+    pub fn dead_unsent(&self, id: u64) {
+        if let Some(k) = self.dead.lock().get_mut(&id) {
+            k.sent = false;
+        }
+    }
+
+    /// Every target has dead letter `id` (`ok`): its message is settled. Otherwise it is sent
+    /// again later.
+    pub fn dead_done(&self, id: u64, ok: bool) {
+        if ok {
+            if self.dead.lock().remove(&id).is_some() {
+                self.settled(id);
+            }
+        } else {
+            self.dead_unsent(id);
+        }
+    }
+
     /// A publish to replicate; its confirm (if any) is completed once it is committed.
     pub fn submit(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) {
         let size = msg.body.len() + msg.properties.len() + 64;
@@ -297,6 +368,7 @@ impl Replicator {
         if p.msgs.is_empty()
             && p.settled.is_empty()
             && p.settled_runs.is_empty()
+            && p.dead.is_empty()
             && p.returned.is_empty()
             && p.claimed.is_empty()
             && self.claims_from.lock().is_none()
@@ -327,6 +399,7 @@ impl Replicator {
             bytes,
             settled: std::mem::take(&mut p.settled),
             settled_runs: std::mem::take(&mut p.settled_runs),
+            dead: std::mem::take(&mut p.dead),
             returned: std::mem::take(&mut p.returned),
             claimed: std::mem::take(&mut p.claimed),
             claim_new: 0,
@@ -346,7 +419,9 @@ impl Replicator {
 
 /// An entry: `[OP_ENQUEUE][n u32]([len u32][stored message])*n`, then the settled, returned
 /// and claimed ids, each as `[m u32]([id u64])*m`, then `[claim_new u32][epoch u64]`, then the
-/// settled runs `[r u32]([first u64][last u64])*r` (absent from entries of earlier versions).
+/// settled runs `[r u32]([first u64][last u64])*r` and the kept dead letters
+/// `[d u32]([id u64][len u32][stored message][k u16]([len u16][routing key])*k)*d` (both absent
+/// from entries of earlier versions).
 fn encode(batch: &Batch) -> Vec<u8> {
     let mut b = BytesMut::with_capacity(batch.bytes + 16 + batch.settled.len() * 8);
     b.put_u8(OP_ENQUEUE);
@@ -371,6 +446,20 @@ fn encode(batch: &Batch) -> Vec<u8> {
         b.put_u64(*first);
         b.put_u64(*last);
     }
+    b.put_u32(batch.dead.len() as u32);
+    for (id, m, cc) in &batch.dead {
+        b.put_u64(*id);
+        let at = b.len();
+        b.put_u32(0);
+        crate::persist::encode_message_into(&mut b, m, None);
+        let len = (b.len() - at - 4) as u32;
+        b[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        b.put_u16(cc.len() as u16);
+        for k in cc {
+            b.put_u16(k.len() as u16);
+            b.put_slice(k.as_bytes());
+        }
+    }
     b.to_vec()
 }
 
@@ -378,6 +467,7 @@ struct Decoded {
     msgs: Vec<Bytes>,
     settled: Vec<u64>,
     settled_runs: Vec<(u64, u64)>,
+    dead: Vec<(u64, Bytes, Vec<ByteString>)>,
     returned: Vec<u64>,
     claimed: Vec<u64>,
     claim_new: u32,
@@ -427,10 +517,39 @@ fn decode(command: Bytes) -> Option<Decoded> {
         }
         settled_runs = (0..r).map(|_| (b.get_u64(), b.get_u64())).collect();
     }
+    let mut dead = Vec::new();
+    if b.remaining() >= 4 {
+        let d = b.get_u32() as usize;
+        for _ in 0..d {
+            if b.remaining() < 12 {
+                return None;
+            }
+            let id = b.get_u64();
+            let len = b.get_u32() as usize;
+            if b.remaining() < len + 2 {
+                return None;
+            }
+            let data = b.split_to(len);
+            let k = b.get_u16() as usize;
+            let mut cc = Vec::with_capacity(k);
+            for _ in 0..k {
+                if b.remaining() < 2 {
+                    return None;
+                }
+                let n = b.get_u16() as usize;
+                if b.remaining() < n {
+                    return None;
+                }
+                cc.push(ByteString::try_from(b.split_to(n)).ok()?);
+            }
+            dead.push((id, data, cc));
+        }
+    }
     Some(Decoded {
         msgs,
         settled,
         settled_runs,
+        dead,
         returned,
         claimed,
         claim_new,
@@ -502,6 +621,12 @@ impl warren_cluster::StateMachine for GroupSm {
                 }
             }
             r.insert(id, size);
+        }
+        // Kept before the settlements: a dead letter taken at once is settled in the same entry.
+        for (id, data, cc) in d.dead {
+            if r.holds(id) {
+                r.dead.insert(id, (data, cc));
+            }
         }
         for id in d.settled {
             r.remove(id);
@@ -1042,6 +1167,7 @@ impl QuorumQueue {
             }
         }
         tokio::spawn(self.clone().propose_loop(meta.clone(), stop.clone()));
+        tokio::spawn(self.clone().dead_letter_retries(stop.clone()));
         let mut status = meta.watch();
         loop {
             let (leader, me) = {
@@ -1183,8 +1309,23 @@ impl QuorumQueue {
             r.delivered.contains(id) || r.returns.contains_key(id) || pending_claims.contains(id)
         };
         let mut refused = Vec::new();
+        // Dead letters an earlier leader kept (at-least-once) are sent again, not queued.
+        {
+            let mut dead = self.repl.dead.lock();
+            dead.clear();
+            for (id, (data, cc)) in &r.dead {
+                if let Some((msg, _)) = crate::persist::decode_message(data) {
+                    let kept = DeadKept {
+                        msg: Arc::new(msg),
+                        cc: cc.clone(),
+                        sent: false,
+                    };
+                    dead.insert(*id, kept);
+                }
+            }
+        }
         // Bodies from a snapshot of an earlier version come first, from memory.
-        for (id, data) in &r.legacy {
+        for (id, data) in r.legacy.iter().filter(|(id, _)| !r.dead.contains_key(id)) {
             match crate::persist::decode_message(data) {
                 Some((msg, _)) => {
                     let n = r.returns.get(id).copied().unwrap_or(0);
@@ -1202,7 +1343,10 @@ impl QuorumQueue {
         let mut runs: VecDeque<(u64, u64)> = VecDeque::new();
         let (mut count, mut bytes) = (0usize, 0u64);
         let mut seen_ids = HashSet::new();
-        for id in r.ids_from(0).filter(|id| !r.legacy.contains_key(id)) {
+        for id in r
+            .ids_from(0)
+            .filter(|id| !r.legacy.contains_key(id) && !r.dead.contains_key(id))
+        {
             match runs.back_mut() {
                 Some(run) if run.1 + 1 == id => run.1 = id,
                 _ => runs.push_back((id, id)),
@@ -1222,11 +1366,12 @@ impl QuorumQueue {
             next_id,
         };
         q.recover_tail(r.next_id, from, runs, seen_ids, count, bytes);
-        self.leg.store(Some(Arc::new(QueueRef::Local(q))));
+        self.leg.store(Some(Arc::new(QueueRef::Local(q.clone()))));
         drop(r);
         for id in refused {
             self.repl.settled(id);
         }
+        q.send_dead_kept(&self.repl);
     }
 
     /// A message as the leader's queue holds it: a quorum queue's deliveries carry
@@ -1317,6 +1462,27 @@ impl QuorumQueue {
             tokio::select! {
                 _ = self.repl.wake.notified() => {}
                 _ = stopped(&mut stop) => return,
+            }
+        }
+    }
+
+    /// Sends again, every second, the kept dead letters that could not be routed or were
+    /// refused (RabbitMQ's at-least-once dead-lettering retries them too).
+    async fn dead_letter_retries(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(DEAD_LETTER_RETRY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stopped(&mut stop) => return,
+            }
+            if self.deleted.load(Ordering::Acquire) {
+                return;
+            }
+            if self.repl.has_dead_to_send() {
+                if let Some(q) = self.local_leg() {
+                    q.send_dead_kept(&self.repl);
+                }
             }
         }
     }
@@ -1693,6 +1859,7 @@ mod tests {
             priority: None,
             expiration_ms: None,
         });
+        let m_dead = m.clone();
         let batch = Batch {
             msgs: vec![(m.clone(), None), (m, None)],
             bytes: 10,
@@ -1702,6 +1869,7 @@ mod tests {
             claim_new: 1,
             epoch: 42,
             settled_runs: vec![(100, 200)],
+            dead: vec![(5, m_dead, vec![ByteString::from_static("cc-key")])],
         };
         let d = decode(Bytes::from(encode(&batch))).expect("decodes");
         assert_eq!(d.msgs.len(), 2);
@@ -1711,6 +1879,9 @@ mod tests {
         assert_eq!(d.claim_new, 1);
         assert_eq!(d.epoch, 42);
         assert_eq!(d.settled_runs, [(100, 200)]);
+        assert_eq!(d.dead.len(), 1);
+        assert_eq!(d.dead[0].0, 5);
+        assert_eq!(&*d.dead[0].2[0], "cc-key");
         let (back, _) = crate::persist::decode_message(&d.msgs[0]).expect("a stored message");
         assert_eq!(&back.body[..], b"hello");
         let whole = encode(&batch);
@@ -1718,8 +1889,16 @@ mod tests {
             decode(Bytes::copy_from_slice(&whole[..7])).is_none(),
             "a cut entry is refused"
         );
-        // An entry of an earlier version ends after the epoch.
-        let old = decode(Bytes::copy_from_slice(&whole[..whole.len() - 20])).expect("decodes");
+        // Entries of earlier versions end before the dead letters, or before the runs too.
+        let no_dead = encode(&Batch {
+            dead: Vec::new(),
+            ..batch
+        });
+        let runs_only =
+            decode(Bytes::copy_from_slice(&no_dead[..no_dead.len() - 4])).expect("decodes");
+        assert_eq!(runs_only.settled_runs, [(100, 200)]);
+        assert!(runs_only.dead.is_empty());
+        let old = decode(Bytes::copy_from_slice(&no_dead[..no_dead.len() - 24])).expect("decodes");
         assert_eq!(old.epoch, 42);
         assert!(old.settled_runs.is_empty());
     }

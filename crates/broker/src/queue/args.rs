@@ -33,6 +33,10 @@ pub struct QueueArgs {
     /// `x-delivery-limit` (quorum queues): a message returned more often than this is
     /// dead-lettered (reason `delivery_limit`) or dropped.
     pub delivery_limit: Option<u64>,
+    /// `x-dead-letter-strategy: at-least-once` (quorum queues): a dead-lettered message stays in
+    /// the queue until the dead-letter targets have it. In force only with `x-overflow:
+    /// reject-publish` and a dead-letter exchange, as in RabbitMQ ([`QueueArgs::dead_letter_at_least_once`]).
+    pub at_least_once: bool,
 }
 
 /// Which requeues are delayed (RabbitMQ 4.3's `x-delayed-retry-type`). Over AMQP 0-9-1, as in
@@ -116,6 +120,15 @@ impl Retry {
 }
 
 impl QueueArgs {
+    /// Dead letters are kept until their targets have them: `at-least-once` with `x-overflow:
+    /// reject-publish` and a dead-letter exchange (RabbitMQ falls back to at-most-once
+    /// otherwise).
+    pub fn dead_letter_at_least_once(&self) -> bool {
+        self.at_least_once
+            && self.overflow == Overflow::RejectPublish
+            && self.dead_letter_exchange.is_some()
+    }
+
     /// Parses and validates; `what` names the queue in errors ("queue 'q' in vhost '/'").
     pub fn parse(args: &FieldTable, what: &str) -> AmqpResult<QueueArgs> {
         let invalid = |key: &str, why: String| {
@@ -199,6 +212,16 @@ impl QueueArgs {
             },
             consumer_timeout_ms: non_neg("x-consumer-timeout")?.filter(|&n| n > 0),
             delivery_limit: non_neg("x-delivery-limit")?,
+            at_least_once: match string("x-dead-letter-strategy")?.as_deref() {
+                None | Some("at-most-once") => false,
+                Some("at-least-once") => true,
+                Some(_) => {
+                    return Err(invalid(
+                        "x-dead-letter-strategy",
+                        "invalid_dlx_strategy".to_string(),
+                    ))
+                }
+            },
             single_active_consumer: match args.get("x-single-active-consumer") {
                 None => false,
                 Some(warren_protocol::FieldValue::Bool(b)) => *b,

@@ -204,6 +204,11 @@ struct Io {
     /// Where the committed message being published is in the group's log (it may start the
     /// tail); none for a message the log no longer has, which stays in memory.
     publishing_at: Option<LogPos>,
+    /// At-least-once dead-lettering (a replicated queue's leader): the message just forgotten,
+    /// settled unless its dead letter follows; and the dead letters kept in the group until
+    /// their targets have them.
+    forgot: Option<u64>,
+    dead_kept: Vec<(u64, Arc<Message>, Reason)>,
 }
 
 /// One command's host: the queue, its side of the lock, the publish's confirm, and the time,
@@ -270,6 +275,16 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
 
     fn effect(&mut self, effect: Effect<'_, Arc<Message>>) {
         let io = &mut *self.io;
+        if let Some(seq) = io.forgot.take() {
+            // The state machine dead-letters right after it forgets the same message.
+            if let Effect::DeadLetter(m, reason) = effect {
+                io.dead_kept.push((seq, m, reason));
+                return;
+            }
+            if let Some(r) = &*self.q.repl.load() {
+                r.settled(seq);
+            }
+        }
         match effect {
             Effect::Append { entry, paged } => {
                 if let (Some(t), true) = (&mut io.log_tail, paged) {
@@ -287,7 +302,11 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
                 if let Some(claims) = &mut io.claims {
                     claims.remove(&seq);
                     if let Some(r) = &*self.q.repl.load() {
-                        r.settled(seq);
+                        if self.q.args().dead_letter_at_least_once() {
+                            io.forgot = Some(seq);
+                        } else {
+                            r.settled(seq);
+                        }
                     }
                 }
                 if let Some(log) = &mut io.log {
@@ -714,7 +733,20 @@ impl Queue {
         };
         let dirty = std::mem::take(&mut io.log_dirty);
         let want_claim = io.want_claim.take();
+        if let Some(seq) = io.forgot.take() {
+            if let Some(r) = &*self.repl.load() {
+                r.settled(seq);
+            }
+        }
+        let kept = if io.dead_kept.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut io.dead_kept)
+        };
         drop(guard);
+        if !kept.is_empty() {
+            self.dead_letter_kept(kept);
+        }
         if let Some(seq) = want_claim {
             if let Some(r) = &*self.repl.load() {
                 r.want_claims(seq);
@@ -994,6 +1026,75 @@ impl Queue {
 
     pub fn is_deleted(&self) -> bool {
         self.state.lock().core.is_deleted()
+    }
+
+    /// At-least-once: each dead letter stays in the group (replicated, so a new leader sends it
+    /// again) until every queue it is routed to has it; then its message is settled.
+    fn dead_letter_kept(&self, kept: Vec<(u64, Arc<Message>, Reason)>) {
+        let Some(r) = self.repl.load_full() else {
+            return;
+        };
+        let args = self.args();
+        let Some(dlx) = &args.dead_letter_exchange else {
+            return;
+        };
+        let now_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        for (id, msg, reason) in kept {
+            let (m, cc) = dead_letter::dead_lettered(
+                &msg,
+                &self.name,
+                reason,
+                dlx,
+                args.dead_letter_routing_key.as_deref(),
+                now_s,
+            );
+            r.dead_lettering(id, Arc::new(m), cc);
+        }
+        self.send_dead_kept(&r);
+    }
+
+    /// Routes the kept dead letters not yet on their way (new, unroutable or refused before).
+    pub fn send_dead_kept(&self, r: &Arc<Replicator>) {
+        let Some(vhost) = self.vhost_ref.upgrade() else {
+            return;
+        };
+        let mut targets = Vec::new();
+        for (id, m, cc) in r.dead_to_send() {
+            targets.clear();
+            match vhost.route_keys(
+                &m.exchange,
+                &m.routing_key,
+                &cc,
+                &m.properties,
+                &mut targets,
+            ) {
+                Ok(None) if !targets.is_empty() => {}
+                // Unroutable (or the exchange is gone): kept, and tried again.
+                _ => {
+                    r.dead_unsent(id);
+                    continue;
+                }
+            }
+            let waits = targets.iter().filter(|q| q.stores(&m)).count();
+            if waits == 0 {
+                for q in targets.drain(..) {
+                    q.publish(m.clone(), None);
+                }
+                r.dead_done(id, true);
+                continue;
+            }
+            let rr = r.clone();
+            let done = ConfirmHandle::then_n(waits, move |ok| rr.dead_done(id, ok));
+            for q in targets.drain(..) {
+                let h = q.stores(&m).then_some(&done);
+                // Refused (full) or gone meanwhile: sent again, routed afresh.
+                if q.publish(m.clone(), h) != Enqueued::Accepted && h.is_some() {
+                    done.done(false);
+                }
+            }
+        }
     }
 
     fn publish_dead(&self, dead: Vec<(Arc<Message>, Reason)>) {
