@@ -60,6 +60,37 @@ count=$(api "/api/queues/%2F/$QUEUE" | python3 -c 'import json,sys; print(json.l
     echo "n$i: RSS now $(( $(rss "$i") / 1024 )) MiB, max $(awk -F, -v c=$((i + 1)) 'NR>1 && $c>m {m=$c} END {print int(m/1024)}' "$OUT/rss.csv") MiB; group dir $(du -sm "$DIR/n$i/quorum" | cut -f1) MiB"
   done
 } | tee "$OUT/summary.txt"
+# KILL=1: the leader is killed (-9) with the backlog held: how long until a survivor leads the
+# queue and counts every message, and, once the killed node is started again, how long until it
+# has opened its replica (its whole log read back) and knows the leader.
+if [ "${KILL:-0}" = 1 ]; then
+  apiq() { curl -sf -u guest:guest "http://127.0.0.1:$((BASE + 10000 + $1))/api/queues/%2F/$QUEUE"; }
+  field() { python3 -c "import json,sys; print(json.load(sys.stdin).get('$1'))" 2>/dev/null; }
+  leader=$(apiq 1 | field leader)
+  k=${leader#warren}; k=${k%%@*}
+  s=$(( k % 3 + 1 ))
+  kill -9 "$(cat "$DIR/n$k.pid")"
+  t0=$(date +%s.%N)
+  until [ "$(apiq "$s" | field leader)" != "$leader" ] && [ "$(apiq "$s" | field leader)" != None ] \
+        && [ "$(apiq "$s" | field messages)" = "$count" ]; do sleep 0.1; done
+  t1=$(date +%s.%N)
+  newleader=$(apiq "$s" | field leader)
+  n=${newleader#warren}; n=${n%%@*}
+  WARREN_COOKIE="${WARREN_COOKIE:-warren-cluster-cookie}" nohup "$BIN" server --node-name "warren$k@localhost" \
+    --data-dir "$DIR/n$k" --amqp-port $((BASE + k)) --http-port $((BASE + 10000 + k)) \
+    --cluster-listen "127.0.0.1:$((BASE + 20000 + k))" \
+    --cluster-peers "127.0.0.1:$((BASE + 20001)),127.0.0.1:$((BASE + 20002)),127.0.0.1:$((BASE + 20003))" \
+    >>"$DIR/n$k.log" 2>&1 &
+  echo $! >"$DIR/n$k.pid"
+  t2=$(date +%s.%N)
+  until [ "$(apiq "$k" 2>/dev/null | field leader)" = "$newleader" ]; do sleep 0.2; done
+  t3=$(date +%s.%N)
+  sleep 10
+  {
+    echo "leader $leader killed: $newleader leads and counts $count after $(echo "$t1 - $t0" | bc) s (its RSS then $(( $(rss "$n") / 1024 )) MiB)"
+    echo "warren$k restarted: its replica open (log read back) and following the leader after $(echo "$t3 - $t2" | bc) s; its RSS 10 s later $(( $(rss "$k") / 1024 )) MiB"
+  } | tee -a "$OUT/summary.txt"
+fi
 if [ "${DRAIN:-0}" = 1 ]; then
   t0=$(date +%s)
   "$BIN" perf -h "$uris" -u "$QUEUE" -p -x 0 -y "$PRODUCERS" -q 1000 -A 100 --exit-when empty -i 10 >"$OUT/drain.log" 2>&1

@@ -3,8 +3,8 @@
 //! - `log/<first index, 16 hex digits>.seg`: the entries, one checksummed record each
 //!   (bincode, `types::wire`; the record's seq is the entry's index), in segments rotated past
 //!   `SEGMENT_BYTES`. Appends are written and fsynced before openraft is told. A damaged tail
-//!   (torn write) is cut off at open; a whole record that does not decode stops the open
-//!   instead. Purging deletes whole segments; truncating cuts the segment it falls in and
+//!   (torn write) is cut off at open; a whole record (its checksum holds) that does not decode
+//!   is never cut: the open fails on the last one, a read on any other. Purging deletes whole segments; truncating cuts the segment it falls in and
 //!   deletes the later ones.
 //! - `purged.json`, `vote.json`, `committed.json`: small files replaced atomically.
 //!
@@ -343,26 +343,31 @@ fn recover(
         let data = Bytes::from(std::fs::read(&path)?);
         let mut offsets = Vec::new();
         let mut at = 0;
+        // Checksums are checked here; only the last entry is decoded (for its log id): a long
+        // log is read once at open, not decoded twice.
+        let mut last_record: Option<(usize, u8, Bytes)> = None;
         while at < data.len() {
             let record::Scan::Record(r, next) = record::scan(&data, at) else {
                 break;
             };
-            let undecodable = |e: String| {
-                other(format!(
-                    "raft log {}: a whole record at byte {at} does not decode ({e}); refusing to cut it",
-                    path.display()
-                ))
-            };
             if r.kind != KIND_ENTRY && r.kind != KIND_ENTRY_JSON {
                 break;
             }
-            let entry = decode_entry(r.kind, &r.data).map_err(undecodable)?;
-            if entry.log_id.index != first + offsets.len() as u64 {
+            if r.seq != first + offsets.len() as u64 {
                 break;
             }
             offsets.push(at as u32);
-            last = Some(entry.log_id);
+            last_record = Some((at, r.kind, r.data));
             at = next;
+        }
+        if let Some((rec_at, kind, data)) = last_record {
+            let entry = decode_entry(kind, &data).map_err(|e| {
+                other(format!(
+                    "raft log {}: a whole record at byte {rec_at} does not decode ({e}); refusing to cut it",
+                    path.display()
+                ))
+            })?;
+            last = Some(entry.log_id);
         }
         if at < data.len() {
             tracing::warn!(

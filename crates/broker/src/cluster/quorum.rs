@@ -48,14 +48,15 @@ pub const SERVICE_QLEADER: u8 = 6;
 /// `[group u64][1 add | 2 remove][node name]`.
 pub const SERVICE_QMEMBER: u8 = 7;
 
-/// Publishes proposed in one entry at most (bounds an entry's size and a confirm's wait).
+/// Publishes proposed in one entry at most (bounds an entry's size and a confirm's wait). Also
+/// what a restart holds in memory at once: openraft reads the log back 64 entries at a time.
 const BATCH_MSGS: usize = 2048;
-const BATCH_BYTES: usize = 4 << 20;
+const BATCH_BYTES: usize = 1 << 20;
 /// Publishes waiting for their entry beyond which the queue counts as pressured (publishers
 /// stall, as for a queue whose consumers fall behind).
 const PRESSURE_MSGS: usize = 16_384;
-/// The same in bytes: what waits for the group is held in memory (a pipeline's worth of entries).
-const PRESSURE_BYTES: usize = PIPELINE * BATCH_BYTES;
+/// The same in bytes: what waits for the group is held in memory.
+const PRESSURE_BYTES: usize = 16 << 20;
 /// Entries one queue keeps in flight.
 const PIPELINE: usize = 4;
 /// Messages claimed for delivery ahead of need, per entry.
