@@ -82,10 +82,20 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
-// freePort picks a free loopback port below the kernel's ephemeral range: a port from
-// Listen(":0") is an ephemeral one, which a client socket can take as its source port before the
-// broker binds it, and which a connect loop can connect to itself on.
+// handedOut holds every port freePort returned: a port is free until the broker that was given
+// it binds it, so two picks for one cluster (nine ports, started together) must never be equal.
+var (
+	handedOutMu sync.Mutex
+	handedOut   = map[int]bool{}
+)
+
+// freePort picks a free loopback port below the kernel's ephemeral range, never the same one
+// twice in a run: a port from Listen(":0") is an ephemeral one, which a client socket can take
+// as its source port before the broker binds it, and which a connect loop can connect to itself
+// on.
 func freePort() (int, error) {
+	handedOutMu.Lock()
+	defer handedOutMu.Unlock()
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 0 {
@@ -96,8 +106,12 @@ func freePort() (int, error) {
 	}
 	for i := 0; low > 11000 && i < 1000; i++ {
 		port := 10000 + mrand.Intn(low-10000)
+		if handedOut[port] {
+			continue
+		}
 		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 			l.Close()
+			handedOut[port] = true
 			return port, nil
 		}
 	}
