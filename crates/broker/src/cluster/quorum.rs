@@ -1905,6 +1905,56 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_of_the_earlier_format_keeps_its_bodies() {
+        use warren_cluster::StateMachine;
+        let m = Message {
+            exchange: "".into(),
+            routing_key: "q".into(),
+            properties: Bytes::from_static(&[0, 0]),
+            body: Bytes::from_static(b"kept body"),
+            persistent: true,
+            priority: None,
+            expiration_ms: None,
+        };
+        let stored = crate::persist::encode_message(&m, None);
+        // `[next_id][n]([id][returns u32][delivered u8][len u32][stored])*n`
+        let mut old = BytesMut::new();
+        old.put_u64(12);
+        old.put_u64(2);
+        for (id, returns, delivered) in [(7u64, 2u32, 0u8), (9, 0, 1)] {
+            old.put_u64(id);
+            old.put_u32(returns);
+            old.put_u8(delivered);
+            old.put_u32(stored.len() as u32);
+            old.put_slice(&stored);
+        }
+        let sm = GroupSm {
+            queue: std::sync::OnceLock::new(),
+            replica: Mutex::new(Replica::default()),
+            applied: Arc::new(AtomicU64::new(0)),
+        };
+        sm.restore(Some(40), &old);
+        {
+            let r = sm.replica.lock();
+            assert_eq!((r.next_id, r.live, r.live_bytes), (12, 2, 18));
+            assert!(r.holds(7) && r.holds(9) && !r.holds(8));
+            assert_eq!(r.legacy.len(), 2);
+            assert_eq!(r.returns.get(&7), Some(&2));
+            assert!(r.delivered.contains(&9));
+            assert_eq!(r.start, Some((40, 12)));
+        }
+        // Its bodies are nowhere else: no snapshot replaces it while they are in the queue.
+        assert!(matches!(sm.snapshot_point(), warren_cluster::SnapshotPoint::Unchanged));
+        sm.replica.lock().remove(7);
+        sm.replica.lock().remove(9);
+        assert!(sm.replica.lock().legacy.is_empty());
+        // And a snapshot of the new format is the next id alone.
+        sm.restore(Some(50), b"WQS2\0\0\0\0\0\0\0\x20");
+        let r = sm.replica.lock();
+        assert_eq!((r.next_id, r.base, r.live, r.start), (32, 32, 0, Some((50, 32))));
+    }
+
+    #[test]
     fn replica_keeps_sizes_and_a_release_point() {
         let mut r = Replica::default();
         // Entries of 10 messages each, 100 bytes a body.
