@@ -1944,14 +1944,20 @@ mod tests {
             assert_eq!(r.start, Some((40, 12)));
         }
         // Its bodies are nowhere else: no snapshot replaces it while they are in the queue.
-        assert!(matches!(sm.snapshot_point(), warren_cluster::SnapshotPoint::Unchanged));
+        assert!(matches!(
+            sm.snapshot_point(),
+            warren_cluster::SnapshotPoint::Unchanged
+        ));
         sm.replica.lock().remove(7);
         sm.replica.lock().remove(9);
         assert!(sm.replica.lock().legacy.is_empty());
         // And a snapshot of the new format is the next id alone.
         sm.restore(Some(50), b"WQS2\0\0\0\0\0\0\0\x20");
         let r = sm.replica.lock();
-        assert_eq!((r.next_id, r.base, r.live, r.start), (32, 32, 0, Some((50, 32))));
+        assert_eq!(
+            (r.next_id, r.base, r.live, r.start),
+            (32, 32, 0, Some((50, 32)))
+        );
     }
 
     #[test]
