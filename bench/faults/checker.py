@@ -34,8 +34,9 @@ the next; after a node or replica that does not come back, no further fault is a
 * pause          SIGSTOP of a node, SIGCONT after the duration;
 * partition      the node's inter-node links are cut: every link connection to or from it is
                  aborted and new ones are refused until the heal (see "Network" below);
-* torn           kill -9 of a node, then one of its Raft logs (quorum/<group>/raft.log or
-                 raft/raft.log) is damaged at its end, then it restarts after the duration.
+* torn           kill -9 of a node, then one of its Raft logs (the newest segment of
+                 quorum/<group>/log/ or raft/log/; raft.log in earlier versions) is damaged at its
+                 end, then it restarts after the duration.
                  --torn-mode truncate (default): 1-64 bytes cut off the end, so the last record,
                  which was fsynced and acknowledged, is damaged (stronger than a real crash can
                  do). --torn-mode append: 1-64 random bytes appended, a partial record that was
@@ -110,6 +111,17 @@ QUEUE = "faults-qq"
 MAGIC = b"WARRENL1"
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 FAULT_KINDS = ("kill-leader", "kill-follower", "pause", "partition", "torn")
+
+
+def is_log_tail(p: Path) -> bool:
+    """A Raft log's end, where a torn write can happen: the newest segment of a log/ directory
+    (<hex first index>.seg, the current layout), or an earlier version's single raft.log."""
+    if p.name == "raft.log":
+        return True
+    if p.suffix != ".seg" or p.parent.name != "log":
+        return False
+    segs = sorted(q.name for q in p.parent.glob("*.seg") if q.stat().st_size > 0)
+    return bool(segs) and segs[-1] == p.name
 ALL_KINDS = FAULT_KINDS + ("stall",)
 LOG_TAIL_LINES = 60
 # A member whose copy of the queue (its Raft group) does not open runs on without it: the node
@@ -1136,7 +1148,7 @@ class Run:
             if base.is_dir():
                 for p in sorted(base.rglob("*")):
                     if p.is_file() and p.stat().st_size > 0:
-                        if self.args.torn_files == "logs" and not p.name.endswith(".log"):
+                        if self.args.torn_files == "logs" and not is_log_tail(p):
                             continue
                         files.append(p)
         if not files:
@@ -1586,7 +1598,7 @@ def parse_args(argv=None):
     p.add_argument("--final-restart", choices=("kill", "term", "none"), default="kill",
                    help="after the heal, every node is kill -9'd (or SIGTERMed) and restarted")
     p.add_argument("--torn-files", choices=("logs", "all"), default="logs",
-                   help="torn: pick among the Raft logs (raft.log), or among every file under quorum/ "
+                   help="torn: pick among the Raft logs' newest segments, or among every file under quorum/ "
                         "and raft/")
     p.add_argument("--torn-mode", choices=("truncate", "append"), default="truncate",
                    help="torn: cut 1-64 bytes off the file's end (the last, fsynced record is damaged), "
