@@ -32,7 +32,7 @@ use openraft::{
     AnyError, Entry, EntryPayload, LogId, LogState, RaftLogReader, StorageError, StorageIOError,
     Vote,
 };
-use warren_store::{record, snapshot};
+use warren_store::{record, segment_ids, segment_path, snapshot};
 
 use crate::types::{wire, TypeConfig};
 use crate::{lock, NodeId};
@@ -101,10 +101,6 @@ struct LogInner {
 
 fn other(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
-}
-
-fn segment_path(dir: &Path, first: u64) -> PathBuf {
-    dir.join(format!("{first:016x}.seg"))
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -305,16 +301,7 @@ fn recover(
     dir: &Path,
     purged: Option<LogId<NodeId>>,
 ) -> io::Result<(VecDeque<Segment>, Option<LogId<NodeId>>)> {
-    let mut firsts: Vec<u64> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_suffix(".seg"))
-                .and_then(|h| u64::from_str_radix(h, 16).ok())
-        })
-        .collect();
-    firsts.sort_unstable();
+    let firsts = segment_ids(dir)?;
     let mut segments: VecDeque<Segment> = VecDeque::new();
     let mut last: Option<LogId<NodeId>> = None;
     let mut cut = false;

@@ -17,4 +17,4 @@ pub mod record;
 pub mod snapshot;
 pub mod stream;
 
-pub use log::{Cursor, LiveSet, QueueLog, Recovery, Written};
+pub use log::{segment_ids, segment_path, Cursor, LiveSet, QueueLog, Recovery, Written};

@@ -125,12 +125,13 @@ pub struct QueueLog<T> {
     pub bytes_written: u64,
 }
 
-pub(crate) fn segment_path(dir: &Path, id: u64) -> PathBuf {
+/// A segment file's path: `<id, 16 hex digits>.seg` (queue logs, streams, Raft logs).
+pub fn segment_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:016x}.seg"))
 }
 
-/// The ids of the `<hex id>.seg` files in `dir`, ascending (queue logs and streams).
-pub(crate) fn segment_ids(dir: &Path) -> std::io::Result<Vec<u64>> {
+/// The ids of the `<hex id>.seg` files in `dir`, ascending (queue logs, streams, Raft logs).
+pub fn segment_ids(dir: &Path) -> std::io::Result<Vec<u64>> {
     let mut ids: Vec<u64> = fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .filter_map(|e| {

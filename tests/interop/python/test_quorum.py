@@ -64,15 +64,22 @@ ACKED_MAY_RETURN = 5
 # Helpers
 
 
-def declare_quorum(node: ClusterNode, qn: str, arguments: dict | None = None) -> None:
-    """queue.declare of a durable quorum queue through node, on a connection of its own."""
+def on_channel(node: ClusterNode, what: str, fn: Callable, timeout: float = 20):
+    """fn(channel) on a connection of its own to node, in a thread joined within timeout: its
+    result."""
     def run():
         c = pika.BlockingConnection(node.params())
         try:
-            c.channel().queue_declare(qn, durable=True, arguments={**QUORUM, **(arguments or {})})
+            return fn(c.channel())
         finally:
             safe_close(c)
-    in_thread(run, 20, f"queue.declare of quorum queue {qn} through {node.name}")
+    return in_thread(run, timeout, f"{what} through {node.name}")
+
+
+def declare_quorum(node: ClusterNode, qn: str, arguments: dict | None = None) -> None:
+    """queue.declare of a durable quorum queue through node, on a connection of its own."""
+    on_channel(node, f"queue.declare of quorum queue {qn}",
+               lambda ch: ch.queue_declare(qn, durable=True, arguments={**QUORUM, **(arguments or {})}))
 
 
 def in_thread(fn: Callable, timeout: float, what: str):
@@ -1263,13 +1270,8 @@ def test_purging_a_paged_backlog_is_replicated(lossy):
         publish_confirmed(followers[0], qn, big_bodies("p", n, 1024), timeout=90)
         wait_passive(nodes, qn, n, timeout=30)
 
-        def purge():
-            c = pika.BlockingConnection(followers[1].params())
-            try:
-                return c.channel().queue_purge(qn).method.message_count
-            finally:
-                safe_close(c)
-        assert in_thread(purge, 20, "queue.purge") == n
+        purged = on_channel(followers[1], "queue.purge", lambda ch: ch.queue_purge(qn).method.message_count)
+        assert purged == n
         wait_passive(nodes, qn, 0)
 
         leader.kill9()
@@ -1297,26 +1299,6 @@ def test_a_paged_backlog_still_expires(cluster, names):
 
 # ---------------------------------------------------------------------------------------------
 # At-least-once dead-lettering (x-dead-letter-strategy, RabbitMQ 3.10's quorum queues)
-
-
-def _declare_exchange(node: ClusterNode, name: str) -> None:
-    def run():
-        c = pika.BlockingConnection(node.params())
-        try:
-            c.channel().exchange_declare(name, "direct", durable=True)
-        finally:
-            safe_close(c)
-    in_thread(run, 20, f"exchange.declare {name}")
-
-
-def _bind(node: ClusterNode, qn: str, exchange: str, key: str) -> None:
-    def run():
-        c = pika.BlockingConnection(node.params())
-        try:
-            c.channel().queue_bind(qn, exchange, key)
-        finally:
-            safe_close(c)
-    in_thread(run, 20, f"queue.bind {qn}")
 
 
 @pytest.mark.timeout(150)
@@ -1350,11 +1332,12 @@ def test_at_least_once_dead_letters_wait_for_a_route_through_a_failover(lossy):
 
         leader.kill9()
         wait_quorum(survivors, src, everyone, leaders={n.name for n in survivors}, timeout=FAILOVER_TIMEOUT)
-        _declare_exchange(survivors[1], dlx)
+        on_channel(survivors[1], f"exchange.declare {dlx}",
+                   lambda ch: ch.exchange_declare(dlx, "direct", durable=True))
         declare_quorum(survivors[1], dlq)
         declare_quorum(survivors[1], dlq_lax)
-        _bind(survivors[1], dlq, dlx, src)
-        _bind(survivors[1], dlq_lax, dlx, lax)
+        for q_, key in ((dlq, src), (dlq_lax, lax)):
+            on_channel(survivors[1], f"queue.bind {q_}", lambda ch: ch.queue_bind(q_, dlx, key))
 
         got = Consumer(survivors[0], dlq, lambda ds: set(want) <= {d.body for d in ds}, 30,
                        retry=True).start().join()
@@ -1365,21 +1348,15 @@ def test_at_least_once_dead_letters_wait_for_a_route_through_a_failover(lossy):
         time.sleep(3)
         wait_passive(survivors, dlq, 0)
 
-        def x_death():
-            c = pika.BlockingConnection(survivors[0].params())
-            try:
-                ch = c.channel()
-                publish = pika.BasicProperties(delivery_mode=2)
-                ch.basic_publish("", src, b"probe", publish)
-                deadline = time.monotonic() + 20
-                while time.monotonic() < deadline:
-                    m, props, body = ch.basic_get(dlq, auto_ack=True)
-                    if m is not None:
-                        return props.headers
-                    time.sleep(0.1)
-            finally:
-                safe_close(c)
-        headers = in_thread(x_death, 30, "a dead letter's headers")
+        def x_death(ch):
+            ch.basic_publish("", src, b"probe", pika.BasicProperties(delivery_mode=2))
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                m, props, _ = ch.basic_get(dlq, auto_ack=True)
+                if m is not None:
+                    return props.headers
+                time.sleep(0.1)
+        headers = on_channel(survivors[0], "a dead letter's headers", x_death, timeout=30)
         assert headers and headers["x-death"][0]["reason"] == "expired", headers
         assert headers["x-first-death-queue"] == src
 

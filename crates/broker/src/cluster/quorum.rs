@@ -869,6 +869,8 @@ impl LogTail {
             return read;
         };
         let applied = self.applied.load(Ordering::Acquire);
+        let repl = self.repl.clone();
+        let returns_so_far = repl.returns.lock();
         // Settled messages are skipped: read on until something is found (or the end).
         let mut done = false;
         while !done && read.records == 0 {
@@ -918,7 +920,7 @@ impl LogTail {
                         tracing::warn!(id, "skipping a replicated message that does not decode");
                         continue;
                     };
-                    let returns = self.repl.returns.lock().get(&id).copied().unwrap_or(0);
+                    let returns = returns_so_far.get(&id).copied().unwrap_or(0);
                     let msg = if self.counts {
                         crate::delayed::with_delivery_count(&msg, u64::from(returns))
                     } else {

@@ -407,6 +407,13 @@ pub struct RemovedConsumer {
     pub auto_delete_now: bool,
 }
 
+/// Seconds since the Unix epoch (`x-death` times).
+fn unix_now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Milliseconds on a monotonic clock shared by the process (TTL deadlines).
 pub fn now_ms() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
@@ -1032,27 +1039,39 @@ impl Queue {
     /// again) until every queue it is routed to has it; then its message is settled.
     fn dead_letter_kept(&self, kept: Vec<(u64, Arc<Message>, Reason)>) {
         let Some(r) = self.repl.load_full() else {
+            // Retired meanwhile: the group still holds them, for the next leader.
             return;
         };
         let args = self.args();
-        let Some(dlx) = &args.dead_letter_exchange else {
-            return;
-        };
-        let now_s = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now_s = unix_now_s();
         for (id, msg, reason) in kept {
-            let (m, cc) = dead_letter::dead_lettered(
-                &msg,
-                &self.name,
-                reason,
-                dlx,
-                args.dead_letter_routing_key.as_deref(),
-                now_s,
-            );
-            r.dead_lettering(id, Arc::new(m), cc);
+            match self.dead_copy(&args, &msg, reason, now_s) {
+                Some((m, cc)) => r.dead_lettering(id, Arc::new(m), cc),
+                // The dead-letter exchange went with a policy meanwhile: dropped, as then.
+                None => r.settled(id),
+            }
         }
         self.send_dead_kept(&r);
+    }
+
+    /// The copy of `msg` to publish to the dead-letter exchange, and its extra routing keys;
+    /// none without one.
+    fn dead_copy(
+        &self,
+        a: &QueueArgs,
+        msg: &Message,
+        reason: Reason,
+        now_s: u64,
+    ) -> Option<(Message, Vec<warren_protocol::ByteString>)> {
+        let dlx = a.dead_letter_exchange.as_deref()?;
+        Some(dead_letter::dead_lettered(
+            msg,
+            &self.name,
+            reason,
+            dlx,
+            a.dead_letter_routing_key.as_deref(),
+            now_s,
+        ))
     }
 
     /// Routes the kept dead letters not yet on their way (new, unroutable or refused before).
@@ -1099,23 +1118,15 @@ impl Queue {
 
     fn publish_dead(&self, dead: Vec<(Arc<Message>, Reason)>) {
         let args = self.args();
-        let a = &*args;
-        let (Some(dlx), Some(vhost)) = (&a.dead_letter_exchange, self.vhost_ref.upgrade()) else {
+        let Some(vhost) = self.vhost_ref.upgrade() else {
             return;
         };
-        let now_s = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now_s = unix_now_s();
         let mut targets = Vec::new();
         for (msg, reason) in dead {
-            let (m, cc) = dead_letter::dead_lettered(
-                &msg,
-                &self.name,
-                reason,
-                dlx,
-                a.dead_letter_routing_key.as_deref(),
-                now_s,
-            );
+            let Some((m, cc)) = self.dead_copy(&args, &msg, reason, now_s) else {
+                return;
+            };
             targets.clear();
             // A missing dead-letter exchange drops the message, as in RabbitMQ.
             match vhost.route_keys(
