@@ -8,12 +8,21 @@
 # Each scenario runs ROUNDS times (default 3) for SECONDS (default 10), interleaved; the median
 # receive rate (msg/s) of each is printed with its ratio to `leader`.
 #   bench/cluster.sh [extra warren perf flags, e.g. -s 1024]
+# SCENARIOS picks which run (default "leader remote spread anywhere").
 # EXTERNAL=1 starts no cluster and runs against nodes already up at AMQP ports BASE+1..BASE+3,
 # e.g. RabbitMQ's: bench/rabbitmq-cluster.sh start; EXTERNAL=1 BASE=5690 bench/cluster.sh
+# NODE_PIDS="P1 P2 P3" names an external cluster's node processes (RabbitMQ's:
+# "$(cat /tmp/rabbitmq-cluster/c{1,2,3}/beam.pid)"); Warren's are known. With them the table
+# also gives the nodes' CPU time per million messages received (user + system, all 3 nodes).
+# NODE_CPU=P puts each node in its own cpu cgroup limited to P% of one core, as if each had a
+# machine of its own (the studies' clusters); without it the 3 nodes and the generator share
+# this machine's cores, and a scenario's rate measures its CPU per message. Needs root and the
+# cgroup v1 cpu controller at /sys/fs/cgroup/cpu.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 W="${WARREN_BIN:-$ROOT/target/release/warren}"
 ROUNDS="${ROUNDS:-3}"
+SCENARIOS="${SCENARIOS:-leader remote spread anywhere}"
 SECONDS_RUN="${SECONDS:-10}"
 export BASE="${BASE:-6680}"
 DIR="$(mktemp -d /tmp/warren-bench-cluster.XXXX)"
@@ -31,7 +40,50 @@ declare_on() { "$W" perf -h "$(uri "$1")" --queue-pattern "$2-%d" --queue-patter
 declare_on 1 one 1 10
 declare_on 1 sp 1 4; declare_on 2 sp 5 7; declare_on 3 sp 8 10
 rate() { grep -oE "receiving rate avg: [0-9]+" | grep -oE "[0-9]+$" || echo 0; }
-run() { # NAME: prints the receive rate
+if [ "${EXTERNAL:-0}" = 1 ]; then
+  read -r -a PIDS <<<"${NODE_PIDS:-}"
+else
+  PIDS=("$(cat "$DIR/n1.pid")" "$(cat "$DIR/n2.pid")" "$(cat "$DIR/n3.pid")")
+fi
+CG=/sys/fs/cgroup/cpu
+if [ -n "${NODE_CPU:-}" ]; then
+  if [ "${#PIDS[@]}" -ne 3 ] || [ ! -w "$CG" ]; then
+    echo "NODE_CPU needs the 3 node pids (NODE_PIDS for an external cluster) and a writable $CG" >&2
+    exit 2
+  fi
+  uncage() { # the nodes back to the root group, the groups removed
+    local p i
+    for p in "${PIDS[@]}"; do echo "$p" >"$CG/cgroup.procs" 2>/dev/null || true; done
+    for i in 1 2 3; do rmdir "$CG/warren-bench-n$i" 2>/dev/null || true; done
+  }
+  if [ "${EXTERNAL:-0}" = 1 ]; then
+    trap 'uncage; rm -rf "$DIR"' EXIT
+  else
+    trap 'uncage; "$ROOT/scripts/cluster.sh" stop "$DIR" >/dev/null 2>&1; rm -rf "$DIR"' EXIT
+  fi
+  for i in 1 2 3; do
+    g="$CG/warren-bench-n$i"
+    mkdir -p "$g"
+    echo 10000 >"$g/cpu.cfs_period_us"
+    echo $((NODE_CPU * 100)) >"$g/cpu.cfs_quota_us"
+    # Each of the node's processes (RabbitMQ: beam.smp; its children stay where they are).
+    echo "${PIDS[$((i - 1))]}" >"$g/cgroup.procs"
+  done
+  echo "each node limited to ${NODE_CPU}% of a core" >&2
+fi
+ticks() { # the nodes' CPU time so far, in clock ticks
+  local t=0 p
+  for p in "${PIDS[@]}"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done
+  echo "$t"
+}
+HZ="$(getconf CLK_TCK)"
+run() { # NAME: prints "receive-rate node-cpu-seconds"
+  local t0 v
+  t0="$(ticks)"
+  v="$(run_perf "$1")"
+  echo "$v $(awk -v a="$t0" -v b="$(ticks)" -v hz="$HZ" 'BEGIN {printf "%.2f", (b - a) / hz}')"
+}
+run_perf() { # NAME: prints the receive rate
   local common=(--auto-delete false -z "$SECONDS_RUN" "${EXTRA[@]}")
   case "$1" in
     leader) "$W" perf -H "$(uri 1)" --queue-pattern 'one-%d' --queue-pattern-from 1 --queue-pattern-to 10 -x 10 -y 10 "${common[@]}" 2>&1 | rate ;;
@@ -45,18 +97,23 @@ run() { # NAME: prints the receive rate
     anywhere) "$W" perf -H "$(uri 1),$(uri 2),$(uri 3)" --queue-pattern 'sp-%d' --queue-pattern-from 1 --queue-pattern-to 10 -x 10 -y 10 "${common[@]}" 2>&1 | rate ;;
   esac
 }
-declare -A R
+declare -A R C
 for r in $(seq 1 "$ROUNDS"); do
-  for s in leader remote spread anywhere; do
-    v="$(run "$s")"; R[$s]="${R[$s]:-} $v"
-    echo "round $r $s: $v msg/s" >&2
+  for s in $SCENARIOS; do
+    read -r v cpu <<<"$(run "$s")"
+    R[$s]="${R[$s]:-} $v"
+    # CPU-seconds per million received (the run's messages: its rate over SECONDS).
+    C[$s]="${C[$s]:-} $(awk -v c="$cpu" -v r="$v" -v t="$SECONDS_RUN" 'BEGIN {printf "%.2f", (r ? c / (r * t / 1e6) : 0)}')"
+    echo "round $r $s: $v msg/s, nodes $cpu CPU-s" >&2
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2))}'; }
-lead="$(echo "${R[leader]}" | median)"
-echo "| scenario | median receive rate (msg/s) | vs leader | rounds |"
-echo "|---|---|---|---|"
-for s in leader remote spread anywhere; do
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+lead="$(echo "${R[leader]:-}" | median)"
+echo "| scenario | median receive rate (msg/s) | vs leader | nodes' CPU-s per M (median) | rounds |"
+echo "|---|---|---|---|---|"
+for s in $SCENARIOS; do
   m="$(echo "${R[$s]}" | median)"
-  echo "| $s | $m | $(awk -v a="$m" -v b="$lead" 'BEGIN {printf "%.2f", (b ? a/b : 0)}') | ${R[$s]# } |"
+  cpu="-"
+  [ "${#PIDS[@]}" -eq 3 ] && cpu="$(echo "${C[$s]}" | median)"
+  echo "| $s | ${m%.*} | $(awk -v a="$m" -v b="$lead" 'BEGIN {printf "%.2f", (b ? a/b : 0)}') | $cpu | ${R[$s]# } |"
 done

@@ -177,10 +177,7 @@ impl ConfirmHandle {
                     c.finish(self.seq, ok);
                     return Some(c.clone());
                 }
-                Target::Link(l) => l.send(crate::cluster::remote::K_CONFIRM, |b| {
-                    bytes::BufMut::put_u64(b, self.seq);
-                    bytes::BufMut::put_u8(b, ok as u8);
-                }),
+                Target::Link(l) => crate::cluster::remote::send_confirm(l, self.seq, ok),
                 // Even a failed write acks it: the queue refused or lost the message, as it
                 // would a publish, and retrying would route it again.
                 Target::Delayed(d) => d.ack([self.seq]),

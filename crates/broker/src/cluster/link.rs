@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +24,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Notify};
 
-const MAGIC: &[u8; 8] = b"WARRENL1";
+/// Version 2: publishes, deliveries, settles and confirms travel in runs ([`Link::send_run`]);
+/// a node speaking version 1 is refused at the handshake rather than misread.
+const MAGIC: &[u8; 8] = b"WARRENL2";
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
 /// A peer's frame larger than this is a broken or hostile peer: the link is dropped.
@@ -72,6 +74,33 @@ pub enum LinkError {
 struct Out {
     control: BytesMut,
     bulk: BytesMut,
+    /// The run each lane's last frame holds, if it is one ([`Link::send_run`]).
+    control_run: Option<Run>,
+    bulk_run: Option<Run>,
+}
+
+/// A frame that items are still being appended to.
+#[derive(Clone, Copy)]
+struct Run {
+    kind: u8,
+    key: u128,
+    /// Where its length and its item count are.
+    at: usize,
+    count_at: usize,
+    count: u32,
+}
+
+/// A run is closed at this many bytes, so one frame never holds up its reader for long.
+const RUN_BYTES: usize = 64 * 1024;
+
+impl Out {
+    fn lane(&mut self, kind: u8) -> (&mut BytesMut, &mut Option<Run>) {
+        if bulk(kind) {
+            (&mut self.bulk, &mut self.bulk_run)
+        } else {
+            (&mut self.control, &mut self.control_run)
+        }
+    }
 }
 
 /// Kinds that go in the bulk lane.
@@ -86,6 +115,8 @@ pub struct Link {
     /// Whether this side dialed it.
     dialed: bool,
     out: Mutex<Out>,
+    /// The bulk lane's length, readable without its lock (publishers check it per publish).
+    bulk_len: AtomicUsize,
     wake_writer: Notify,
     pending: Mutex<HashMap<u64, oneshot::Sender<Result<Bytes, String>>>>,
     next_id: AtomicU64,
@@ -100,24 +131,71 @@ impl Link {
 
     /// Output not yet written to the socket.
     pub fn pending_bytes(&self) -> usize {
-        self.out.lock().bulk.len()
+        self.bulk_len.load(Ordering::Relaxed)
     }
 
     /// Appends one frame; `fill` writes its payload.
     pub fn send(&self, kind: u8, fill: impl FnOnce(&mut BytesMut)) {
         let mut lanes = self.out.lock();
         let was_empty = lanes.control.is_empty() && lanes.bulk.is_empty();
-        let out = if bulk(kind) {
-            &mut lanes.bulk
-        } else {
-            &mut lanes.control
-        };
+        let (out, run) = lanes.lane(kind);
+        *run = None;
         let at = out.len();
         out.put_u32(0);
         out.put_u8(kind);
         fill(out);
         let len = (out.len() - at - 4) as u32;
         out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        self.bulk_len.store(lanes.bulk.len(), Ordering::Relaxed);
+        drop(lanes);
+        if was_empty {
+            self.wake_writer.notify_one();
+        }
+    }
+
+    /// Appends one item to a run: a frame `head | u32 count | items` of one kind for one `key`
+    /// (publishes to one queue, deliveries to one consumer, acks from one). While the lane's
+    /// last frame is still that run, the item joins it, so the receiver pays its lookups and
+    /// its bookkeeping once per run, not once per message; `head` is written only by the item
+    /// that starts a run.
+    pub fn send_run(
+        &self,
+        kind: u8,
+        key: u128,
+        head: impl FnOnce(&mut BytesMut),
+        item: impl FnOnce(&mut BytesMut),
+    ) {
+        let mut lanes = self.out.lock();
+        let was_empty = lanes.control.is_empty() && lanes.bulk.is_empty();
+        let (out, run) = lanes.lane(kind);
+        let r = match run.take() {
+            Some(r) if r.kind == kind && r.key == key && out.len() - r.at < RUN_BYTES => r,
+            _ => {
+                let at = out.len();
+                out.put_u32(0);
+                out.put_u8(kind);
+                head(out);
+                let count_at = out.len();
+                out.put_u32(0);
+                Run {
+                    kind,
+                    key,
+                    at,
+                    count_at,
+                    count: 0,
+                }
+            }
+        };
+        item(out);
+        let r = Run {
+            count: r.count + 1,
+            ..r
+        };
+        let len = (out.len() - r.at - 4) as u32;
+        out[r.at..r.at + 4].copy_from_slice(&len.to_be_bytes());
+        out[r.count_at..r.count_at + 4].copy_from_slice(&r.count.to_be_bytes());
+        *run = Some(r);
+        self.bulk_len.store(lanes.bulk.len(), Ordering::Relaxed);
         drop(lanes);
         if was_empty {
             self.wake_writer.notify_one();
@@ -409,6 +487,7 @@ impl Links {
             peer_addr: addr.clone(),
             dialed,
             out: Mutex::new(Out::default()),
+            bulk_len: AtomicUsize::new(0),
             wake_writer: Notify::new(),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -561,22 +640,24 @@ async fn write_loop(link: Arc<Link>, mut w: tokio::net::tcp::OwnedWriteHalf) {
             // Control first: a heartbeat queued behind a burst of bulk output goes before it.
             std::mem::swap(&mut out.control, &mut control);
             std::mem::swap(&mut out.bulk, &mut bulk);
+            // The runs' frames are the writer's now: later items start new ones.
+            out.control_run = None;
+            out.bulk_run = None;
+            link.bulk_len.store(0, Ordering::Relaxed);
         }
         if control.is_empty() && bulk.is_empty() {
             notified.await;
             continue;
         }
-        for buf in [&mut control, &mut bulk] {
-            if buf.is_empty() {
-                continue;
-            }
-            if let Err(e) = w.write_all(buf).await {
-                tracing::debug!(peer = %link.peer_name, error = %e, "inter-node write failed");
-                link.close();
-                return;
-            }
-            buf.clear();
+        // Both lanes in one vectored write, control first.
+        let mut both = (&mut control).chain(&mut bulk);
+        if let Err(e) = w.write_all_buf(&mut both).await {
+            tracing::debug!(peer = %link.peer_name, error = %e, "inter-node write failed");
+            link.close();
+            return;
         }
+        control.clear();
+        bulk.clear();
     }
     let _ = w.shutdown().await;
 }
@@ -609,7 +690,9 @@ pub fn get_str(b: &mut Bytes) -> Option<String> {
 mod tests {
     use super::*;
 
-    struct Echo;
+    /// Echoes requests and records one-way messages.
+    #[derive(Default)]
+    struct Echo(Mutex<Vec<(u8, Bytes)>>);
     impl Handler for Echo {
         fn request(
             &self,
@@ -625,17 +708,84 @@ mod tests {
                 }
             })
         }
-        fn message(&self, _: &Arc<Link>, _: u8, _: Bytes) {}
+        fn message(&self, _: &Arc<Link>, kind: u8, body: Bytes) {
+            self.0.lock().push((kind, body));
+        }
         fn link_down(&self, _: &Arc<Link>) {}
     }
 
     async fn node(name: &str, cookie: &[u8]) -> (Arc<Links>, String) {
+        let (links, addr, _) = node_with(name, cookie).await;
+        (links, addr)
+    }
+
+    async fn node_with(name: &str, cookie: &[u8]) -> (Arc<Links>, String, Arc<Echo>) {
         let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = l.local_addr().expect("addr").to_string();
         let links = Links::new(name.into(), addr.clone(), cookie.to_vec());
-        links.set_handler(Arc::new(Echo));
+        let echo = Arc::new(Echo::default());
+        links.set_handler(echo.clone());
         tokio::spawn(links.clone().serve(l));
-        (links, addr)
+        (links, addr, echo)
+    }
+
+    /// A run frame as (head, items), items being `item_len` bytes each.
+    fn run_of(mut body: Bytes, head_len: usize, item_len: usize) -> (Bytes, Vec<Bytes>) {
+        let head = body.split_to(head_len);
+        let n = body.get_u32() as usize;
+        assert_eq!(body.len(), n * item_len, "count matches the items");
+        (head, (0..n).map(|_| body.split_to(item_len)).collect())
+    }
+
+    // A current-thread runtime: the writer cannot take the buffer between two sends below.
+    #[tokio::test]
+    async fn runs_gather_items_of_one_key_until_another_frame_or_the_size_cap() {
+        let (a, _) = node("a", b"secret").await;
+        let (_b, b_addr, got) = node_with("b", b"secret").await;
+        let link = a.link(&b_addr).await.expect("link");
+        let run = |key: u8, item: u8| {
+            link.send_run(40, key as u128, |b| b.put_u8(key), |b| b.put_u8(item))
+        };
+        run(1, 1);
+        run(1, 2);
+        run(1, 3);
+        run(2, 9);
+        link.send(40, |b| b.put_slice(b"plain"));
+        run(2, 10);
+        run(2, 11);
+        // Items of 1 KiB for one key: the 64 KiB cap splits them over frames.
+        for i in 0..100u8 {
+            link.send_run(41, 7, |_| {}, |b| b.put_slice(&[i; 1024]));
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while got.0.lock().iter().map(|(_, b)| b.len()).sum::<usize>() < 100 * 1024 {
+            assert!(tokio::time::Instant::now() < deadline, "frames arrived");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let frames = got.0.lock().clone();
+        let small: Vec<_> = frames.iter().filter(|(k, _)| *k == 40).cloned().collect();
+        assert_eq!(small.len(), 4, "3 runs and the plain frame between them");
+        let items = |f: &Bytes| {
+            let (head, items) = run_of(f.clone(), 1, 1);
+            (head[0], items.iter().map(|i| i[0]).collect::<Vec<u8>>())
+        };
+        assert_eq!(items(&small[0].1), (1, vec![1, 2, 3]));
+        assert_eq!(items(&small[1].1), (2, vec![9]));
+        assert_eq!(&small[2].1[..], b"plain");
+        assert_eq!(items(&small[3].1), (2, vec![10, 11]));
+        let big: Vec<Vec<Bytes>> = frames
+            .iter()
+            .filter(|(k, _)| *k == 41)
+            .map(|(_, b)| run_of(b.clone(), 0, 1024).1)
+            .collect();
+        assert!(
+            big.len() >= 2,
+            "the cap split the run: {} frames",
+            big.len()
+        );
+        assert!(big.iter().all(|f| f.len() * 1024 <= RUN_BYTES + 1024));
+        let all: Vec<u8> = big.iter().flatten().map(|i| i[0]).collect();
+        assert_eq!(all, (0..100).collect::<Vec<u8>>(), "every item, in order");
     }
 
     #[tokio::test]

@@ -112,7 +112,12 @@ pub struct RemoteQueue {
     in_flight: AtomicU32,
     relieved: tokio::sync::Notify,
     cached_link: arc_swap::ArcSwapOption<Link>,
+    /// Names its runs of publishes on the link (unique for the process's life, unlike an
+    /// address a later queue could reuse).
+    run_key: u64,
 }
+
+static NEXT_RUN_KEY: AtomicU64 = AtomicU64::new(1);
 
 #[derive(Clone, Copy, Default)]
 pub struct Counts {
@@ -155,6 +160,7 @@ impl RemoteQueue {
             in_flight: AtomicU32::new(0),
             relieved: tokio::sync::Notify::new(),
             cached_link: arc_swap::ArcSwapOption::empty(),
+            run_key: NEXT_RUN_KEY.fetch_add(1, Ordering::Relaxed),
         })
     }
 
@@ -243,25 +249,54 @@ impl RemoteQueue {
         }
     }
 
+    /// Runs `f` with the open link to the home: the cached one without touching a reference
+    /// count (every publish and ack comes here, from every thread), else [`Self::link`]'s.
+    fn with_link<R>(&self, f: impl FnOnce(&Arc<Link>) -> R) -> Option<R> {
+        {
+            let cached = self.cached_link.load();
+            if let Some(l) = cached.as_ref().filter(|l| !l.is_closed()) {
+                return Some(f(l));
+            }
+        }
+        let (_, l) = self.link()?;
+        Some(f(&l))
+    }
+
     pub fn publish(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Enqueued {
-        let Some((c, link)) = self.link() else {
-            return Enqueued::Rejected;
-        };
+        self.with_link(|link| self.publish_on(link, msg, confirm))
+            .unwrap_or(Enqueued::Rejected)
+    }
+
+    fn publish_on(
+        &self,
+        link: &Arc<Link>,
+        msg: Arc<Message>,
+        confirm: Option<&Arc<ConfirmHandle>>,
+    ) -> Enqueued {
         let id = match confirm {
             Some(h) => {
+                let Some(c) = self.cluster.upgrade() else {
+                    return Enqueued::Rejected;
+                };
                 let id = c.remote.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-                c.remote.confirms.lock().insert((lid(&link), id), h.clone());
+                c.remote.confirms.lock().insert((lid(link), id), h.clone());
                 id
             }
             None => 0,
         };
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        link.send(K_PUBLISH, |b| {
-            put_str(b, &self.vhost);
-            put_str(b, &self.name);
-            b.put_u64(id);
-            put_message(b, &msg);
-        });
+        link.send_run(
+            K_PUBLISH,
+            self.run_key as u128,
+            |b| {
+                put_str(b, &self.vhost);
+                put_str(b, &self.name);
+            },
+            |b| {
+                b.put_u64(id);
+                put_message(b, &msg);
+            },
+        );
         Enqueued::Accepted
     }
 
@@ -313,40 +348,11 @@ impl RemoteQueue {
 
     /// Acks, rejects and requeues go home; `consumer` 0 is a basic.get.
     fn settle_as(&self, how: u8, msgs: impl IntoIterator<Item = Settled>) {
-        let Some((_, link)) = self.link() else { return };
-        let mut msgs = msgs.into_iter().peekable();
-        let Some((first, m)) = msgs.next() else {
-            return;
-        };
-        if msgs.peek().is_none() {
-            // One ack (the common case): no grouping.
-            link.send(K_SETTLE, |b| {
-                b.put_u8(how);
-                b.put_u64(first.map_or(0, |k| k + 1));
-                b.put_u32(1);
-                b.put_u64(m.seq);
-            });
-            return;
-        }
-        let mut by: HashMap<u64, Vec<u64>> = HashMap::new();
-        by.entry(first.map_or(0, |k| k + 1))
-            .or_default()
-            .push(m.seq);
-        for (consumer, m) in msgs {
-            by.entry(consumer.map_or(0, |k| k + 1))
-                .or_default()
-                .push(m.seq);
-        }
-        for (consumer, ids) in by {
-            link.send(K_SETTLE, |b| {
-                b.put_u8(how);
-                b.put_u64(consumer);
-                b.put_u32(ids.len() as u32);
-                for id in ids {
-                    b.put_u64(id);
-                }
-            });
-        }
+        self.with_link(|link| {
+            for (consumer, m) in msgs {
+                send_settle(link, how, consumer.map_or(0, |k| k + 1), m.seq);
+            }
+        });
     }
 
     pub fn settle(&self, msgs: impl IntoIterator<Item = Settled>) {
@@ -547,12 +553,16 @@ impl DeliverySink for LinkSink {
                 .push_back((id, (Some(c.key), m.clone())));
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        self.link.send(K_DELIVER, |b| {
-            b.put_u64(self.remote_key);
-            b.put_u64(id);
-            b.put_u8(m.redelivered as u8);
-            put_message(b, &m.msg);
-        });
+        self.link.send_run(
+            K_DELIVER,
+            self.remote_key as u128,
+            |b| b.put_u64(self.remote_key),
+            |b| {
+                b.put_u64(id);
+                b.put_u8(m.redelivered as u8);
+                put_message(b, &m.msg);
+            },
+        );
         Offer::Delivered
     }
 
@@ -747,52 +757,55 @@ pub async fn serve_request(
 pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes) {
     match kind {
         K_PUBLISH => {
-            let (Some(vhost), Some(name), Some(id)) = (
+            let (Some(vhost), Some(name), Some(n)) = (
                 get_bytes(&mut body),
                 get_bytes(&mut body),
-                get_u64(&mut body),
+                get_u32(&mut body),
             ) else {
                 return;
             };
-            let Some(msg) = get_message(&mut body) else {
-                return;
-            };
-            let confirm = |ok: bool| {
-                if id != 0 {
-                    link.send(K_CONFIRM, |b| {
-                        b.put_u64(id);
-                        b.put_u8(ok as u8);
-                    });
-                }
-            };
-            let Some(q) = forwarded_to(c, &vhost, &name) else {
-                // Not taken here: deleted meanwhile, led by another node now (a replicated
-                // queue), or not known yet (this node has just restarted and not replayed its
-                // metadata). Nacked, never confirmed: a confirm must mean stored. A publisher
-                // that resends to a queue that is really gone gets it unroutable, and
-                // confirmed then. The publishing node's credit goes with the queue.
-                confirm(false);
-                return;
-            };
-            let msg = Arc::new(msg);
-            let storing = id != 0 && q.stores(&msg);
-            let handle = storing.then(|| ConfirmHandle::for_link(link.clone(), id));
-            let r = q.publish(msg, handle.as_ref());
-            if !storing || r != Enqueued::Accepted {
-                match handle {
-                    Some(h) => {
-                        h.done(r != Enqueued::Rejected);
+            let q = forwarded_to(c, &vhost, &name);
+            let mut took = 0;
+            for _ in 0..n {
+                let Some(id) = get_u64(&mut body) else { break };
+                let Some(msg) = get_message(&mut body) else {
+                    break;
+                };
+                let Some(q) = &q else {
+                    // Not taken here: deleted meanwhile, led by another node now (a replicated
+                    // queue), or not known yet (this node has just restarted and not replayed
+                    // its metadata). Nacked, never confirmed: a confirm must mean stored. A
+                    // publisher that resends to a queue that is really gone gets it
+                    // unroutable, and confirmed then. The publishing node's credit goes with
+                    // the queue.
+                    if id != 0 {
+                        send_confirm(link, id, false);
                     }
-                    None => confirm(r != Enqueued::Rejected),
+                    continue;
+                };
+                let msg = Arc::new(msg);
+                let storing = id != 0 && q.stores(&msg);
+                let handle = storing.then(|| ConfirmHandle::for_link(link.clone(), id));
+                let r = q.publish(msg, handle.as_ref());
+                if !storing || r != Enqueued::Accepted {
+                    match handle {
+                        Some(h) => {
+                            h.done(r != Enqueued::Rejected);
+                        }
+                        None if id != 0 => send_confirm(link, id, r != Enqueued::Rejected),
+                        None => {}
+                    }
                 }
+                took += 1;
             }
+            let Some(q) = q else { return };
             let mut owed = c.remote.owed.lock();
             match owed
                 .iter_mut()
                 .find(|(l, oq, _)| Arc::ptr_eq(l, link) && Arc::ptr_eq(oq, &q))
             {
-                Some(o) => o.2 += 1,
-                None => owed.push((link.clone(), q, 1)),
+                Some(o) => o.2 += took,
+                None => owed.push((link.clone(), q, took)),
             }
         }
         K_PUB_CREDIT => {
@@ -811,55 +824,53 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
             }
         }
         K_CONFIRM => {
-            let (Some(id), Some(ok)) = (get_u64(&mut body), get_u8(&mut body)) else {
-                return;
+            let Some(n) = get_u32(&mut body) else { return };
+            let done: Vec<(Arc<ConfirmHandle>, bool)> = {
+                let mut confirms = c.remote.confirms.lock();
+                (0..n)
+                    .map_while(|_| Some((get_u64(&mut body)?, get_u8(&mut body)?)))
+                    .filter_map(|(id, ok)| Some((confirms.remove(&(lid(link), id))?, ok == 1)))
+                    .collect()
             };
-            let h = c.remote.confirms.lock().remove(&(lid(link), id));
-            if let Some(h) = h {
-                crate::confirm::complete_all([(h, ok == 1)]);
-            }
+            crate::confirm::complete_all(done);
         }
         K_DELIVER => {
-            let (Some(key), Some(id), Some(redelivered)) =
-                (get_u64(&mut body), get_u64(&mut body), get_u8(&mut body))
-            else {
+            let (Some(key), Some(n)) = (get_u64(&mut body), get_u32(&mut body)) else {
                 return;
             };
-            let Some(msg) = get_message(&mut body) else {
-                return;
-            };
-            let m = entry(id, msg, redelivered != 0);
             let proxy = c.remote.proxies.lock().get(&key).cloned();
-            {
-                let mut owed = c.remote.credit_owed.lock();
-                match owed
-                    .iter_mut()
-                    .find(|(l, k, _)| *k == key && Arc::ptr_eq(l, link))
-                {
-                    Some(o) => o.2 += 1,
-                    None => owed.push((link.clone(), key, 1)),
-                }
-            }
-            match proxy {
-                Some(p) => {
-                    let mut early = p.early.lock();
-                    match early.as_mut() {
-                        Some(v) => v.push(m),
-                        None => {
-                            drop(early);
-                            p.deliver(&m);
+            let mut got = 0;
+            for _ in 0..n {
+                let (Some(id), Some(redelivered)) = (get_u64(&mut body), get_u8(&mut body)) else {
+                    break;
+                };
+                let Some(msg) = get_message(&mut body) else {
+                    break;
+                };
+                got += 1;
+                let m = entry(id, msg, redelivered != 0);
+                match &proxy {
+                    Some(p) => {
+                        let mut early = p.early.lock();
+                        match early.as_mut() {
+                            Some(v) => v.push(m),
+                            None => {
+                                drop(early);
+                                p.deliver(&m);
+                            }
                         }
                     }
-                }
-                None => {
                     // Its consumer is gone: straight back.
-                    link.send(K_SETTLE, |b| {
-                        b.put_u8(SETTLE_REQUEUE);
-                        b.put_u64(key + 1);
-                        b.put_u32(1);
-                        b.put_u64(id);
-                    });
+                    None => send_settle(link, SETTLE_REQUEUE, key + 1, id),
                 }
+            }
+            let mut owed = c.remote.credit_owed.lock();
+            match owed
+                .iter_mut()
+                .find(|(l, k, _)| *k == key && Arc::ptr_eq(l, link))
+            {
+                Some(o) => o.2 += got,
+                None => owed.push((link.clone(), key, got)),
             }
         }
         K_SETTLE => {
@@ -925,6 +936,34 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
         }
         _ => tracing::debug!(kind, "unknown inter-node message"),
     }
+}
+
+/// Confirms (or nacks) a forwarded publish to the node it came from.
+pub fn send_confirm(link: &Link, id: u64, ok: bool) {
+    link.send_run(
+        K_CONFIRM,
+        0,
+        |_| {},
+        |b| {
+            b.put_u64(id);
+            b.put_u8(ok as u8);
+        },
+    );
+}
+
+/// Settles one delivery at its home; `consumer` is the consumer's key + 1, or 0 for a
+/// basic.get.
+fn send_settle(link: &Link, how: u8, consumer: u64, id: u64) {
+    let key = (consumer as u128) << 8 | how as u128;
+    link.send_run(
+        K_SETTLE,
+        key,
+        |b| {
+            b.put_u8(how);
+            b.put_u64(consumer);
+        },
+        |b| b.put_u64(id),
+    );
 }
 
 /// The queue a forwarded publish names, from the recent ones when it is there.
