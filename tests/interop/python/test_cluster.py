@@ -417,6 +417,42 @@ def test_basic_get_ack_and_reject_requeue_across_nodes(cluster, chans, names):
                what="the home node to hold no message")
 
 
+def test_multiple_settle_of_gets_from_several_remote_queues(cluster, chans, names):
+    """One basic.ack/nack with multiple=true over basic.get deliveries of two queues homed on
+    the same other node: each goes back to (or is settled on) its own queue, although they
+    travel in one run of settles."""
+    a, b, _ = cluster.nodes
+    q1, q2 = names("queue"), names("queue")
+    home = chans(b)
+    for qn in (q1, q2):
+        home.queue_declare(qn)
+    pub = chans(a)
+    pub.confirm_delivery()
+    confirmed(pub, "", q1, [b"1a", b"1b", b"1c"])
+    confirmed(pub, "", q2, [b"2a", b"2b"])
+    ch = chans(a)
+
+    def get(qn):
+        m, _, body = ch.basic_get(qn, auto_ack=False)
+        assert m is not None, f"a message from {qn}"
+        return m.delivery_tag, body
+
+    got = [get(q1), get(q2), get(q1)]
+    assert [b for _, b in got] == [b"1a", b"2a", b"1b"]
+    ch.basic_nack(got[-1][0], multiple=True, requeue=True)
+
+    def counts():
+        return [home.queue_declare(qn, passive=True).method.message_count for qn in (q1, q2)]
+
+    wait_until(lambda: counts() == [3, 2], what="each requeued message back in its own queue")
+    got = [get(q2), get(q1), get(q2)]
+    assert sorted(b for _, b in got) == [b"1a", b"2a", b"2b"]
+    ch.basic_ack(got[-1][0], multiple=True)
+    wait_until(lambda: counts() == [2, 0], what="each acked message settled on its own queue")
+    for qn in (q1, q2):
+        assert b.api("GET", f"/api/queues/%2f/{q(qn)}")[1].get("messages_unacknowledged") == 0
+
+
 def test_prefetch_bounds_unacked_deliveries_across_nodes(cluster, chans, names):
     a, b, c = cluster.nodes
     qn = names("queue")
