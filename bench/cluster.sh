@@ -14,6 +14,8 @@
 # NODE_PIDS="P1 P2 P3" names an external cluster's node processes (RabbitMQ's:
 # "$(cat /tmp/rabbitmq-cluster/c{1,2,3}/beam.pid)"); Warren's are known. With them the table
 # also gives the nodes' CPU time per million messages received (user + system, all 3 nodes).
+# Queues are purged before each run (with pika from .venv-interop, when there), so a backlog one
+# run left (RabbitMQ builds one under unthrottled producers) does not slow the next.
 # NODE_CPU=P puts each node in its own cpu cgroup limited to P% of one core, as if each had a
 # machine of its own (the studies' clusters); without it the 3 nodes and the generator share
 # this machine's cores, and a scenario's rate measures its CPU per message. Needs root and the
@@ -77,8 +79,22 @@ ticks() { # the nodes' CPU time so far, in clock ticks
   echo "$t"
 }
 HZ="$(getconf CLK_TCK)"
+PY="$ROOT/.venv-interop/bin/python"
+purge() {
+  [ -x "$PY" ] || return 0
+  "$PY" - "$(uri 1)" <<'PYEOF' >/dev/null 2>&1 || echo "purge failed" >&2
+import sys, pika
+conn = pika.BlockingConnection(pika.URLParameters(sys.argv[1]))
+ch = conn.channel()
+for p, n in (("one", 10), ("sp", 10)):
+    for i in range(1, n + 1):
+        ch.queue_purge(f"{p}-{i}")
+conn.close()
+PYEOF
+}
 run() { # NAME: prints "receive-rate node-cpu-seconds"
   local t0 v
+  purge
   t0="$(ticks)"
   v="$(run_perf "$1")"
   echo "$v $(awk -v a="$t0" -v b="$(ticks)" -v hz="$HZ" 'BEGIN {printf "%.2f", (b - a) / hz}')"
