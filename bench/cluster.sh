@@ -7,7 +7,7 @@
 #   anywhere   queues spread over the 3 nodes, clients on every node (2 in 3 remote)
 # Each scenario runs ROUNDS times (default 3) for SECONDS (default 10), interleaved; the median
 # receive rate (msg/s) of each is printed with its ratio to `leader`.
-#   bench/cluster.sh [extra warren perf flags, e.g. -s 1024]
+#   bench/cluster.sh [extra generator flags, e.g. -s 1024]
 # SCENARIOS picks which run (default "leader remote spread anywhere").
 # EXTERNAL=1 starts no cluster and runs against nodes already up at AMQP ports BASE+1..BASE+3,
 # e.g. RabbitMQ's: bench/rabbitmq-cluster.sh start; EXTERNAL=1 BASE=5690 bench/cluster.sh
@@ -99,18 +99,29 @@ run() { # NAME: prints "receive-rate node-cpu-seconds"
   v="$(run_perf "$1")"
   echo "$v $(awk -v a="$t0" -v b="$(ticks)" -v hz="$HZ" 'BEGIN {printf "%.2f", (b - a) / hz}')"
 }
+# gen HOSTS PATTERN FROM TO N: N producers and N consumers on queues PATTERN FROM..TO, through
+# HOSTS; prints the generator's output. GEN=perftest runs RabbitMQ's PerfTest
+# (/work/shared/bench/perftest.sh, or PERFTEST_SH) with the same flags instead of `warren perf`.
+gen() {
+  if [ "${GEN:-warren}" = perftest ]; then
+    "${PERFTEST_SH:-/work/shared/bench/perftest.sh}" "${1%%,*}" -- -H "$1" -qp "$2" -qpf "$3" -qpt "$4" \
+      -x "$5" -y "$5" -ad false -z "$SECONDS_RUN" "${EXTRA[@]}" 2>&1
+  else
+    "$W" perf -H "$1" --queue-pattern "$2" --queue-pattern-from "$3" --queue-pattern-to "$4" \
+      -x "$5" -y "$5" --auto-delete false -z "$SECONDS_RUN" "${EXTRA[@]}" 2>&1
+  fi
+}
 run_perf() { # NAME: prints the receive rate
-  local common=(--auto-delete false -z "$SECONDS_RUN" "${EXTRA[@]}")
   case "$1" in
-    leader) "$W" perf -H "$(uri 1)" --queue-pattern 'one-%d' --queue-pattern-from 1 --queue-pattern-to 10 -x 10 -y 10 "${common[@]}" 2>&1 | rate ;;
-    remote) "$W" perf -H "$(uri 2),$(uri 3)" --queue-pattern 'one-%d' --queue-pattern-from 1 --queue-pattern-to 10 -x 10 -y 10 "${common[@]}" 2>&1 | rate ;;
+    leader) gen "$(uri 1)" 'one-%d' 1 10 10 | rate ;;
+    remote) gen "$(uri 2),$(uri 3)" 'one-%d' 1 10 10 | rate ;;
     spread)
-      "$W" perf -H "$(uri 1)" --queue-pattern 'sp-%d' --queue-pattern-from 1 --queue-pattern-to 4 -x 4 -y 4 "${common[@]}" >"$DIR/s1" 2>&1 &
-      "$W" perf -H "$(uri 2)" --queue-pattern 'sp-%d' --queue-pattern-from 5 --queue-pattern-to 7 -x 3 -y 3 "${common[@]}" >"$DIR/s2" 2>&1 &
-      "$W" perf -H "$(uri 3)" --queue-pattern 'sp-%d' --queue-pattern-from 8 --queue-pattern-to 10 -x 3 -y 3 "${common[@]}" >"$DIR/s3" 2>&1
+      gen "$(uri 1)" 'sp-%d' 1 4 4 >"$DIR/s1" &
+      gen "$(uri 2)" 'sp-%d' 5 7 3 >"$DIR/s2" &
+      gen "$(uri 3)" 'sp-%d' 8 10 3 >"$DIR/s3"
       wait
       echo $(( $(rate <"$DIR/s1") + $(rate <"$DIR/s2") + $(rate <"$DIR/s3") )) ;;
-    anywhere) "$W" perf -H "$(uri 1),$(uri 2),$(uri 3)" --queue-pattern 'sp-%d' --queue-pattern-from 1 --queue-pattern-to 10 -x 10 -y 10 "${common[@]}" 2>&1 | rate ;;
+    anywhere) gen "$(uri 1),$(uri 2),$(uri 3)" 'sp-%d' 1 10 10 | rate ;;
   esac
 }
 declare -A R C

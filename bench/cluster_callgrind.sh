@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per message of forwarding, repeatable where wall-clock rates are not: a 3-node
 # cluster on loopback with one node under callgrind, 2 queues homed on node 1, 2 producers and
-# 2 consumers on one node, 100k messages of 16 B (20k msg/s per producer, so the node under
+# 2 consumers on one node, 100k messages of 12 B (20k msg/s per producer, so the node under
 # callgrind keeps up), counters zeroed before the run and dumped after it.
 #   bench/cluster_callgrind.sh [BIN...]   for each binary (default target/release/warren):
 #     leader  node 1 (queues and clients) under callgrind: all the work of a local message
