@@ -104,8 +104,12 @@ run() { # NAME: prints "receive-rate node-cpu-seconds"
 # (/work/shared/bench/perftest.sh, or PERFTEST_SH) with the same flags instead of `warren perf`.
 gen() {
   if [ "${GEN:-warren}" = perftest ]; then
-    "${PERFTEST_SH:-/work/shared/bench/perftest.sh}" "${1%%,*}" -- -H "$1" -qp "$2" -qpf "$3" -qpt "$4" \
-      -x "$5" -y "$5" -ad false -z "$SECONDS_RUN" "${EXTRA[@]}" 2>&1
+    # perftest.sh prints a summary line; PerfTest's own output is in its RESULTS_DIR.
+    local rd
+    rd="$(mktemp -d "$DIR/perftest.XXXX")"
+    RESULTS_DIR="$rd" "${PERFTEST_SH:-/work/shared/bench/perftest.sh}" "${1%%,*}" -- -H "$1" \
+      -qp "$2" -qpf "$3" -qpt "$4" -x "$5" -y "$5" -ad false -z "$SECONDS_RUN" "${EXTRA[@]}" >/dev/null 2>&1
+    cat "$rd"/*.txt
   else
     "$W" perf -H "$1" --queue-pattern "$2" --queue-pattern-from "$3" --queue-pattern-to "$4" \
       -x "$5" -y "$5" --auto-delete false -z "$SECONDS_RUN" "${EXTRA[@]}" 2>&1
