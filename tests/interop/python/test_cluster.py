@@ -447,10 +447,15 @@ def test_multiple_settle_of_gets_from_several_remote_queues(cluster, chans, name
     wait_until(lambda: counts() == [3, 2], what="each requeued message back in its own queue")
     got = [get(q2), get(q1), get(q2)]
     assert sorted(b for _, b in got) == [b"1a", b"2a", b"2b"]
+    # The ready counts are [2, 0] already before the ack lands: wait on the unacked counts.
+    def unacked():
+        return [b.api("GET", f"/api/queues/%2f/{q(qn)}")[1].get("messages_unacknowledged")
+                for qn in (q1, q2)]
+
+    assert unacked() == [1, 2]
     ch.basic_ack(got[-1][0], multiple=True)
-    wait_until(lambda: counts() == [2, 0], what="each acked message settled on its own queue")
-    for qn in (q1, q2):
-        assert b.api("GET", f"/api/queues/%2f/{q(qn)}")[1].get("messages_unacknowledged") == 0
+    wait_until(lambda: unacked() == [0, 0], what="each acked message settled on its own queue")
+    assert counts() == [2, 0]
 
 
 def test_prefetch_bounds_unacked_deliveries_across_nodes(cluster, chans, names):
