@@ -186,6 +186,8 @@ pub struct Status {
     pub term: u64,
     pub last_applied: Option<u64>,
     pub members: Vec<Member>,
+    /// The log index of the membership `members` comes from.
+    pub membership_index: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -282,6 +284,7 @@ impl Meta {
             term: 0,
             last_applied: None,
             members: Vec::new(),
+            membership_index: None,
         });
         let meta = Meta {
             inner: Arc::new(Inner {
@@ -779,6 +782,7 @@ impl Meta {
             term: m.current_term,
             last_applied: m.last_applied.map(|l| l.index),
             members,
+            membership_index: m.membership_config.log_id().map(|l| l.index),
         }
     }
 

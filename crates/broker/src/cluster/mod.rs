@@ -39,6 +39,9 @@ pub const SERVICE_QUEUE: u8 = 2;
 pub const SERVICE_NODE: u8 = 3;
 /// Wait until this node has applied entry N (a u64; 0: no wait); answers its applied index.
 pub const SERVICE_APPLIED: u8 = 4;
+/// Is the asking node (its name, the request) a member here? Answers this node's applied index
+/// (u64) and 1 or 0.
+pub const SERVICE_MEMBER: u8 = 8;
 
 /// What the state machine hands back to a proposer: the entry's index and its outcome.
 #[derive(Debug, Serialize, Deserialize)]
@@ -197,7 +200,9 @@ impl Cluster {
         tokio::spawn(links.clone().serve(listener));
         tracing::info!(listen = %cfg.listen, addr = %addr, "inter-node link listening");
         let meta = c.open_meta(broker).await?;
-        if !meta.is_initialized() {
+        if meta.is_initialized() {
+            c.refuse_if_forgotten().await?;
+        } else {
             let mut seeds: Vec<String> =
                 cfg.peers.iter().filter(|p| **p != addr).cloned().collect();
             seeds.sort();
@@ -461,12 +466,87 @@ impl Cluster {
         }
     }
 
+    /// The members that no longer count this node as one of them although they have applied
+    /// more of the log than the membership this node holds: it was removed (forget_cluster_node)
+    /// while it was stopped or cut off. A member that lags (has not applied this node's own
+    /// join yet) is no evidence.
+    async fn forgotten_by(&self) -> Vec<String> {
+        let st = self.meta().status();
+        let since = st.membership_index.unwrap_or(0);
+        // All at once: a member that is down costs its timeout once, not once per member.
+        let mut asks = tokio::task::JoinSet::new();
+        for n in st.members.into_iter().map(|m| m.node) {
+            if n.name == self.me {
+                continue;
+            }
+            let (links, me) = (self.links.clone(), self.me.clone());
+            asks.spawn(async move {
+                let r = links
+                    .call(
+                        &n.addr,
+                        SERVICE_MEMBER,
+                        me.as_bytes(),
+                        Duration::from_secs(2),
+                    )
+                    .await;
+                let Ok(Ok([a0, a1, a2, a3, a4, a5, a6, a7, member])) =
+                    r.map(|b| <[u8; 9]>::try_from(&b[..]))
+                else {
+                    return None;
+                };
+                let applied = u64::from_be_bytes([a0, a1, a2, a3, a4, a5, a6, a7]);
+                (member == 0 && applied > since).then_some(n.name)
+            });
+        }
+        let mut by = Vec::new();
+        while let Some(r) = asks.join_next().await {
+            by.extend(r.ok().flatten());
+        }
+        by
+    }
+
+    /// At the boot of a node that was a member: as RabbitMQ refuses to boot a node the cluster
+    /// forgot (`inconsistent_cluster`), so does Warren, instead of serving stale definitions
+    /// and campaigning for a leadership it can never win.
+    async fn refuse_if_forgotten(&self) -> anyhow::Result<()> {
+        if let Some(peer) = self.forgotten_by().await.first() {
+            return Err(anyhow::anyhow!(
+                "Node '{me}' thinks it's clustered with node '{peer}', but '{peer}' disagrees: \
+                 {me} was removed from the cluster (forget_cluster_node). To add it again, delete \
+                 its Raft state ({dir}) and start it with the cluster's peers",
+                me = self.me,
+                dir = self.raft_dir().display(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn raft_dir(&self) -> std::path::PathBuf {
+        self.broker()
+            .map(|b| b.config.data_dir.join("raft"))
+            .unwrap_or_else(|| "raft".into())
+    }
+
     /// Keeps a link open to every member (Raft alone links followers only to the leader), so
     /// "running" is known for every node and a forwarded request finds its link open.
     async fn keep_links(self: Arc<Self>) {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut leaderless = 0u32;
+        let mut told = false;
         loop {
             tick.tick().await;
+            // A node forgotten while it was cut off never hears from a leader again: find out
+            // why, and say it once.
+            leaderless = match self.meta().status().leader {
+                Some(_) => 0,
+                None => leaderless + 1,
+            };
+            if leaderless % 10 == 9 && !told {
+                if let Some(peer) = self.forgotten_by().await.first() {
+                    tracing::error!(node = %self.me, by = %peer, "this node was removed from the cluster (forget_cluster_node); it cannot serve definitions changes. To add it again, stop it, delete its Raft state ({}) and start it with the cluster's peers", self.raft_dir().display());
+                    told = true;
+                }
+            }
             for n in self.members() {
                 if n.name != self.me && self.links.get(&n.addr).is_none() {
                     let links = self.links.clone();
@@ -630,7 +710,7 @@ impl Cluster {
     }
 
     /// `forget_cluster_node`: takes `name` out of the membership (from any member).
-    pub async fn forget(&self, name: &str) -> Result<(), String> {
+    pub async fn forget(self: &Arc<Self>, name: &str) -> Result<(), String> {
         if name == self.me {
             return Err(
                 "a node cannot forget itself; run forget_cluster_node on another node".into(),
@@ -642,7 +722,71 @@ impl Cluster {
             .iter()
             .find(|m| m.node.name == name)
             .ok_or_else(|| format!("node {name} is not a member of this cluster"))?;
-        self.meta().remove(m.id).await.map_err(|e| e.to_string())
+        // RabbitMQ's rule: a running member would go on as a member of nothing.
+        if self.running(name) {
+            return Err(format!(
+                "Warren on node {name} must be stopped before it can be removed"
+            ));
+        }
+        let broker = self.broker().ok_or("node stopping")?;
+        let mut unshrunk = Vec::new();
+        // As RabbitMQ's forget_cluster_node: the node leaves its replicated queues
+        // (rabbit_quorum_queue:shrink_all) while it is still a member to be named...
+        for v in broker.vhosts() {
+            for q in v.snapshot().queues.values() {
+                let Some(qq) = q.quorum() else { continue };
+                if qq.members().iter().any(|m| m == name) {
+                    if let Err(e) = self
+                        .change_queue_member(&v.name, q.name(), name, false)
+                        .await
+                    {
+                        tracing::warn!(vhost = %v.name, queue = %q.name(), node = name, error = %e, "cannot remove a forgotten node from a replicated queue");
+                        unshrunk.push(format!("'{}' in vhost '{}' ({e})", q.name(), v.name));
+                    }
+                }
+            }
+        }
+        self.meta().remove(m.id).await.map_err(|e| e.to_string())?;
+        // ...and its classic queues go with it (rabbit_amqqueue:forget_all_durable): their
+        // messages were on its disk only.
+        for v in broker.vhosts() {
+            let gone: Vec<Arc<str>> = v
+                .snapshot()
+                .queues
+                .values()
+                .filter(|q| matches!(q, crate::queue::QueueRef::Remote(r) if r.home == name))
+                .map(|q| q.name().clone())
+                .collect();
+            for queue in gone {
+                let m = warren_protocol::method::QueueDelete {
+                    queue: (&*queue).into(),
+                    ..Default::default()
+                };
+                let mut b = bytes::BytesMut::new();
+                Method::from(m).encode_payload(&mut b);
+                let op = MetaOp::Vhost {
+                    vhost: v.name.to_string(),
+                    method: b.to_vec(),
+                    queue: None,
+                };
+                match self.propose(op).await {
+                    Ok(_) => {
+                        tracing::info!(vhost = %v.name, %queue, node = name, "queue of a forgotten node deleted")
+                    }
+                    Err(e) => {
+                        tracing::warn!(vhost = %v.name, %queue, node = name, error = %e, "cannot delete a queue of a forgotten node")
+                    }
+                }
+            }
+        }
+        if unshrunk.is_empty() {
+            return Ok(());
+        }
+        // RabbitMQ answers so too: the node is forgotten, and the queues it kept are named.
+        Err(format!(
+            "{name} was removed from the cluster, but it could not leave these quorum queues: {}",
+            unshrunk.join(", ")
+        ))
     }
 
     /// Replicates `op` and waits until this node applied it.
@@ -1057,6 +1201,17 @@ impl Handler for LinkHandler {
                     }
                     let applied = m.status().last_applied.unwrap_or(0);
                     Ok(Bytes::copy_from_slice(&applied.to_be_bytes()))
+                }
+                SERVICE_MEMBER => {
+                    let st = c.meta.read().clone().ok_or("not ready")?.status();
+                    let mut r = st.last_applied.unwrap_or(0).to_be_bytes().to_vec();
+                    r.push(
+                        st.members
+                            .iter()
+                            .any(|m| m.node.name.as_bytes() == body.as_ref())
+                            as u8,
+                    );
+                    Ok(Bytes::from(r))
                 }
                 SERVICE_NODE => {
                     let b = c.broker().ok_or("node stopping")?;
