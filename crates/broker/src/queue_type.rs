@@ -126,6 +126,7 @@ pub fn check(spec: &QueueSpec<'_>, vhost: &str) -> AmqpResult<QueueArgs> {
         check_stream_args(spec.arguments, &what)?;
     } else {
         crate::cluster::quorum::initial_group_size(spec.arguments)?;
+        check_leader_locator(spec.arguments, &what)?;
     }
     Ok(args)
 }
@@ -181,22 +182,28 @@ fn check_stream_args(args: &FieldTable, what: &str) -> AmqpResult<()> {
         }
         Some(v) => return Err(unacceptable("x-max-age", v)),
     }
-    match args.get("x-queue-leader-locator") {
-        None => {}
+    check_leader_locator(args, what)
+}
+
+/// `x-queue-leader-locator` of a quorum queue or a stream, as RabbitMQ 3.10 checks it
+/// (`random` and `least-leaders` are its older names of `balanced`).
+fn check_leader_locator(args: &FieldTable, what: &str) -> AmqpResult<()> {
+    let why = match args.get("x-queue-leader-locator") {
+        None => return Ok(()),
         Some(FieldValue::LongStr(b))
             if matches!(
                 &b[..],
                 b"client-local" | b"balanced" | b"random" | b"least-leaders"
-            ) => {}
-        Some(FieldValue::LongStr(_)) => {
-            return Err(invalid(
-                "x-queue-leader-locator",
-                "invalid_queue_locator_arg".to_string(),
-            ))
+            ) =>
+        {
+            return Ok(())
         }
-        Some(v) => return Err(unacceptable("x-queue-leader-locator", v)),
-    }
-    Ok(())
+        Some(FieldValue::LongStr(_)) => "invalid_queue_locator_arg".to_string(),
+        Some(v) => format!("{{unacceptable_type,{}}}", crate::queue::type_name(v)),
+    };
+    Err(AmqpError::precondition_failed(format!(
+        "invalid arg 'x-queue-leader-locator' for {what}: {why}"
+    )))
 }
 
 /// rabbit_channel's bare 541 when its own code crashes (the connection is closed).

@@ -178,6 +178,49 @@ def test_queue_home_node_is_where_it_was_declared(cluster, chans, names):
             assert st == 200 and row.get("node") == home, f"GET /api/queues/%2f/{qn} on {node.name}: {row}"
 
 
+def _homes(node) -> dict[str, str]:
+    st, rows = node.api("GET", "/api/queues/%2f")
+    assert st == 200, (st, rows)
+    return {r["name"]: r.get("node") for r in rows}
+
+
+def test_leader_locators_place_queues_on_the_least_loaded_node(cluster, chans, names):
+    """RabbitMQ's locators: x-queue-master-locator min-masters (classic) and
+    x-queue-leader-locator balanced (quorum), or the same through a policy's
+    queue-master-locator / queue-leader-locator, put each new queue on the node that is home to
+    the fewest; client-local on the declaring node. All declared through one node."""
+    a, b, c = cluster.nodes
+    everyone = [n.name for n in cluster.nodes]
+    prefix = uname("placed")
+    st, _ = a.api("PUT", f"/api/policies/%2f/{q(prefix)}",
+                  {"pattern": f"{prefix}-pol", "apply-to": "queues",
+                   "definition": {"queue-master-locator": "min-masters"}})
+    assert st in (201, 204), st
+    ways = [("arg", {"x-queue-master-locator": "min-masters"}),
+            ("qq", {"x-queue-type": "quorum", "x-queue-leader-locator": "balanced"}),
+            ("pol", {})]
+    try:
+        wait_until(lambda: all(n.api("GET", f"/api/policies/%2f/{q(prefix)}")[0] == 200 for n in cluster.nodes),
+                   what="the policy on every node")
+        homes = []
+        for i in range(6):
+            kind, args = ways[i % 3]
+            qn = names("queue", f"{prefix}-{kind}")
+            before = _homes(a)
+            load = {n: sum(1 for h in before.values() if h == n) for n in everyone}
+            least = {n for n in everyone if load[n] == min(load.values())}
+            chans(a).queue_declare(qn, durable=True, arguments=args)
+            home = _homes(a).get(qn)
+            assert home in least, f"{qn} ({args or 'policy'}) placed on {home}; homes before: {load}"
+            homes.append(home)
+        assert len(set(homes)) > 1, homes
+        qn = names("queue", f"{prefix}-local")
+        chans(b).queue_declare(qn, durable=True, arguments={"x-queue-master-locator": "client-local"})
+        assert _homes(a).get(qn) == b.name
+    finally:
+        a.api("DELETE", f"/api/policies/%2f/{q(prefix)}")
+
+
 def test_deletes_are_visible_on_every_node(cluster, chans, names):
     a, b, c = cluster.nodes
     x, qn = names("exchange"), names("queue")

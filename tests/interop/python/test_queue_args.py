@@ -136,6 +136,24 @@ def test_invalid_dead_letter_strategy(ch, value, why):
     assert info.exc.reply_text == f"PRECONDITION_FAILED - invalid arg 'x-dead-letter-strategy' for queue '{q}' in vhost '/': {why}"
 
 
+@pytest.mark.parametrize("value,why", [("min-masters", "invalid_queue_locator_arg"),
+                                       ("bogus", "invalid_queue_locator_arg"),
+                                       (5, "{unacceptable_type,signedint}")])
+def test_invalid_quorum_leader_locator(ch, value, why):
+    # RabbitMQ 3.10 takes client-local and balanced (and random and least-leaders, older names).
+    q = uname("badarg")
+    with channel_closed(406, "PRECONDITION_FAILED") as info:
+        ch.queue_declare(q, durable=True, arguments={"x-queue-type": "quorum", "x-queue-leader-locator": value})
+    assert info.exc.reply_text == f"PRECONDITION_FAILED - invalid arg 'x-queue-leader-locator' for queue '{q}' in vhost '/': {why}"
+
+
+@pytest.mark.parametrize("value", ["client-local", "balanced", "random", "least-leaders"])
+def test_quorum_leader_locators_are_taken(ch, value):
+    q = uname("loc")
+    ch.queue_declare(q, durable=True, arguments={"x-queue-type": "quorum", "x-queue-leader-locator": value})
+    ch.queue_delete(q)
+
+
 @pytest.mark.parametrize("qtype", ["quorum", "stream"])
 def test_server_named_replicated_queue_is_refused(ch, qtype):
     module = {"quorum": "rabbit_quorum_queue", "stream": "rabbit_stream_queue"}[qtype]

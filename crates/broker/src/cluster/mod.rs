@@ -576,7 +576,8 @@ impl Cluster {
 
     /// Where a new queue lives, by RabbitMQ's locators (`x-queue-master-locator` /
     /// `queue-master-locator`: `client-local`, `min-masters`, `random`; `x-queue-leader-locator`
-    /// / `queue-leader-locator`: `client-local`, `balanced`). Default: this node (client-local).
+    /// / `queue-leader-locator`: `client-local`, `balanced`, and `least-leaders`, an older name
+    /// of `balanced`). Default: this node (client-local).
     /// Only running nodes are chosen.
     pub fn place(&self, locator: Option<&str>) -> String {
         let running: Vec<String> = self
@@ -586,7 +587,7 @@ impl Cluster {
             .filter(|n| self.running(n))
             .collect();
         match locator {
-            Some("min-masters" | "balanced") => {
+            Some("min-masters" | "balanced" | "least-leaders") => {
                 let mut load: std::collections::HashMap<&str, usize> =
                     running.iter().map(|n| (n.as_str(), 0)).collect();
                 if let Some(b) = self.broker() {
