@@ -1585,6 +1585,10 @@ impl DeliverySink for ChannelShared {
         true
     }
 
+    fn hold_credit(&self, p: &Arc<crate::cluster::remote::Proxy>) -> bool {
+        self.outbox.is_full() && self.outbox.wait_for_space_remote(p)
+    }
+
     fn offer_stream(
         &self,
         c: &Arc<Consumer>,

@@ -29,6 +29,8 @@ use crate::queue::Queue;
 enum Waiter {
     Queue(Weak<Queue>),
     Stream(Weak<Stream>),
+    /// A consumer of a queue on another node, whose credit waits for this outbox to drain.
+    Remote(Weak<crate::cluster::remote::Proxy>),
 }
 
 impl Waiter {
@@ -36,6 +38,7 @@ impl Waiter {
         match self {
             Waiter::Queue(w) => w.as_ptr() as *const () == p,
             Waiter::Stream(w) => w.as_ptr() as *const () == p,
+            Waiter::Remote(w) => w.as_ptr() as *const () == p,
         }
     }
 
@@ -49,6 +52,11 @@ impl Waiter {
             Waiter::Stream(w) => {
                 if let Some(s) = w.upgrade() {
                     s.dispatch()
+                }
+            }
+            Waiter::Remote(w) => {
+                if let Some(p) = w.upgrade() {
+                    p.release_credit()
                 }
             }
         }
@@ -232,6 +240,17 @@ impl Outbox {
         let mut g = self.inner.lock();
         if !g.waiting.iter().any(|w| w.is(Arc::as_ptr(s) as *const ())) {
             g.waiting.push(Waiter::Stream(Arc::downgrade(s)));
+        }
+        drop(g);
+        self.is_full()
+    }
+
+    /// Registers a remote consumer to get its credit back when this outbox drains; false if
+    /// it has drained already (the caller releases the credit itself).
+    pub fn wait_for_space_remote(&self, p: &Arc<crate::cluster::remote::Proxy>) -> bool {
+        let mut g = self.inner.lock();
+        if !g.waiting.iter().any(|w| w.is(Arc::as_ptr(p) as *const ())) {
+            g.waiting.push(Waiter::Remote(Arc::downgrade(p)));
         }
         drop(g);
         self.is_full()

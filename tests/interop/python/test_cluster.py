@@ -30,6 +30,8 @@ from cluster_harness import (PERSISTENT, Cluster, ClusterNode, _LOGS, _declare_e
 from cluster_harness import _mark_logs, _node_logs, chans, cluster, conns, lossy, names  # noqa: F401
 from conftest import _free_port
 from helpers import Collector, get_all, params, pump, safe_close, settle, uname, wait_until
+from test_flow_control import flood
+from test_slow_clients import basic_consume, raw_open
 
 pytestmark = needs_warren_bin
 
@@ -529,6 +531,36 @@ def test_prefetch_bounds_unacked_deliveries_across_nodes(cluster, chans, names):
     assert got.bodies == bodies("m", 10)
     chb = chans(b)
     assert chb.queue_declare(qn, passive=True).method.message_count == 0
+
+
+@pytest.mark.parametrize("where", ["home", "third"])
+def test_credit_flow_holds_back_a_publisher_on_another_node(cluster, chans, names, where):
+    """Credit flow across the links: the queue lives on b, a consumer that never reads (no
+    prefetch) is on b or on c, and a publish-only connection on a floods it. The queue's
+    pressure reaches a's connection through the publish credit b withholds, so a stops reading
+    that socket and the queue stays short, as on a single node (test_flow_control.py). On c,
+    the consumer's node withholds the delivery credit while the consumer's output is full, so
+    c holds a bounded amount too."""
+    a, b, c = cluster.nodes
+    qn = names("queue", "credit")
+    chans(b).queue_declare(qn)
+    consumer = raw_open((b if where == "home" else c).amqp_port)
+    try:
+        consumer.sendall(basic_consume(1, qn))
+        wait_until(lambda: chans(b).queue_declare(qn, passive=True).method.consumer_count == 1,
+                   what="the consumer to be registered")
+        accepted = flood(a.amqp_port, qn, 4.0)
+        time.sleep(0.5)
+        held = chans(b).queue_declare(qn, passive=True).method.message_count
+        # Past what the consumer's socket, outbox and the links buffer, the queue pressures its
+        # publishers at 2,000 ready messages; without credit flow it would hold nearly all.
+        assert held < 20_000, f"{held} messages ready of {accepted} sent: the publisher was not held back"
+        # What left the queue sits in the consumer's socket, its connection's output and (on c)
+        # one link window: about 40,000 of these. Without credit held back while that output
+        # is full, c would take everything b has, and a takes over a million in 4 s.
+        assert 1_000 < accepted - held < 150_000, f"{accepted - held} of {accepted} taken by a consumer that does not read"
+    finally:
+        consumer.close()
 
 
 def test_closing_a_channel_requeues_its_unacked_deliveries(cluster, chans, names):

@@ -55,7 +55,8 @@ const SETTLE_REQUEUE: u8 = 1;
 const SETTLE_DISCARD: u8 = 2;
 
 /// Deliveries in flight to one remote consumer before its node confirms them (frames them to
-/// its channel): bounds the consumer node's memory when the consumer has no prefetch.
+/// its channel, and not while that channel's output is full: `Proxy::withhold`): bounds the
+/// consumer node's memory when the consumer has no prefetch.
 const WINDOW: u32 = 1024;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long remote counts (message_count, consumer_count) are reused.
@@ -127,11 +128,15 @@ pub struct Counts {
 }
 
 /// A consumer on this node of a remote queue.
-struct Proxy {
+pub struct Proxy {
     consumer: Arc<Consumer>,
     queue: Arc<RemoteQueue>,
     /// Deliveries that came before the consume-ok was sent (`Some` until then).
     early: Mutex<Option<Vec<QueuedMessage>>>,
+    /// Credit for deliveries taken while the consumer's connection output was full: owed to
+    /// the home over this link once it drains, so a consumer that does not read holds at most
+    /// a window on this node, not whatever its queue has.
+    withheld: Mutex<Option<(Arc<Link>, u32)>>,
 }
 
 impl std::fmt::Debug for RemoteQueue {
@@ -374,6 +379,7 @@ impl RemoteQueue {
             consumer: c.clone(),
             queue: self.clone(),
             early: Mutex::new(Some(Vec::new())),
+            withheld: Mutex::new(None),
         });
         cluster.remote.proxies.lock().insert(c.key, proxy.clone());
         let r = self.request(Q_CONSUME, |b| {
@@ -488,6 +494,36 @@ impl RemoteQueue {
 }
 
 impl Proxy {
+    /// Sends the withheld credit home (the consumer's output drained).
+    pub fn release_credit(&self) {
+        if let Some((link, n)) = self.withheld.lock().take() {
+            link.send(K_CREDIT, |b| {
+                b.put_u64(self.consumer.key);
+                b.put_u32(n);
+            });
+        }
+    }
+
+    /// Credit for `n` deliveries just pushed: withheld while the consumer's output is full.
+    /// False if it is not: the caller credits them with the rest of the read.
+    fn withhold(self: &Arc<Self>, link: &Arc<Link>, n: u32) -> bool {
+        if n == 0 || !self.consumer.sink.hold_credit(self) {
+            return false;
+        }
+        {
+            let mut w = self.withheld.lock();
+            match w.as_mut() {
+                Some((l, owed)) if Arc::ptr_eq(l, link) => *owed += n,
+                _ => *w = Some((link.clone(), n)),
+            }
+        }
+        // Drained between the check and the record: its wake found nothing to release.
+        if !self.consumer.sink.hold_credit(self) {
+            self.release_credit();
+        }
+        true
+    }
+
     fn deliver(&self, m: &QueuedMessage) {
         let q = QueueRef::Remote(self.queue.clone());
         if !self.consumer.sink.push(&self.consumer, q.clone(), m) && !self.consumer.no_ack {
@@ -861,6 +897,9 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
                     // Its consumer is gone: straight back.
                     None => send_settle(link, SETTLE_REQUEUE, key + 1, id),
                 }
+            }
+            if proxy.as_ref().is_some_and(|p| p.withhold(link, got)) {
+                return;
             }
             let mut owed = c.remote.credit_owed.lock();
             match owed

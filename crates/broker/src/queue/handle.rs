@@ -40,6 +40,12 @@ pub trait DeliverySink: Send + Sync {
     fn push(&self, _c: &Arc<Consumer>, _q: QueueRef, _m: &QueuedMessage) -> bool {
         false
     }
+    /// After [`DeliverySink::push`]es: if the connection's output is full, `p` gets its credit
+    /// back (and its queue's home sends more) once it drains, as a local queue waits in
+    /// [`DeliverySink::wait_for_space`]. False if the output has room.
+    fn hold_credit(&self, _p: &Arc<crate::cluster::remote::Proxy>) -> bool {
+        false
+    }
     /// [`DeliverySink::offer`] from a stream's consumer task (its credit counted by the
     /// stream); a sink that cannot take stream deliveries refuses.
     fn offer_stream(&self, _c: &Arc<Consumer>, _s: &Arc<Stream>, _m: &QueuedMessage) -> Offer {
