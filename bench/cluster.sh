@@ -25,7 +25,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 W="${WARREN_BIN:-$ROOT/target/release/warren}"
 ROUNDS="${ROUNDS:-3}"
 SCENARIOS="${SCENARIOS:-leader remote spread anywhere}"
-SECONDS_RUN="${SECONDS:-10}"
+# From the environment: bash's own SECONDS (time since the shell started) would be 0 here.
+SECONDS_RUN="$(printenv SECONDS || echo 10)"
 export BASE="${BASE:-6680}"
 DIR="$(mktemp -d /tmp/warren-bench-cluster.XXXX)"
 if [ "${EXTERNAL:-0}" = 1 ]; then
