@@ -673,6 +673,11 @@ impl Meta {
             let m = inner.metrics.borrow();
             (m.current_leader, m.membership_config.clone())
         };
+        // A node that is in no cluster yet (a fellow joiner taken for a seed) will not know a
+        // leader however long it is asked: say so, and the joiner tries its next seed at once.
+        if membership.membership().voter_ids().next().is_none() {
+            return Reply::Unavailable("the node asked is not in a cluster yet".into());
+        }
         if leader != Some(inner.id) {
             let hint = leader.and_then(|l| {
                 let node = membership.membership().get_node(&l).cloned();

@@ -602,3 +602,29 @@ async fn a_node_with_a_new_address_rejoins() {
     c.stop(n1).await;
     c.stop(n2).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_seed_in_no_cluster_is_skipped_at_once() {
+    // Two joiners started together may take each other for a seed: the one asked knows no
+    // leader however long it is asked, so it says so and the joiner goes on to its next seed
+    // (it used to be asked again until the proposal timeout).
+    let c = Cluster::new("fellow-joiner", test_config());
+    let n1 = c.start("n1").await;
+    n1.meta.initialize().await.expect("initialize");
+    let fellow = c.start("fellow").await;
+    let n2 = c.start("n2").await;
+    let e = n2
+        .meta
+        .join(&["fellow".to_string()])
+        .await
+        .expect_err("a seed in no cluster");
+    assert!(e.to_string().contains("not in a cluster yet"), "{e}");
+    n2.meta
+        .join(&["fellow".to_string(), "n1".to_string()])
+        .await
+        .expect("join through the next seed");
+    assert!(n2.meta.is_initialized());
+    for n in [n1, fellow, n2] {
+        c.stop(n).await;
+    }
+}
