@@ -7,7 +7,6 @@ The module has a 3-node cluster of its own: it adds and removes a member."""
 from __future__ import annotations
 
 import subprocess
-import time
 
 import pika
 import pika.exceptions
@@ -251,10 +250,8 @@ def test_join_cluster_refuses_a_member_of_a_cluster_and_an_unreachable_target(me
     try:
         ctl(d, "stop_app")
         dead = f"127.0.0.1:{_free_port()}"
-        t0 = time.monotonic()
         r = ctl(d, "join_cluster", dead, ok=False)
         assert r.returncode != 0 and "cannot reach" in r.stderr + r.stdout, r
-        assert time.monotonic() - t0 < 60
         # Nothing was dropped: it still is a cluster of one of its own.
         ctl(d, "start_app")
         assert members_seen(d) == ([d.name], [d.name])

@@ -23,6 +23,7 @@ use warren_protocol::Method;
 
 use crate::access::{AccessFile, MgmtError, PermissionDef, PolicyDef, UserDef, VhostDef};
 use crate::error::{AmqpError, AmqpResult};
+use crate::queue::QueueRef;
 use crate::server::Broker;
 use link::{BoxFuture, Handler, Link, Links};
 
@@ -249,15 +250,33 @@ impl Cluster {
     /// At boot, as RabbitMQ does: this node's non-durable and exclusive queues did not survive
     /// its restart, so their records go.
     async fn drop_transient_queues(&self, broker: &Arc<Broker>) {
+        let gone = self
+            .delete_queues(broker, |q| {
+                q.home().is_none()
+                    && (!q.options().durable || q.options().exclusive_owner.is_some())
+            })
+            .await;
+        for (vhost, queue, r) in gone {
+            if let Err(e) = r {
+                tracing::warn!(%vhost, %queue, error = %e, "cannot drop a transient queue at boot");
+            }
+        }
+    }
+
+    /// Proposes the deletion of every queue `which` picks (in every vhost); returns each one's
+    /// vhost, name and outcome.
+    async fn delete_queues(
+        &self,
+        broker: &Arc<Broker>,
+        which: impl Fn(&QueueRef) -> bool,
+    ) -> Vec<(Arc<str>, Arc<str>, Result<MetaReply, String>)> {
+        let mut done = Vec::new();
         for v in broker.vhosts() {
             let gone: Vec<Arc<str>> = v
                 .snapshot()
                 .queues
                 .values()
-                .filter(|q| {
-                    q.home().is_none()
-                        && (!q.options().durable || q.options().exclusive_owner.is_some())
-                })
+                .filter(|q| which(q))
                 .map(|q| q.name().clone())
                 .collect();
             for name in gone {
@@ -272,11 +291,10 @@ impl Cluster {
                     method: b.to_vec(),
                     queue: None,
                 };
-                if let Err(e) = self.propose(op).await {
-                    tracing::warn!(vhost = %v.name, queue = %name, error = %e, "cannot drop a transient queue at boot");
-                }
+                done.push((v.name.clone(), name, self.propose(op).await));
             }
         }
+        done
     }
 
     async fn open_meta(&self, broker: &Arc<Broker>) -> anyhow::Result<warren_cluster::Meta> {
@@ -750,33 +768,19 @@ impl Cluster {
         self.meta().remove(m.id).await.map_err(|e| e.to_string())?;
         // ...and its classic queues go with it (rabbit_amqqueue:forget_all_durable): their
         // messages were on its disk only.
-        for v in broker.vhosts() {
-            let gone: Vec<Arc<str>> = v
-                .snapshot()
-                .queues
-                .values()
-                .filter(|q| matches!(q, crate::queue::QueueRef::Remote(r) if r.home == name))
-                .map(|q| q.name().clone())
-                .collect();
-            for queue in gone {
-                let m = warren_protocol::method::QueueDelete {
-                    queue: (&*queue).into(),
-                    ..Default::default()
-                };
-                let mut b = bytes::BytesMut::new();
-                Method::from(m).encode_payload(&mut b);
-                let op = MetaOp::Vhost {
-                    vhost: v.name.to_string(),
-                    method: b.to_vec(),
-                    queue: None,
-                };
-                match self.propose(op).await {
-                    Ok(_) => {
-                        tracing::info!(vhost = %v.name, %queue, node = name, "queue of a forgotten node deleted")
-                    }
-                    Err(e) => {
-                        tracing::warn!(vhost = %v.name, %queue, node = name, error = %e, "cannot delete a queue of a forgotten node")
-                    }
+        let gone = self
+            .delete_queues(
+                &broker,
+                |q| matches!(q, QueueRef::Remote(r) if r.home == name),
+            )
+            .await;
+        for (vhost, queue, r) in gone {
+            match r {
+                Ok(_) => {
+                    tracing::info!(%vhost, %queue, node = name, "queue of a forgotten node deleted")
+                }
+                Err(e) => {
+                    tracing::warn!(%vhost, %queue, node = name, error = %e, "cannot delete a queue of a forgotten node")
                 }
             }
         }
