@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use warren_broker::{Broker, Config};
 
 mod ctl;
+mod data_lock;
 
 /// jemalloc rather than glibc's malloc: after a soak (hundreds of connections, bodies up to
 /// 200 KB) the live heap was back to 0.3 MiB but glibc kept ~200 MiB resident; jemalloc's
@@ -174,8 +175,9 @@ fn main() -> std::process::ExitCode {
 fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     let config = load_config(&args)?;
     let config_file = args.config.clone();
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    // Before anything in the data directory is read or written: a second server on it would
+    // overwrite the first one's logs.
+    let _data_lock = data_lock::acquire(&config.data_dir)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

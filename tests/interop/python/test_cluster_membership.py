@@ -6,6 +6,7 @@ The module has a 3-node cluster of its own: it adds and removes a member."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pika
@@ -258,3 +259,21 @@ def test_join_cluster_refuses_a_member_of_a_cluster_and_an_unreachable_target(me
     finally:
         d.stop()
         members.extra.remove(d)
+
+
+def test_a_second_process_on_a_members_data_dir_is_refused(members):
+    """Every cluster node holds its data directory: a second process started with a running
+    member's name, data directory and peers, on ports of its own, exits 1 naming the directory
+    and the member's pid, and the member keeps serving."""
+    a = members.nodes[0]
+    cmd = [BIN, "server", "--node-name", a.name, "--data-dir", a.data_dir,
+           "--amqp-port", str(_free_port()), "--http-port", str(_free_port()),
+           "--cluster-listen", f"127.0.0.1:{_free_port()}", "--cluster-peers", ",".join(members.peers)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+                       env={**os.environ, "WARREN_COOKIE": a.cookie})
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert a.data_dir in r.stderr and f"pid {a.proc.pid}" in r.stderr, r.stderr
+    assert a.running
+    names = sorted(n.name for n in members.nodes)
+    wait_until(lambda: members_seen(a) == (names, names), timeout=10, interval=0.1,
+               what="the member to keep listing every member running")

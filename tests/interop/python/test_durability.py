@@ -163,6 +163,67 @@ def test_definitions_and_persistent_messages_survive_restart_and_kill(node):
     assert got[0][1], "the message delivered before the crash comes back redelivered"
 
 
+def _second_server(data_dir: str) -> subprocess.CompletedProcess:
+    """`warren server` on `data_dir` with ports of its own."""
+    cmd = [BIN, "server", "--amqp-port", str(_free_port()), "--http-port", str(_free_port()),
+           "--data-dir", data_dir]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+
+
+def test_a_second_server_on_the_same_data_dir_is_refused(node):
+    """The reproduction of issue 29: a second server on the first one's data directory was
+    accepted, and after it stopped the first server's durable queue and confirmed message were
+    gone at its next start. Now the second one exits 1 at once, naming the directory and the
+    holder's pid, before it reads or writes anything there."""
+    node.start()
+    c = connect(node)
+    ch = c.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("lock-q", durable=True)
+    ch.basic_publish("", "lock-q", b"confirmed", PERSISTENT)
+    safe_close(c)
+    files_before = sorted(os.path.relpath(os.path.join(d, f), node.data)
+                          for d, _, fs in os.walk(node.data) for f in fs)
+
+    t0 = time.monotonic()
+    r = _second_server(node.data)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert time.monotonic() - t0 < 10, "refused at once"
+    assert node.data in r.stderr and f"pid {node.proc.pid}" in r.stderr, r.stderr
+    assert "in use by another warren server" in r.stderr, r.stderr
+    # Nothing was opened: no recovery, no listener.
+    assert "recovered" not in r.stderr and "listening" not in r.stderr, r.stderr
+    files_after = sorted(os.path.relpath(os.path.join(d, f), node.data)
+                         for d, _, fs in os.walk(node.data) for f in fs)
+    assert files_after == files_before
+
+    # The first server keeps serving, and its queue and message survive its restart.
+    c = connect(node)
+    assert c.channel().queue_declare("lock-q", passive=True).method.message_count == 1
+    safe_close(c)
+    node.stop()
+    node.start()
+    assert [b for b, _ in drain(node, "lock-q")] == [b"confirmed"]
+
+
+def test_a_server_killed_with_9_leaves_no_stale_lock(node):
+    node.start()
+    c = connect(node)
+    ch = c.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("kill-lock-q", durable=True)
+    ch.basic_publish("", "kill-lock-q", b"confirmed", PERSISTENT)
+    safe_close(c)
+    node.kill9()
+    # The lock file (with the dead holder's pid) stays; the lock itself went with the process.
+    assert os.path.exists(os.path.join(node.data, ".lock"))
+    node.start()
+    assert [b for b, _ in drain(node, "kill-lock-q")] == [b"confirmed"]
+    # And the restarted server holds the directory in its turn.
+    r = _second_server(node.data)
+    assert r.returncode == 1 and f"pid {node.proc.pid}" in r.stderr, r.stderr
+
+
 def test_crash_loop_loses_no_confirmed_message(node):
     """Publisher (confirms) and consumer (acks) run while the broker is killed with SIGKILL at
     random moments, 20 times. Every confirmed message must be delivered at some point or still be
