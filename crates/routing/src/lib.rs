@@ -138,10 +138,10 @@ impl<Q: Clone> Exchange<Q> {
         match self.kind {
             ExchangeKind::Direct => &*b.routing_key == routing_key,
             ExchangeKind::Fanout => true,
-            // Routed by `topic` in `route_from`, never binding by binding.
+            // Routed by `topic` in `Table::walk`, never binding by binding.
             ExchangeKind::Topic => false,
             ExchangeKind::Headers => headers::matches(&b.arguments, headers),
-            // Routed by `ring` in `route_from`, never binding by binding.
+            // Routed by `ring` in `Table::walk`, never binding by binding.
             ExchangeKind::ConsistentHash => false,
         }
     }
@@ -177,8 +177,8 @@ impl<T> QueueKey for Arc<T> {
 }
 
 impl<Q: Clone + QueueKey> Table<Q> {
-    /// Appends every queue that a message published to `exchange` reaches, each once. If nothing
-    /// matched and the exchange names an alternate exchange, routes there instead (repeatedly).
+    /// Appends every queue that a message published to `exchange` reaches, each once. An
+    /// exchange none of whose bindings matched sends the message on to its alternate exchange.
     /// The message's properties are needed only by headers exchanges and consistent-hash
     /// exchanges hashing a header or property, so `props` is a closure called at most once.
     pub fn route(
@@ -188,12 +188,12 @@ impl<Q: Clone + QueueKey> Table<Q> {
         props: &mut dyn FnMut() -> Option<BasicProperties>,
         out: &mut Vec<Q>,
     ) {
-        self.route_all(exchange, routing_key, &[], props, out)
+        self.walk(exchange, routing_key, &[], props, out)
     }
 
-    /// [`Table::route`] with more routing keys (RabbitMQ's `CC` and `BCC` headers): the message
-    /// goes wherever any of its keys leads, each queue once; the alternate exchange is tried
-    /// only when no key matched.
+    /// [`Table::route`] with more routing keys (RabbitMQ's `CC` and `BCC` headers): the whole
+    /// key set is matched at every exchange of the walk, exchange-to-exchange hops included, and
+    /// each queue is reached once.
     #[inline]
     pub fn route_keys(
         &self,
@@ -206,15 +206,20 @@ impl<Q: Clone + QueueKey> Table<Q> {
         if extra_keys.is_empty() {
             self.route(exchange, routing_key, props, out)
         } else {
-            self.route_all(exchange, routing_key, extra_keys, props, out)
+            self.walk(exchange, routing_key, extra_keys, props, out)
         }
     }
 
+    /// RabbitMQ's `rabbit_exchange:route/2`: a walk over exchanges, each visited once, where
+    /// every exchange matches its bindings against the message's whole key set (routing key,
+    /// then `extra_keys`), a matched exchange binding adds that exchange to the walk, and an
+    /// exchange that matched nothing adds its alternate exchange. Checked against RabbitMQ 3.10
+    /// (tests/interop/python/test_routing_keys.py).
     // Inlined into each caller, so `route` (no extra keys) keeps no loop over them.
     #[inline(always)]
-    fn route_all(
-        &self,
-        exchange: &str,
+    fn walk<'a>(
+        &'a self,
+        exchange: &'a str,
         routing_key: &str,
         extra_keys: &[ByteString],
         props: &mut dyn FnMut() -> Option<BasicProperties>,
@@ -222,37 +227,6 @@ impl<Q: Clone + QueueKey> Table<Q> {
     ) {
         let mut decoded: Option<Option<BasicProperties>> = None;
         // On the stack: routing allocates nothing for the common shallow case.
-        let mut tried: SmallVec<[&str; 4]> = SmallVec::new();
-        let mut current = exchange;
-        loop {
-            let before = out.len();
-            self.route_from(current, routing_key, props, &mut decoded, out);
-            for key in extra_keys {
-                self.route_from(current, key, props, &mut decoded, out);
-            }
-            if out.len() > before {
-                return;
-            }
-            tried.push(current);
-            match self
-                .exchanges
-                .get(current)
-                .and_then(|x| x.alternate.as_deref())
-            {
-                Some(ae) if !tried.contains(&ae) => current = ae,
-                _ => return,
-            }
-        }
-    }
-
-    fn route_from<'a>(
-        &'a self,
-        exchange: &'a str,
-        routing_key: &str,
-        props: &mut dyn FnMut() -> Option<BasicProperties>,
-        decoded: &mut Option<Option<BasicProperties>>,
-        out: &mut Vec<Q>,
-    ) {
         let mut visited: SmallVec<[&str; 8]> = SmallVec::new();
         let mut stack: SmallVec<[&str; 8]> = SmallVec::new();
         let mut seen = Seen::default();
@@ -271,37 +245,60 @@ impl<Q: Clone + QueueKey> Table<Q> {
                 _ => false,
             };
             if needs_props && decoded.is_none() {
-                *decoded = Some(props());
+                decoded = Some(props());
             }
             let p = decoded.as_ref().and_then(|d| d.as_ref());
-            if ex.kind == ExchangeKind::ConsistentHash {
-                let hash = ex.ring.on.hash(routing_key, p);
-                if let Some(b) = ex.ring.pick(hash).and_then(|i| ex.bindings.get(i)) {
-                    follow(&b.destination, out, &mut stack, &mut seen);
+            // Whether any binding of this exchange matched (its destination may be a queue
+            // already reached, which `follow` does not add again).
+            let mut matched = false;
+            match ex.kind {
+                // One destination per message, picked by the hash of its routing key.
+                ExchangeKind::ConsistentHash => {
+                    let hash = ex.ring.on.hash(routing_key, p);
+                    if let Some(b) = ex.ring.pick(hash).and_then(|i| ex.bindings.get(i)) {
+                        matched = true;
+                        follow(&b.destination, out, &mut stack, &mut seen);
+                    }
                 }
-                continue;
-            }
-            if ex.kind == ExchangeKind::Topic {
-                let mut hits: SmallVec<[u32; 8]> = SmallVec::new();
-                ex.topic.matches(routing_key, &mut hits);
-                for b in hits.iter().filter_map(|&i| ex.bindings.get(i as usize)) {
-                    follow(&b.destination, out, &mut stack, &mut seen);
+                ExchangeKind::Topic => {
+                    let mut hits: SmallVec<[u32; 8]> = SmallVec::new();
+                    ex.topic.matches(routing_key, &mut hits);
+                    for k in extra_keys {
+                        ex.topic.matches(k, &mut hits);
+                    }
+                    matched = !hits.is_empty();
+                    for b in hits.iter().filter_map(|&i| ex.bindings.get(i as usize)) {
+                        follow(&b.destination, out, &mut stack, &mut seen);
+                    }
                 }
-                continue;
-            }
-            // A few bindings are cheaper to compare than to hash the key (callgrind: the index
-            // costs ~140 instructions per publish with one binding).
-            if ex.kind == ExchangeKind::Direct && ex.bindings.len() > DIRECT_SCAN_MAX {
-                let hits = ex.direct.get(routing_key).into_iter().flatten();
-                for b in hits.filter_map(|&i| ex.bindings.get(i as usize)) {
-                    follow(&b.destination, out, &mut stack, &mut seen);
+                // A few bindings are cheaper to compare than to hash the key (callgrind: the
+                // index costs ~140 instructions per publish with one binding).
+                ExchangeKind::Direct if ex.bindings.len() > DIRECT_SCAN_MAX => {
+                    let keys = std::iter::once(routing_key).chain(extra_keys.iter().map(|k| &**k));
+                    for key in keys {
+                        let hits = ex.direct.get(key).into_iter().flatten();
+                        for b in hits.filter_map(|&i| ex.bindings.get(i as usize)) {
+                            matched = true;
+                            follow(&b.destination, out, &mut stack, &mut seen);
+                        }
+                    }
                 }
-                continue;
+                _ => {
+                    let h = p.and_then(|p| p.headers.as_ref());
+                    for b in &ex.bindings {
+                        if ex.matches(b, routing_key, h)
+                            || extra_keys.iter().any(|k| ex.matches(b, k, h))
+                        {
+                            matched = true;
+                            follow(&b.destination, out, &mut stack, &mut seen);
+                        }
+                    }
+                }
             }
-            let h = p.and_then(|p| p.headers.as_ref());
-            for b in &ex.bindings {
-                if ex.matches(b, routing_key, h) {
-                    follow(&b.destination, out, &mut stack, &mut seen);
+            // Nothing matched here: the alternate exchange takes the message at this hop.
+            if !matched {
+                if let Some(ae) = ex.alternate.as_deref() {
+                    stack.push(ae);
                 }
             }
         }
@@ -481,6 +478,76 @@ mod tests {
             vec![Q(9)],
             "no key matched: alternate"
         );
+    }
+
+    #[test]
+    fn the_whole_key_set_is_matched_at_every_hop() {
+        // RabbitMQ 3.10: direct `x1` (key "", CC rk1, BCC rk2) bound to topic `x2` with rk1,
+        // which binds a queue with rk2: delivered.
+        let mut t = Table::default();
+        t.exchanges.insert(
+            "x1".into(),
+            Arc::new(ex("x1", ExchangeKind::Direct, vec![to_x("x2", "rk1")])),
+        );
+        t.exchanges.insert(
+            "x2".into(),
+            Arc::new(ex("x2", ExchangeKind::Topic, vec![to_q(1, "rk2")])),
+        );
+        let route = |t: &Table<Q>, key: &str, extra: &[&str]| {
+            let extra: Vec<ByteString> = extra.iter().map(|k| ByteString::from(*k)).collect();
+            let mut out = Vec::new();
+            t.route_keys("x1", key, &extra, &mut || None, &mut out);
+            out
+        };
+        assert_eq!(route(&t, "", &["rk1", "rk2"]), vec![Q(1)]);
+        assert!(route(&t, "", &["rk1"]).is_empty());
+        assert!(route(&t, "rk2", &[]).is_empty());
+        // A direct exchange past the scan threshold matches every key through its index too.
+        let pad = (100..100 + DIRECT_SCAN_MAX).map(|i| to_q(i, &format!("pad{i}")));
+        let big = ex(
+            "x1",
+            ExchangeKind::Direct,
+            pad.chain([to_x("x2", "rk1")]).collect(),
+        );
+        t.exchanges.insert("x1".into(), Arc::new(big));
+        assert_eq!(route(&t, "", &["rk1", "rk2"]), vec![Q(1)]);
+    }
+
+    #[test]
+    fn alternate_exchange_is_taken_at_the_hop_that_matched_nothing() {
+        // RabbitMQ 3.10: y1 (AE ae1) binds y2 (AE ae2) with k; y2 has no binding. A message
+        // with key k reaches ae2's queue; one with another key ae1's.
+        let mut t = Table::default();
+        let mut y1 = ex("y1", ExchangeKind::Direct, vec![to_x("y2", "k")]);
+        y1.alternate = Some("ae1".into());
+        let mut y2 = ex("y2", ExchangeKind::Direct, vec![]);
+        y2.alternate = Some("ae2".into());
+        t.exchanges.insert("y1".into(), Arc::new(y1));
+        t.exchanges.insert("y2".into(), Arc::new(y2));
+        t.exchanges.insert(
+            "ae1".into(),
+            Arc::new(ex("ae1", ExchangeKind::Fanout, vec![to_q(1, "")])),
+        );
+        t.exchanges.insert(
+            "ae2".into(),
+            Arc::new(ex("ae2", ExchangeKind::Fanout, vec![to_q(2, "")])),
+        );
+        let mut out = Vec::new();
+        t.route("y1", "k", &mut || None, &mut out);
+        assert_eq!(out, vec![Q(2)]);
+        out.clear();
+        t.route("y1", "zz", &mut || None, &mut out);
+        assert_eq!(out, vec![Q(1)]);
+        // A binding that matched a queue already reached still counts as a match.
+        let mut z = ex("z", ExchangeKind::Fanout, vec![to_q(1, ""), to_x("w", "")]);
+        z.alternate = Some("ae2".into());
+        let mut w = ex("w", ExchangeKind::Fanout, vec![to_q(1, "")]);
+        w.alternate = Some("ae2".into());
+        t.exchanges.insert("z".into(), Arc::new(z));
+        t.exchanges.insert("w".into(), Arc::new(w));
+        out.clear();
+        t.route("z", "k", &mut || None, &mut out);
+        assert_eq!(out, vec![Q(1)]);
     }
 
     #[test]
