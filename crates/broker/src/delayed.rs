@@ -132,7 +132,13 @@ pub fn with_delivery_count(m: &Message, n: u64) -> Message {
 struct Held {
     msg: Arc<Message>,
     logged: bool,
+    /// A dead letter: the dead-letter cycle rule applies when it is routed.
+    dead: bool,
 }
+
+/// In a log record, a bit of the stored message's flags byte (which `persist` reads only bit 0
+/// of): the message is a dead letter. In a spill record, bit 1 of the `logged` byte.
+const DEAD_LETTER_FLAG: u8 = 2;
 
 impl Held {
     fn cost(&self) -> u64 {
@@ -141,7 +147,8 @@ impl Held {
 }
 
 /// Spill files: `<bucket>.bkt` holds the messages due in `[bucket, bucket + 1) * BUCKET_MS`.
-/// Record: `due u64 | seq u64 | logged u8 | len u32 | stored message`.
+/// Record: `due u64 | seq u64 | flags u8 (bit 0 logged, bit 1 dead letter) | len u32 | stored
+/// message`.
 struct Spill {
     dir: PathBuf,
     /// Bucket -> messages in it.
@@ -179,7 +186,7 @@ impl Spill {
         let mut head = [0u8; 21];
         head[..8].copy_from_slice(&due.to_be_bytes());
         head[8..16].copy_from_slice(&seq.to_be_bytes());
-        head[16] = h.logged as u8;
+        head[16] = h.logged as u8 | if h.dead { DEAD_LETTER_FLAG } else { 0 };
         head[17..21].copy_from_slice(&(data.len() as u32).to_be_bytes());
         w.write_all(&head)?;
         w.write_all(&data)?;
@@ -199,7 +206,7 @@ impl Spill {
         while b.remaining() >= 21 {
             let due = b.get_u64();
             let seq = b.get_u64();
-            let logged = b.get_u8() != 0;
+            let flags = b.get_u8();
             let len = b.get_u32() as usize;
             if b.remaining() < len {
                 break;
@@ -211,7 +218,8 @@ impl Spill {
                     seq,
                     Held {
                         msg: Arc::new(msg),
-                        logged,
+                        logged: flags & 1 != 0,
+                        dead: flags & DEAD_LETTER_FLAG != 0,
                     },
                 ));
             }
@@ -359,6 +367,28 @@ impl DelayStore {
         delay_ms: u64,
         confirm: Option<&Arc<ConfirmHandle>>,
     ) -> bool {
+        self.hold_as(&msg, delay_ms, confirm, false)
+    }
+
+    /// [`DelayStore::hold`] for a dead letter: when it is due, the queues it would cycle back
+    /// into are dropped from its targets, as when it was dead-lettered
+    /// ([`crate::queue::dead_letter::drop_cycles`]). The mark is kept on disk with it.
+    pub fn hold_dead_letter(
+        self: &Arc<Self>,
+        msg: &Message,
+        delay_ms: u64,
+        confirm: Option<&Arc<ConfirmHandle>>,
+    ) -> bool {
+        self.hold_as(msg, delay_ms, confirm, true)
+    }
+
+    fn hold_as(
+        self: &Arc<Self>,
+        msg: &Message,
+        delay_ms: u64,
+        confirm: Option<&Arc<ConfirmHandle>>,
+        dead: bool,
+    ) -> bool {
         let due = unix_ms().saturating_add(delay_ms);
         // Its own copy: a body sliced from a connection's read buffer would keep that whole
         // buffer alive for as long as the message waits.
@@ -367,7 +397,9 @@ impl DelayStore {
             routing_key: warren_protocol::ByteString::from(&*msg.routing_key),
             properties: Bytes::copy_from_slice(&msg.properties),
             body: Bytes::copy_from_slice(&msg.body),
-            ..msg
+            persistent: msg.persistent,
+            priority: msg.priority,
+            expiration_ms: msg.expiration_ms,
         });
         let mut took = false;
         let dirty = {
@@ -382,11 +414,14 @@ impl DelayStore {
                 let mut data = BytesMut::with_capacity(8 + msg.body.len() + 64);
                 data.put_u64(due);
                 data.put_slice(&crate::persist::encode_message(&msg, None));
+                if dead {
+                    data[8] |= DEAD_LETTER_FLAG;
+                }
                 let log = st.log.as_mut().expect("checked");
                 log.enqueue(seq, data.freeze(), confirm.cloned(), false);
                 took = confirm.is_some();
             }
-            self.insert(&mut st, due, seq, Held { msg, logged });
+            self.insert(&mut st, due, seq, Held { msg, logged, dead });
             logged
         };
         if dirty {
@@ -546,6 +581,9 @@ impl DelayStore {
                 expiration_ms: m.expiration_ms,
             });
             vhost.route_due(&self.exchange, &msg, &mut targets);
+            if h.dead {
+                crate::queue::dead_letter::drop_cycles(&msg.properties, &mut targets);
+            }
             self.hand_over(seq, &h, msg, &mut targets, &mut acks);
         }
         if !acks.is_empty() {
@@ -657,6 +695,7 @@ impl DelayStore {
                 else {
                     continue;
                 };
+                let dead = data.get(8).is_some_and(|f| f & DEAD_LETTER_FLAG != 0);
                 if let Some((m, _)) = crate::persist::decode_message(&data.slice(8..)) {
                     self.insert(
                         &mut st,
@@ -665,6 +704,7 @@ impl DelayStore {
                         Held {
                             msg: Arc::new(m),
                             logged: true,
+                            dead,
                         },
                     );
                     n += 1;

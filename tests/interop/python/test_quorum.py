@@ -977,6 +977,32 @@ def _ctl(node: ClusterNode, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.parametrize("strategy", ["at-most-once", "at-least-once"])
+def test_a_dead_letter_cycle_is_cut_on_a_replicated_queue(cluster, chans, names, strategy):
+    """RabbitMQ 3.10's cycle rule on a 3-member quorum queue led by a, used through b: its
+    expired message goes to its dead-letter exchange, which routes back to it and to a classic
+    observer on c. The observer gets the published copy and the dead letter; the quorum queue
+    does not get its own dead letter back (the rule itself is checked against RabbitMQ in
+    test_dead_letter_routing.py)."""
+    a, b, c = cluster.nodes
+    qn, observer = names("queue", "qq-cycle"), names("queue", "qq-cycle-obs")
+    dlx = names("exchange", "qq-cycle-dlx")
+    chans(a).exchange_declare(dlx, "fanout", durable=True)
+    chans(c).queue_declare(observer, durable=True)
+    chans(a).queue_declare(qn, durable=True, arguments={
+        **QUORUM, "x-message-ttl": 50, "x-dead-letter-exchange": dlx,
+        "x-dead-letter-strategy": strategy, "x-overflow": "reject-publish"})
+    assert wait_quorum(cluster.nodes, qn, {n.name for n in cluster.nodes}, leaders={a.name}) == a.name
+    for n in (qn, observer):
+        chans(b).queue_bind(n, dlx)
+    chans(b).confirm_delivery()
+    chans(b).basic_publish(dlx, "k", b"loop", pika.BasicProperties(delivery_mode=2))
+    wait_passive([c], observer, 2, timeout=10)
+    time.sleep(1.5)  # a cycle that was not cut goes round every 50 ms
+    wait_passive([a, b], qn, 0, timeout=5)
+    assert passive(c, observer) == ("ok", 2)
+
+
 def test_delivery_limit_is_kept_through_a_node_that_does_not_lead(cluster, chans, names):
     """x-delivery-limit 1 on a queue led by a, used through b: the message comes back once
     (x-delivery-count 1, redelivered), and the next return dead-letters it (reason

@@ -5,8 +5,73 @@ use warren_protocol::ByteString;
 use warren_protocol::{FieldTable, FieldValue};
 
 use crate::message::{header_routes, Message};
+use crate::queue::QueueRef;
 
 pub use warren_queue::Reason;
+
+/// Drops from `targets` each queue a dead letter would cycle back into, by RabbitMQ 3.10's rule
+/// (`rabbit_dead_letter:detect_cycles`): a queue is a cycle when it already appears in the
+/// message's `x-death` (its new entry included) and no entry from the newest back to that
+/// queue's, both included, has reason `rejected`. A cycle with a rejection in it was driven by
+/// a client, so it is allowed; one made only of expiries, length limits and delivery limits
+/// would loop for ever. `properties` are the dead letter's (what [`dead_lettered`] made, or a
+/// delay store's held copy of it). Each dropped target is logged at debug level.
+pub fn drop_cycles(properties: &bytes::Bytes, targets: &mut Vec<QueueRef>) {
+    if targets.is_empty() {
+        return;
+    }
+    let Some(deaths) = deaths_of(properties) else {
+        return;
+    };
+    targets.retain(|q| {
+        let cycle = is_cycle(&deaths, q.name());
+        if cycle {
+            tracing::debug!(queue = %q.name(), path = ?deaths.iter().map(|d| d.0.as_deref().unwrap_or("?")).collect::<Vec<_>>(),
+                "dead letter dropped: it would cycle back into a queue it died in with no rejection on the way");
+        }
+        !cycle
+    });
+}
+
+/// A message's `x-death` entries, newest first: (queue, whether the reason is `rejected`). An
+/// entry that is not a table, or has no queue, reads as `(None, true)`: something a client put
+/// there, so no cycle through it is "fully automatic" (as RabbitMQ reads it).
+fn deaths_of(properties: &bytes::Bytes) -> Option<Vec<(Option<String>, bool)>> {
+    let props = BasicProperties::decode(properties).ok()?;
+    let headers = props.headers?;
+    let Some(FieldValue::Array(deaths)) = headers.get("x-death") else {
+        return None;
+    };
+    Some(
+        deaths
+            .iter()
+            .map(|d| match d {
+                FieldValue::Table(t) => match t.get("queue").and_then(|v| v.as_str()) {
+                    Some(q) => (
+                        Some(q.to_string()),
+                        t.get("reason").and_then(|v| v.as_str()) == Some("rejected"),
+                    ),
+                    None => (None, true),
+                },
+                _ => (None, true),
+            })
+            .collect(),
+    )
+}
+
+/// RabbitMQ's `is_cycle`: `queue` appears in `deaths` (newest first), and no entry from the
+/// newest back to its first appearance, both included, is a rejection.
+fn is_cycle(deaths: &[(Option<String>, bool)], queue: &str) -> bool {
+    for (q, rejected) in deaths {
+        if *rejected {
+            return false;
+        }
+        if q.as_deref() == Some(queue) {
+            return true;
+        }
+    }
+    false
+}
 
 /// The copy of `msg` to publish to the dead-letter exchange `dlx`: headers gain an `x-death`
 /// entry (count incremented if this queue and reason are already there, and moved first), the
@@ -100,6 +165,80 @@ pub fn dead_lettered(
 mod tests {
     use super::*;
     use bytes::Bytes;
+
+    fn deaths(entries: &[(&str, &str)]) -> Vec<(Option<String>, bool)> {
+        let mut h = FieldTable::new();
+        let arr = entries
+            .iter()
+            .map(|(q, r)| {
+                let mut t = FieldTable::new();
+                t.insert("queue", FieldValue::str(q));
+                t.insert("reason", FieldValue::str(r));
+                FieldValue::Table(t)
+            })
+            .collect();
+        h.insert("x-death", FieldValue::Array(arr));
+        let props = BasicProperties {
+            headers: Some(h),
+            ..Default::default()
+        }
+        .to_bytes();
+        deaths_of(&props).expect("x-death")
+    }
+
+    #[test]
+    fn cycles_are_found_as_rabbitmq_finds_them() {
+        // Expired from q into an exchange that routes back to q: a cycle for q only.
+        let d = deaths(&[("q", "expired")]);
+        assert!(is_cycle(&d, "q"));
+        assert!(!is_cycle(&d, "observer"));
+        // q -> p (maxlen) -> q: q and p are both in the path with no rejection.
+        let d = deaths(&[("p", "maxlen"), ("q", "expired")]);
+        assert!(is_cycle(&d, "q") && is_cycle(&d, "p"));
+        // A rejection anywhere from the newest entry back to the queue's breaks the cycle.
+        let d = deaths(&[("p", "expired"), ("q", "rejected")]);
+        assert!(is_cycle(&d, "p"), "p's own entry is newer than the rejection");
+        assert!(!is_cycle(&d, "q"));
+        let d = deaths(&[("q", "rejected")]);
+        assert!(!is_cycle(&d, "q"), "a rejected dead letter never cycles");
+        let d = deaths(&[("p", "expired"), ("x", "rejected"), ("q", "expired")]);
+        assert!(!is_cycle(&d, "q"));
+        // An entry a client wrote (no queue) counts as a break too.
+        let mut h = FieldTable::new();
+        let mut t = FieldTable::new();
+        t.insert("queue", FieldValue::str("q"));
+        t.insert("reason", FieldValue::str("expired"));
+        h.insert(
+            "x-death",
+            FieldValue::Array(vec![FieldValue::str("junk"), FieldValue::Table(t)]),
+        );
+        let props = BasicProperties {
+            headers: Some(h),
+            ..Default::default()
+        }
+        .to_bytes();
+        assert!(!is_cycle(&deaths_of(&props).expect("x-death"), "q"));
+    }
+
+    #[test]
+    fn a_dead_letter_made_here_cycles_into_its_own_queue() {
+        let m = Message {
+            exchange: "ex".into(),
+            routing_key: "rk".into(),
+            properties: BasicProperties::default().to_bytes(),
+            body: Bytes::from_static(b"b"),
+            persistent: false,
+            priority: None,
+            expiration_ms: None,
+        };
+        let (d, _) = dead_lettered(&m, "q", Reason::Expired, "dlx", None, 1);
+        assert!(is_cycle(&deaths_of(&d.properties).expect("x-death"), "q"));
+        let (d, _) = dead_lettered(&m, "q", Reason::Rejected, "dlx", None, 1);
+        assert!(!is_cycle(&deaths_of(&d.properties).expect("x-death"), "q"));
+        let (d2, _) = dead_lettered(&d, "p", Reason::MaxLen, "dlx", None, 2);
+        let path = deaths_of(&d2.properties).expect("x-death");
+        assert!(is_cycle(&path, "p") && !is_cycle(&path, "q"));
+    }
 
     #[test]
     fn x_death_counts_and_first_death() {

@@ -1090,11 +1090,31 @@ impl Queue {
                 &mut targets,
             ) {
                 Ok(None) if !targets.is_empty() => {}
+                // To a delayed exchange: settled once its store holds it (on disk for a
+                // persistent message in a durable store).
+                Ok(Some(delay)) => {
+                    let Some(store) = vhost.delay_store(&m.exchange) else {
+                        r.dead_unsent(id);
+                        continue;
+                    };
+                    let rr = r.clone();
+                    let done = ConfirmHandle::then(move |ok| rr.dead_done(id, ok));
+                    if !store.hold_dead_letter(&m, delay, Some(&done)) {
+                        done.done(true);
+                    }
+                    continue;
+                }
                 // Unroutable (or the exchange is gone): kept, and tried again.
                 _ => {
                     r.dead_unsent(id);
                     continue;
                 }
+            }
+            dead_letter::drop_cycles(&m.properties, &mut targets);
+            if targets.is_empty() {
+                // Every target was a cycle: dropped, as RabbitMQ drops it.
+                r.dead_done(id, true);
+                continue;
             }
             let waits = targets.iter().filter(|q| q.stores(&m)).count();
             if waits == 0 {
@@ -1125,7 +1145,7 @@ impl Queue {
         let mut targets = Vec::new();
         for (msg, reason) in dead {
             let Some((m, cc)) = self.dead_copy(&args, &msg, reason, now_s) else {
-                return;
+                continue;
             };
             targets.clear();
             // A missing dead-letter exchange drops the message, as in RabbitMQ.
@@ -1139,12 +1159,13 @@ impl Queue {
                 Err(_) => continue,
                 Ok(Some(delay)) => {
                     if let Some(store) = vhost.delay_store(&m.exchange) {
-                        store.hold(m, delay, None);
+                        store.hold_dead_letter(&m, delay, None);
                     }
                     continue;
                 }
                 Ok(None) => {}
             }
+            dead_letter::drop_cycles(&m.properties, &mut targets);
             let m = Arc::new(m);
             for q in targets.drain(..) {
                 q.publish(m.clone(), None);
