@@ -214,6 +214,42 @@ def test_persistent_delayed_messages_survive_kill_9(tmp_path):
         safe_close(c)
 
 
+def test_a_held_dead_letter_keeps_its_mark_through_kill_9(tmp_path):
+    """A persistent message expires from a durable queue into a durable delayed exchange that
+    routes back to that queue and to an observer, and waits there while the broker is killed.
+    After the restart it comes due: the observer gets it once and the queue does not (the cycle
+    rule of a dead letter, kept on disk with it)."""
+    with _Node(tmp_path) as node:
+        c = connect(node.url)
+        ch = c.channel()
+        x, q, observer = uname("dlx-d"), uname("dl-q"), uname("dl-obs")
+        _delayed(ch, x, kind="fanout", durable=True)
+        ch.queue_declare(q, durable=True, arguments={"x-message-ttl": 50, "x-dead-letter-exchange": x})
+        ch.queue_declare(observer, durable=True)
+        ch.queue_bind(q, x)
+        ch.queue_bind(observer, x)
+        ch.confirm_delivery()
+        ch.basic_publish("", q, b"dead", _props(1000, persistent=True))
+        deadline = time.monotonic() + WAIT
+        while ch.queue_declare(q, passive=True).method.message_count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # dead-lettered into the store and written (group commit)
+        safe_close(c)
+        node.kill9()
+        node.start()
+        c = connect(node.url)
+        ch = c.channel()
+        got = _collect(c, ch, observer, 1, timeout=WAIT)
+        assert [b for _, b, _ in got] == [b"dead"]
+        # Had the mark been lost, the queue would have taken it back, expired it into the store
+        # again, and the observer would get a second copy one delay later.
+        c.process_data_events(time_limit=1.5)
+        ch = c.channel()
+        assert ch.queue_declare(observer, passive=True).method.message_count == 0
+        assert ch.queue_declare(q, passive=True).method.message_count == 0
+        safe_close(c)
+
+
 def test_many_pending_spill_to_disk_and_come_back_in_order(conn, ch, res, mgmt_url):
     """More delayed bytes than the store keeps in memory (64 MiB): the later ones go to spill
     files and are read back in due order."""
