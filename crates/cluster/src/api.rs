@@ -1,12 +1,33 @@
-//! What the broker implements and sees of the metadata group: the replicated
-//! [`StateMachine`], the [`Transport`] between nodes, the node's [`MetaConfig`], the errors of
-//! proposals and of membership, and the [`Status`] it reports. Types only; the behaviour is on
+//! What the broker implements and sees of the metadata group: node ids and [`Node`], the
+//! replicated [`StateMachine`], the [`Transport`] between nodes, the node's [`MetaConfig`], the
+//! errors of proposals and of membership, and the [`Status`] it reports. Types (and
+//! [`node_id`]) only, using nothing else of the crate; the behaviour is on
 //! [`Meta`](crate::Meta).
 
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::{Node, NodeId};
+use sha2::{Digest, Sha256};
+
+pub type NodeId = u64;
+
+/// A stable id from a node name: the first 8 bytes of its SHA-256, big-endian; never 0.
+pub fn node_id(name: &str) -> NodeId {
+    let digest = Sha256::digest(name.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    match u64::from_be_bytes(first) {
+        0 => 1,
+        id => id,
+    }
+}
+
+/// openraft's Node type: the node's name and the address of its inter-node link.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Node {
+    pub name: String,
+    pub addr: String,
+}
 
 /// The replicated state machine, implemented by the broker. Called from the Raft state machine
 /// task, in log order.
@@ -131,4 +152,16 @@ pub struct Member {
     pub voter: bool,
     /// As the leader sees it (None when this node is not the leader or it is this node).
     pub reachable: Option<bool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_ids_are_stable_and_nonzero() {
+        assert_eq!(node_id("rabbit@a"), node_id("rabbit@a"));
+        assert_ne!(node_id("rabbit@a"), node_id("rabbit@b"));
+        assert_ne!(node_id(""), 0);
+    }
 }

@@ -29,10 +29,12 @@
 //! - [`StateMachine`] methods run on the Raft state machine task: they must not wait on this
 //!   `Meta` (e.g. propose), or the node deadlocks.
 //!
-//! By job: `api` holds what the broker implements and sees (the [`StateMachine`] and
+//! By job: `api` holds what the broker implements and sees (node ids, the [`StateMachine`] and
 //! [`Transport`] traits, [`MetaConfig`], the errors, [`Status`]); this file opens the node and
 //! reports on it; `propose` replicates commands; `membership` bootstraps, joins and changes the
-//! members; `rpc` routes leader-only requests to the leader and serves them.
+//! members; `rpc` routes leader-only requests to the leader and serves them. Layered, no import
+//! cycle among them: `membership` uses `propose` and `rpc`, `propose` uses `rpc`, and `api`
+//! uses nothing of the crate.
 
 mod api;
 mod log_store;
@@ -49,38 +51,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use openraft::{Raft, RaftMetrics, ServerState, SnapshotPolicy};
-use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 pub use crate::api::{
-    Member, MetaConfig, MetaError, ProposeError, SnapshotPoint, StateMachine, Status, Transport,
-    TransportError,
+    node_id, Member, MetaConfig, MetaError, Node, NodeId, ProposeError, SnapshotPoint,
+    StateMachine, Status, Transport, TransportError,
 };
 pub use crate::log_store::LogReader;
 use crate::log_store::LogStore;
 use crate::network::{Network, Reach};
 use crate::sm_store::SmStore;
 use crate::types::TypeConfig;
-
-pub type NodeId = u64;
-
-/// A stable id from a node name: the first 8 bytes of its SHA-256, big-endian; never 0.
-pub fn node_id(name: &str) -> NodeId {
-    let digest = Sha256::digest(name.as_bytes());
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&digest[..8]);
-    match u64::from_be_bytes(first) {
-        0 => 1,
-        id => id,
-    }
-}
-
-/// openraft's Node type: the node's name and the address of its inter-node link.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Node {
-    pub name: String,
-    pub addr: String,
-}
 
 /// Locks, ignoring poisoning: every critical section leaves its data consistent.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -269,17 +250,5 @@ impl Meta {
         if let Err(e) = self.inner.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn node_ids_are_stable_and_nonzero() {
-        assert_eq!(node_id("rabbit@a"), node_id("rabbit@a"));
-        assert_ne!(node_id("rabbit@a"), node_id("rabbit@b"));
-        assert_ne!(node_id(""), 0);
     }
 }

@@ -11,7 +11,7 @@ use openraft::ChangeMembers;
 use tokio::time::Instant;
 
 use crate::propose::wait_error;
-use crate::rpc::write_error;
+use crate::rpc::{write_error, Change};
 use crate::types::Reply;
 use crate::types::Rpc;
 use crate::{node_id, Meta, MetaError, Node, NodeId};
@@ -198,12 +198,6 @@ impl Meta {
             )),
         }
     }
-}
-
-pub(crate) enum Change {
-    Join(Node),
-    Promote(NodeId),
-    Remove(NodeId),
 }
 
 enum Op {

@@ -13,7 +13,6 @@ use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::Snapshot;
 use tokio::time::Instant;
 
-use crate::membership::Change;
 use crate::types::{wire, Reply, Rpc};
 use crate::{Meta, MetaError, Node, NodeId, TransportError};
 
@@ -21,6 +20,13 @@ use crate::{Meta, MetaError, Node, NodeId, TransportError};
 pub(crate) enum Target {
     Local,
     Remote(Node),
+}
+
+/// A membership change asked of the leader, served by `membership`.
+pub(crate) enum Change {
+    Join(Node),
+    Promote(NodeId),
+    Remove(NodeId),
 }
 
 impl Meta {

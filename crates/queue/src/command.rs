@@ -1,69 +1,12 @@
 //! The queue as commands: a [`Command`] names one typed method of [`State`] with its
-//! arguments, and [`State::apply`] runs it and answers a [`Reply`]. This is what a replicated
-//! host logs and replays, and what tests and the fuzz target drive; the local host calls the
-//! typed methods directly. Invariant: a command makes the calls the local host makes for the
-//! same operation (an added consumer is dispatched to at once, as a host does after
-//! consume-ok), so replaying a log gives the state the typed calls gave.
+//! arguments, and [`State::apply`] runs it and answers a [`Reply`] (both types are in `types`).
+//! This is what a replicated host logs and replays, and what tests and the fuzz target drive;
+//! the local host calls the typed methods directly. Invariant: a command makes the calls the
+//! local host makes for the same operation (an added consumer is dispatched to at once, as a
+//! host does after consume-ok), so replaying a log gives the state the typed calls gave.
 
-use crate::{ConsumeRefused, Consumer, Entry, Host, Limits, Payload, Published, State};
-
-/// A command, for hosts that log commands (replication) and for tests. Each maps to the typed
-/// method of the same name.
-#[derive(Debug, Clone)]
-pub enum Command<C, M> {
-    Publish {
-        msg: M,
-        logged: bool,
-    },
-    Dispatch,
-    Expire,
-    Get {
-        ack: bool,
-    },
-    Settle {
-        entries: Vec<Settled<M>>,
-        dispatch: bool,
-    },
-    Discard {
-        entries: Vec<Settled<M>>,
-        dispatch: bool,
-    },
-    Requeue {
-        entries: Vec<Settled<M>>,
-    },
-    AddConsumer(Consumer<C>),
-    RemoveConsumer {
-        key: u64,
-    },
-    Purge,
-    Delete,
-    SetLimits(Limits),
-    Touch,
-}
-
-/// A delivery coming back to settle, with the key of the consumer it was made to (`None`: a
-/// basic.get), whose credit it returns.
-pub type Settled<M> = (Option<u64>, Entry<M>);
-
-/// The answer to a [`Command`].
-#[derive(Debug)]
-pub enum Reply<C, M> {
-    Ok,
-    Published(Published),
-    Got(Option<(Entry<M>, u32)>),
-    Consume(Result<(), ConsumeRefused>),
-    /// The consumer removed (if it was there) and whether an auto-delete queue should go now.
-    Removed {
-        consumer: Option<Consumer<C>>,
-        auto_delete_now: bool,
-    },
-    /// Ready messages removed.
-    Count(u32),
-    Deleted {
-        ready: u32,
-        consumers: Vec<Consumer<C>>,
-    },
-}
+use crate::types::{Command, Reply};
+use crate::{Host, Payload, State};
 
 impl<C, M: Payload> State<C, M> {
     pub fn apply(&mut self, cmd: Command<C, M>, host: &mut impl Host<C, M>) -> Reply<C, M> {

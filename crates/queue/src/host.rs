@@ -2,7 +2,7 @@
 //! it hands it, in order. The invariant of the crate lives here: nothing else in it does I/O,
 //! reads a clock or takes a lock; all of that is the host's, behind this trait.
 
-use crate::{Entry, Reason};
+use crate::types::{Entry, Reason};
 
 /// The host's answer to an offer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,9 +27,11 @@
 //!
 //! The state is [`State`], here; its methods live by job in the modules below: `publish`
 //! (enqueue, TTL, length limits), `dispatch` (consumers, delivery, settles), `ready` (the ready
-//! lanes and the paged-out tail), `expiry` (message deadlines, `x-expires`), `command` (the
-//! [`Command`] form), `host` (the [`Host`] boundary) and `invariants`. The types are in `types`;
-//! all are re-exported here.
+//! lanes and the paged-out tail), `expiry` (message deadlines, `x-expires`), `command`
+//! ([`State::apply`]), `host` (the [`Host`] boundary) and `invariants`. The types are in
+//! `types`; all are re-exported here. Only `types` and `host` are re-exported, and neither
+//! refers back to this file, so the crate's modules have no import cycle
+//! (`scripts/check_structure.py --crate crates/queue`).
 
 use std::collections::VecDeque;
 
@@ -42,10 +44,10 @@ mod publish;
 mod ready;
 mod types;
 
-pub use command::{Command, Reply, Settled};
 pub use host::{Effect, Host, Offer, PagedIn};
 pub use types::{
-    Config, ConsumeRefused, Consumer, Entry, Limits, Overflow, Payload, Published, Reason,
+    Command, Config, ConsumeRefused, Consumer, Entry, Limits, Overflow, Payload, Published, Reason,
+    Reply, Settled,
 };
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The queue's vocabulary: what it needs to know of a message ([`Payload`]), the arguments it
 //! is declared with ([`Config`]) and those a policy may change ([`Limits`]), the messages and
-//! consumers it holds, and the plain answers of its typed methods. Data only: the behaviour is
-//! on [`State`](crate::State).
+//! consumers it holds, the plain answers of its typed methods, and those methods as data
+//! ([`Command`], answered by a [`Reply`]). Data only: the behaviour is on
+//! [`State`](crate::State).
 
 /// What the queue needs to know of a message.
 pub trait Payload {
@@ -158,4 +159,62 @@ pub enum ConsumeRefused {
     /// The queue has an exclusive consumer, or this one asked to be exclusive and there are
     /// others.
     Exclusive,
+}
+
+/// A command, for hosts that log commands (replication) and for tests. Each maps to the typed
+/// method of the same name; [`State::apply`](crate::State::apply) runs it.
+#[derive(Debug, Clone)]
+pub enum Command<C, M> {
+    Publish {
+        msg: M,
+        logged: bool,
+    },
+    Dispatch,
+    Expire,
+    Get {
+        ack: bool,
+    },
+    Settle {
+        entries: Vec<Settled<M>>,
+        dispatch: bool,
+    },
+    Discard {
+        entries: Vec<Settled<M>>,
+        dispatch: bool,
+    },
+    Requeue {
+        entries: Vec<Settled<M>>,
+    },
+    AddConsumer(Consumer<C>),
+    RemoveConsumer {
+        key: u64,
+    },
+    Purge,
+    Delete,
+    SetLimits(Limits),
+    Touch,
+}
+
+/// A delivery coming back to settle, with the key of the consumer it was made to (`None`: a
+/// basic.get), whose credit it returns.
+pub type Settled<M> = (Option<u64>, Entry<M>);
+
+/// The answer to a [`Command`].
+#[derive(Debug)]
+pub enum Reply<C, M> {
+    Ok,
+    Published(Published),
+    Got(Option<(Entry<M>, u32)>),
+    Consume(Result<(), ConsumeRefused>),
+    /// The consumer removed (if it was there) and whether an auto-delete queue should go now.
+    Removed {
+        consumer: Option<Consumer<C>>,
+        auto_delete_now: bool,
+    },
+    /// Ready messages removed.
+    Count(u32),
+    Deleted {
+        ready: u32,
+        consumers: Vec<Consumer<C>>,
+    },
 }

@@ -5,7 +5,8 @@
 
 use std::fmt::Write as _;
 
-use super::{esc, latency_chart, rates_chart, sweep_charts, Report};
+use super::svg::esc;
+use super::{latency_chart, rates_chart, sweep_charts, Report};
 use crate::modes::RatePoint;
 use crate::run::RunResult;
 

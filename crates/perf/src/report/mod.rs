@@ -133,13 +133,6 @@ pub fn write_outputs(o: &Options, r: &Report) -> Result<(), String> {
     Ok(())
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 /// What the tests of every part share: a run with `n` samples, and a substring count.
 #[cfg(test)]
 mod testutil {

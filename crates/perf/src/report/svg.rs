@@ -7,8 +7,6 @@
 
 use std::fmt::Write as _;
 
-use super::esc;
-
 const W: f64 = 760.0;
 const H: f64 = 300.0;
 const LEFT: f64 = 72.0;
@@ -35,6 +33,14 @@ pub struct Chart {
     pub log_y: bool,
     /// Category labels: point x values are indices into this.
     pub x_categories: Option<Vec<String>>,
+}
+
+/// Escapes text for SVG and HTML.
+pub(super) fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// 1, 2 or 5 times a power of ten, about `span / 5`.

@@ -12,7 +12,8 @@
 //!
 //! By job: `recover` opens a log and says what it holds, `write` buffers enqueues and acks and
 //! writes them in groups (rotation and reclamation with it), `read` pages messages back in order.
-//! This file holds the log's state and what every part shares.
+//! This file holds the log's state and types, and what every part shares; the parts refer to
+//! it, never it to them, so the modules have no import cycle.
 
 mod read;
 mod recover;
@@ -25,8 +26,6 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-pub use recover::{LiveSet, Recovery};
-
 /// A segment is rotated once it has grown past this.
 pub const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
 /// A fully acked current segment at least this big is replaced by a fresh one.
@@ -35,6 +34,49 @@ pub const DRAINED_ROTATE_BYTES: u64 = 1024 * 1024;
 /// What a group write produced: the tokens of the enqueues written, and the files to fsync
 /// before acting on them. On error, the tokens of the enqueues that were not written.
 pub type Written<T> = Result<(Vec<T>, Vec<Arc<File>>), (std::io::Error, Vec<T>)>;
+
+/// What recovery found on disk.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// The messages still in the queue; read them with [`QueueLog::read`].
+    pub live: LiveSet,
+    pub count: usize,
+    /// The sum of the `measure` given to [`QueueLog::open`] over them.
+    pub bytes: u64,
+    /// The highest seq of any enqueue on disk: new enqueues must be above it.
+    pub max_seq: Option<u64>,
+}
+
+/// Which enqueues on disk are still in the queue, as runs `(first, last)` of seqs within which
+/// every enqueue on disk is live. A backlog published in one go is one run, whatever its length,
+/// so recovering 10M messages does not cost 10M entries of memory.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LiveSet {
+    runs: VecDeque<(u64, u64)>,
+}
+
+impl LiveSet {
+    /// Whether an enqueue on disk with this seq is live (meaningful for seqs that have one).
+    pub fn holds(&self, seq: u64) -> bool {
+        let i = self.runs.partition_point(|&(_, last)| last < seq);
+        self.runs.get(i).is_some_and(|&(first, _)| first <= seq)
+    }
+
+    /// Forgets every run that ends below `seq` (they have been read back).
+    pub fn forget_below(&mut self, seq: u64) {
+        while self.runs.front().is_some_and(|&(_, last)| last < seq) {
+            self.runs.pop_front();
+        }
+    }
+
+    pub fn first(&self) -> Option<u64> {
+        self.runs.front().map(|r| r.0)
+    }
+
+    pub fn runs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.runs.iter().copied()
+    }
+}
 
 /// A position in the log for reading messages back in order: enqueues below `next_seq` are
 /// skipped.

@@ -1,8 +1,9 @@
 //! Recovery: opening a log scans every segment once and says which enqueues on disk are still
-//! in the queue ([`Recovery`], its live seqs as runs in a [`LiveSet`]). A torn tail of the last
-//! segment is truncated; a corrupt record elsewhere is skipped (scanning resumes at the next
-//! plausible record header). Invariant: an ack record is always in the same or a later segment
-//! than its enqueue, so one pass in segment order sees each enqueue before its ack.
+//! in the queue ([`Recovery`], its live seqs as runs in a [`LiveSet`](super::LiveSet)). A torn
+//! tail of the last segment is truncated; a corrupt record elsewhere is skipped (scanning
+//! resumes at the next plausible record header). Invariant: an ack record is always in the same
+//! or a later segment than its enqueue, so one pass in segment order sees each enqueue before
+//! its ack.
 
 use std::collections::VecDeque;
 use std::fs::{self, OpenOptions};
@@ -11,51 +12,8 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::{empty_segment, open_append, segment_ids, QueueLog, Segment};
+use super::{empty_segment, open_append, segment_ids, QueueLog, Recovery, Segment};
 use crate::record::{self, Scan, KIND_ACK, KIND_ACK_RANGE, KIND_ENQUEUE, KIND_VOLATILE};
-
-/// What recovery found on disk.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Recovery {
-    /// The messages still in the queue; read them with [`QueueLog::read`].
-    pub live: LiveSet,
-    pub count: usize,
-    /// The sum of the `measure` given to [`QueueLog::open`] over them.
-    pub bytes: u64,
-    /// The highest seq of any enqueue on disk: new enqueues must be above it.
-    pub max_seq: Option<u64>,
-}
-
-/// Which enqueues on disk are still in the queue, as runs `(first, last)` of seqs within which
-/// every enqueue on disk is live. A backlog published in one go is one run, whatever its length,
-/// so recovering 10M messages does not cost 10M entries of memory.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct LiveSet {
-    runs: VecDeque<(u64, u64)>,
-}
-
-impl LiveSet {
-    /// Whether an enqueue on disk with this seq is live (meaningful for seqs that have one).
-    pub fn holds(&self, seq: u64) -> bool {
-        let i = self.runs.partition_point(|&(_, last)| last < seq);
-        self.runs.get(i).is_some_and(|&(first, _)| first <= seq)
-    }
-
-    /// Forgets every run that ends below `seq` (they have been read back).
-    pub fn forget_below(&mut self, seq: u64) {
-        while self.runs.front().is_some_and(|&(_, last)| last < seq) {
-            self.runs.pop_front();
-        }
-    }
-
-    pub fn first(&self) -> Option<u64> {
-        self.runs.front().map(|r| r.0)
-    }
-
-    pub fn runs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.runs.iter().copied()
-    }
-}
 
 fn range_end(data: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(data.get(..8)?.try_into().ok()?))
