@@ -1,0 +1,222 @@
+//! Changing the log: appends are written and fsynced before openraft is told (whole entries
+//! up to a segment's size per write, rotating to a new segment past it), truncation cuts the
+//! segment it falls in and deletes the later ones, and purging deletes whole segments once the
+//! purge point is durable. Writes happen on openraft's log task, one at a time; an append's
+//! file write and fsync run without the lock, so readers are not held up by the disk.
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use openraft::{Entry, LogId};
+use warren_store::{record, segment_path, snapshot};
+
+use super::{other, sync_dir, LogStore, Segment, KIND_ENTRY};
+use crate::types::{wire, TypeConfig};
+use crate::{lock, NodeId};
+
+impl LogStore {
+    pub(super) fn append_entries(&self, entries: Vec<Entry<TypeConfig>>) -> io::Result<()> {
+        let Some(first) = entries.first().map(|e| e.log_id.index) else {
+            return Ok(());
+        };
+        // openraft truncates conflicts before appending; this keeps the log consecutive anyway.
+        let last = lock(&self.inner).last;
+        if last.is_some_and(|l| l.index >= first) {
+            self.truncate_from(first)?;
+        }
+        let mut buf = BytesMut::new();
+        let mut at = Vec::with_capacity(entries.len() + 1);
+        for e in &entries {
+            at.push(buf.len());
+            record::encode(&mut buf, KIND_ENTRY, e.log_id.index, &wire::encode(e));
+        }
+        at.push(buf.len());
+        let mut i = 0;
+        while i < entries.len() {
+            let index = entries[i].log_id.index;
+            let active = {
+                let inner = lock(&self.inner);
+                inner
+                    .segments
+                    .back()
+                    .filter(|s| {
+                        s.end() == index && (s.len < inner.segment_bytes || s.offsets.is_empty())
+                    })
+                    .map(|s| (s.file.clone(), s.len, inner.segment_bytes))
+            };
+            let Some((file, len, segment_bytes)) = active else {
+                self.new_segment(index)?;
+                continue;
+            };
+            // Whole entries up to the segment's size, at least one.
+            let mut j = i + 1;
+            while j < entries.len() && len + (at[j + 1] - at[i]) as u64 <= segment_bytes {
+                j += 1;
+            }
+            let written = file
+                .write_all_at(&buf[at[i]..at[j]], len)
+                .and_then(|_| file.sync_data());
+            if let Err(e) = written {
+                // Cut a partial write so that later appends do not follow garbage.
+                let _ = file.set_len(len);
+                return Err(e);
+            }
+            let mut inner = lock(&self.inner);
+            let Some(seg) = inner.segments.back_mut() else {
+                return Err(other("raft log: segment gone while appending"));
+            };
+            for k in i..j {
+                seg.offsets.push((len + (at[k] - at[i]) as u64) as u32);
+            }
+            seg.len = len + (at[j] - at[i]) as u64;
+            i = j;
+        }
+        let mut inner = lock(&self.inner);
+        for (k, e) in entries.into_iter().enumerate() {
+            inner.last = Some(e.log_id);
+            inner.push_cache(e, at[k + 1] - at[k]);
+        }
+        Ok(())
+    }
+
+    /// Starts a segment whose first entry will be `first`.
+    fn new_segment(&self, first: u64) -> io::Result<()> {
+        let dir = lock(&self.inner).dir.clone();
+        let path = segment_path(&dir, first);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        // Its directory entry must be durable before anything in it is acknowledged.
+        sync_dir(&dir)?;
+        lock(&self.inner).segments.push_back(Segment {
+            first,
+            path,
+            file: Arc::new(file),
+            offsets: Vec::new(),
+            len: 0,
+        });
+        Ok(())
+    }
+
+    /// Removes the entries from `index` on.
+    pub(super) fn truncate_from(&self, index: u64) -> io::Result<()> {
+        let mut inner = lock(&self.inner);
+        while let Some((e, size)) = inner.cache.back() {
+            if e.log_id.index < index {
+                break;
+            }
+            inner.cache_bytes -= *size;
+            inner.cache.pop_back();
+        }
+        while let Some(seg) = inner.segments.back_mut() {
+            if seg.first >= index {
+                std::fs::remove_file(&seg.path)?;
+                inner.segments.pop_back();
+                continue;
+            }
+            if seg.end() > index {
+                let (start, _) = seg.span(index);
+                seg.file.set_len(start)?;
+                seg.file.sync_all()?;
+                seg.offsets.truncate((index - seg.first) as usize);
+                seg.len = start;
+            }
+            break;
+        }
+        inner.last = match index.checked_sub(1) {
+            Some(prev) if prev >= inner.first_index() => inner.read_one(prev)?.map(|e| e.log_id),
+            _ => inner.purged,
+        };
+        Ok(())
+    }
+
+    pub(super) fn purge_upto(&self, log_id: LogId<NodeId>) -> io::Result<()> {
+        let mut inner = lock(&self.inner);
+        let bytes = serde_json::to_vec(&Some(log_id)).map_err(other)?;
+        // The marker first: a crash between the two leaves segments the log no longer counts.
+        snapshot::write_atomic(&inner.purged_path, &bytes)?;
+        inner.purged = Some(log_id);
+        while inner
+            .segments
+            .front()
+            .is_some_and(|s| s.end() <= log_id.index + 1 && s.end() > s.first)
+        {
+            if let Some(seg) = inner.segments.pop_front() {
+                std::fs::remove_file(&seg.path)?;
+            }
+        }
+        while let Some((e, size)) = inner.cache.front() {
+            if e.log_id.index > log_id.index {
+                break;
+            }
+            inner.cache_bytes -= *size;
+            inner.cache.pop_front();
+        }
+        if inner.last.is_none_or(|l| l.index < log_id.index) {
+            inner.last = Some(log_id);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+    use openraft::{CommittedLeaderId, LogId, Vote};
+
+    use super::super::testutil::*;
+    use super::super::LogStore;
+
+    #[tokio::test]
+    async fn truncate_purge_and_state_survive_reopen() {
+        let d = dir("purge");
+        {
+            let mut s = LogStore::open(&d).expect("open");
+            s.blocking_append((0..10).map(|i| entry(i, "x")))
+                .await
+                .expect("append");
+            s.truncate(LogId::new(CommittedLeaderId::new(1, 1), 8))
+                .await
+                .expect("truncate");
+            s.purge(LogId::new(CommittedLeaderId::new(1, 1), 3))
+                .await
+                .expect("purge");
+            s.blocking_append([entry(8, "z")]).await.expect("append");
+            s.save_vote(&Vote::new(3, 2)).await.expect("vote");
+            s.save_committed(Some(LogId::new(CommittedLeaderId::new(1, 1), 7)))
+                .await
+                .expect("committed");
+        }
+        let mut s = LogStore::open(&d).expect("reopen");
+        assert_eq!(indexes(&mut s).await, vec![4, 5, 6, 7, 8]);
+        let st = s.get_log_state().await.expect("state");
+        assert_eq!(st.last_purged_log_id.map(|l| l.index), Some(3));
+        assert_eq!(st.last_log_id.map(|l| l.index), Some(8));
+        assert_eq!(s.read_vote().await.expect("vote"), Some(Vote::new(3, 2)));
+        assert_eq!(
+            s.read_committed()
+                .await
+                .expect("committed")
+                .map(|l| l.index),
+            Some(7)
+        );
+
+        // Purging everything leaves only the marker: the last log id is the purged one.
+        s.purge(LogId::new(CommittedLeaderId::new(1, 1), 8))
+            .await
+            .expect("purge");
+        drop(s);
+        let mut s = LogStore::open(&d).expect("reopen");
+        let st = s.get_log_state().await.expect("state");
+        assert_eq!(st.last_purged_log_id.map(|l| l.index), Some(8));
+        assert_eq!(st.last_log_id.map(|l| l.index), Some(8));
+        assert!(indexes(&mut s).await.is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

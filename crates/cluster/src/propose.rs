@@ -1,0 +1,94 @@
+//! Proposals: replicating a command through the leader ([`Meta::propose`], forwarded when this
+//! node does not lead) or pipelining it on the leader itself ([`Meta::submit`]), and waiting
+//! until this node has applied an entry, so a caller reads its own writes.
+
+use std::time::Duration;
+
+use openraft::metrics::WaitError;
+use tokio::time::Instant;
+
+use crate::rpc::Target;
+use crate::types::{Blob, Reply, Rpc};
+use crate::{Meta, MetaError, ProposeError};
+
+impl Meta {
+    /// Replicates `command`, forwarded to the leader when this node is not it; returns the
+    /// leader's [`StateMachine::apply`](crate::StateMachine::apply) reply once this node has
+    /// applied the entry too.
+    pub async fn propose(&self, command: Vec<u8>) -> Result<Vec<u8>, ProposeError> {
+        let deadline = Instant::now() + self.inner.config.propose_timeout;
+        let reply = self
+            .route(&Rpc::Propose(Blob(command)), None, deadline)
+            .await
+            .map_err(|e| match e {
+                MetaError::Unavailable(m) => ProposeError::Unavailable(m),
+                e => ProposeError::Fatal(e.to_string()),
+            })?;
+        let Reply::Proposed { reply, index } = reply else {
+            return Err(ProposeError::Fatal("unexpected reply to a proposal".into()));
+        };
+        self.wait_applied(index, deadline)
+            .await
+            .map_err(|e| match e {
+                MetaError::Stopped(m) => ProposeError::Fatal(m),
+                e => ProposeError::Unavailable(format!(
+                    "committed at index {index} but not applied here in time: {e}"
+                )),
+            })?;
+        Ok(reply.0)
+    }
+
+    /// Submits `command` on this node when it leads, without waiting: the returned future
+    /// resolves to the apply's reply once the entry is committed and applied here. Entries are
+    /// ordered as submitted, so a caller may keep several in flight (pipelining) and still
+    /// know their order. `None` when this node does not lead (use [`Meta::propose`]).
+    pub async fn submit(
+        &self,
+        command: Vec<u8>,
+    ) -> Option<impl std::future::Future<Output = Result<Vec<u8>, ProposeError>>> {
+        if !matches!(self.leader_target(), Some(Target::Local)) {
+            return None;
+        }
+        let rx = self.inner.raft.client_write_ff(Blob(command)).await.ok()?;
+        let t = self.inner.config.propose_timeout;
+        Some(async move {
+            match tokio::time::timeout(t, rx).await {
+                Ok(Ok(Ok(resp))) => Ok(resp.data.0),
+                Ok(Ok(Err(e))) => Err(ProposeError::Unavailable(e.to_string())),
+                Ok(Err(_)) => Err(ProposeError::Unavailable("the leader stopped".into())),
+                Err(_) => Err(ProposeError::Unavailable(format!(
+                    "not committed within {t:?} (is a majority down?); it may still be"
+                ))),
+            }
+        })
+    }
+
+    /// Waits up to `timeout` for this node to have applied entry `index`; true if it has.
+    pub async fn wait_applied_within(&self, index: u64, timeout: Duration) -> bool {
+        self.wait_applied(index, Instant::now() + timeout)
+            .await
+            .is_ok()
+    }
+
+    pub(crate) async fn wait_applied(
+        &self,
+        index: u64,
+        deadline: Instant,
+    ) -> Result<(), MetaError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.inner
+            .raft
+            .wait(Some(left))
+            .applied_index_at_least(Some(index), "wait for the entry to be applied here")
+            .await
+            .map(|_| ())
+            .map_err(wait_error)
+    }
+}
+
+pub(crate) fn wait_error(e: WaitError) -> MetaError {
+    match e {
+        WaitError::Timeout(..) => MetaError::Unavailable(e.to_string()),
+        WaitError::ShuttingDown => MetaError::Stopped(e.to_string()),
+    }
+}
