@@ -144,13 +144,20 @@ pub fn complete_all(handles: impl IntoIterator<Item = (Arc<ConfirmHandle>, bool)
 /// What [`ConfirmHandle::then`] runs.
 type OnDone = Box<dyn FnOnce(bool) + Send>;
 
+/// Who else than a channel may wait for a publish to be stored: implemented where such a
+/// waiter lives (a node link for a publish forwarded from another node, in `cluster/remote.rs`;
+/// a delay store for a due message's log record, in `delayed.rs`), so that this file names
+/// none of them.
+pub trait ConfirmTarget: Send + Sync {
+    /// Publish `seq` is done: stored by every queue it went to (`ok`), or refused by one.
+    fn confirmed(self: Arc<Self>, seq: u64, ok: bool);
+}
+
 /// Who is told when a confirmed publish is done.
 enum Target {
+    /// The common case, kept apart so that it costs no virtual call.
     Channel(Arc<Confirms>),
-    /// A publish forwarded from another node: it gets a `CONFIRM` frame.
-    Link(Arc<crate::cluster::link::Link>),
-    /// A delayed message handed to its queues: its record in the delay log can go.
-    Delayed(Arc<crate::delayed::DelayStore>),
+    Other(Arc<dyn ConfirmTarget>),
     /// Something to do once a write is durable (a retried message leaves its queue).
     Then(Mutex<Option<OnDone>>),
 }
@@ -177,10 +184,7 @@ impl ConfirmHandle {
                     c.finish(self.seq, ok);
                     return Some(c.clone());
                 }
-                Target::Link(l) => crate::cluster::remote::send_confirm(l, self.seq, ok),
-                // Even a failed write acks it: the queue refused or lost the message, as it
-                // would a publish, and retrying would route it again.
-                Target::Delayed(d) => d.ack([self.seq]),
+                Target::Other(t) => t.clone().confirmed(self.seq, ok),
                 Target::Then(f) => {
                     if let Some(f) = f.lock().take() {
                         f(ok)
@@ -191,12 +195,16 @@ impl ConfirmHandle {
         None
     }
 
-    /// A publish forwarded by another node under its id `seq`, waiting on one queue here.
-    pub fn for_link(link: Arc<crate::cluster::link::Link>, seq: u64) -> Arc<ConfirmHandle> {
+    /// A publish known to `target` as `seq`, waiting on `waits` durable queues.
+    pub fn for_target(
+        target: Arc<dyn ConfirmTarget>,
+        seq: u64,
+        waits: usize,
+    ) -> Arc<ConfirmHandle> {
         Arc::new(ConfirmHandle {
-            target: Target::Link(link),
+            target: Target::Other(target),
             seq,
-            remaining: AtomicUsize::new(1),
+            remaining: AtomicUsize::new(waits),
             failed: AtomicUsize::new(0),
         })
     }
@@ -213,20 +221,6 @@ impl ConfirmHandle {
         Arc::new(ConfirmHandle {
             target: Target::Then(Mutex::new(Some(Box::new(f)))),
             seq: 0,
-            remaining: AtomicUsize::new(waits),
-            failed: AtomicUsize::new(0),
-        })
-    }
-
-    /// A due delayed message (`seq` in its store's log) published to `waits` durable queues.
-    pub fn for_delayed(
-        store: Arc<crate::delayed::DelayStore>,
-        seq: u64,
-        waits: usize,
-    ) -> Arc<ConfirmHandle> {
-        Arc::new(ConfirmHandle {
-            target: Target::Delayed(store),
-            seq,
             remaining: AtomicUsize::new(waits),
             failed: AtomicUsize::new(0),
         })

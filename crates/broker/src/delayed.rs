@@ -602,7 +602,7 @@ impl DelayStore {
     ) {
         let stores = targets.iter().filter(|q| q.stores(&msg)).count();
         let handle =
-            (h.logged && stores > 0).then(|| ConfirmHandle::for_delayed(self.clone(), seq, stores));
+            (h.logged && stores > 0).then(|| ConfirmHandle::for_target(self.clone(), seq, stores));
         for q in targets.drain(..) {
             let storing = q.stores(&msg);
             let r = q.publish(msg.clone(), if storing { handle.as_ref() } else { None });
@@ -713,6 +713,15 @@ impl DelayStore {
         };
         st.log = Some(log);
         r
+    }
+}
+
+/// A due message handed to durable queues: its log record goes once they all have it. Even a
+/// failed write acks it: the queue refused or lost the message, as it would a publish, and
+/// retrying would route it again.
+impl crate::confirm::ConfirmTarget for DelayStore {
+    fn confirmed(self: Arc<Self>, seq: u64, _ok: bool) {
+        self.ack([seq])
     }
 }
 

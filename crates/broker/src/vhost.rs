@@ -2113,3 +2113,36 @@ impl VHost {
         })
     }
 }
+
+/// The vhost is its queues' owner: their dead letters are routed by its exchanges.
+impl crate::queue::QueueOwner for VHost {
+    fn route_dead_letter(
+        &self,
+        m: &Message,
+        extra_keys: &[ByteString],
+        out: &mut Vec<QueueRef>,
+    ) -> crate::queue::DeadRoute {
+        use crate::queue::DeadRoute;
+        match self.route_keys(&m.exchange, &m.routing_key, extra_keys, &m.properties, out) {
+            Ok(None) => DeadRoute::Routed,
+            Ok(Some(delay)) => DeadRoute::Delay(delay),
+            Err(_) => DeadRoute::NoExchange,
+        }
+    }
+
+    fn hold_dead_letter(
+        self: Arc<Self>,
+        m: &Message,
+        delay_ms: u64,
+        confirm: Option<&Arc<crate::confirm::ConfirmHandle>>,
+    ) -> Option<bool> {
+        let store = self.delay_store(&m.exchange)?;
+        Some(store.hold_dead_letter(m, delay_ms, confirm))
+    }
+
+    fn delete_unused_queue(&self, name: &str) {
+        if let Ok(d) = self.delete_queue(name, false, false, None) {
+            crate::channel::notify_cancelled(&d.consumers);
+        }
+    }
+}

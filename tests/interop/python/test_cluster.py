@@ -435,6 +435,26 @@ def test_publisher_confirms_for_persistent_messages_across_nodes(cluster, chans,
     assert all(p.delivery_mode == 2 for _, p, _ in got)
 
 
+def test_an_auto_delete_queue_goes_when_its_last_consumer_on_another_node_cancels(cluster, conns, names):
+    """An auto-delete queue on b consumed through a: when that only consumer cancels, the queue's
+    home deletes it (RabbitMQ deletes an auto-delete queue once its last consumer is gone)."""
+    a, b, _ = cluster.nodes
+    qn = names("queue", "ad")
+    conns(b).channel().queue_declare(qn, auto_delete=True)
+    ch = conns(a).channel()
+    tag = ch.basic_consume(qn, lambda *_: None, auto_ack=True)
+    ch.basic_cancel(tag)
+
+    def gone():
+        try:
+            conns(b).channel().queue_declare(qn, passive=True)
+            return False
+        except pika.exceptions.ChannelClosedByBroker as e:
+            assert e.reply_code == 404, e
+            return True
+    wait_until(gone, timeout=10, interval=0.1, what="the auto-delete queue to be deleted at its home")
+
+
 def test_basic_get_ack_and_reject_requeue_across_nodes(cluster, chans, names):
     a, b, c = cluster.nodes
     qn = names("queue")

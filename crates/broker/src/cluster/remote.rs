@@ -637,13 +637,10 @@ impl LinkSink {
 
 /// Deletes an auto-delete queue whose last consumer left, off the link's reader.
 fn spawn_delete(q: &Arc<Queue>) {
-    let (name, vhost) = (q.name.clone(), q.vhost_ref());
+    let (name, owner) = (q.name.clone(), q.owner());
     tokio::spawn(async move {
-        if let Some(v) = vhost {
-            let d = tokio::task::block_in_place(|| v.delete_queue(&name, false, false, None));
-            if let Ok(d) = d {
-                crate::channel::notify_cancelled(&d.consumers);
-            }
+        if let Some(o) = owner {
+            tokio::task::block_in_place(|| o.delete_unused_queue(&name));
         }
     });
 }
@@ -819,7 +816,7 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
                 };
                 let msg = Arc::new(msg);
                 let storing = id != 0 && q.stores(&msg);
-                let handle = storing.then(|| ConfirmHandle::for_link(link.clone(), id));
+                let handle = storing.then(|| ConfirmHandle::for_target(link.clone(), id, 1));
                 let r = q.publish(msg, handle.as_ref());
                 if !storing || r != Enqueued::Accepted {
                     match handle {
@@ -971,6 +968,13 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
             }
         }
         _ => tracing::debug!(kind, "unknown inter-node message"),
+    }
+}
+
+/// A publish forwarded from another node waits on a queue here: its node gets a `CONFIRM` frame.
+impl crate::confirm::ConfirmTarget for Link {
+    fn confirmed(self: Arc<Self>, seq: u64, ok: bool) {
+        send_confirm(&self, seq, ok)
     }
 }
 

@@ -13,6 +13,7 @@
 pub mod args;
 pub mod dead_letter;
 pub mod handle;
+pub mod owner;
 pub mod stream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +25,7 @@ use warren_queue::{Effect, Host, PagedIn};
 
 pub use args::{display_value, type_name, Overflow, QueueArgs};
 pub use handle::{DeliverySink, QueueRef};
+pub use owner::{DeadRoute, QueueOwner};
 pub use warren_queue::Reason;
 
 use warren_store::{Cursor, LiveSet, QueueLog};
@@ -36,7 +38,6 @@ use crate::limits;
 use crate::message::Message;
 use crate::metrics::{bump, delivered, QueueStats};
 use crate::persist::Persister;
-use crate::vhost::VHost;
 
 /// A message in a queue, with its position so requeued messages go back where they were.
 pub type QueuedMessage = warren_queue::Entry<Arc<Message>>;
@@ -98,8 +99,9 @@ pub struct Queue {
     pub options: QueueOptions,
     /// The arguments in force: `options.args` merged with the applying policy (see `policy`).
     effective: arc_swap::ArcSwap<QueueArgs>,
-    /// Where dead letters are routed; weak so a vhost and its queues do not keep each other alive.
-    vhost_ref: Weak<VHost>,
+    /// Where dead letters are routed (the vhost); weak so a vhost and its queues do not keep
+    /// each other alive.
+    owner: Weak<dyn QueueOwner>,
     /// Set once a message with a deadline is enqueued; the vhost sweeper only visits these queues.
     pub may_expire: AtomicBool,
     /// The group-commit thread that writes this queue's log, and whether this queue is already
@@ -434,32 +436,32 @@ fn core_limits(a: &QueueArgs) -> warren_queue::Limits {
 }
 
 impl Queue {
-    pub fn new(
+    pub fn new<O: QueueOwner + 'static>(
         name: Arc<str>,
         vhost: Arc<str>,
         options: QueueOptions,
-        vhost_ref: Weak<VHost>,
+        owner: Weak<O>,
     ) -> Arc<Queue> {
-        Self::with_log(name, vhost, options, vhost_ref, None)
+        Self::with_log(name, vhost, options, owner, None)
     }
 
     /// A queue backed by `backing`; a durable one starts with the messages its log recovered,
     /// which stay on disk until read back in order.
-    pub fn with_log(
+    pub fn with_log<O: QueueOwner + 'static>(
         name: Arc<str>,
         vhost: Arc<str>,
         options: QueueOptions,
-        vhost_ref: Weak<VHost>,
+        owner: Weak<O>,
         backing: Option<Backing>,
     ) -> Arc<Queue> {
-        Self::build(name, vhost, options, vhost_ref, backing, None)
+        Self::build(name, vhost, options, owner, backing, None)
     }
 
     fn build(
         name: Arc<str>,
         vhost: Arc<str>,
         options: QueueOptions,
-        vhost_ref: Weak<VHost>,
+        owner: Weak<dyn QueueOwner>,
         backing: Option<Backing>,
         repl: Option<(Arc<Replicator>, LogTail)>,
     ) -> Arc<Queue> {
@@ -505,7 +507,7 @@ impl Queue {
             vhost,
             effective: arc_swap::ArcSwap::from_pointee(options.args.clone()),
             options,
-            vhost_ref,
+            owner,
             may_expire: AtomicBool::new(false),
             persister,
             in_batch: AtomicBool::new(false),
@@ -572,15 +574,15 @@ impl Queue {
 
     /// The leader's queue of a replicated queue (`cluster/quorum.rs`), replicating through
     /// `repl`: no log of its own, its paged tail is read back from the group's log (`tail`).
-    pub fn leader(
+    pub fn leader<O: QueueOwner + 'static>(
         name: Arc<str>,
         vhost: Arc<str>,
         options: QueueOptions,
-        vhost_ref: Weak<VHost>,
+        owner: Weak<O>,
         repl: Arc<Replicator>,
         tail: LogTail,
     ) -> Arc<Queue> {
-        Self::build(name, vhost, options, vhost_ref, None, Some((repl, tail)))
+        Self::build(name, vhost, options, owner, None, Some((repl, tail)))
     }
 
     /// A new leader's queue takes over the replica's messages as a paged tail: `count` of
@@ -982,9 +984,9 @@ impl Queue {
         })
     }
 
-    /// Its vhost, while it lives.
-    pub fn vhost_ref(&self) -> Option<Arc<VHost>> {
-        self.vhost_ref.upgrade()
+    /// Its owner (the vhost), while it lives.
+    pub fn owner(&self) -> Option<Arc<dyn QueueOwner>> {
+        self.owner.upgrade()
     }
 
     pub fn message_count(self: &Arc<Self>) -> u32 {
@@ -1076,31 +1078,25 @@ impl Queue {
 
     /// Routes the kept dead letters not yet on their way (new, unroutable or refused before).
     pub fn send_dead_kept(&self, r: &Arc<Replicator>) {
-        let Some(vhost) = self.vhost_ref.upgrade() else {
+        let Some(owner) = self.owner.upgrade() else {
             return;
         };
         let mut targets = Vec::new();
         for (id, m, cc) in r.dead_to_send() {
             targets.clear();
-            match vhost.route_keys(
-                &m.exchange,
-                &m.routing_key,
-                &cc,
-                &m.properties,
-                &mut targets,
-            ) {
-                Ok(None) if !targets.is_empty() => {}
+            match owner.route_dead_letter(&m, &cc, &mut targets) {
+                DeadRoute::Routed if !targets.is_empty() => {}
                 // To a delayed exchange: settled once its store holds it (on disk for a
                 // persistent message in a durable store).
-                Ok(Some(delay)) => {
-                    let Some(store) = vhost.delay_store(&m.exchange) else {
-                        r.dead_unsent(id);
-                        continue;
-                    };
+                DeadRoute::Delay(delay) => {
                     let rr = r.clone();
                     let done = ConfirmHandle::then(move |ok| rr.dead_done(id, ok));
-                    if !store.hold_dead_letter(&m, delay, Some(&done)) {
-                        done.done(true);
+                    match owner.clone().hold_dead_letter(&m, delay, Some(&done)) {
+                        None => r.dead_unsent(id),
+                        Some(false) => {
+                            done.done(true);
+                        }
+                        Some(true) => {}
                     }
                     continue;
                 }
@@ -1138,7 +1134,7 @@ impl Queue {
 
     fn publish_dead(&self, dead: Vec<(Arc<Message>, Reason)>) {
         let args = self.args();
-        let Some(vhost) = self.vhost_ref.upgrade() else {
+        let Some(owner) = self.owner.upgrade() else {
             return;
         };
         let now_s = unix_now_s();
@@ -1148,22 +1144,14 @@ impl Queue {
                 continue;
             };
             targets.clear();
-            // A missing dead-letter exchange drops the message, as in RabbitMQ.
-            match vhost.route_keys(
-                &m.exchange,
-                &m.routing_key,
-                &cc,
-                &m.properties,
-                &mut targets,
-            ) {
-                Err(_) => continue,
-                Ok(Some(delay)) => {
-                    if let Some(store) = vhost.delay_store(&m.exchange) {
-                        store.hold_dead_letter(&m, delay, None);
-                    }
+            match owner.route_dead_letter(&m, &cc, &mut targets) {
+                // A missing dead-letter exchange drops the message, as in RabbitMQ.
+                DeadRoute::NoExchange => continue,
+                DeadRoute::Delay(delay) => {
+                    owner.clone().hold_dead_letter(&m, delay, None);
                     continue;
                 }
-                Ok(None) => {}
+                DeadRoute::Routed => {}
             }
             dead_letter::drop_cycles(&m.properties, &mut targets);
             let m = Arc::new(m);
