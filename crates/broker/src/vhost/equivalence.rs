@@ -121,3 +121,118 @@ pub(super) fn inequivalent(
 ) -> AmqpError {
     AmqpError::precondition_failed(format!("inequivalent arg '{arg}' for {what} '{name}' in vhost '{vhost}': received '{got}' but current is '{cur}'"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn table(pairs: &[(&str, FieldValue)]) -> FieldTable {
+        let mut t = FieldTable::new();
+        for (k, v) in pairs {
+            t.insert(k, v.clone());
+        }
+        t
+    }
+
+    fn s(v: &'static str) -> FieldValue {
+        FieldValue::LongStr(Bytes::from_static(v.as_bytes()))
+    }
+
+    #[test]
+    fn values_compare_whatever_their_encoding() {
+        // A `long` from the HTTP API equals a client's `signedint`; a binary equals a longstr.
+        let got = table(&[
+            ("x-max-length", FieldValue::I64(10)),
+            (
+                "x-dead-letter-exchange",
+                FieldValue::Bytes(Bytes::from_static(b"dlx")),
+            ),
+        ]);
+        let cur = table(&[
+            ("x-max-length", FieldValue::I32(10)),
+            ("x-dead-letter-exchange", s("dlx")),
+        ]);
+        assert!(check_args_equivalent("q", "/", &got, &cur).is_ok());
+    }
+
+    #[test]
+    fn a_missing_queue_type_is_classic() {
+        let none = FieldTable::new();
+        let classic = table(&[("x-queue-type", s("classic"))]);
+        let quorum = table(&[("x-queue-type", s("quorum"))]);
+        assert!(check_args_equivalent("q", "/", &none, &classic).is_ok());
+        assert!(check_args_equivalent("q", "/", &classic, &none).is_ok());
+        let e = check_args_equivalent("q", "/", &none, &quorum).expect_err("quorum is not classic");
+        assert_eq!(e.code, warren_protocol::reply::PRECONDITION_FAILED);
+        assert_eq!(
+            e.text,
+            "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'q' in vhost '/': received none but current is the value 'quorum' of type 'longstr'"
+        );
+    }
+
+    #[test]
+    fn a_different_value_is_refused_in_rabbitmqs_words() {
+        let got = table(&[("x-max-length", FieldValue::I32(10))]);
+        let cur = table(&[("x-max-length", FieldValue::I32(20))]);
+        let e = check_args_equivalent("q", "v", &got, &cur).expect_err("10 is not 20");
+        assert_eq!(e.code, warren_protocol::reply::PRECONDITION_FAILED);
+        assert_eq!(
+            e.text,
+            "PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q' in vhost 'v': received '10' but current is '20'"
+        );
+        let ttl = table(&[("x-message-ttl", FieldValue::I32(5))]);
+        let e =
+            check_args_equivalent("q", "v", &FieldTable::new(), &ttl).expect_err("none is not 5");
+        assert_eq!(
+            e.text,
+            "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'q' in vhost 'v': received none but current is the value '5' of type 'signedint'"
+        );
+    }
+
+    #[test]
+    fn only_the_listed_arguments_are_compared() {
+        // Not an argument RabbitMQ compares for a queue.
+        let got = table(&[("x-custom", s("a"))]);
+        let cur = table(&[("x-custom", s("b"))]);
+        assert!(check_args_equivalent("q", "/", &got, &cur).is_ok());
+        // A stream compares its own list: x-max-age, but not a classic queue's x-message-ttl.
+        let stream = |extra: (&str, FieldValue)| table(&[("x-queue-type", s("stream")), extra]);
+        let got = stream(("x-message-ttl", FieldValue::I32(1)));
+        let cur = stream(("x-message-ttl", FieldValue::I32(2)));
+        assert!(check_args_equivalent("s", "/", &got, &cur).is_ok());
+        let got = stream(("x-max-age", s("1D")));
+        let cur = stream(("x-max-age", s("7D")));
+        assert!(check_args_equivalent("s", "/", &got, &cur).is_err());
+        // An exchange compares what its caller lists.
+        let got = table(&[("alternate-exchange", s("ae1"))]);
+        let cur = table(&[("alternate-exchange", s("ae2"))]);
+        let e = check_args_equivalent_of("exchange", &["alternate-exchange"], "x", "/", &got, &cur)
+            .expect_err("ae1 is not ae2");
+        assert_eq!(
+            e.text,
+            "PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange 'x' in vhost '/': received 'ae1' but current is 'ae2'"
+        );
+        assert!(check_args_equivalent_of("exchange", &[], "x", "/", &got, &cur).is_ok());
+    }
+
+    #[test]
+    fn exchange_types_print_as_erlang_atoms() {
+        assert_eq!(erl_atom("direct"), "direct");
+        assert_eq!(erl_atom("x-consistent-hash"), "'x-consistent-hash'");
+        assert_eq!(erl_atom("Topic"), "'Topic'");
+        let e = inequivalent(
+            "exchange",
+            "type",
+            "x",
+            "/",
+            erl_atom("x-consistent-hash"),
+            "direct",
+        );
+        assert_eq!(e.code, warren_protocol::reply::PRECONDITION_FAILED);
+        assert_eq!(
+            e.text,
+            "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'x' in vhost '/': received ''x-consistent-hash'' but current is 'direct'"
+        );
+    }
+}
