@@ -1,0 +1,227 @@
+//! A virtual host: its exchanges, queues and bindings. Changes happen under one definitions lock
+//! (declares are rare); each change publishes a new immutable [`Snapshot`] that publishers read
+//! through `ArcSwap` without taking any lock.
+//!
+//! This file holds the [`VHost`], the types its callers pass and get back, and its constructors
+//! (but `open`, which recovers a stored vhost, is `recovery`'s). Each other job is an
+//! `impl VHost` block (and its helpers) in a file of its own:
+//! - `snapshot`: reading and republishing the routing snapshot; routing a publish through it.
+//! - `exchanges`, `bindings`, `queues`: declaring and deleting each kind of definition.
+//! - `equivalence`: whether a redeclare matches what exists (RabbitMQ's 406 texts).
+//! - `journal`: what the definitions store records of a change, written before it is published.
+//! - `recovery`: opening a vhost's storage: replaying its definitions, reopening queue logs.
+//! - `replication`: a cluster node's vhost: proposing changes, applying committed ones.
+//! - `delay_stores`: the stores of delayed exchanges and of queues' delayed retries.
+//! - `reply_to`: direct reply-to's pseudo-queues.
+//! - `owner`: the vhost as its queues' owner (`queue::QueueOwner`): routing their dead letters.
+//!
+//! The shared types stay here, not in a child: every child imports `super`, and this file imports
+//! no child, so the split adds no import cycle.
+
+mod bindings;
+mod delay_stores;
+mod equivalence;
+mod exchanges;
+mod journal;
+mod owner;
+mod queues;
+mod recovery;
+mod replication;
+mod reply_to;
+mod snapshot;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use warren_protocol::FieldTable;
+use warren_routing::counter::ExchangeStats;
+use warren_routing::{Exchange, ExchangeKind, Table};
+
+use crate::access::PolicyDef;
+use crate::cluster::Cluster;
+use crate::definitions::DefinitionsStore;
+use crate::delayed::DelayStore;
+use crate::metrics::{ChannelStats, Churn};
+use crate::persist::Persister;
+use crate::queue::{Consumer, QueueRef};
+
+#[derive(Clone, Default)]
+pub struct Snapshot {
+    pub table: Table<QueueRef>,
+    /// By name; ahash because every publish through the default exchange looks a name up here
+    /// (SipHash showed in profiles) and names come from clients (it stays DoS-resistant).
+    pub queues: ahash::AHashMap<Arc<str>, QueueRef>,
+}
+
+pub struct VHost {
+    pub name: Arc<str>,
+    /// The default exchange's statistics (its publishes skip the exchange table).
+    default_stats: Arc<ExchangeStats>,
+    /// Counts of this vhost's closed channels, so totals do not drop when a channel goes.
+    pub retired: ChannelStats,
+    /// Queues declared, created and deleted here.
+    pub churn: Churn,
+    snapshot: ArcSwap<Snapshot>,
+    /// The authoritative definitions; `snapshot` is a copy swapped in after each change.
+    defs: Mutex<Snapshot>,
+    /// Direct reply-to pseudo-queues (`amq.rabbitmq.reply-to.<token>`), one per consuming channel.
+    direct_reply: Mutex<HashMap<Arc<str>, QueueRef>>,
+    /// Where durable definitions and queue logs live; `None` keeps everything in memory.
+    storage: Option<Storage>,
+    /// Set while the definitions file is replayed at boot, so replaying does not rewrite it.
+    loading: std::sync::atomic::AtomicBool,
+    /// Where durable definitions are recorded (see `definitions.rs`); used under `defs`.
+    store: Option<Box<dyn DefinitionsStore>>,
+    /// RabbitMQ's `max-queues` vhost limit (`u32::MAX` = none), checked when a queue is created.
+    max_queues: std::sync::atomic::AtomicU32,
+    /// This vhost's policies, for the `alternate-exchange` of exchanges declared later; set
+    /// (under `defs`) by [`VHost::set_policies`].
+    policies: Mutex<Vec<PolicyDef>>,
+    /// In a cluster: changes are proposed to it, and made here when applied.
+    cluster: Option<Arc<Cluster>>,
+    /// The stores of `x-delayed-message` exchanges, opened at boot or on first use.
+    delayed: Mutex<HashMap<Arc<str>, Arc<DelayStore>>>,
+    /// The messages queues with `x-delayed-retry-*` hold back after a requeue, by queue.
+    retry: Mutex<HashMap<Arc<str>, Arc<DelayStore>>>,
+}
+
+pub struct Storage {
+    pub dir: PathBuf,
+    pub persister: Arc<Persister>,
+}
+
+/// The pseudo-queue RPC clients consume from for direct reply-to.
+pub const DIRECT_REPLY_TO: &str = "amq.rabbitmq.reply-to";
+
+pub struct ExchangeSpec<'a> {
+    pub name: &'a str,
+    pub kind: &'a str,
+    pub passive: bool,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub internal: bool,
+    pub arguments: &'a FieldTable,
+}
+
+pub struct QueueSpec<'a> {
+    pub name: &'a str,
+    pub passive: bool,
+    pub durable: bool,
+    pub exclusive: bool,
+    pub auto_delete: bool,
+    pub arguments: &'a FieldTable,
+    /// The declaring connection, owner of an exclusive queue.
+    pub conn_id: u64,
+    /// The broker chose the name (`amq.gen-…`), so the reserved prefix is allowed.
+    pub server_named: bool,
+    /// In a cluster: the node it is to live on (`None`: this one).
+    pub home: Option<&'a str>,
+    /// A replicated queue's group (`None` for the entry that first declares it: that entry's
+    /// index) and members, from the metadata entry.
+    pub members: Option<(Option<u64>, &'a [String])>,
+}
+
+/// The outcome of deleting a queue, for the caller to notify consumers and log.
+pub struct DeletedQueue {
+    pub message_count: u32,
+    pub consumers: Vec<Arc<Consumer>>,
+}
+
+impl VHost {
+    pub fn new(name: &str) -> Arc<VHost> {
+        Self::with_storage(name, None, None, None)
+    }
+
+    fn with_storage(
+        name: &str,
+        storage: Option<Storage>,
+        store: Option<Box<dyn DefinitionsStore>>,
+        cluster: Option<Arc<Cluster>>,
+    ) -> Arc<VHost> {
+        let mut s = Snapshot::default();
+        let default_stats = Arc::new(ExchangeStats::default());
+        let mk = |n: &str, kind, internal| {
+            let stats = if n.is_empty() {
+                default_stats.clone()
+            } else {
+                Default::default()
+            };
+            let n: Arc<str> = n.into();
+            (
+                n.clone(),
+                Arc::new(Exchange {
+                    name: n,
+                    kind,
+                    delayed: false,
+                    durable: true,
+                    auto_delete: false,
+                    internal,
+                    arguments: FieldTable::new(),
+                    bindings: Vec::new(),
+                    alternate: None,
+                    ring: Default::default(),
+                    direct: Default::default(),
+                    topic: Default::default(),
+                    stats,
+                }),
+            )
+        };
+        for (n, k) in [
+            ("", ExchangeKind::Direct),
+            ("amq.direct", ExchangeKind::Direct),
+            ("amq.fanout", ExchangeKind::Fanout),
+            ("amq.topic", ExchangeKind::Topic),
+            ("amq.headers", ExchangeKind::Headers),
+            ("amq.match", ExchangeKind::Headers),
+        ] {
+            let (n, x) = mk(n, k, false);
+            s.table.exchanges.insert(n, x);
+        }
+        // RabbitMQ's firehose exchange: present in every vhost, internal, so clients cannot
+        // publish to it; Warren never traces into it.
+        {
+            let (n, x) = mk("amq.rabbitmq.trace", ExchangeKind::Topic, true);
+            s.table.exchanges.insert(n, x);
+        }
+        Arc::new(VHost {
+            name: name.into(),
+            default_stats,
+            retired: ChannelStats::default(),
+            churn: Churn::default(),
+            snapshot: ArcSwap::from_pointee(s.clone()),
+            defs: Mutex::new(s),
+            direct_reply: Mutex::new(HashMap::new()),
+            storage,
+            loading: std::sync::atomic::AtomicBool::new(false),
+            store,
+            max_queues: std::sync::atomic::AtomicU32::new(u32::MAX),
+            policies: Mutex::new(Vec::new()),
+            cluster,
+            delayed: Mutex::new(HashMap::new()),
+            retry: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A vhost of a cluster node: its definitions are the Raft log's (applied through
+    /// [`VHost::apply_method`]); only queue logs live under `storage.dir`.
+    pub fn clustered(
+        name: &str,
+        storage: Storage,
+        cluster: Arc<Cluster>,
+    ) -> std::io::Result<Arc<VHost>> {
+        std::fs::create_dir_all(storage.dir.join("queues"))?;
+        let _ = std::fs::remove_dir_all(storage.dir.join("scratch"));
+        Ok(Self::with_storage(name, Some(storage), None, Some(cluster)))
+    }
+
+    /// The most queues this vhost may hold (`None` = no limit; 0 = none may be declared).
+    pub fn set_max_queues(&self, max: Option<u32>) {
+        self.max_queues.store(
+            max.unwrap_or(u32::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}

@@ -1,0 +1,430 @@
+//! Declaring and deleting queues: locally, or in a cluster through a proposal that names the
+//! queue's home and members; the vhost's queue limit; and the `x-expires` sweep.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use warren_protocol::method::{QueueDeclare, QueueDelete};
+use warren_routing::Destination;
+
+use super::equivalence::{check_args_equivalent, inequivalent};
+use super::{DeletedQueue, QueueSpec, VHost};
+use crate::cluster::QueueMeta;
+use crate::definitions::Definition;
+use crate::error::{AmqpError, AmqpResult};
+use crate::queue::{Queue, QueueOptions, QueueRef};
+
+impl VHost {
+    pub fn no_queue(&self, name: &str) -> AmqpError {
+        AmqpError::not_found(format!("no queue '{name}' in vhost '{}'", self.name))
+    }
+
+    /// Declares (or checks) a queue; returns it.
+    pub fn declare_queue(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<QueueRef> {
+        if spec.passive && crate::cluster::applying().is_none() {
+            if let Some(r) = self
+                .defs
+                .lock()
+                .queues
+                .get(spec.name)
+                .and_then(|q| q.remote().cloned())
+            {
+                r.counts_checked()?;
+            }
+        }
+        if self.cluster.is_some() && !spec.passive && crate::queue_type::is_stream(spec.arguments) {
+            // A stream is local to one node and its log is not replicated yet.
+            return Err(AmqpError::not_implemented(format!(
+                "stream queues are not supported in a cluster yet (queue '{}' in vhost '{}')",
+                spec.name, self.name
+            )));
+        }
+        if let (false, Some(c)) = (spec.passive, self.replicated()) {
+            let existing = self.defs.lock().queues.get(spec.name).cloned();
+            // Redeclaring what exists needs no change: checked here, as a passive declare.
+            if let Some(q) = existing {
+                if let Some(r) = q.remote() {
+                    // Its home must be up, as RabbitMQ checks with the queue's process.
+                    r.counts_checked()?;
+                }
+                return self.declare_queue_once(spec);
+            }
+            let m = QueueDeclare {
+                queue: spec.name.into(),
+                durable: spec.durable,
+                exclusive: spec.exclusive,
+                auto_delete: spec.auto_delete,
+                arguments: spec.arguments.clone(),
+                ..Default::default()
+            };
+            let home = match spec.home {
+                Some(h) => h.to_string(),
+                // An exclusive queue lives with its connection.
+                None if spec.exclusive => c.me.clone(),
+                None => {
+                    let policies = self.policies.lock();
+                    let from_policy =
+                        crate::policy::matching(&policies, spec.name, true).and_then(|p| {
+                            ["queue-master-locator", "queue-leader-locator"]
+                                .iter()
+                                .find_map(|k| {
+                                    p.definition
+                                        .get(*k)
+                                        .and_then(|v| v.as_str())
+                                        .map(String::from)
+                                })
+                        });
+                    let from_args = ["x-queue-master-locator", "x-queue-leader-locator"]
+                        .iter()
+                        .find_map(|k| {
+                            spec.arguments
+                                .get(k)
+                                .and_then(|v| v.as_str())
+                                .map(String::from)
+                        });
+                    drop(policies);
+                    c.place(from_args.or(from_policy).as_deref())
+                }
+            };
+            let members = if crate::queue_type::is_quorum(spec.arguments) {
+                let size = crate::cluster::quorum::initial_group_size(spec.arguments)?;
+                c.quorum_members(&home, size)
+            } else if spec.exclusive || crate::queue_type::is_stream(spec.arguments) {
+                Vec::new()
+            } else {
+                // A classic queue matched by an `ha-mode` policy (RabbitMQ's mirrored queues)
+                // is replicated the same way, so older clusters' setups keep their guarantee.
+                let policies = self.policies.lock();
+                let ha = crate::policy::matching(&policies, spec.name, true)
+                    .and_then(|p| crate::cluster::quorum::ha_members(&p.definition));
+                drop(policies);
+                match ha {
+                    Some(crate::cluster::quorum::Ha::Size(n)) => c.quorum_members(&home, n),
+                    Some(crate::cluster::quorum::Ha::Nodes(nodes)) => {
+                        let first = if nodes.contains(&home) {
+                            home.clone()
+                        } else {
+                            nodes[0].clone()
+                        };
+                        std::iter::once(first.clone())
+                            .chain(nodes.into_iter().filter(|n| *n != first))
+                            .collect()
+                    }
+                    None => Vec::new(),
+                }
+            };
+            let meta = QueueMeta {
+                home,
+                owner: spec.exclusive.then_some(spec.conn_id),
+                server_named: spec.server_named,
+                group: None,
+                members,
+            };
+            c.vhost_op(&self.name, m.into(), Some(meta))?;
+            let q = self.defs.lock().queues.get(spec.name).cloned();
+            self.churn.queue_declared.fetch_add(1, Relaxed);
+            if let Some(r) = q.as_ref().and_then(|q| q.quorum()) {
+                // declare-ok once the group has its first leader, as RabbitMQ waits for its
+                // Ra cluster to start.
+                let handle = tokio::runtime::Handle::current();
+                let r = r.clone();
+                let up = tokio::task::block_in_place(|| {
+                    handle.block_on(r.wait_leader(crate::cluster::quorum::FIRST_LEADER_WAIT))
+                });
+                if !up {
+                    return Err(r.unavailable());
+                }
+            }
+            return q.ok_or_else(|| self.no_queue(spec.name));
+        }
+        let q = self.declare_queue_once(spec)?;
+        self.churn.queue_declared.fetch_add(1, Relaxed);
+        Ok(q)
+    }
+
+    fn declare_queue_once(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<QueueRef> {
+        // RabbitMQ checks the name before looking the queue up: a client-chosen 'amq.' name is
+        // refused even when that queue exists (a server-named 'amq.gen-' one declared again).
+        if !spec.passive && !spec.server_named && spec.name.starts_with("amq.") {
+            return Err(AmqpError::access_refused(format!(
+                "queue name '{}' contains reserved prefix 'amq.*'",
+                spec.name
+            )));
+        }
+        let mut defs = self.defs.lock();
+        if let Some(q) = defs.queues.get(spec.name) {
+            if let Some(owner) = q.options().exclusive_owner {
+                if owner != spec.conn_id {
+                    return Err(self.locked(spec.name));
+                }
+            }
+            q.touch();
+            if spec.passive {
+                return Ok(q.clone());
+            }
+            let (n, v, o) = (spec.name, &*self.name, q.options());
+            if o.durable != spec.durable {
+                return Err(inequivalent(
+                    "queue",
+                    "durable",
+                    n,
+                    v,
+                    spec.durable,
+                    o.durable,
+                ));
+            }
+            if o.exclusive_owner.is_some() != spec.exclusive {
+                return Err(self.locked(spec.name));
+            }
+            if o.auto_delete != spec.auto_delete {
+                return Err(inequivalent(
+                    "queue",
+                    "auto_delete",
+                    n,
+                    v,
+                    spec.auto_delete,
+                    o.auto_delete,
+                ));
+            }
+            check_args_equivalent(n, v, spec.arguments, &o.arguments)?;
+            return Ok(q.clone());
+        }
+        if spec.passive {
+            return Err(self.no_queue(spec.name));
+        }
+        let max = self.max_queues.load(std::sync::atomic::Ordering::Relaxed);
+        if max != u32::MAX
+            && defs.queues.len() >= max as usize
+            && !self.loading.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(crate::admission::queue_limit_reached(
+                spec.name, &self.name, max,
+            ));
+        }
+        let args = crate::queue_type::check(spec, &self.name)?;
+        let name: Arc<str> = spec.name.into();
+        let options = QueueOptions {
+            durable: spec.durable,
+            exclusive_owner: spec.exclusive.then_some(spec.conn_id),
+            auto_delete: spec.auto_delete,
+            arguments: spec.arguments.clone(),
+            args,
+        };
+        let remote_home = match (&self.cluster, spec.home) {
+            (Some(c), Some(h)) if h != c.me => Some((c, h)),
+            _ => None,
+        };
+        if let (Some(c), Some((group, members))) = (&self.cluster, spec.members) {
+            // A replicated queue: every node holds the same handle; members run its group.
+            let group = group.or_else(crate::cluster::applying).unwrap_or(0);
+            let q = QueueRef::Quorum(crate::cluster::quorum::QuorumQueue::open(
+                name.clone(),
+                self.name.clone(),
+                options,
+                group,
+                members.to_vec(),
+                c,
+                Arc::downgrade(self),
+            ));
+            defs.queues.insert(name, q.clone());
+            self.publish(&defs);
+            self.churn.queue_created.fetch_add(1, Relaxed);
+            tracing::info!(vhost = %self.name, queue = spec.name, group = %format!("{group:016x}"), members = ?members, "quorum queue declared");
+            return Ok(q);
+        }
+        if let Some((c, home)) = remote_home {
+            let q = QueueRef::Remote(crate::cluster::remote::RemoteQueue::new(
+                name.clone(),
+                self.name.clone(),
+                options,
+                home.to_string(),
+                c,
+            ));
+            defs.queues.insert(name, q.clone());
+            self.publish(&defs);
+            tracing::info!(vhost = %self.name, queue = spec.name, home, "queue declared");
+            return Ok(q);
+        }
+        // Exclusive queues die with their connection, so their messages are never written.
+        // A cluster's queue log is named after the Raft entry that declared it, so replaying
+        // the log at restart finds the same log again.
+        if crate::queue_type::is_stream(spec.arguments) {
+            // Validated as durable, not exclusive: its log is always on disk.
+            let q = self.open_stream(name.clone(), options, rand::random::<u64>())?;
+            defs.queues.insert(name, q.clone());
+            if let Err(e) = self.changed(&mut defs, Self::queue_def(&q).into_iter().collect()) {
+                q.mark_deleted();
+                return Err(e);
+            }
+            self.churn.queue_created.fetch_add(1, Relaxed);
+            tracing::info!(vhost = %self.name, queue = spec.name, "stream declared");
+            return Ok(q);
+        }
+        let durable_id = (spec.durable && !spec.exclusive)
+            .then(|| crate::cluster::applying().unwrap_or_else(rand::random::<u64>));
+        let backing = match self.backing(durable_id) {
+            Some(Ok(b)) => Some(b),
+            Some(Err(e)) => {
+                return Err(AmqpError::internal_error(format!(
+                    "cannot create the log of queue '{}': {e}",
+                    spec.name
+                )))
+            }
+            None => None,
+        };
+        let q = QueueRef::Local(Queue::with_log(
+            name.clone(),
+            self.name.clone(),
+            options,
+            Arc::downgrade(self),
+            backing,
+        ));
+        defs.queues.insert(name, q.clone());
+        if let Err(e) = self.changed(&mut defs, Self::queue_def(&q).into_iter().collect()) {
+            q.mark_deleted(); // its new log goes with it
+            return Err(e);
+        }
+        self.churn.queue_created.fetch_add(1, Relaxed);
+        tracing::info!(vhost = %self.name, queue = spec.name, durable = spec.durable, exclusive = spec.exclusive, auto_delete = spec.auto_delete, "queue declared");
+        Ok(q)
+    }
+
+    pub fn locked(&self, name: &str) -> AmqpError {
+        AmqpError::resource_locked(format!(
+            "cannot obtain exclusive access to locked queue '{name}' in vhost '{}'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.",
+            self.name
+        ))
+    }
+
+    /// Deletes a queue. Missing is not an error (RabbitMQ answers delete-ok with 0).
+    pub fn delete_queue(
+        &self,
+        name: &str,
+        if_unused: bool,
+        if_empty: bool,
+        conn_id: Option<u64>,
+    ) -> AmqpResult<DeletedQueue> {
+        if let Some(c) = self.replicated() {
+            let Some(q) = self.defs.lock().queues.get(name).cloned() else {
+                return Ok(DeletedQueue {
+                    message_count: 0,
+                    consumers: Vec::new(),
+                });
+            };
+            if let (Some(owner), Some(me)) = (q.options().exclusive_owner, conn_id) {
+                if owner != me {
+                    return Err(self.locked(name));
+                }
+            }
+            // A replicated queue led elsewhere is asked like a remote one (fresh counts).
+            let remote = q.remote_leg();
+            let message_count = match remote {
+                Some(r) => {
+                    let n = r.counts_checked()?;
+                    if if_unused && n.consumers > 0 {
+                        return Err(AmqpError::precondition_failed(format!(
+                            "{} in use",
+                            q.describe()
+                        )));
+                    }
+                    if if_empty && n.messages > 0 {
+                        return Err(AmqpError::precondition_failed(format!(
+                            "{} not empty",
+                            q.describe()
+                        )));
+                    }
+                    n.messages
+                }
+                None => {
+                    if if_unused && q.consumer_count() > 0 {
+                        return Err(AmqpError::precondition_failed(format!(
+                            "{} in use",
+                            q.describe()
+                        )));
+                    }
+                    if if_empty && q.message_count() > 0 {
+                        return Err(AmqpError::precondition_failed(format!(
+                            "{} not empty",
+                            q.describe()
+                        )));
+                    }
+                    q.message_count()
+                }
+            };
+            let m = QueueDelete {
+                queue: name.into(),
+                ..Default::default()
+            };
+            c.vhost_op(&self.name, m.into(), None)?;
+            return Ok(DeletedQueue {
+                message_count,
+                consumers: Vec::new(),
+            });
+        }
+        let mut defs = self.defs.lock();
+        let Some(q) = defs.queues.get(name).cloned() else {
+            return Ok(DeletedQueue {
+                message_count: 0,
+                consumers: Vec::new(),
+            });
+        };
+        if let (Some(owner), Some(me)) = (q.options().exclusive_owner, conn_id) {
+            if owner != me {
+                return Err(self.locked(name));
+            }
+        }
+        if if_unused && q.consumer_count() > 0 {
+            return Err(AmqpError::precondition_failed(format!(
+                "{} in use",
+                q.describe()
+            )));
+        }
+        if if_empty && q.message_count() > 0 {
+            return Err(AmqpError::precondition_failed(format!(
+                "{} not empty",
+                q.describe()
+            )));
+        }
+        defs.queues.remove(name);
+        let mut ops: Vec<Definition> = Self::kept(&q)
+            .then(|| {
+                Definition::QueueDelete(QueueDelete {
+                    queue: name.into(),
+                    ..Default::default()
+                })
+            })
+            .into_iter()
+            .collect();
+        Self::remove_bindings_to(
+            &mut defs,
+            &|d| matches!(d, Destination::Queue(x) if x.ptr_eq(&q)),
+            &mut ops,
+        );
+        self.changed(&mut defs, ops)?;
+        drop(defs);
+        let (message_count, consumers) = q.mark_deleted();
+        self.churn.queue_deleted.fetch_add(1, Relaxed);
+        tracing::info!(vhost = %self.name, queue = name, "queue deleted");
+        Ok(DeletedQueue {
+            message_count,
+            consumers,
+        })
+    }
+
+    /// Deletes `x-expires` queues whose lease ran out.
+    pub fn delete_unused(&self) {
+        let now = crate::queue::now_ms();
+        let due: Vec<QueueRef> = self
+            .snapshot
+            .load()
+            .queues
+            .values()
+            .filter(|q| q.lease_expired(now))
+            .cloned()
+            .collect();
+        for q in due {
+            tracing::info!(vhost = %self.name, queue = %q.name(), "queue expired (x-expires)");
+            let _ = self.delete_queue(q.name(), false, false, None);
+        }
+    }
+}
