@@ -11,7 +11,7 @@ MSGS="${MSGS:-30000}"; RATE="${RATE:-3000}"; ROUNDS="${ROUNDS:-1}"
 command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind is required" >&2; exit 1; }
 PERF_BIN="$1"
 work="$(mktemp -d /tmp/warren-cg.XXXXXX)"
-FUNCS='warren_broker::channel::Channel::publish|warren_broker::channel::Channel::route|warren_broker::vhost::VHost::route|warren_broker::queue::Queue::publish|warren_queue::State<.*>::publish|warren_queue::State<.*>::deliver|warren_broker::channel::ChannelShared::offer'
+FUNCS='warren_broker::channel::Channel::publish|warren_broker::channel::Channel::route|warren_broker::vhost::VHost::route|warren_broker::queue::Queue::publish|warren_queue::(.*<impl )?State<.*>>?::publish|warren_queue::(.*<impl )?State<.*>>?::deliver|warren_broker::channel::ChannelShared::offer'
 printf '%-28s %s\n' build 'function: instructions per message'
 for r in $(seq 1 "$ROUNDS"); do
   for bin in "$@"; do
@@ -33,6 +33,12 @@ for r in $(seq 1 "$ROUNDS"); do
     callgrind_annotate --inclusive=yes "$out" 2>/dev/null \
       | grep -E "=> .*($FUNCS) \(" \
       | awk -v n="$MSGS" '{c=$1; gsub(",","",c); f=$0; sub(/.*\.rs:/,"",f); sub(/ \(.*/,"",f);
+          # A method in an impl block of a child module is named <mod>::<impl Type>::m: shown
+          # as Type::m, so that rows compare across builds that moved code between files.
+          if (match(f, /<impl /)) {
+            rest = substr(f, RSTART + 6); n = split(rest, parts, "::"); m = parts[n]
+            t = substr(rest, 1, length(rest) - length(m) - 2); f = substr(t, 1, length(t) - 1) "::" m
+          }
           if (!(f in best) || c+0 > best[f]) best[f]=c+0}
           END {for (f in best) printf "  %8.0f  %s\n", best[f]/n, f}' \
       | sort -rn
