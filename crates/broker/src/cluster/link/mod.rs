@@ -9,6 +9,16 @@
 //! scheme: neither side sends the cookie, each proves it holds it); a node without it is
 //! refused and the attempt logged. Either side may dial; if both did at once, the connection
 //! dialed by the node whose address sorts first is kept.
+//!
+//! This file: the link and this node's links (state, dialing, accepting, requests). Beside it:
+//! `send.rs` (appending frames and runs to a link's output), `io.rs` (a link's reader and
+//! writer tasks), `handshake.rs` (the cookie challenge-response) and `codec.rs` (strings in
+//! payloads).
+
+mod codec;
+mod handshake;
+mod io;
+mod send;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -17,20 +27,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
-use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Notify};
 
-/// Version 2: publishes, deliveries, settles and confirms travel in runs ([`Link::send_run`]);
-/// a node speaking version 1 is refused at the handshake rather than misread.
-const MAGIC: &[u8; 8] = b"WARRENL2";
+pub use codec::{get_str, put_str};
+
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
-/// A peer's frame larger than this is a broken or hostile peer: the link is dropped.
-const FRAME_MAX: usize = 256 << 20;
 
 const KIND_REQUEST: u8 = 1;
 const KIND_REPLY: u8 = 2;
@@ -132,74 +137,6 @@ impl Link {
     /// Output not yet written to the socket.
     pub fn pending_bytes(&self) -> usize {
         self.bulk_len.load(Ordering::Relaxed)
-    }
-
-    /// Appends one frame; `fill` writes its payload.
-    pub fn send(&self, kind: u8, fill: impl FnOnce(&mut BytesMut)) {
-        let mut lanes = self.out.lock();
-        let was_empty = lanes.control.is_empty() && lanes.bulk.is_empty();
-        let (out, run) = lanes.lane(kind);
-        *run = None;
-        let at = out.len();
-        out.put_u32(0);
-        out.put_u8(kind);
-        fill(out);
-        let len = (out.len() - at - 4) as u32;
-        out[at..at + 4].copy_from_slice(&len.to_be_bytes());
-        self.bulk_len.store(lanes.bulk.len(), Ordering::Relaxed);
-        drop(lanes);
-        if was_empty {
-            self.wake_writer.notify_one();
-        }
-    }
-
-    /// Appends one item to a run: a frame `head | u32 count | items` of one kind for one `key`
-    /// (publishes to one queue, deliveries to one consumer, acks from one). While the lane's
-    /// last frame is still that run, the item joins it, so the receiver pays its lookups and
-    /// its bookkeeping once per run, not once per message; `head` is written only by the item
-    /// that starts a run.
-    pub fn send_run(
-        &self,
-        kind: u8,
-        key: u128,
-        head: impl FnOnce(&mut BytesMut),
-        item: impl FnOnce(&mut BytesMut),
-    ) {
-        let mut lanes = self.out.lock();
-        let was_empty = lanes.control.is_empty() && lanes.bulk.is_empty();
-        let (out, run) = lanes.lane(kind);
-        let r = match run.take() {
-            Some(r) if r.kind == kind && r.key == key && out.len() - r.at < RUN_BYTES => r,
-            _ => {
-                let at = out.len();
-                out.put_u32(0);
-                out.put_u8(kind);
-                head(out);
-                let count_at = out.len();
-                out.put_u32(0);
-                Run {
-                    kind,
-                    key,
-                    at,
-                    count_at,
-                    count: 0,
-                }
-            }
-        };
-        item(out);
-        let r = Run {
-            count: r.count + 1,
-            ..r
-        };
-        let len = (out.len() - r.at - 4) as u32;
-        out[r.at..r.at + 4].copy_from_slice(&len.to_be_bytes());
-        out[r.count_at..r.count_at + 4].copy_from_slice(&r.count.to_be_bytes());
-        *run = Some(r);
-        self.bulk_len.store(lanes.bulk.len(), Ordering::Relaxed);
-        drop(lanes);
-        if was_empty {
-            self.wake_writer.notify_one();
-        }
     }
 
     /// Sends a request and waits for its reply.
@@ -405,290 +342,12 @@ impl Links {
             });
         }
     }
-
-    fn proof(&self, nonce: &[u8], side: &[u8]) -> [u8; 32] {
-        let mut h = Sha256::new();
-        h.update(&self.cookie);
-        h.update(nonce);
-        h.update(side);
-        h.finalize().into()
-    }
-
-    async fn dial_handshake(&self, s: &mut TcpStream) -> Result<(String, String), String> {
-        let nonce: [u8; 16] = rand::random();
-        let mut b = BytesMut::new();
-        b.put_slice(MAGIC);
-        put_str(&mut b, &self.me);
-        put_str(&mut b, &self.my_addr);
-        b.put_slice(&nonce);
-        s.write_all(&b).await.map_err(|e| e.to_string())?;
-        // Challenge: peer's name, address, nonce, proof of our nonce.
-        let name = read_str(s).await?;
-        let addr = read_str(s).await?;
-        let mut peer_nonce = [0u8; 16];
-        s.read_exact(&mut peer_nonce)
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut proof = [0u8; 32];
-        s.read_exact(&mut proof).await.map_err(|e| e.to_string())?;
-        if proof != self.proof(&nonce, b"s") {
-            return Err(format!("node {name} does not hold this cluster's cookie"));
-        }
-        s.write_all(&self.proof(&peer_nonce, b"c"))
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut ok = [0u8; 1];
-        s.read_exact(&mut ok)
-            .await
-            .map_err(|_| format!("node {name} refused this node's cookie"))?;
-        Ok((name, addr))
-    }
-
-    async fn accept_handshake(&self, s: &mut TcpStream) -> Result<(String, String), String> {
-        let mut magic = [0u8; 8];
-        s.read_exact(&mut magic).await.map_err(|e| e.to_string())?;
-        if &magic != MAGIC {
-            return Err("not a Warren node (bad preamble)".into());
-        }
-        let name = read_str(s).await?;
-        let addr = read_str(s).await?;
-        let mut peer_nonce = [0u8; 16];
-        s.read_exact(&mut peer_nonce)
-            .await
-            .map_err(|e| e.to_string())?;
-        let nonce: [u8; 16] = rand::random();
-        let mut b = BytesMut::new();
-        put_str(&mut b, &self.me);
-        put_str(&mut b, &self.my_addr);
-        b.put_slice(&nonce);
-        b.put_slice(&self.proof(&peer_nonce, b"s"));
-        s.write_all(&b).await.map_err(|e| e.to_string())?;
-        let mut proof = [0u8; 32];
-        s.read_exact(&mut proof).await.map_err(|e| e.to_string())?;
-        if proof != self.proof(&nonce, b"c") {
-            return Err(format!(
-                "node {name} ({addr}) does not hold this cluster's cookie"
-            ));
-        }
-        s.write_all(&[1]).await.map_err(|e| e.to_string())?;
-        Ok((name, addr))
-    }
-
-    /// Registers a connected link and starts its reader and writer.
-    fn start(
-        self: &Arc<Self>,
-        s: TcpStream,
-        name: String,
-        addr: String,
-        dialed: bool,
-    ) -> Arc<Link> {
-        let link = Arc::new(Link {
-            peer_name: name,
-            peer_addr: addr.clone(),
-            dialed,
-            out: Mutex::new(Out::default()),
-            bulk_len: AtomicUsize::new(0),
-            wake_writer: Notify::new(),
-            pending: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            closed: AtomicBool::new(false),
-            closed_notify: Notify::new(),
-        });
-        {
-            let mut links = self.links.lock();
-            if let Some(old) = links.get(&addr).filter(|l| !l.is_closed()) {
-                // Both sides dialed: keep the one dialed by the node whose address sorts first.
-                let keep_dialed_by_me = self.my_addr < addr;
-                if old.dialed == keep_dialed_by_me {
-                    let old = old.clone();
-                    drop(links);
-                    drop(s);
-                    return old;
-                }
-                old.close();
-            }
-            links.insert(addr.clone(), link.clone());
-        }
-        tracing::info!(peer = %link.peer_name, addr = %addr, "inter-node link up");
-        let (r, w) = s.into_split();
-        tokio::spawn(write_loop(link.clone(), w));
-        tokio::spawn(self.clone().read_loop(link.clone(), r));
-        link
-    }
-
-    async fn read_loop(self: Arc<Self>, link: Arc<Link>, mut r: tokio::net::tcp::OwnedReadHalf) {
-        let mut buf = BytesMut::with_capacity(256 * 1024);
-        let reason = 'outer: loop {
-            let n = tokio::select! {
-                n = r.read_buf(&mut buf) => n,
-                _ = link.closed_notify.notified() => break 'outer "closed".to_string(),
-            };
-            match n {
-                Ok(0) => break "peer closed the connection".to_string(),
-                Err(e) => break e.to_string(),
-                Ok(_) => {}
-            }
-            // Deliveries this read hands to connections go out in one write each.
-            crate::outbox::begin_batch();
-            let r = self.frames(&link, &mut buf);
-            if let Some(h) = self.handler.get() {
-                h.batch_end(&link);
-            }
-            crate::outbox::end_batch();
-            if let Err(e) = r {
-                break 'outer e;
-            }
-            if link.is_closed() {
-                break "closed".to_string();
-            }
-        };
-        link.close();
-        {
-            let mut links = self.links.lock();
-            if links
-                .get(&link.peer_addr)
-                .is_some_and(|l| Arc::ptr_eq(l, &link))
-            {
-                links.remove(&link.peer_addr);
-            }
-        }
-        tracing::info!(peer = %link.peer_name, addr = %link.peer_addr, reason = %reason, "inter-node link down");
-        if let Some(h) = self.handler.get() {
-            h.link_down(&link);
-        }
-    }
-
-    fn frames(&self, link: &Arc<Link>, buf: &mut BytesMut) -> Result<(), String> {
-        while buf.len() >= 4 {
-            let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-            if len == 0 || len > FRAME_MAX {
-                return Err(format!("bad frame length {len}"));
-            }
-            if buf.len() < 4 + len {
-                buf.reserve(4 + len - buf.len());
-                break;
-            }
-            buf.advance(4);
-            let mut frame = buf.split_to(len).freeze();
-            let kind = frame.get_u8();
-            self.frame(link, kind, frame)?;
-        }
-        Ok(())
-    }
-
-    fn frame(&self, link: &Arc<Link>, kind: u8, mut frame: Bytes) -> Result<(), String> {
-        match kind {
-            KIND_REQUEST => {
-                if frame.len() < 9 {
-                    return Err("short request".into());
-                }
-                let id = frame.get_u64();
-                let service = frame.get_u8();
-                let Some(h) = self.handler.get().cloned() else {
-                    return Err("no handler".into());
-                };
-                let fut = h.request(link, service, frame);
-                let link = link.clone();
-                tokio::spawn(async move {
-                    let (kind, body) = match fut.await {
-                        Ok(b) => (KIND_REPLY, b),
-                        Err(t) => (KIND_REPLY_ERR, Bytes::from(t)),
-                    };
-                    link.send(kind, |b| {
-                        b.put_u64(id);
-                        b.put_slice(&body);
-                    });
-                });
-            }
-            KIND_REPLY | KIND_REPLY_ERR => {
-                if frame.len() < 8 {
-                    return Err("short reply".into());
-                }
-                let id = frame.get_u64();
-                if let Some(tx) = link.pending.lock().remove(&id) {
-                    let r = if kind == KIND_REPLY {
-                        Ok(frame)
-                    } else {
-                        Err(String::from_utf8_lossy(&frame).into_owned())
-                    };
-                    let _ = tx.send(r);
-                }
-            }
-            k if k >= KIND_FIRST_MESSAGE => {
-                if let Some(h) = self.handler.get() {
-                    h.message(link, k, frame);
-                }
-            }
-            k => return Err(format!("unknown frame kind {k}")),
-        }
-        Ok(())
-    }
-}
-
-async fn write_loop(link: Arc<Link>, mut w: tokio::net::tcp::OwnedWriteHalf) {
-    let (mut control, mut bulk) = (
-        BytesMut::with_capacity(64 * 1024),
-        BytesMut::with_capacity(64 * 1024),
-    );
-    loop {
-        let notified = link.wake_writer.notified();
-        if link.is_closed() {
-            break;
-        }
-        {
-            let mut out = link.out.lock();
-            // Control first: a heartbeat queued behind a burst of bulk output goes before it.
-            std::mem::swap(&mut out.control, &mut control);
-            std::mem::swap(&mut out.bulk, &mut bulk);
-            // The runs' frames are the writer's now: later items start new ones.
-            out.control_run = None;
-            out.bulk_run = None;
-            link.bulk_len.store(0, Ordering::Relaxed);
-        }
-        if control.is_empty() && bulk.is_empty() {
-            notified.await;
-            continue;
-        }
-        // Both lanes in one vectored write, control first.
-        let mut both = (&mut control).chain(&mut bulk);
-        if let Err(e) = w.write_all_buf(&mut both).await {
-            tracing::debug!(peer = %link.peer_name, error = %e, "inter-node write failed");
-            link.close();
-            return;
-        }
-        control.clear();
-        bulk.clear();
-    }
-    let _ = w.shutdown().await;
-}
-
-pub fn put_str(b: &mut BytesMut, s: &str) {
-    b.put_u16(s.len() as u16);
-    b.put_slice(s.as_bytes());
-}
-
-async fn read_str(s: &mut TcpStream) -> Result<String, String> {
-    let n = s.read_u16().await.map_err(|e| e.to_string())? as usize;
-    let mut v = vec![0u8; n];
-    s.read_exact(&mut v).await.map_err(|e| e.to_string())?;
-    String::from_utf8(v).map_err(|_| "bad string".to_string())
-}
-
-/// Reads what [`put_str`] wrote.
-pub fn get_str(b: &mut Bytes) -> Option<String> {
-    if b.len() < 2 {
-        return None;
-    }
-    let n = b.get_u16() as usize;
-    if b.len() < n {
-        return None;
-    }
-    String::from_utf8(b.split_to(n).to_vec()).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Buf;
 
     /// Echoes requests and records one-way messages.
     #[derive(Default)]

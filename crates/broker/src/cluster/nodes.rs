@@ -1,0 +1,132 @@
+//! The members and which of them run: the membership watcher, the task that keeps a link open to
+//! every member, node addresses, and the `/api/nodes` and `cluster_status` views.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Cluster, SERVICE_NODE};
+
+impl Cluster {
+    pub(super) async fn watch_members(self: Arc<Self>) {
+        let mut w = self.meta().watch();
+        loop {
+            let st = w.borrow_and_update().clone();
+            *self.nodes.write() = st.members.iter().map(|m| m.node.clone()).collect();
+            if w.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Keeps a link open to every member (Raft alone links followers only to the leader), so
+    /// "running" is known for every node and a forwarded request finds its link open.
+    pub(super) async fn keep_links(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut leaderless = 0u32;
+        let mut told = false;
+        loop {
+            tick.tick().await;
+            // A node forgotten while it was cut off never hears from a leader again: find out
+            // why, and say it once.
+            leaderless = match self.meta().status().leader {
+                Some(_) => 0,
+                None => leaderless + 1,
+            };
+            if leaderless % 10 == 9 && !told {
+                if let Some(peer) = self.forgotten_by().await.first() {
+                    tracing::error!(node = %self.me, by = %peer, "this node was removed from the cluster (forget_cluster_node); it cannot serve definitions changes. To add it again, stop it, delete its Raft state ({}) and start it with the cluster's peers", self.raft_dir().display());
+                    told = true;
+                }
+            }
+            for n in self.members() {
+                if n.name != self.me && self.links.get(&n.addr).is_none() {
+                    let links = self.links.clone();
+                    tokio::spawn(async move {
+                        let _ = links.link(&n.addr).await;
+                    });
+                }
+            }
+        }
+    }
+
+    /// The link address of node `name`.
+    pub fn addr_of(&self, name: &str) -> Option<String> {
+        if name == self.me {
+            return Some(self.addr.clone());
+        }
+        self.nodes
+            .read()
+            .iter()
+            .find(|n| n.name == name)
+            .map(|n| n.addr.clone())
+    }
+
+    pub fn members(&self) -> Vec<warren_cluster::Node> {
+        self.nodes.read().clone()
+    }
+
+    /// Whether node `name` is this one or linked to it now.
+    pub fn running(&self, name: &str) -> bool {
+        name == self.me
+            || self
+                .addr_of(name)
+                .is_some_and(|a| self.links.get(&a).is_some())
+    }
+
+    /// Every member's `/api/nodes` object; a node that does not answer is listed not running.
+    pub async fn node_objects(&self, local: serde_json::Value) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        for n in self.members() {
+            if n.name == self.me {
+                out.push(local.clone());
+                continue;
+            }
+            let r = self
+                .links
+                .call(&n.addr, SERVICE_NODE, &[], Duration::from_secs(1))
+                .await;
+            match r
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            {
+                Some(v) => out.push(v),
+                None => {
+                    out.push(serde_json::json!({"name": n.name, "type": "disc", "running": false}))
+                }
+            }
+        }
+        out.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        out
+    }
+
+    /// `warren ctl cluster_status`: members, which run, the Raft leader and term.
+    pub fn status_json(&self) -> serde_json::Value {
+        let st = self.meta().status();
+        let leader = st
+            .members
+            .iter()
+            .find(|m| Some(m.id) == st.leader)
+            .map(|m| m.node.name.clone());
+        let mut nodes: Vec<serde_json::Value> = st
+            .members
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "name": m.node.name,
+                    "address": m.node.addr,
+                    "voter": m.voter,
+                    "running": self.running(&m.node.name),
+                })
+            })
+            .collect();
+        nodes.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        serde_json::json!({
+            "cluster_name": leader.clone().unwrap_or_else(|| self.me.clone()),
+            "node": self.me,
+            "nodes": nodes,
+            "leader": leader,
+            "term": st.term,
+            "last_applied": st.last_applied,
+        })
+    }
+}

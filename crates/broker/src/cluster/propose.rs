@@ -1,0 +1,158 @@
+//! Proposing a change to the metadata group: replicate it, retry while there is no leader,
+//! and wait (bounded) until the other running members applied it; the vhost and management
+//! entry points that propose in place of changing.
+
+use std::time::Duration;
+
+use warren_protocol::Method;
+
+use super::ops::{Applied, MetaOp, MetaReply, QueueMeta};
+use super::{Cluster, APPLY_WAIT, SERVICE_APPLIED};
+use crate::access::MgmtError;
+use crate::error::{AmqpError, AmqpResult};
+
+/// How long a change is retried for while the cluster has no leader that answers.
+const PROPOSE_DEADLINE: Duration = Duration::from_secs(10);
+/// A member that did not apply a change within [`APPLY_WAIT`] is not waited for again for this
+/// long (a paused node must not slow every change down).
+const LAGGING_FOR: Duration = Duration::from_secs(5);
+
+impl Cluster {
+    /// Waits (bounded) until every running member has applied entry `index`, so a change
+    /// answered ok here is what a client sees through any node next (declare through one node,
+    /// publish through another), as with RabbitMQ's Mnesia transactions. A member that does
+    /// not answer in time is skipped: it catches up from the log.
+    async fn wait_everywhere(&self, index: u64) {
+        let mut waits = Vec::new();
+        for n in self.members() {
+            if n.name == self.me || self.links.get(&n.addr).is_none() {
+                continue;
+            }
+            if self
+                .lagging
+                .lock()
+                .get(&n.name)
+                .is_some_and(|t| t.elapsed() < LAGGING_FOR)
+            {
+                continue;
+            }
+            let links = self.links.clone();
+            waits.push(tokio::spawn(async move {
+                let r = links
+                    .call(&n.addr, SERVICE_APPLIED, &index.to_be_bytes(), APPLY_WAIT)
+                    .await;
+                let applied = r
+                    .ok()
+                    .and_then(|b| <[u8; 8]>::try_from(&b[..]).ok())
+                    .map(u64::from_be_bytes);
+                (n.name, applied.is_some_and(|a| a >= index))
+            }));
+        }
+        for w in waits {
+            if let Ok((name, caught_up)) = w.await {
+                let mut lagging = self.lagging.lock();
+                if caught_up {
+                    lagging.remove(&name);
+                } else {
+                    lagging.insert(name, std::time::Instant::now());
+                }
+            }
+        }
+    }
+
+    /// Replicates `op` and waits until this node applied it.
+    pub async fn propose(&self, op: MetaOp) -> Result<MetaReply, String> {
+        let bytes = serde_json::to_vec(&op).map_err(|e| e.to_string())?;
+        // A leader that stopped answering (paused, partitioned) fails the forward after the
+        // link's timeout, while the others elect a new one: try again until the deadline. Every
+        // op sets state (declare, bind, put, delete), so one applied twice changes nothing.
+        let deadline = tokio::time::Instant::now() + PROPOSE_DEADLINE;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let attempt = tokio::time::timeout(left, self.meta().propose(bytes.clone()))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(warren_cluster::ProposeError::Unavailable(format!(
+                        "no leader committed it within {} s",
+                        PROPOSE_DEADLINE.as_secs()
+                    )))
+                });
+            match attempt {
+                Ok(r) => {
+                    let a: Applied = serde_json::from_slice(&r).map_err(|e| e.to_string())?;
+                    self.wait_everywhere(a.index).await;
+                    return Ok(a.reply);
+                }
+                Err(warren_cluster::ProposeError::Unavailable(_))
+                    if tokio::time::Instant::now() + Duration::from_millis(500) < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(warren_cluster::ProposeError::Unavailable(t)) => {
+                    return Err(format!(
+                        "the cluster has no majority to record this change ({t}); it is made only if a majority comes back before the entry is dropped"
+                    ))
+                }
+                Err(warren_cluster::ProposeError::Fatal(t)) => return Err(t),
+            }
+        }
+    }
+
+    /// [`Cluster::propose`] from synchronous code on a tokio worker (the vhost's and the access
+    /// registry's methods): the worker's other tasks move to another thread meanwhile.
+    fn propose_blocking(&self, op: MetaOp) -> Result<MetaReply, String> {
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::block_in_place(|| handle.block_on(self.propose(op)))
+    }
+
+    /// A vhost change (called by the vhost's public methods in place of making it).
+    pub fn vhost_op(
+        &self,
+        vhost: &str,
+        method: Method,
+        queue: Option<QueueMeta>,
+    ) -> AmqpResult<()> {
+        let mut b = bytes::BytesMut::new();
+        method.encode_payload(&mut b);
+        let op = MetaOp::Vhost {
+            vhost: vhost.into(),
+            method: b.to_vec(),
+            queue,
+        };
+        match self.propose_blocking(op) {
+            Ok(MetaReply::Ok) => Ok(()),
+            Ok(MetaReply::Amqp { code, text }) => Err(AmqpError {
+                code,
+                text,
+                class_id: 0,
+                method_id: 0,
+            }),
+            Ok(MetaReply::Mgmt { text, .. }) => Err(AmqpError::internal_error(text)),
+            Err(t) => Err(AmqpError::new(warren_protocol::reply::CONNECTION_FORCED, t)),
+        }
+    }
+
+    /// A users/permissions/policies/limits/vhosts change.
+    pub fn mgmt_op(&self, op: MetaOp) -> Result<(), MgmtError> {
+        mgmt_reply(self.propose_blocking(op))
+    }
+
+    /// [`Cluster::mgmt_op`] from async code.
+    pub async fn propose_mgmt(&self, op: MetaOp) -> Result<(), MgmtError> {
+        mgmt_reply(self.propose(op).await)
+    }
+}
+
+fn mgmt_reply(r: Result<MetaReply, String>) -> Result<(), MgmtError> {
+    {
+        match r {
+            Ok(MetaReply::Ok) => Ok(()),
+            Ok(MetaReply::Mgmt { kind: 0, text }) => Err(MgmtError::NotFound(text)),
+            Ok(MetaReply::Mgmt { kind: 1, text }) => Err(MgmtError::BadRequest(text)),
+            Ok(MetaReply::Mgmt { text, .. }) | Ok(MetaReply::Amqp { text, .. }) => {
+                Err(MgmtError::Internal(text))
+            }
+            Err(t) => Err(MgmtError::Unavailable(t)),
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! A consumer on this node of a queue on another: the [`Proxy`] hands the home's deliveries to
+//! the consumer's channel and withholds their credit while that channel's output is full.
+
+use std::sync::Arc;
+
+use bytes::BufMut;
+use parking_lot::Mutex;
+
+use super::queue::RemoteQueue;
+use super::wire::K_CREDIT;
+use crate::cluster::link::Link;
+use crate::queue::{Consumer, QueueRef, QueuedMessage};
+
+/// A consumer on this node of a remote queue.
+pub struct Proxy {
+    pub(super) consumer: Arc<Consumer>,
+    pub(super) queue: Arc<RemoteQueue>,
+    /// Deliveries that came before the consume-ok was sent (`Some` until then).
+    pub(super) early: Mutex<Option<Vec<QueuedMessage>>>,
+    /// Credit for deliveries taken while the consumer's connection output was full: owed to
+    /// the home over this link once it drains, so a consumer that does not read holds at most
+    /// a window on this node, not whatever its queue has.
+    pub(super) withheld: Mutex<Option<(Arc<Link>, u32)>>,
+}
+
+impl Proxy {
+    /// Sends the withheld credit home (the consumer's output drained).
+    pub fn release_credit(&self) {
+        if let Some((link, n)) = self.withheld.lock().take() {
+            link.send(K_CREDIT, |b| {
+                b.put_u64(self.consumer.key);
+                b.put_u32(n);
+            });
+        }
+    }
+
+    /// Credit for `n` deliveries just pushed: withheld while the consumer's output is full.
+    /// False if it is not: the caller credits them with the rest of the read.
+    pub(super) fn withhold(self: &Arc<Self>, link: &Arc<Link>, n: u32) -> bool {
+        if n == 0 || !self.consumer.sink.hold_credit(self) {
+            return false;
+        }
+        {
+            let mut w = self.withheld.lock();
+            match w.as_mut() {
+                Some((l, owed)) if Arc::ptr_eq(l, link) => *owed += n,
+                _ => *w = Some((link.clone(), n)),
+            }
+        }
+        // Drained between the check and the record: its wake found nothing to release.
+        if !self.consumer.sink.hold_credit(self) {
+            self.release_credit();
+        }
+        true
+    }
+
+    pub(super) fn deliver(&self, m: &QueuedMessage) {
+        let q = QueueRef::Remote(self.queue.clone());
+        if !self.consumer.sink.push(&self.consumer, q.clone(), m) && !self.consumer.no_ack {
+            // The channel is closing: back to the queue at once.
+            q.requeue([(Some(self.consumer.key), m.clone())]);
+        }
+    }
+}

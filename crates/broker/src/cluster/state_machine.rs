@@ -1,0 +1,184 @@
+//! The broker as the metadata group's Raft state machine: applying an entry runs the same vhost
+//! and access code a single node runs, and a snapshot is the whole metadata state.
+
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use warren_protocol::Method;
+
+use super::ops::{Applied, MetaOp, MetaReply, APPLYING};
+use crate::access::AccessFile;
+use crate::error::AmqpError;
+use crate::server::Broker;
+
+/// The broker as Raft's state machine.
+pub(super) struct BrokerSm(pub(super) Weak<Broker>);
+
+impl warren_cluster::StateMachine for BrokerSm {
+    fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
+        let Some(b) = self.0.upgrade() else {
+            return Vec::new();
+        };
+        let reply = match serde_json::from_slice::<MetaOp>(command) {
+            Ok(op) => {
+                APPLYING.with(|a| a.set(Some(index)));
+                let r = apply(&b, op);
+                APPLYING.with(|a| a.set(None));
+                r
+            }
+            Err(e) => {
+                tracing::error!(index, error = %e, "undecodable metadata entry skipped");
+                MetaReply::Mgmt {
+                    kind: 2,
+                    text: format!("undecodable entry: {e}"),
+                }
+            }
+        };
+        serde_json::to_vec(&Applied { index, reply }).unwrap_or_default()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let Some(b) = self.0.upgrade() else {
+            return Vec::new();
+        };
+        serde_json::to_vec(&snapshot(&b)).unwrap_or_default()
+    }
+
+    fn restore(&self, _index: Option<u64>, data: &[u8]) {
+        let Some(b) = self.0.upgrade() else { return };
+        match serde_json::from_slice::<Snapshot>(data) {
+            Ok(s) => {
+                APPLYING.with(|a| a.set(Some(0)));
+                restore(&b, s);
+                APPLYING.with(|a| a.set(None));
+            }
+            Err(e) => tracing::error!(error = %e, "undecodable metadata snapshot"),
+        }
+    }
+}
+
+fn apply(b: &Arc<Broker>, op: MetaOp) -> MetaReply {
+    match op {
+        MetaOp::Vhost {
+            vhost,
+            method,
+            queue,
+        } => {
+            let Some(v) = b.vhost(&vhost) else {
+                return MetaReply::amqp(Err(AmqpError::not_found(format!("no vhost '{vhost}'"))));
+            };
+            match Method::decode(&Bytes::from(method)) {
+                Ok(m) => MetaReply::amqp(v.apply_method(&m, queue.as_ref())),
+                Err(e) => MetaReply::amqp(Err(AmqpError::internal_error(format!(
+                    "undecodable method: {e:?}"
+                )))),
+            }
+        }
+        MetaOp::AddVhost(d) => MetaReply::mgmt(b.add_vhost(d).map(|_| ())),
+        MetaOp::DeleteVhost(name) => MetaReply::mgmt(b.delete_vhost(&name)),
+        MetaOp::PutUser(u) => MetaReply::mgmt(b.access.put_user(u)),
+        MetaOp::DeleteUser(name) => {
+            let r = b.access.delete_user(&name);
+            if r.is_ok() {
+                b.close_user_connections(&name, &format!("user '{name}' is deleted"));
+            }
+            MetaReply::mgmt(r)
+        }
+        MetaOp::SetPermissions(p) => MetaReply::mgmt(b.access.set_permissions(p)),
+        MetaOp::ClearPermissions { user, vhost } => {
+            MetaReply::mgmt(b.access.clear_permissions(&user, &vhost))
+        }
+        MetaOp::PutPolicy(p) => MetaReply::mgmt(crate::policy::put(b, p)),
+        MetaOp::DeletePolicy { vhost, name } => {
+            MetaReply::mgmt(crate::policy::delete(b, &vhost, &name))
+        }
+        MetaOp::SetLimits {
+            user,
+            name,
+            def,
+            replace,
+        } => {
+            let scope = limit_scope(user);
+            let r = b.access.set_limits(scope, &name, &def, replace);
+            b.limits_changed(scope, &name);
+            MetaReply::mgmt(r)
+        }
+        MetaOp::QueueMembers {
+            vhost,
+            queue,
+            members,
+        } => {
+            let q = b.vhost(&vhost).and_then(|v| v.queue(&queue));
+            match q.as_ref().and_then(|q| q.quorum()) {
+                Some(q) => {
+                    q.set_members(members);
+                    MetaReply::Ok
+                }
+                None => MetaReply::Mgmt {
+                    kind: 0,
+                    text: format!("no quorum queue '{queue}' in vhost '{vhost}'"),
+                },
+            }
+        }
+        MetaOp::ClearLimit { user, name, key } => {
+            let scope = limit_scope(user);
+            let r = b.access.clear_limit(scope, &name, key.as_deref());
+            b.limits_changed(scope, &name);
+            MetaReply::mgmt(r)
+        }
+    }
+}
+
+fn limit_scope(user: bool) -> crate::access::LimitScope {
+    if user {
+        crate::access::LimitScope::User
+    } else {
+        crate::access::LimitScope::Vhost
+    }
+}
+
+/// The whole metadata state, as a Raft snapshot holds it.
+#[derive(Serialize, Deserialize)]
+struct Snapshot {
+    access: AccessFile,
+    /// Per vhost, the ops that recreate its exchanges, queues and bindings.
+    vhosts: Vec<(String, Vec<MetaOp>)>,
+}
+
+fn snapshot(b: &Arc<Broker>) -> Snapshot {
+    Snapshot {
+        access: b.access.export(),
+        vhosts: b
+            .vhosts()
+            .iter()
+            .map(|v| (v.name.to_string(), v.replicated_definitions()))
+            .collect(),
+    }
+}
+
+/// Replaces this node's metadata with a snapshot's: what the snapshot lacks is deleted, what
+/// it has is declared (a no-op for what exists already, equal).
+fn restore(b: &Arc<Broker>, s: Snapshot) {
+    let keep: std::collections::HashSet<&str> =
+        s.access.vhosts.iter().map(|v| v.name.as_str()).collect();
+    for v in b.vhosts() {
+        if !keep.contains(&*v.name) {
+            let _ = b.delete_vhost(&v.name);
+        }
+    }
+    for v in &s.access.vhosts {
+        let _ = b.add_vhost(v.clone());
+    }
+    if let Err(e) = b.access.replace(s.access) {
+        tracing::error!(error = %e, "cannot restore users and permissions from the snapshot");
+    }
+    for (name, ops) in s.vhosts {
+        let Some(v) = b.vhost(&name) else { continue };
+        v.retain_only(&ops);
+        for op in ops {
+            let _ = apply(b, op);
+        }
+        crate::policy::apply_all(b, &v);
+    }
+}
