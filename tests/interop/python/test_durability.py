@@ -170,20 +170,28 @@ def _second_server(data_dir: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
 
 
+def _publish_confirmed(n: Node, queue: str) -> None:
+    """Declares durable `queue` and publishes one persistent message to it, confirmed."""
+    c = connect(n)
+    ch = c.channel()
+    ch.confirm_delivery()
+    ch.queue_declare(queue, durable=True)
+    ch.basic_publish("", queue, b"confirmed", PERSISTENT)
+    safe_close(c)
+
+
+def _files(root: str) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+
 def test_a_second_server_on_the_same_data_dir_is_refused(node):
     """The reproduction of issue 29: a second server on the first one's data directory was
     accepted, and after it stopped the first server's durable queue and confirmed message were
     gone at its next start. Now the second one exits 1 at once, naming the directory and the
     holder's pid, before it reads or writes anything there."""
     node.start()
-    c = connect(node)
-    ch = c.channel()
-    ch.confirm_delivery()
-    ch.queue_declare("lock-q", durable=True)
-    ch.basic_publish("", "lock-q", b"confirmed", PERSISTENT)
-    safe_close(c)
-    files_before = sorted(os.path.relpath(os.path.join(d, f), node.data)
-                          for d, _, fs in os.walk(node.data) for f in fs)
+    _publish_confirmed(node, "lock-q")
+    files_before = _files(node.data)
 
     t0 = time.monotonic()
     r = _second_server(node.data)
@@ -193,9 +201,7 @@ def test_a_second_server_on_the_same_data_dir_is_refused(node):
     assert "in use by another warren server" in r.stderr, r.stderr
     # Nothing was opened: no recovery, no listener.
     assert "recovered" not in r.stderr and "listening" not in r.stderr, r.stderr
-    files_after = sorted(os.path.relpath(os.path.join(d, f), node.data)
-                         for d, _, fs in os.walk(node.data) for f in fs)
-    assert files_after == files_before
+    assert _files(node.data) == files_before
 
     # The first server keeps serving, and its queue and message survive its restart.
     c = connect(node)
@@ -208,12 +214,7 @@ def test_a_second_server_on_the_same_data_dir_is_refused(node):
 
 def test_a_server_killed_with_9_leaves_no_stale_lock(node):
     node.start()
-    c = connect(node)
-    ch = c.channel()
-    ch.confirm_delivery()
-    ch.queue_declare("kill-lock-q", durable=True)
-    ch.basic_publish("", "kill-lock-q", b"confirmed", PERSISTENT)
-    safe_close(c)
+    _publish_confirmed(node, "kill-lock-q")
     node.kill9()
     # The lock file (with the dead holder's pid) stays; the lock itself went with the process.
     assert os.path.exists(os.path.join(node.data, ".lock"))
