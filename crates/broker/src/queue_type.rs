@@ -1,4 +1,4 @@
-//! `x-queue-type`: `classic`, `stream` (`queue/stream.rs`) and `quorum` (RabbitMQ's validation:
+//! `x-queue-type`: `classic`, `stream` (`queue/stream/`) and `quorum` (RabbitMQ's validation:
 //! durable, not exclusive, not auto-delete). In a cluster a quorum queue is replicated
 //! (`cluster/quorum.rs`); on a single node there is nothing to replicate to, and it is a durable
 //! classic queue.

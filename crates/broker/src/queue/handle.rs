@@ -65,7 +65,7 @@ pub enum QueueRef {
     Local(Arc<Queue>),
     /// On another node of the cluster: its operations go over the link to its home.
     Remote(Arc<RemoteQueue>),
-    /// A stream on this node (`queue/stream.rs`): an append-only log read from offsets.
+    /// A stream on this node (`queue/stream/`): an append-only log read from offsets.
     Stream(Arc<Stream>),
     /// A replicated queue (`cluster/quorum.rs`): served by its group's leader, through
     /// [`QuorumQueue::leg`] (a `Local` queue where this node leads, else a `Remote` one).

@@ -1,0 +1,489 @@
+//! Users, vhost records, permissions, policies and runtime limits as the broker holds them.
+//!
+//! All of it is kept in one JSON file, `<data_dir>/access.json`, in the shape of RabbitMQ's
+//! definitions (`users` with their `limits`, `vhosts`, `permissions`, `policies`, and vhost
+//! limits as `parameters` of component `vhost-limits`), rewritten atomically on every
+//! change. The first boot (no file yet) seeds it from the config: its users, its vhosts, and
+//! full permissions for each configured user on each configured vhost (as RabbitMQ's default
+//! user gets on `/`).
+//!
+//! Passwords are stored as RabbitMQ stores them (`rabbit_password_hashing_sha256`:
+//! base64(salt ++ sha256(salt ++ password)) with a 4-byte salt), so hashes exported from RabbitMQ
+//! import and verify. Permission checks match unanchored regexes, as RabbitMQ's `re:run` does;
+//! the empty pattern grants nothing. Channels cache positive decisions and drop the cache when
+//! [`Access::generation`] moves.
+//!
+//! This file holds the records' types, the [`Access`] registry, password hashing and the
+//! checks channels call ([`refused`], [`PermCache`]). Each other job is an `impl Access` block
+//! in a file of its own:
+//! - `store`: opening `access.json` (or seeding it), replacing it all, and `change`, which every
+//!   mutation goes through (persisted before it is visible; proposed to the cluster instead
+//!   when this node is part of one).
+//! - `users`: users (login, create, delete) and vhost records.
+//! - `permissions`: setting, clearing and checking a user's permissions on a vhost.
+//! - `policies`: policies as records (validated and applied by `policy`).
+//! - `limits`: vhosts' and users' runtime limits as records (enforced by `admission`).
+//!
+//! The shared types stay here, not in a child: every child imports `super`, and this file imports
+//! no child, so the split adds no import cycle.
+
+mod limits;
+mod permissions;
+mod policies;
+mod store;
+mod users;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use base64::Engine;
+use parking_lot::RwLock;
+use regex::Regex;
+use serde::{Deserialize, Deserializer, Serialize};
+use sha2::Digest;
+
+use crate::error::AmqpError;
+
+pub const HASH_SHA256: &str = "rabbit_password_hashing_sha256";
+pub const HASH_SHA512: &str = "rabbit_password_hashing_sha512";
+
+/// A user as RabbitMQ's definitions describe it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct UserDef {
+    pub name: String,
+    #[serde(default)]
+    pub password_hash: String,
+    #[serde(default = "default_hashing")]
+    pub hashing_algorithm: String,
+    /// RabbitMQ 3.9+ writes a list; older exports a comma-separated string. Both are read.
+    #[serde(default, deserialize_with = "tags_either")]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub limits: serde_json::Map<String, serde_json::Value>,
+}
+
+fn default_hashing() -> String {
+    HASH_SHA256.to_string()
+}
+
+fn tags_either<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Tags {
+        List(Vec<String>),
+        Text(String),
+    }
+    Ok(match Tags::deserialize(d)? {
+        Tags::List(v) => v,
+        Tags::Text(s) => parse_tags(&s),
+    })
+}
+
+/// Tags as given to `set_user_tags` or the HTTP API: comma- or space-separated.
+pub fn parse_tags(s: &str) -> Vec<String> {
+    s.split([',', ' '])
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VhostDef {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PermissionDef {
+    pub user: String,
+    pub vhost: String,
+    pub configure: String,
+    pub write: String,
+    pub read: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PolicyDef {
+    pub vhost: String,
+    pub name: String,
+    pub pattern: String,
+    #[serde(rename = "apply-to", default = "default_apply_to")]
+    pub apply_to: String,
+    pub definition: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    pub priority: i64,
+}
+
+fn default_apply_to() -> String {
+    "all".to_string()
+}
+
+/// A vhost-scoped runtime parameter as RabbitMQ's definitions list it. Warren keeps only
+/// component `vhost-limits` (name `limits`, value `{"max-connections": N, "max-queues": N}`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ParameterDef {
+    pub vhost: String,
+    pub component: String,
+    pub name: String,
+    pub value: serde_json::Value,
+}
+
+pub const VHOST_LIMITS_COMPONENT: &str = "vhost-limits";
+pub const MAX_CONNECTIONS: &str = "max-connections";
+pub const MAX_QUEUES: &str = "max-queues";
+pub const MAX_CHANNELS: &str = "max-channels";
+
+/// Whose limits: a vhost's (`max-connections`, `max-queues`) or a user's (`max-connections`,
+/// `max-channels`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitScope {
+    Vhost,
+    User,
+}
+
+impl LimitScope {
+    fn known(self) -> [&'static str; 2] {
+        match self {
+            LimitScope::Vhost => [MAX_CONNECTIONS, MAX_QUEUES],
+            LimitScope::User => [MAX_CONNECTIONS, MAX_CHANNELS],
+        }
+    }
+}
+
+pub type Limits = serde_json::Map<String, serde_json::Value>;
+
+/// Checks a limits definition as RabbitMQ's parameter validation does (known names, integer
+/// values; a negative value means no limit) and returns it with numeric strings made numbers.
+pub fn validate_limits(scope: LimitScope, def: &Limits) -> Result<Limits, String> {
+    let known = scope.known();
+    let unknown: Vec<String> = def
+        .iter()
+        .filter(|(k, _)| !known.contains(&k.as_str()))
+        .map(|(k, v)| format!("{{<<\"{k}\">>,{v}}}"))
+        .collect();
+    if !unknown.is_empty() {
+        let what = match scope {
+            LimitScope::Vhost => "limits",
+            LimitScope::User => "user-limits",
+        };
+        return Err(format!(
+            "Unrecognised terms [{}] in {what}",
+            unknown.join(",")
+        ));
+    }
+    let mut out = Limits::new();
+    for (k, v) in def {
+        let n = v
+            .as_i64()
+            .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+            .ok_or_else(|| format!("{k} should be a number, actually was {v}"))?;
+        out.insert(k.clone(), n.into());
+    }
+    Ok(out)
+}
+
+/// The persisted file: a subset of RabbitMQ's definitions document.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AccessFile {
+    #[serde(default)]
+    pub users: Vec<UserDef>,
+    #[serde(default)]
+    pub vhosts: Vec<VhostDef>,
+    #[serde(default)]
+    pub permissions: Vec<PermissionDef>,
+    #[serde(default)]
+    pub policies: Vec<PolicyDef>,
+    #[serde(default)]
+    pub parameters: Vec<ParameterDef>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Perm {
+    Configure,
+    Write,
+    Read,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    Queue,
+    Exchange,
+}
+
+impl Resource {
+    fn as_str(self) -> &'static str {
+        match self {
+            Resource::Queue => "queue",
+            Resource::Exchange => "exchange",
+        }
+    }
+}
+
+/// Compiled permission regexes; `None` is the empty pattern, which grants nothing.
+#[derive(Clone)]
+struct Grant {
+    def: PermissionDef,
+    configure: Option<Regex>,
+    write: Option<Regex>,
+    read: Option<Regex>,
+}
+
+impl Grant {
+    fn new(def: PermissionDef) -> Result<Grant, String> {
+        let c = |p: &str| -> Result<Option<Regex>, String> {
+            if p.is_empty() {
+                Ok(None)
+            } else {
+                Regex::new(p)
+                    .map(Some)
+                    .map_err(|e| format!("invalid regular expression '{p}': {e}"))
+            }
+        };
+        Ok(Grant {
+            configure: c(&def.configure)?,
+            write: c(&def.write)?,
+            read: c(&def.read)?,
+            def,
+        })
+    }
+}
+
+/// An error of a management operation, with the HTTP status it maps to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MgmtError {
+    NotFound(String),
+    BadRequest(String),
+    /// The change could not be persisted; it was not applied.
+    Internal(String),
+    /// A cluster without a majority cannot record the change (HTTP 503).
+    Unavailable(String),
+}
+
+impl std::fmt::Display for MgmtError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MgmtError::NotFound(s)
+            | MgmtError::BadRequest(s)
+            | MgmtError::Internal(s)
+            | MgmtError::Unavailable(s) => f.write_str(s),
+        }
+    }
+}
+
+#[derive(Default, Clone)]
+struct Inner {
+    users: BTreeMap<String, UserDef>,
+    vhosts: BTreeMap<String, VhostDef>,
+    /// By (user, vhost).
+    grants: BTreeMap<(String, String), Grant>,
+    /// By (vhost, name).
+    policies: BTreeMap<(String, String), PolicyDef>,
+    /// Runtime vhost limits by vhost (user limits live in `UserDef::limits`).
+    vhost_limits: BTreeMap<String, Limits>,
+}
+
+pub struct Access {
+    inner: RwLock<Inner>,
+    /// Moves on every change of users or permissions; channels drop cached decisions then.
+    generation: AtomicU64,
+    file: Option<PathBuf>,
+    /// In a cluster, changes are proposed to it and made when applied (`cluster/mod.rs`).
+    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+}
+
+/// A user who logged in: what connections keep of it.
+#[derive(Debug, Clone)]
+pub struct User {
+    pub name: String,
+    pub tags: Vec<String>,
+    /// Tagged `impersonator`: may publish with any `user_id` (read per publish, so kept as a flag).
+    pub impersonator: bool,
+}
+
+impl User {
+    pub fn is_administrator(&self) -> bool {
+        self.tags.iter().any(|t| t == "administrator")
+    }
+}
+
+/// A fresh `rabbit_password_hashing_sha256` hash of `password`.
+pub fn hash_password(password: &str) -> String {
+    let salt: [u8; 4] = rand::random();
+    let mut out = salt.to_vec();
+    out.extend_from_slice(&sha2::Sha256::digest(
+        [&salt[..], password.as_bytes()].concat(),
+    ));
+    base64::engine::general_purpose::STANDARD.encode(out)
+}
+
+/// Checks `password` against a stored hash in RabbitMQ's format. Compares without an early exit.
+pub fn verify_password(hash: &str, algorithm: &str, password: &str) -> bool {
+    let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(hash) else {
+        return false;
+    };
+    if raw.len() < 5 {
+        return false;
+    }
+    let (salt, want) = raw.split_at(4);
+    let input = [salt, password.as_bytes()].concat();
+    let got: Vec<u8> = match algorithm {
+        HASH_SHA256 => sha2::Sha256::digest(&input).to_vec(),
+        HASH_SHA512 => sha2::Sha512::digest(&input).to_vec(),
+        _ => return false,
+    };
+    got.len() == want.len() && got.iter().zip(want).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0
+}
+
+/// A full-permission grant, as the config's users get at first boot.
+pub fn full_permissions(user: &str, vhost: &str) -> PermissionDef {
+    PermissionDef {
+        user: user.into(),
+        vhost: vhost.into(),
+        configure: ".*".into(),
+        write: ".*".into(),
+        read: ".*".into(),
+    }
+}
+
+/// RabbitMQ's 403 text for a refused resource.
+pub fn refused(kind: Resource, name: &str, vhost: &str, user: &str) -> AmqpError {
+    AmqpError::access_refused(format!(
+        "access to {} '{name}' in vhost '{vhost}' refused for user '{user}'",
+        kind.as_str()
+    ))
+}
+
+/// The name RabbitMQ checks permissions against for the default exchange.
+pub fn exchange_resource(name: &str) -> &str {
+    if name.is_empty() {
+        "amq.default"
+    } else {
+        name
+    }
+}
+
+/// A channel's cache of granted (permission, resource, name) decisions, dropped when the
+/// registry's generation moves. Only grants are cached: a refusal closes the channel anyway.
+#[derive(Default)]
+pub struct PermCache {
+    generation: u64,
+    granted: [ahash::AHashSet<Box<str>>; 6],
+}
+
+/// Past this many names a cache set is cleared rather than grown (names can be random).
+const PERM_CACHE_MAX: usize = 1024;
+
+impl PermCache {
+    pub fn check(
+        &mut self,
+        access: &Access,
+        user: &str,
+        vhost: &str,
+        perm: Perm,
+        kind: Resource,
+        name: &str,
+    ) -> Result<(), AmqpError> {
+        let g = access.generation();
+        if g != self.generation {
+            self.granted.iter_mut().for_each(|s| s.clear());
+            self.generation = g;
+        }
+        let set = &mut self.granted[perm as usize * 2 + kind as usize];
+        if set.contains(name) {
+            return Ok(());
+        }
+        if !access.permitted(user, vhost, perm, name) {
+            return Err(refused(kind, name, vhost, user));
+        }
+        if set.len() >= PERM_CACHE_MAX {
+            set.clear();
+        }
+        set.insert(name.into());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn verifies_a_hash_exported_by_rabbitmq() {
+        // probeu / secret1, exported by RabbitMQ 3.10.8.
+        assert!(verify_password(
+            "ZMxFk8ASgWCnMazyJikjcF+qRkrwSVF82S06D/jmieBuNXuS",
+            HASH_SHA256,
+            "secret1"
+        ));
+        assert!(!verify_password(
+            "ZMxFk8ASgWCnMazyJikjcF+qRkrwSVF82S06D/jmieBuNXuS",
+            HASH_SHA256,
+            "secret2"
+        ));
+        let h = hash_password("pw");
+        assert!(verify_password(&h, HASH_SHA256, "pw"));
+        assert!(!verify_password("not base64!", HASH_SHA256, "pw"));
+    }
+
+    #[test]
+    fn permissions_are_unanchored_regexes_and_empty_grants_nothing() {
+        let a = Access::from_file(Access::seed(&Config::default()), None).expect("seed");
+        a.put_user(UserDef {
+            name: "u".into(),
+            password_hash: hash_password("p"),
+            hashing_algorithm: HASH_SHA256.into(),
+            tags: vec![],
+            limits: Default::default(),
+        })
+        .expect("user");
+        a.set_permissions(PermissionDef {
+            user: "u".into(),
+            vhost: "/".into(),
+            configure: "^cfg".into(),
+            write: "w".into(),
+            read: "".into(),
+        })
+        .expect("perms");
+        assert!(a.permitted("u", "/", Perm::Configure, "cfgq"));
+        assert!(!a.permitted("u", "/", Perm::Configure, "xcfg"));
+        assert!(a.permitted("u", "/", Perm::Write, "aw"));
+        assert!(!a.permitted("u", "/", Perm::Read, "anything"));
+        assert!(a.login("u", "p").is_some());
+        assert!(a.login("u", "q").is_none());
+        let mut cache = PermCache::default();
+        let e = cache
+            .check(&a, "u", "/", Perm::Read, Resource::Queue, "q")
+            .expect_err("refused");
+        assert_eq!(
+            e.text,
+            "ACCESS_REFUSED - access to queue 'q' in vhost '/' refused for user 'u'"
+        );
+        assert!(a
+            .set_permissions(PermissionDef {
+                user: "u".into(),
+                vhost: "/".into(),
+                configure: "(".into(),
+                write: "".into(),
+                read: "".into(),
+            })
+            .is_err());
+    }
+
+    #[test]
+    fn tags_read_as_list_or_text() {
+        let u: UserDef = serde_json::from_str(
+            r#"{"name":"a","password_hash":"","tags":"administrator,management"}"#,
+        )
+        .expect("text tags");
+        assert_eq!(u.tags, vec!["administrator", "management"]);
+        let u: UserDef =
+            serde_json::from_str(r#"{"name":"a","tags":["monitoring"]}"#).expect("list");
+        assert_eq!(u.tags, vec!["monitoring"]);
+        assert_eq!(u.hashing_algorithm, HASH_SHA256);
+    }
+}

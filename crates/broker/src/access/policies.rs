@@ -1,0 +1,52 @@
+//! Policies as records: listing, setting and deleting them (validated and applied to queues
+//! and exchanges by `policy`).
+
+use super::{Access, MgmtError, PolicyDef};
+
+impl Access {
+    // ---- policies (validated by `policy`) ----
+
+    pub fn policies(&self) -> Vec<PolicyDef> {
+        self.inner.read().policies.values().cloned().collect()
+    }
+
+    pub fn policies_of(&self, vhost: &str) -> Vec<PolicyDef> {
+        self.inner
+            .read()
+            .policies
+            .values()
+            .filter(|p| p.vhost == vhost)
+            .cloned()
+            .collect()
+    }
+
+    pub fn put_policy(&self, p: PolicyDef) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated() {
+            return c.mgmt_op(crate::cluster::MetaOp::PutPolicy(p));
+        }
+        self.change(|i| {
+            if !i.vhosts.contains_key(&p.vhost) {
+                return Err(MgmtError::NotFound(format!("no vhost '{}'", p.vhost)));
+            }
+            i.policies.insert((p.vhost.clone(), p.name.clone()), p);
+            Ok(())
+        })
+    }
+
+    pub fn delete_policy(&self, vhost: &str, name: &str) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated() {
+            return c.mgmt_op(crate::cluster::MetaOp::DeletePolicy {
+                vhost: vhost.into(),
+                name: name.into(),
+            });
+        }
+        self.change(|i| {
+            i.policies
+                .remove(&(vhost.to_string(), name.to_string()))
+                .map(|_| ())
+                .ok_or_else(|| {
+                    MgmtError::NotFound(format!("no policy '{name}' in vhost '{vhost}'"))
+                })
+        })
+    }
+}

@@ -1,0 +1,102 @@
+//! Users (login, create or replace, delete) and vhost records (the live vhosts are the
+//! broker's; these are what `access.json` and the definitions list).
+
+use super::{
+    verify_password, Access, MgmtError, User, UserDef, VhostDef, HASH_SHA256, HASH_SHA512,
+};
+
+impl Access {
+    // ---- users ----
+
+    /// The user named `name` if `password` is theirs.
+    pub fn login(&self, name: &str, password: &str) -> Option<User> {
+        let inner = self.inner.read();
+        let u = inner.users.get(name)?;
+        if u.password_hash.is_empty()
+            || !verify_password(&u.password_hash, &u.hashing_algorithm, password)
+        {
+            return None;
+        }
+        Some(User {
+            name: u.name.clone(),
+            tags: u.tags.clone(),
+            impersonator: u.tags.iter().any(|t| t == "impersonator"),
+        })
+    }
+
+    pub fn user(&self, name: &str) -> Option<UserDef> {
+        self.inner.read().users.get(name).cloned()
+    }
+
+    pub fn users(&self) -> Vec<UserDef> {
+        self.inner.read().users.values().cloned().collect()
+    }
+
+    /// Creates or replaces a user (RabbitMQ's PUT /api/users/{name}).
+    pub fn put_user(&self, u: UserDef) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated() {
+            return c.mgmt_op(crate::cluster::MetaOp::PutUser(u));
+        }
+        if u.name.is_empty() {
+            return Err(MgmtError::BadRequest("user name must not be empty".into()));
+        }
+        if !u.password_hash.is_empty()
+            && u.hashing_algorithm != HASH_SHA256
+            && u.hashing_algorithm != HASH_SHA512
+        {
+            return Err(MgmtError::BadRequest(format!(
+                "unsupported hashing algorithm '{}'",
+                u.hashing_algorithm
+            )));
+        }
+        let name = u.name.clone();
+        let tags = u.tags.join(",");
+        self.change(|i| {
+            i.users.insert(u.name.clone(), u);
+            Ok(())
+        })?;
+        tracing::info!(user = %name, tags = %tags, "user created or updated");
+        Ok(())
+    }
+
+    pub fn delete_user(&self, name: &str) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated() {
+            return c.mgmt_op(crate::cluster::MetaOp::DeleteUser(name.into()));
+        }
+        self.change(|i| {
+            i.users
+                .remove(name)
+                .ok_or_else(|| MgmtError::NotFound(format!("no user '{name}'")))?;
+            i.grants.retain(|(u, _), _| u != name);
+            Ok(())
+        })?;
+        tracing::info!(user = name, "user deleted");
+        Ok(())
+    }
+
+    // ---- vhost records (the live vhosts are the broker's) ----
+
+    pub fn vhost_names(&self) -> Vec<String> {
+        self.inner.read().vhosts.keys().cloned().collect()
+    }
+
+    pub fn vhost_def(&self, name: &str) -> Option<VhostDef> {
+        self.inner.read().vhosts.get(name).cloned()
+    }
+
+    /// Records a vhost; true if it is new.
+    pub fn add_vhost(&self, def: VhostDef) -> Result<bool, MgmtError> {
+        self.change(|i| Ok(i.vhosts.insert(def.name.clone(), def).is_none()))
+    }
+
+    /// Forgets a vhost with its permissions and policies.
+    pub fn remove_vhost(&self, name: &str) -> Result<(), MgmtError> {
+        self.change(|i| {
+            i.vhosts.remove(name);
+            i.grants.retain(|(_, v), _| v != name);
+            i.policies.retain(|(v, _), _| v != name);
+            i.vhost_limits.remove(name);
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,381 @@
+//! The HTTP management API: the subset of RabbitMQ's (same URLs, same JSON shapes, same error
+//! bodies) that `warren ctl` and scripts need. HTTP basic auth against the broker's users; any
+//! of the tags administrator, management, monitoring or policymaker may read, administrator may
+//! write (policymaker may also write policies). Loopback-only users stay loopback-only here.
+//! Figures are read on demand from the queues; nothing here sits on the message path.
+//!
+//! This file holds the API's error and reply helpers (which the other API modules, `stats_api`,
+//! `ctl_api`, `health_api` and `api_messages`, use too), the server, the router and the
+//! authentication every request passes. The handlers are in a file per kind of object:
+//! `overview` (and `whoami`, definitions), `users` (and permissions), `vhosts`, `queues`,
+//! `exchanges` (and bindings), `connections`, `policies`, `limits`. Each handler child imports
+//! `super`; this file names the handlers only to route to them.
+
+mod connections;
+mod exchanges;
+mod limits;
+mod overview;
+mod policies;
+mod queues;
+mod users;
+mod vhosts;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use base64::Engine;
+use serde_json::{json, Value};
+use tower::Layer;
+
+use crate::access::MgmtError;
+use crate::server::Broker;
+use crate::vhost::VHost;
+
+use connections::{close_connection, get_connection, list_connections};
+use exchanges::{
+    delete_exchange, get_exchange, list_bindings, list_bindings_in, list_exchanges,
+    list_exchanges_in, put_exchange,
+};
+use limits::{delete_limit, limits_of, list_limits, put_limit};
+use overview::{get_definitions, overview, post_definitions, whoami};
+use policies::{delete_policy, get_policy, list_policies, list_policies_in, put_policy};
+use queues::{delete_queue, get_queue, list_queues, list_queues_in, purge_queue, put_queue};
+use users::{
+    delete_permission, delete_user, get_permission, get_user, list_permissions, list_users,
+    put_permission, put_user, user_permissions,
+};
+use vhosts::{delete_vhost, get_vhost, list_vhosts, put_vhost, vhost_permissions};
+
+pub(crate) use connections::connection_json;
+pub(crate) use exchanges::exchange_name;
+
+pub(crate) type B = State<Arc<Broker>>;
+
+/// An API error with RabbitMQ's body shape.
+#[derive(Debug)]
+pub struct ApiError(pub StatusCode, pub Value);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.0, Json(self.1)).into_response();
+        if self.0 == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                "www-authenticate",
+                axum::http::HeaderValue::from_static("Basic realm=\"Warren Management\""),
+            );
+        }
+        r
+    }
+}
+
+pub(crate) fn not_found() -> ApiError {
+    ApiError(
+        StatusCode::NOT_FOUND,
+        json!({"error": "Object Not Found", "reason": "Not Found"}),
+    )
+}
+
+pub(crate) fn bad_request(reason: impl Into<String>) -> ApiError {
+    ApiError(
+        StatusCode::BAD_REQUEST,
+        json!({"error": "bad_request", "reason": reason.into()}),
+    )
+}
+
+impl From<MgmtError> for ApiError {
+    fn from(e: MgmtError) -> Self {
+        match e {
+            MgmtError::NotFound(_) => not_found(),
+            MgmtError::BadRequest(r) => bad_request(r),
+            MgmtError::Internal(r) => ApiError(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"error": "internal_error", "reason": r}),
+            ),
+            MgmtError::Unavailable(r) => ApiError(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "unavailable", "reason": r}),
+            ),
+        }
+    }
+}
+
+pub(crate) type ApiResult = Result<Response, ApiError>;
+
+pub(crate) fn ok_json(v: Value) -> ApiResult {
+    Ok(Json(v).into_response())
+}
+
+pub(crate) fn no_content() -> ApiResult {
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+fn created(new: bool) -> ApiResult {
+    Ok(if new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::NO_CONTENT
+    }
+    .into_response())
+}
+
+/// Serves the API on `listener` until `shutdown` turns true.
+pub async fn serve(
+    broker: Arc<Broker>,
+    listener: tokio::net::TcpListener,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let app = tower::util::MapRequestLayer::new(trim_trailing_slash).layer(router(broker));
+    let r = axum::serve(
+        listener,
+        axum::ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = shutdown.wait_for(|v| *v).await;
+    })
+    .await;
+    if let Err(e) = r {
+        tracing::error!(error = %e, "management API stopped");
+    }
+}
+
+/// RabbitMQ's router answers a path with one trailing slash as the path without it
+/// (`/api/queues/%2F/` lists the vhost's queues), and client libraries call it that way. axum
+/// matches exact paths, so the slash is cut before routing, once: `/api/overview//` stays a 404,
+/// as in RabbitMQ (tower-http's `NormalizePath` would cut them all).
+fn trim_trailing_slash(mut req: Request) -> Request {
+    let uri = req.uri();
+    let path = uri.path();
+    if path.len() <= 1 || !path.ends_with('/') {
+        return req;
+    }
+    let trimmed = &path[..path.len() - 1];
+    let path_and_query = match uri.query() {
+        Some(q) => format!("{trimmed}?{q}"),
+        None => trimmed.to_string(),
+    };
+    let mut parts = uri.clone().into_parts();
+    // Cutting a '/' off a valid URI leaves a valid one; were it refused, the request would
+    // simply be routed as it came.
+    if let Ok(pq) = path_and_query.parse() {
+        parts.path_and_query = Some(pq);
+        if let Ok(u) = axum::http::Uri::from_parts(parts) {
+            *req.uri_mut() = u;
+        }
+    }
+    req
+}
+
+pub fn router(broker: Arc<Broker>) -> Router {
+    use crate::stats_api as stats;
+    let api = Router::new()
+        .route("/api/overview", get(overview))
+        .route("/api/channels", get(stats::list_channels))
+        .route("/api/channels/{name}", get(stats::get_channel))
+        .route("/api/vhosts/{name}/channels", get(stats::list_channels_in))
+        .route(
+            "/api/connections/{name}/channels",
+            get(stats::list_connection_channels),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/publish",
+            post(crate::api_messages::publish),
+        )
+        .route(
+            "/api/queues/{vhost}/{name}/get",
+            post(crate::api_messages::get),
+        )
+        .route("/api/nodes", get(crate::health_api::list_nodes))
+        .route("/api/nodes/{name}", get(crate::health_api::get_node))
+        .route(
+            "/api/health/checks/alarms",
+            get(crate::health_api::check_alarms),
+        )
+        .route(
+            "/api/health/checks/local-alarms",
+            get(crate::health_api::check_local_alarms),
+        )
+        .route(
+            "/api/health/checks/port-listener/{port}",
+            get(crate::health_api::check_port_listener),
+        )
+        .route(
+            "/api/health/checks/protocol-listener/{protocol}",
+            get(crate::health_api::check_protocol_listener),
+        )
+        .route(
+            "/api/health/checks/virtual-hosts",
+            get(crate::health_api::check_virtual_hosts),
+        )
+        .route(
+            "/api/health/checks/node-is-quorum-critical",
+            get(crate::health_api::check_single_node),
+        )
+        .route(
+            "/api/health/checks/node-is-mirror-sync-critical",
+            get(crate::health_api::check_single_node),
+        )
+        .route(
+            "/api/aliveness-test/{vhost}",
+            get(crate::health_api::aliveness_test),
+        )
+        .route("/api/consumers", get(stats::list_consumers))
+        .route("/api/consumers/{vhost}", get(stats::list_consumers_in))
+        .route("/api/whoami", get(whoami))
+        .route("/api/users", get(list_users))
+        .route(
+            "/api/users/{name}",
+            get(get_user).put(put_user).delete(delete_user),
+        )
+        .route("/api/users/{name}/permissions", get(user_permissions))
+        .route("/api/vhosts", get(list_vhosts))
+        .route(
+            "/api/vhosts/{name}",
+            get(get_vhost).put(put_vhost).delete(delete_vhost),
+        )
+        .route("/api/vhosts/{name}/permissions", get(vhost_permissions))
+        .route("/api/permissions", get(list_permissions))
+        .route(
+            "/api/permissions/{vhost}/{user}",
+            get(get_permission)
+                .put(put_permission)
+                .delete(delete_permission),
+        )
+        .route("/api/queues", get(list_queues))
+        .route("/api/queues/{vhost}", get(list_queues_in))
+        .route(
+            "/api/queues/{vhost}/{name}",
+            get(get_queue).put(put_queue).delete(delete_queue),
+        )
+        .route(
+            "/api/queues/{vhost}/{name}/contents",
+            axum::routing::delete(purge_queue),
+        )
+        .route("/api/exchanges", get(list_exchanges))
+        .route("/api/exchanges/{vhost}", get(list_exchanges_in))
+        .route(
+            "/api/exchanges/{vhost}/{name}",
+            get(get_exchange).put(put_exchange).delete(delete_exchange),
+        )
+        .route("/api/bindings", get(list_bindings))
+        .route("/api/bindings/{vhost}", get(list_bindings_in))
+        .route("/api/connections", get(list_connections))
+        .route(
+            "/api/connections/{name}",
+            get(get_connection).delete(close_connection),
+        )
+        .route("/api/policies", get(list_policies))
+        .route("/api/policies/{vhost}", get(list_policies_in))
+        .route(
+            "/api/policies/{vhost}/{name}",
+            get(get_policy).put(put_policy).delete(delete_policy),
+        )
+        .route("/api/vhost-limits", get(list_limits::<false>))
+        .route("/api/vhost-limits/{name}", get(limits_of::<false>))
+        .route(
+            "/api/vhost-limits/{name}/{limit}",
+            put(put_limit::<false>).delete(delete_limit::<false>),
+        )
+        .route("/api/user-limits", get(list_limits::<true>))
+        .route("/api/user-limits/{name}", get(limits_of::<true>))
+        .route(
+            "/api/user-limits/{name}/{limit}",
+            put(put_limit::<true>).delete(delete_limit::<true>),
+        )
+        .route(
+            "/api/definitions",
+            get(get_definitions).post(post_definitions),
+        )
+        .merge(crate::ctl_api::routes())
+        .fallback(|| async { not_found() })
+        .layer(middleware::from_fn_with_state(broker.clone(), authenticate));
+    // Prometheus scrapes without credentials, as it does RabbitMQ's plugin (port 15692 there).
+    Router::new()
+        .route("/metrics", get(stats::metrics))
+        .route("/metrics/per-object", get(stats::metrics_per_object))
+        .merge(crate::ui::routes())
+        .merge(api)
+        .with_state(broker)
+}
+
+/// Basic auth; the user goes into the request's extensions.
+async fn authenticate(
+    State(b): B,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let unauthorized = |reason: &str| {
+        ApiError(
+            StatusCode::UNAUTHORIZED,
+            json!({"error": "not_authorized", "reason": reason}),
+        )
+        .into_response()
+    };
+    let creds = req
+        .headers()
+        .get("authorization")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Basic "))
+        .and_then(|c| {
+            base64::engine::general_purpose::STANDARD
+                .decode(c.trim())
+                .ok()
+        })
+        .and_then(|c| String::from_utf8(c).ok());
+    let Some((name, password)) = creds.as_deref().and_then(|c| c.split_once(':')) else {
+        return unauthorized("Not_Authorized");
+    };
+    let Some(user) = b.access.login(name, password) else {
+        tracing::warn!(%peer, user = name, "management API login failed");
+        return unauthorized("Login failed");
+    };
+    if b.config.loopback_users.iter().any(|u| u == name) && !peer.ip().is_loopback() {
+        return unauthorized("User can only log in via localhost");
+    }
+    let tags = ["administrator", "management", "monitoring", "policymaker"];
+    if !user.tags.iter().any(|t| tags.contains(&t.as_str())) {
+        return ApiError(
+            StatusCode::UNAUTHORIZED,
+            json!({"error": "not_authorised", "reason": "Not management user"}),
+        )
+        .into_response();
+    }
+    let write = req.method() != Method::GET && req.method() != Method::HEAD;
+    let policy_write = req.uri().path().starts_with("/api/policies/")
+        && user.tags.iter().any(|t| t == "policymaker");
+    if write && !user.is_administrator() && !policy_write {
+        return ApiError(
+            StatusCode::UNAUTHORIZED,
+            json!({"error": "not_authorised", "reason": "Not administrator user"}),
+        )
+        .into_response();
+    }
+    req.extensions_mut().insert(user);
+    next.run(req).await
+}
+
+pub(crate) fn vhost_of(b: &Broker, name: &str) -> Result<Arc<VHost>, ApiError> {
+    b.vhost(name).ok_or_else(not_found)
+}
+
+pub(crate) fn body_object(body: &[u8]) -> Result<Value, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| bad_request(format!("invalid JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(bad_request("the body must be a JSON object"));
+    }
+    Ok(v)
+}
+
+fn str_field<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get(k).and_then(Value::as_str)
+}
