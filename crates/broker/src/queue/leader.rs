@@ -28,7 +28,7 @@ impl Queue {
         self.mark_deleted().1
     }
 
-    /// The leader's queue of a replicated queue (`cluster/quorum.rs`), replicating through
+    /// The leader's queue of a replicated queue (`cluster/quorum/`), replicating through
     /// `repl`: no log of its own, its paged tail is read back from the group's log (`tail`).
     pub fn leader<O: QueueOwner + 'static>(
         name: Arc<str>,

@@ -135,7 +135,7 @@ pub struct Queue {
     /// `relieved` for a bounded time. This is the queue's credit to its publishers.
     pressure: AtomicBool,
     relieved: tokio::sync::Notify,
-    /// The leader's queue of a replicated queue (`cluster/quorum.rs`): publishes go to the
+    /// The leader's queue of a replicated queue (`cluster/quorum/`): publishes go to the
     /// replicator and enter once committed; what leaves for good is settled through it.
     repl: arc_swap::ArcSwapOption<Replicator>,
     /// Made by `Queue::leader`: only such a queue reads `repl` and `retired` on its publish
