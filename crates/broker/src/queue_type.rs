@@ -1,6 +1,6 @@
 //! `x-queue-type`: `classic`, `stream` (`queue/stream/`) and `quorum` (RabbitMQ's validation:
 //! durable, not exclusive, not auto-delete). In a cluster a quorum queue is replicated
-//! (`cluster/quorum.rs`); on a single node there is nothing to replicate to, and it is a durable
+//! (`cluster/quorum/`); on a single node there is nothing to replicate to, and it is a durable
 //! classic queue.
 
 use warren_protocol::{FieldTable, FieldValue};

@@ -67,7 +67,7 @@ pub enum QueueRef {
     Remote(Arc<RemoteQueue>),
     /// A stream on this node (`queue/stream/`): an append-only log read from offsets.
     Stream(Arc<Stream>),
-    /// A replicated queue (`cluster/quorum.rs`): served by its group's leader, through
+    /// A replicated queue (`cluster/quorum/`): served by its group's leader, through
     /// [`QuorumQueue::leg`] (a `Local` queue where this node leads, else a `Remote` one).
     Quorum(Arc<QuorumQueue>),
 }

@@ -9,11 +9,29 @@
 //! Lock order: queue -> channel deliveries -> outbox. Never take a queue lock while holding a
 //! channel's deliveries lock. Dead letters are collected under the lock and published after it
 //! is released, so dead-letter cycles between queues cannot deadlock.
+//!
+//! This file holds the [`Queue`], the types its callers pass and get back, the host of its
+//! state machine (`Ctx`, with what it keeps under the lock, `Io`), its constructors and its
+//! publish path (kept here: `bench/callgrind.sh` finds `Queue::publish` by this module's path).
+//! Each other job is an `impl Queue` block in a file of its own:
+//! - `consume`: consumers joining and leaving, basic.get, acks, rejects and requeues.
+//! - `paging`: reading a paged-out tail back, the scratch log, the persister's side.
+//! - `dead_publish`: publishing dead letters once the lock is released.
+//! - `leader`: the leader leg of a replicated queue (`cluster/quorum`).
+//! The other children hold their own types: `args` (arguments), `dead_letter` (the dead letter's
+//! copy and `x-death`), `handle` (`QueueRef`), `owner` (`QueueOwner`), `stream` (stream queues).
+//!
+//! The shared types stay here: the `impl Queue` children import `super`, and this file imports
+//! none of those four, so the split adds no import cycle.
 
 pub mod args;
+mod consume;
 pub mod dead_letter;
+mod dead_publish;
 pub mod handle;
+mod leader;
 pub mod owner;
+mod paging;
 pub mod stream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,7 +51,6 @@ use warren_store::{Cursor, LiveSet, QueueLog};
 use crate::channel::Offer;
 use crate::cluster::quorum::{LogPos, LogTail, Replicator};
 use crate::confirm::ConfirmHandle;
-use crate::error::{AmqpError, AmqpResult};
 use crate::limits;
 use crate::message::Message;
 use crate::metrics::{bump, delivered, QueueStats};
@@ -118,7 +135,7 @@ pub struct Queue {
     /// `relieved` for a bounded time. This is the queue's credit to its publishers.
     pressure: AtomicBool,
     relieved: tokio::sync::Notify,
-    /// The leader's queue of a replicated queue (`cluster/quorum.rs`): publishes go to the
+    /// The leader's queue of a replicated queue (`cluster/quorum/`): publishes go to the
     /// replicator and enter once committed; what leaves for good is settled through it.
     repl: arc_swap::ArcSwapOption<Replicator>,
     /// Made by `Queue::leader`: only such a queue reads `repl` and `retired` on its publish
@@ -352,68 +369,9 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
     }
 }
 
-impl Io {
-    /// Reads about `limits::PAGE_IN_BYTES` of paged-out messages, in order.
-    fn page_in(&mut self, remaining: usize, out: &mut Vec<QueuedMessage>) -> PagedIn {
-        let (Some(p), Some(log)) = (&mut self.pager, &self.log) else {
-            return PagedIn::default();
-        };
-        let (recovered, max) = (&p.recovered, p.recovered_max);
-        let got = match log.read(&mut p.cursor, limits::PAGE_IN_BYTES, |s| {
-            holds(recovered, max, s)
-        }) {
-            Ok(got) => got,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read paged-out messages back");
-                Vec::new()
-            }
-        };
-        if got.is_empty() {
-            tracing::error!(
-                messages = remaining,
-                "paged-out messages could not be read back and are dropped"
-            );
-        }
-        let mut read = PagedIn::default();
-        for (seq, data) in got {
-            // More records than the tail counts would be a bookkeeping bug: never overrun.
-            if read.records == remaining {
-                tracing::error!(
-                    seq,
-                    "a paged-out record beyond the queue's count is ignored"
-                );
-                break;
-            }
-            p.recovered.forget_below(seq);
-            read.records += 1;
-            read.bytes += crate::persist::stored_body_len(&data);
-            let Some((msg, expires_at_ms)) = crate::persist::decode_message(&data) else {
-                tracing::warn!(seq, "skipping a stored message that does not decode");
-                continue;
-            };
-            out.push(QueuedMessage {
-                seq,
-                msg: Arc::new(msg),
-                // Recovered at boot: it may have been delivered before the restart, so say so.
-                redelivered: p.recovered_max.is_some_and(|m| seq <= m),
-                expires_at_ms,
-                logged: true,
-            });
-        }
-        read
-    }
-}
-
 pub struct RemovedConsumer {
     /// The queue is auto-delete and this was its last consumer.
     pub auto_delete_now: bool,
-}
-
-/// Seconds since the Unix epoch (`x-death` times).
-fn unix_now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Milliseconds on a monotonic clock shared by the process (TTL deadlines).
@@ -563,111 +521,6 @@ impl Queue {
         crate::limits::wait_relief(&self.relieved, || self.pressured(), max).await
     }
 
-    /// Retires the leader's queue of a replicated queue (this node no longer leads): it stops
-    /// replicating, so what it drops is not settled, refuses publishes, and is deleted.
-    /// Returns its consumers, to be told of the cancel.
-    pub fn retire(self: &Arc<Self>) -> Vec<Arc<Consumer>> {
-        self.retired.store(true, Ordering::SeqCst);
-        self.stop_replicating();
-        self.mark_deleted().1
-    }
-
-    /// The leader's queue of a replicated queue (`cluster/quorum.rs`), replicating through
-    /// `repl`: no log of its own, its paged tail is read back from the group's log (`tail`).
-    pub fn leader<O: QueueOwner + 'static>(
-        name: Arc<str>,
-        vhost: Arc<str>,
-        options: QueueOptions,
-        owner: Weak<O>,
-        repl: Arc<Replicator>,
-        tail: LogTail,
-    ) -> Arc<Queue> {
-        Self::build(name, vhost, options, owner, None, Some((repl, tail)))
-    }
-
-    /// A new leader's queue takes over the replica's messages as a paged tail: `count` of
-    /// `bytes`, ids in `runs`, read back from the log from `from`; `seen` may have been
-    /// delivered by an earlier leader. Ids go on from `next_id`.
-    pub fn recover_tail(
-        self: &Arc<Self>,
-        next_id: u64,
-        from: LogPos,
-        runs: std::collections::VecDeque<(u64, u64)>,
-        seen: std::collections::HashSet<u64>,
-        count: usize,
-        bytes: u64,
-    ) {
-        self.locked(|q, st, host| {
-            if let Some(t) = &mut host.io.log_tail {
-                t.recover(from, runs, seen);
-            }
-            st.recover(next_id, count, bytes, host);
-            q.may_expire.store(st.may_expire(), Ordering::Relaxed);
-        })
-    }
-
-    /// Stops replicating: the queue is being retired, and what it drops must not be settled.
-    fn stop_replicating(&self) {
-        self.repl.store(None);
-        self.state.lock().io.claims = None;
-    }
-
-    /// The group recorded these messages as delivered: they may go out now.
-    pub fn claimed(self: &Arc<Self>, ids: impl IntoIterator<Item = u64>) {
-        self.locked(|_, st, host| {
-            if let Some(c) = &mut host.io.claims {
-                c.extend(ids);
-            }
-            st.dispatch(host);
-        })
-    }
-
-    /// An earlier leader may have delivered these: their next delivery says so.
-    pub fn mark_redelivered(self: &Arc<Self>, ids: impl IntoIterator<Item = u64>) {
-        let mut st = self.state.lock();
-        for id in ids {
-            st.core.mark_redelivered(id);
-        }
-    }
-
-    /// Deliveries the consumers could take now beyond the ready messages (a guess at how many
-    /// of the next publishes go straight out, so they are claimed with their enqueue).
-    pub fn spare_credit(&self) -> usize {
-        let st = self.state.lock();
-        let mut spare = 0usize;
-        for c in st.core.consumers() {
-            spare = spare.saturating_add(if c.no_ack || c.prefetch == 0 {
-                usize::MAX / 4
-            } else {
-                c.prefetch.saturating_sub(c.outstanding) as usize
-            });
-        }
-        spare.saturating_sub(st.core.ready_len())
-    }
-
-    /// A committed publish of a replicated queue, numbered `id` by its log; false if the queue
-    /// refused it (full, reject-publish) or is gone.
-    pub fn apply_committed(
-        self: &Arc<Self>,
-        id: u64,
-        at: Option<LogPos>,
-        msg: Arc<Message>,
-        redelivered: bool,
-    ) -> bool {
-        self.locked(|q, st, host| {
-            host.io.outbox_bound = false;
-            host.io.publishing_at = at;
-            let published = st.publish_as(id, msg, redelivered, host);
-            host.io.publishing_at = None;
-            match published {
-                warren_queue::Published::Accepted { .. } => bump(&q.stats.publish, 1),
-                _ => return false,
-            }
-            q.after_publish(st, host);
-            true
-        })
-    }
-
     /// What a publish leaves to check: deadlines for the sweeper, and publisher pressure.
     fn after_publish(&self, st: &Core, host: &Ctx<'_>) {
         if st.may_expire() && !self.may_expire.load(Ordering::Relaxed) {
@@ -780,28 +633,6 @@ impl Queue {
         (msg.persistent && self.durable_store) || (self.leader_leg && self.repl.load().is_some())
     }
 
-    /// Makes sure a log exists to page out to (a non-durable queue makes a scratch one once).
-    fn ensure_log(&self, io: &mut Io) -> bool {
-        if io.log.is_some() {
-            return true;
-        }
-        let Some(dir) = self.scratch_dir.as_deref().filter(|_| !io.scratch_failed) else {
-            return false;
-        };
-        match Log::open(dir, crate::persist::stored_body_len) {
-            Ok((mut log, _)) => {
-                log.set_scratch();
-                io.log = Some(log);
-                true
-            }
-            Err(e) => {
-                io.scratch_failed = true;
-                tracing::warn!(queue = %self.name, vhost = %self.vhost, error = %e, "cannot page out: the queue keeps its backlog in memory");
-                false
-            }
-        }
-    }
-
     /// Enqueues and dispatches, applying TTL and the length limits. A message this queue
     /// [`stores`](Self::stores) carries `confirm`, completed once written or once it left.
     pub fn publish(
@@ -850,140 +681,6 @@ impl Queue {
         });
     }
 
-    /// basic.get: takes the head message. `ack_mode` counts it as unacked.
-    pub fn get(self: &Arc<Self>, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> bool {
-        self.locked(|q, st, host| match st.get(ack_mode, host) {
-            Some((m, left)) => {
-                // basic.get cannot wait for the group: its claim follows it (a leader lost in
-                // between leaves that one message unmarked at the next).
-                if host.io.claims.as_ref().is_some_and(|c| !c.contains(&m.seq)) {
-                    if let Some(r) = &*q.repl.load() {
-                        r.claim_now(m.seq);
-                    }
-                }
-                let st = &q.stats;
-                delivered(
-                    &st.get,
-                    &st.get_no_ack,
-                    &st.redeliver,
-                    !ack_mode,
-                    m.redelivered,
-                );
-                take(&m, left);
-                true
-            }
-            None => {
-                bump(&q.stats.get_empty, 1);
-                false
-            }
-        })
-    }
-
-    /// Settles acked messages and, with `dispatch`, dispatches. A channel under a channel-wide
-    /// limit passes false and dispatches all its queues itself, in a fair order.
-    pub fn settle(self: &Arc<Self>, msgs: impl IntoIterator<Item = Settled>, dispatch: bool) {
-        self.locked(|q, st, host| {
-            let mut n = 0;
-            st.settle(msgs.into_iter().inspect(|_| n += 1), dispatch, host);
-            bump(&q.stats.ack, n);
-        })
-    }
-
-    /// Rejected without requeue: settled, and dead-lettered if the queue has a DLX.
-    /// `dispatch` as for [`Queue::settle`].
-    pub fn discard(self: &Arc<Self>, msgs: impl IntoIterator<Item = Settled>, dispatch: bool) {
-        self.locked(|_, st, host| st.discard(msgs, dispatch, host))
-    }
-
-    /// Puts unacked messages back at their original positions, marked redelivered (see
-    /// `warren_queue::State::requeue` for the length limits).
-    pub fn requeue(self: &Arc<Self>, msgs: impl IntoIterator<Item = Settled>) {
-        let repl = if self.leader_leg {
-            self.repl.load_full()
-        } else {
-            None
-        };
-        if repl.is_some() || self.quorum_type {
-            // A quorum queue counts returns (replicated with the log when it is replicated;
-            // on a single node in the message's own header), shows the count as
-            // `x-delivery-count` (a mirrored classic queue only replicates it), and drops what
-            // passed `x-delivery-limit`, as RabbitMQ does.
-            let limit = self.args().delivery_limit;
-            let (mut back, mut over) = (Vec::new(), Vec::new());
-            for (c, mut m) in msgs {
-                let n = match &repl {
-                    Some(r) => {
-                        let n = u64::from(r.returned(m.seq));
-                        if self.quorum_type {
-                            m.msg = Arc::new(crate::delayed::with_delivery_count(&m.msg, n));
-                        }
-                        n
-                    }
-                    None => {
-                        let (msg, n) = crate::delayed::next_attempt(&m.msg);
-                        m.msg = Arc::new(msg);
-                        n
-                    }
-                };
-                if limit.is_some_and(|l| n > l) {
-                    over.push((c, m));
-                } else {
-                    back.push((c, m));
-                }
-            }
-            return self.locked(|_, st, host| {
-                if !over.is_empty() {
-                    st.dead_letter(over, Reason::DeliveryLimit, host);
-                }
-                st.requeue(back, host)
-            });
-        }
-        self.locked(|_, st, host| st.requeue(msgs, host))
-    }
-
-    /// Adds a consumer; `on_added` runs under the queue lock (it sends consume-ok), so no
-    /// delivery can overtake the consume-ok.
-    pub fn add_consumer(
-        self: &Arc<Self>,
-        c: Arc<Consumer>,
-        on_added: impl FnOnce(),
-    ) -> AmqpResult<()> {
-        self.locked(|q, st, host| {
-            let entry = warren_queue::Consumer {
-                key: c.key,
-                priority: c.priority,
-                no_ack: c.no_ack,
-                exclusive: c.exclusive,
-                prefetch: u32::from(c.prefetch),
-                outstanding: 0,
-                handle: c,
-            };
-            let now = host.now();
-            match st.add_consumer(entry, now) {
-                Ok(()) => {}
-                Err(warren_queue::ConsumeRefused::Deleted) => {
-                    return Err(AmqpError::not_found(format!("no {}", q.describe())));
-                }
-                Err(warren_queue::ConsumeRefused::Exclusive) => {
-                    return Err(AmqpError::access_refused(format!(
-                        "{} in exclusive use",
-                        q.describe()
-                    )));
-                }
-            }
-            on_added();
-            st.dispatch(host);
-            Ok(())
-        })
-    }
-
-    pub fn remove_consumer(self: &Arc<Self>, c: &Arc<Consumer>) -> RemovedConsumer {
-        self.locked(|_, st, host| {
-            let (_, auto_delete_now) = st.remove_consumer(c.key, host);
-            RemovedConsumer { auto_delete_now }
-        })
-    }
-
     /// Its owner (the vhost), while it lives.
     pub fn owner(&self) -> Option<Arc<dyn QueueOwner>> {
         self.owner.upgrade()
@@ -995,26 +692,6 @@ impl Queue {
             st.expire(now, host);
             st.ready_len() as u32
         })
-    }
-
-    /// Delivered and not yet settled (management API's messages_unacknowledged).
-    pub fn unacked_count(&self) -> u32 {
-        self.state.lock().core.unacked() as u32
-    }
-
-    pub fn consumer_count(&self) -> u32 {
-        self.state.lock().core.consumers().len() as u32
-    }
-
-    /// The consumers in dispatch order (with a single active consumer, the first is the
-    /// active one), for the management side.
-    pub fn consumers(&self) -> Vec<Arc<Consumer>> {
-        let st = self.state.lock();
-        st.core
-            .consumers()
-            .iter()
-            .map(|c| c.handle.clone())
-            .collect()
     }
 
     pub fn purge(self: &Arc<Self>) -> u32 {
@@ -1036,150 +713,10 @@ impl Queue {
     pub fn is_deleted(&self) -> bool {
         self.state.lock().core.is_deleted()
     }
-
-    /// At-least-once: each dead letter stays in the group (replicated, so a new leader sends it
-    /// again) until every queue it is routed to has it; then its message is settled.
-    fn dead_letter_kept(&self, kept: Vec<(u64, Arc<Message>, Reason)>) {
-        let Some(r) = self.repl.load_full() else {
-            // Retired meanwhile: the group still holds them, for the next leader.
-            return;
-        };
-        let args = self.args();
-        let now_s = unix_now_s();
-        for (id, msg, reason) in kept {
-            match self.dead_copy(&args, &msg, reason, now_s) {
-                Some((m, cc)) => r.dead_lettering(id, Arc::new(m), cc),
-                // The dead-letter exchange went with a policy meanwhile: dropped, as then.
-                None => r.settled(id),
-            }
-        }
-        self.send_dead_kept(&r);
-    }
-
-    /// The copy of `msg` to publish to the dead-letter exchange, and its extra routing keys;
-    /// none without one.
-    fn dead_copy(
-        &self,
-        a: &QueueArgs,
-        msg: &Message,
-        reason: Reason,
-        now_s: u64,
-    ) -> Option<(Message, Vec<warren_protocol::ByteString>)> {
-        let dlx = a.dead_letter_exchange.as_deref()?;
-        Some(dead_letter::dead_lettered(
-            msg,
-            &self.name,
-            reason,
-            dlx,
-            a.dead_letter_routing_key.as_deref(),
-            now_s,
-        ))
-    }
-
-    /// Routes the kept dead letters not yet on their way (new, unroutable or refused before).
-    pub fn send_dead_kept(&self, r: &Arc<Replicator>) {
-        let Some(owner) = self.owner.upgrade() else {
-            return;
-        };
-        let mut targets = Vec::new();
-        for (id, m, cc) in r.dead_to_send() {
-            targets.clear();
-            match owner.route_dead_letter(&m, &cc, &mut targets) {
-                DeadRoute::Routed if !targets.is_empty() => {}
-                // To a delayed exchange: settled once its store holds it (on disk for a
-                // persistent message in a durable store).
-                DeadRoute::Delay(delay) => {
-                    let rr = r.clone();
-                    let done = ConfirmHandle::then(move |ok| rr.dead_done(id, ok));
-                    match owner.clone().hold_dead_letter(&m, delay, Some(&done)) {
-                        None => r.dead_unsent(id),
-                        Some(false) => {
-                            done.done(true);
-                        }
-                        Some(true) => {}
-                    }
-                    continue;
-                }
-                // Unroutable (or the exchange is gone): kept, and tried again.
-                _ => {
-                    r.dead_unsent(id);
-                    continue;
-                }
-            }
-            dead_letter::drop_cycles(&m.properties, &mut targets);
-            if targets.is_empty() {
-                // Every target was a cycle: dropped, as RabbitMQ drops it.
-                r.dead_done(id, true);
-                continue;
-            }
-            let waits = targets.iter().filter(|q| q.stores(&m)).count();
-            if waits == 0 {
-                for q in targets.drain(..) {
-                    q.publish(m.clone(), None);
-                }
-                r.dead_done(id, true);
-                continue;
-            }
-            let rr = r.clone();
-            let done = ConfirmHandle::then_n(waits, move |ok| rr.dead_done(id, ok));
-            for q in targets.drain(..) {
-                let h = q.stores(&m).then_some(&done);
-                // Refused (full) or gone meanwhile: sent again, routed afresh.
-                if q.publish(m.clone(), h) != Enqueued::Accepted && h.is_some() {
-                    done.done(false);
-                }
-            }
-        }
-    }
-
-    fn publish_dead(&self, dead: Vec<(Arc<Message>, Reason)>) {
-        let args = self.args();
-        let Some(owner) = self.owner.upgrade() else {
-            return;
-        };
-        let now_s = unix_now_s();
-        let mut targets = Vec::new();
-        for (msg, reason) in dead {
-            let Some((m, cc)) = self.dead_copy(&args, &msg, reason, now_s) else {
-                continue;
-            };
-            targets.clear();
-            match owner.route_dead_letter(&m, &cc, &mut targets) {
-                // A missing dead-letter exchange drops the message, as in RabbitMQ.
-                DeadRoute::NoExchange => continue,
-                DeadRoute::Delay(delay) => {
-                    owner.clone().hold_dead_letter(&m, delay, None);
-                    continue;
-                }
-                DeadRoute::Routed => {}
-            }
-            dead_letter::drop_cycles(&m.properties, &mut targets);
-            let m = Arc::new(m);
-            for q in targets.drain(..) {
-                q.publish(m.clone(), None);
-            }
-        }
-    }
 }
 
 impl std::fmt::Debug for Queue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Queue({})", self.name)
-    }
-}
-
-impl Queue {
-    /// Joins the persister's next batch; false if already in it.
-    pub fn mark_dirty(&self) -> bool {
-        !self.in_batch.swap(true, Ordering::AcqRel)
-    }
-
-    /// Called by the persister: writes the buffered records (the caller fsyncs the files).
-    pub fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>> {
-        self.in_batch.store(false, Ordering::Release);
-        let mut st = self.state.lock();
-        let io = &mut st.io;
-        io.log_dirty = false;
-        crate::persist::write_counted(io.log.as_mut(), self.persister.as_ref())
     }
 }

@@ -11,7 +11,7 @@
 //! Memory holds each entry's offset in its segment (4 bytes) and the newest entries up to
 //! `CACHE_BYTES`, which serve replication and apply; older entries are read back from their
 //! segment. A replicated queue's message bodies live in its log (the broker's
-//! `cluster/quorum.rs` reads them back through [`LogReader`]), so a long queue is not held in
+//! `cluster/quorum/` reads them back through [`LogReader`]), so a long queue is not held in
 //! memory. Writes happen on openraft's log task, one at a time; a file write and its fsync run
 //! without the lock, so readers are not held up by the disk.
 //!

@@ -1,0 +1,65 @@
+//! Publishing a queue's dead letters, once its lock is released: the copy each message leaves as
+//! (`dead_letter::dead_lettered`), routed through the owner (the vhost) to its targets.
+
+use std::sync::Arc;
+
+use super::{dead_letter, DeadRoute, Queue, QueueArgs, Reason};
+use crate::message::Message;
+
+/// Seconds since the Unix epoch (`x-death` times).
+pub(super) fn unix_now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Queue {
+    /// The copy of `msg` to publish to the dead-letter exchange, and its extra routing keys;
+    /// none without one.
+    pub(super) fn dead_copy(
+        &self,
+        a: &QueueArgs,
+        msg: &Message,
+        reason: Reason,
+        now_s: u64,
+    ) -> Option<(Message, Vec<warren_protocol::ByteString>)> {
+        let dlx = a.dead_letter_exchange.as_deref()?;
+        Some(dead_letter::dead_lettered(
+            msg,
+            &self.name,
+            reason,
+            dlx,
+            a.dead_letter_routing_key.as_deref(),
+            now_s,
+        ))
+    }
+
+    pub(super) fn publish_dead(&self, dead: Vec<(Arc<Message>, Reason)>) {
+        let args = self.args();
+        let Some(owner) = self.owner.upgrade() else {
+            return;
+        };
+        let now_s = unix_now_s();
+        let mut targets = Vec::new();
+        for (msg, reason) in dead {
+            let Some((m, cc)) = self.dead_copy(&args, &msg, reason, now_s) else {
+                continue;
+            };
+            targets.clear();
+            match owner.route_dead_letter(&m, &cc, &mut targets) {
+                // A missing dead-letter exchange drops the message, as in RabbitMQ.
+                DeadRoute::NoExchange => continue,
+                DeadRoute::Delay(delay) => {
+                    owner.clone().hold_dead_letter(&m, delay, None);
+                    continue;
+                }
+                DeadRoute::Routed => {}
+            }
+            dead_letter::drop_cycles(&m.properties, &mut targets);
+            let m = Arc::new(m);
+            for q in targets.drain(..) {
+                q.publish(m.clone(), None);
+            }
+        }
+    }
+}
