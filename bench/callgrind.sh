@@ -36,7 +36,7 @@ for r in $(seq 1 "$ROUNDS"); do
           # A method in an impl block of a child module is named <mod>::<impl Type>::m: shown
           # as Type::m, so that rows compare across builds that moved code between files.
           if (match(f, /<impl /)) {
-            rest = substr(f, RSTART + 6); n = split(rest, parts, "::"); m = parts[n]
+            rest = substr(f, RSTART + 6); k = split(rest, parts, "::"); m = parts[k]
             t = substr(rest, 1, length(rest) - length(m) - 2); f = substr(t, 1, length(t) - 1) "::" m
           }
           if (!(f in best) || c+0 > best[f]) best[f]=c+0}
