@@ -582,7 +582,7 @@ impl DelayStore {
             });
             vhost.route_due(&self.exchange, &msg, &mut targets);
             if h.dead {
-                crate::queue::dead_letter::drop_cycles(&msg.properties, &mut targets);
+                crate::queue::dead_letter::drop_cycles(&msg.properties, &mut targets, |q| q.name());
             }
             self.hand_over(seq, &h, msg, &mut targets, &mut acks);
         }

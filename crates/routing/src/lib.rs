@@ -214,7 +214,7 @@ impl<Q: Clone + QueueKey> Table<Q> {
     /// every exchange matches its bindings against the message's whole key set (routing key,
     /// then `extra_keys`), a matched exchange binding adds that exchange to the walk, and an
     /// exchange that matched nothing adds its alternate exchange. Checked against RabbitMQ 3.10
-    /// (tests/interop/python/test_routing_keys.py).
+    /// (tests/interop/python/test_dead_letter_routing.py).
     // Inlined into each caller, so `route` (no extra keys) keeps no loop over them.
     #[inline(always)]
     fn walk<'a>(

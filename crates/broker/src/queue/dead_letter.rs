@@ -5,7 +5,6 @@ use warren_protocol::ByteString;
 use warren_protocol::{FieldTable, FieldValue};
 
 use crate::message::{header_routes, Message};
-use crate::queue::QueueRef;
 
 pub use warren_queue::Reason;
 
@@ -15,8 +14,9 @@ pub use warren_queue::Reason;
 /// queue's, both included, has reason `rejected`. A cycle with a rejection in it was driven by
 /// a client, so it is allowed; one made only of expiries, length limits and delivery limits
 /// would loop for ever. `properties` are the dead letter's (what [`dead_lettered`] made, or a
-/// delay store's held copy of it). Each dropped target is logged at debug level.
-pub fn drop_cycles(properties: &bytes::Bytes, targets: &mut Vec<QueueRef>) {
+/// delay store's held copy of it); `name` gives a target's queue name (generic, so that this
+/// file needs nothing of the queue handle's). Each dropped target is logged at debug level.
+pub fn drop_cycles<T>(properties: &bytes::Bytes, targets: &mut Vec<T>, name: impl Fn(&T) -> &str) {
     if targets.is_empty() {
         return;
     }
@@ -24,9 +24,9 @@ pub fn drop_cycles(properties: &bytes::Bytes, targets: &mut Vec<QueueRef>) {
         return;
     };
     targets.retain(|q| {
-        let cycle = is_cycle(&deaths, q.name());
+        let cycle = is_cycle(&deaths, name(q));
         if cycle {
-            tracing::debug!(queue = %q.name(), path = ?deaths.iter().map(|d| d.0.as_deref().unwrap_or("?")).collect::<Vec<_>>(),
+            tracing::debug!(queue = name(q), path = ?deaths.iter().map(|d| d.0.as_deref().unwrap_or("?")).collect::<Vec<_>>(),
                 "dead letter dropped: it would cycle back into a queue it died in with no rejection on the way");
         }
         !cycle

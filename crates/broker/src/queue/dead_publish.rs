@@ -55,7 +55,7 @@ impl Queue {
                 }
                 DeadRoute::Routed => {}
             }
-            dead_letter::drop_cycles(&m.properties, &mut targets);
+            dead_letter::drop_cycles(&m.properties, &mut targets, |q| q.name());
             let m = Arc::new(m);
             for q in targets.drain(..) {
                 q.publish(m.clone(), None);

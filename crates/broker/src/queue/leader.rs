@@ -173,7 +173,7 @@ impl Queue {
                     continue;
                 }
             }
-            dead_letter::drop_cycles(&m.properties, &mut targets);
+            dead_letter::drop_cycles(&m.properties, &mut targets, |q| q.name());
             if targets.is_empty() {
                 // Every target was a cycle: dropped, as RabbitMQ drops it.
                 r.dead_done(id, true);
