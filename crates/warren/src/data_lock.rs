@@ -68,7 +68,10 @@ pub fn acquire(dir: &Path) -> Result<DataDirLock, LockError> {
         }
         Err((mut f, Errno::EWOULDBLOCK)) => {
             let mut text = String::new();
-            let pid = f.read_to_string(&mut text).ok().and_then(|_| text.trim().parse().ok());
+            let pid = f
+                .read_to_string(&mut text)
+                .ok()
+                .and_then(|_| text.trim().parse().ok());
             Err(LockError::Held {
                 dir: dir.to_path_buf(),
                 pid,
@@ -96,7 +99,10 @@ mod tests {
         }
         let msg = acquire(&dir).expect_err("held").to_string();
         assert!(msg.contains(&dir.display().to_string()), "{msg}");
-        assert!(msg.contains(&format!("pid {}", std::process::id())), "{msg}");
+        assert!(
+            msg.contains(&format!("pid {}", std::process::id())),
+            "{msg}"
+        );
         drop(first);
         let again = acquire(&dir).expect("free once dropped");
         drop(again);

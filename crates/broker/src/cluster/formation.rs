@@ -107,7 +107,10 @@ impl Cluster {
         }
     }
 
-    pub(super) async fn open_meta(&self, broker: &Arc<Broker>) -> anyhow::Result<warren_cluster::Meta> {
+    pub(super) async fn open_meta(
+        &self,
+        broker: &Arc<Broker>,
+    ) -> anyhow::Result<warren_cluster::Meta> {
         let me = warren_cluster::Node {
             name: self.me.clone(),
             addr: self.addr.clone(),

@@ -8,7 +8,9 @@ use bytes::Bytes;
 
 use super::link::{BoxFuture, Handler, Link};
 use super::{quorum, remote, Cluster};
-use super::{APPLY_WAIT, SERVICE_APPLIED, SERVICE_MEMBER, SERVICE_NODE, SERVICE_QUEUE, SERVICE_RAFT};
+use super::{
+    APPLY_WAIT, SERVICE_APPLIED, SERVICE_MEMBER, SERVICE_NODE, SERVICE_QUEUE, SERVICE_RAFT,
+};
 
 pub(super) struct LinkHandler(pub(super) Weak<Cluster>);
 

@@ -197,7 +197,10 @@ mod tests {
         assert!(is_cycle(&d, "q") && is_cycle(&d, "p"));
         // A rejection anywhere from the newest entry back to the queue's breaks the cycle.
         let d = deaths(&[("p", "expired"), ("q", "rejected")]);
-        assert!(is_cycle(&d, "p"), "p's own entry is newer than the rejection");
+        assert!(
+            is_cycle(&d, "p"),
+            "p's own entry is newer than the rejection"
+        );
         assert!(!is_cycle(&d, "q"));
         let d = deaths(&[("q", "rejected")]);
         assert!(!is_cycle(&d, "q"), "a rejected dead letter never cycles");

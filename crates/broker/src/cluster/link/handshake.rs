@@ -23,7 +23,10 @@ impl Links {
         h.finalize().into()
     }
 
-    pub(super) async fn dial_handshake(&self, s: &mut TcpStream) -> Result<(String, String), String> {
+    pub(super) async fn dial_handshake(
+        &self,
+        s: &mut TcpStream,
+    ) -> Result<(String, String), String> {
         let nonce: [u8; 16] = rand::random();
         let mut b = BytesMut::new();
         b.put_slice(MAGIC);
@@ -53,7 +56,10 @@ impl Links {
         Ok((name, addr))
     }
 
-    pub(super) async fn accept_handshake(&self, s: &mut TcpStream) -> Result<(String, String), String> {
+    pub(super) async fn accept_handshake(
+        &self,
+        s: &mut TcpStream,
+    ) -> Result<(String, String), String> {
         let mut magic = [0u8; 8];
         s.read_exact(&mut magic).await.map_err(|e| e.to_string())?;
         if &magic != MAGIC {

@@ -340,7 +340,9 @@ impl RemoteQueue {
             put_str(&mut b, &self.name);
             b.put_u64(c.key);
             tokio::spawn(async move {
-                let _ = link.call(crate::cluster::SERVICE_QUEUE, &b, REQUEST_TIMEOUT).await;
+                let _ = link
+                    .call(crate::cluster::SERVICE_QUEUE, &b, REQUEST_TIMEOUT)
+                    .await;
             });
         }
         self.counts.lock().take();

@@ -10,9 +10,7 @@ use warren_protocol::ByteString;
 
 use super::lid;
 use super::sink::{LinkSink, Unacked};
-use super::wire::{
-    get_u64, get_u8, put_message, Q_CANCEL, Q_CONSUME, Q_COUNTS, Q_GET, Q_PURGE,
-};
+use super::wire::{get_u64, get_u8, put_message, Q_CANCEL, Q_CONSUME, Q_COUNTS, Q_GET, Q_PURGE};
 use crate::cluster::link::{get_str, Link};
 use crate::cluster::Cluster;
 use crate::error::{AmqpError, AmqpResult};
