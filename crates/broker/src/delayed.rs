@@ -368,17 +368,20 @@ impl DelayStore {
         confirm: Option<&Arc<ConfirmHandle>>,
     ) -> bool {
         self.hold_as(&msg, delay_ms, confirm, false)
+            .unwrap_or(false)
     }
 
     /// [`DelayStore::hold`] for a dead letter: when it is due, the queues it would cycle back
     /// into are dropped from its targets, as when it was dead-lettered
-    /// ([`crate::queue::dead_letter::drop_cycles`]). The mark is kept on disk with it.
+    /// ([`crate::queue::dead_letter::drop_cycles`]). The mark is kept on disk with it. `None`
+    /// if the store's exchange was deleted meanwhile (nothing held); else whether `confirm` was
+    /// taken.
     pub fn hold_dead_letter(
         self: &Arc<Self>,
         msg: &Message,
         delay_ms: u64,
         confirm: Option<&Arc<ConfirmHandle>>,
-    ) -> bool {
+    ) -> Option<bool> {
         self.hold_as(msg, delay_ms, confirm, true)
     }
 
@@ -388,7 +391,7 @@ impl DelayStore {
         delay_ms: u64,
         confirm: Option<&Arc<ConfirmHandle>>,
         dead: bool,
-    ) -> bool {
+    ) -> Option<bool> {
         let due = unix_ms().saturating_add(delay_ms);
         // Its own copy: a body sliced from a connection's read buffer would keep that whole
         // buffer alive for as long as the message waits.
@@ -405,7 +408,7 @@ impl DelayStore {
         let dirty = {
             let mut st = self.state.lock();
             if st.deleted {
-                return false;
+                return None;
             }
             let seq = st.next_seq;
             st.next_seq += 1;
@@ -430,7 +433,7 @@ impl DelayStore {
         if due < self.armed_for.load(Ordering::Relaxed) {
             self.wake.notify_one();
         }
-        took
+        Some(took)
     }
 
     fn mark_dirty_now(self: &Arc<Self>) {

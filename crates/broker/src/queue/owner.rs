@@ -36,8 +36,9 @@ pub trait QueueOwner: Send + Sync {
     ) -> DeadRoute;
 
     /// Holds dead letter `m` in the store of its (delayed) exchange for `delay_ms`, the cycle
-    /// rule applying when it comes due. `None` if there is no such store; else whether
-    /// `confirm` was taken (it completes once the store has the message on disk).
+    /// rule applying when it comes due. `None` if there is no such store, or it was deleted
+    /// meanwhile (nothing is held); else whether `confirm` was taken (it completes once the
+    /// store has the message on disk).
     fn hold_dead_letter(
         self: Arc<Self>,
         m: &Message,

@@ -32,7 +32,7 @@ impl QueueOwner for VHost {
         confirm: Option<&Arc<crate::confirm::ConfirmHandle>>,
     ) -> Option<bool> {
         let store = self.delay_store(&m.exchange)?;
-        Some(store.hold_dead_letter(m, delay_ms, confirm))
+        store.hold_dead_letter(m, delay_ms, confirm)
     }
 
     fn delete_unused_queue(&self, name: &str) {
