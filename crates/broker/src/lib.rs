@@ -31,6 +31,7 @@ pub mod definitions;
 pub mod delayed;
 pub mod error;
 pub mod export;
+pub mod flow;
 pub mod health_api;
 pub mod http;
 pub mod json;

@@ -82,19 +82,3 @@ pub const OUTBOX_LOW_BYTES: usize = 256 * 1024;
 const _: () = assert!(OUTBOX_LOW_BYTES < OUTBOX_HIGH_BYTES);
 const _: () = assert!(OUTBOX_HIGH_BYTES < OUTBOX_READ_PAUSE_BYTES);
 const _: () = assert!(FRAME_MAX >= warren_protocol::frame::FRAME_MIN_SIZE);
-
-/// Waits, for at most `max`, until `relieved` is notified, unless `pressured()` is already
-/// false: a publisher's stall on a queue, stream or remote queue that holds it back.
-pub async fn wait_relief(
-    relieved: &tokio::sync::Notify,
-    pressured: impl Fn() -> bool,
-    max: std::time::Duration,
-) {
-    let notified = relieved.notified();
-    tokio::pin!(notified);
-    // Registered before the check, so a relief between the two is not missed.
-    notified.as_mut().enable();
-    if pressured() {
-        let _ = tokio::time::timeout(max, notified).await;
-    }
-}

@@ -20,47 +20,15 @@ use tokio::sync::Notify;
 use warren_protocol::frame::{self, FRAME_END, FRAME_OVERHEAD};
 use warren_protocol::Method;
 
+use crate::flow::SpaceWaiter;
 use crate::limits::{OUTBOX_HIGH_BYTES, OUTBOX_LOW_BYTES, SEND_TIMEOUT_MS};
 use crate::message::Message;
-use crate::queue::stream::Stream;
-use crate::queue::Queue;
 
-/// Who waits for an outbox to drain: a queue dispatches again, a stream wakes its consumers.
-enum Waiter {
-    Queue(Weak<Queue>),
-    Stream(Weak<Stream>),
-    /// A consumer of a queue on another node, whose credit waits for this outbox to drain.
-    Remote(Weak<crate::cluster::remote::Proxy>),
-}
+/// Who waits for this outbox to drain (`flow.rs`, link 1), held weakly.
+type Waiter = Weak<dyn SpaceWaiter>;
 
-impl Waiter {
-    fn is(&self, p: *const ()) -> bool {
-        match self {
-            Waiter::Queue(w) => w.as_ptr() as *const () == p,
-            Waiter::Stream(w) => w.as_ptr() as *const () == p,
-            Waiter::Remote(w) => w.as_ptr() as *const () == p,
-        }
-    }
-
-    fn wake(self) {
-        match self {
-            Waiter::Queue(w) => {
-                if let Some(q) = w.upgrade() {
-                    q.dispatch()
-                }
-            }
-            Waiter::Stream(w) => {
-                if let Some(s) = w.upgrade() {
-                    s.dispatch()
-                }
-            }
-            Waiter::Remote(w) => {
-                if let Some(p) = w.upgrade() {
-                    p.release_credit()
-                }
-            }
-        }
-    }
+fn same(w: &Waiter, p: *const ()) -> bool {
+    w.as_ptr() as *const () == p
 }
 
 #[derive(Default)]
@@ -217,7 +185,9 @@ impl Outbox {
             self.notify.notify_one();
         }
         for w in waiting {
-            w.wake();
+            if let Some(w) = w.upgrade() {
+                w.space();
+            }
         }
     }
 
@@ -226,31 +196,13 @@ impl Outbox {
         into.extend_from_slice(&self.inner.lock().buf.split());
     }
 
-    /// Registers a queue to be woken when this outbox drains.
-    pub fn wait_for_space(&self, q: &Arc<Queue>) {
+    /// Registers `w` to be woken when this outbox drains; false if it has room already (the
+    /// caller retries at once: the drain that would have woken it may be past).
+    pub fn wait_for_space(&self, w: Arc<dyn SpaceWaiter>) -> bool {
         let mut g = self.inner.lock();
-        if !g.waiting.iter().any(|w| w.is(Arc::as_ptr(q) as *const ())) {
-            g.waiting.push(Waiter::Queue(Arc::downgrade(q)));
-        }
-    }
-
-    /// Registers a stream whose consumers wait for this outbox to drain; false if it already
-    /// has (the caller retries at once: the drain that would have woken it is past).
-    pub fn wait_for_space_stream(&self, s: &Arc<Stream>) -> bool {
-        let mut g = self.inner.lock();
-        if !g.waiting.iter().any(|w| w.is(Arc::as_ptr(s) as *const ())) {
-            g.waiting.push(Waiter::Stream(Arc::downgrade(s)));
-        }
-        drop(g);
-        self.is_full()
-    }
-
-    /// Registers a remote consumer to get its credit back when this outbox drains; false if
-    /// it has drained already (the caller releases the credit itself).
-    pub fn wait_for_space_remote(&self, p: &Arc<crate::cluster::remote::Proxy>) -> bool {
-        let mut g = self.inner.lock();
-        if !g.waiting.iter().any(|w| w.is(Arc::as_ptr(p) as *const ())) {
-            g.waiting.push(Waiter::Remote(Arc::downgrade(p)));
+        let p = Arc::as_ptr(&w) as *const ();
+        if !g.waiting.iter().any(|x| same(x, p)) {
+            g.waiting.push(Arc::downgrade(&w));
         }
         drop(g);
         self.is_full()
@@ -338,7 +290,9 @@ impl Outbox {
             };
             self.space.notify_one();
             for w in waiting {
-                w.wake();
+                if let Some(w) = w.upgrade() {
+                    w.space();
+                }
             }
             if spare.is_empty() {
                 if closed {

@@ -13,6 +13,7 @@ use warren_protocol::Method;
 use super::{remove_consumer, Channel, ChannelShared, Offer, PublishState, Settle, TxOp, Unacked};
 use crate::consumer_timeout as timeout;
 use crate::error::{AmqpError, AmqpResult};
+use crate::flow::SpaceWaiter;
 use crate::metrics::delivered;
 use crate::outbox;
 use crate::queue::{Consumer, DeliverySink, Queue, QueueRef, QueuedMessage};
@@ -199,8 +200,16 @@ impl DeliverySink for ChannelShared {
         ChannelShared::offer(self, c, q, m)
     }
 
-    fn wait_for_space(&self, q: &Arc<Queue>) {
-        self.outbox.wait_for_space(q)
+    fn offer_for(&self, c: &Arc<Consumer>, m: &QueuedMessage) -> Offer {
+        self.offer_from(c, || c.queue.clone(), m)
+    }
+
+    fn wait_for_space(&self, w: Arc<dyn SpaceWaiter>) -> bool {
+        self.outbox.wait_for_space(w)
+    }
+
+    fn output_full(&self) -> bool {
+        self.outbox.is_full()
     }
 
     fn push(&self, c: &Arc<Consumer>, q: QueueRef, m: &QueuedMessage) -> bool {
@@ -213,23 +222,6 @@ impl DeliverySink for ChannelShared {
         }
         self.deliver_locked(&mut d, c, || q, m);
         true
-    }
-
-    fn hold_credit(&self, p: &Arc<crate::cluster::remote::Proxy>) -> bool {
-        self.outbox.is_full() && self.outbox.wait_for_space_remote(p)
-    }
-
-    fn offer_stream(
-        &self,
-        c: &Arc<Consumer>,
-        s: &Arc<crate::queue::stream::Stream>,
-        m: &QueuedMessage,
-    ) -> Offer {
-        self.offer_from(c, || QueueRef::Stream(s.clone()), m)
-    }
-
-    fn wait_for_space_stream(&self, s: &Arc<crate::queue::stream::Stream>) -> bool {
-        self.outbox.wait_for_space_stream(s)
     }
 
     fn cancelled(&self, c: &Consumer) {

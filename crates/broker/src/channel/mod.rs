@@ -42,19 +42,10 @@ use crate::message::{header_routes, Message};
 use crate::metrics::{bump, delivered, ChannelStats};
 use crate::outbox::{self, Outbox};
 use crate::queue::args::parse_expiration;
-use crate::queue::{Consumer, Enqueued, Queue, QueueRef, QueuedMessage};
+use crate::queue::{Consumer, Enqueued, Offer, Queue, QueueRef, QueuedMessage};
 use crate::vhost::{VHost, DIRECT_REPLY_TO};
 
 pub use names::gen_name;
-
-/// What a queue's offer of a message to a consumer came to.
-pub enum Offer {
-    Delivered,
-    /// Prefetch exhausted, flow stopped, channel closing or consumer cancelled.
-    NoCredit,
-    /// The connection's outbox is above its high mark.
-    OutboxFull,
-}
 
 /// A delivery awaiting ack.
 struct Unacked {

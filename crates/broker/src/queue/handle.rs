@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use warren_routing::QueueKey;
 
-use crate::channel::Offer;
 use crate::confirm::ConfirmHandle;
 use crate::error::AmqpResult;
+use crate::flow::SpaceWaiter;
 use crate::message::Message;
 
 use crate::cluster::quorum::QuorumQueue;
@@ -23,37 +23,41 @@ use crate::cluster::remote::RemoteQueue;
 use super::stream::Stream;
 use super::{Consumer, Enqueued, Queue, QueueArgs, QueueOptions, QueuedMessage, Settled};
 
+/// What a queue's offer of a message to a consumer came to.
+pub enum Offer {
+    Delivered,
+    /// Prefetch exhausted, flow stopped, channel closing or consumer cancelled.
+    NoCredit,
+    /// The consumer's connection output is above its high mark (`flow.rs`, link 1).
+    OutboxFull,
+}
+
 /// Where a queue's deliveries go: the consumer's side of the queue-consumer link. The queue
 /// counts each consumer's credit (its prefetch less its unsettled deliveries) and gets it back
-/// through settles; a sink answers only for what the connection knows at that moment.
+/// through settles; a sink answers only for what the connection knows at that moment. A sink
+/// is a local channel or a consumer's link to another node; the queue does not know which.
 pub trait DeliverySink: Send + Sync {
-    /// Takes `m` for consumer `c` of `q` now, or refuses: a channel-wide prefetch used up, the
-    /// connection's output full, the channel paused or closing.
+    /// Takes `m` for consumer `c` of the local queue `q` now, or refuses: a channel-wide
+    /// prefetch used up, the connection's output full, the channel paused or closing.
     fn offer(&self, c: &Arc<Consumer>, q: &Arc<Queue>, m: &QueuedMessage) -> Offer;
-    /// After an [`Offer::OutboxFull`]: dispatch `q` again once there is room.
-    fn wait_for_space(&self, q: &Arc<Queue>);
-    /// The broker cancelled `c` (its queue was deleted): tell the client (basic.cancel).
-    fn cancelled(&self, c: &Consumer);
-    /// A delivery from a queue on another node, already sent over the link: taken whatever
-    /// the channel's limits (the queue's home counted the consumer's credit); false if the
-    /// channel is closing.
-    fn push(&self, _c: &Arc<Consumer>, _q: QueueRef, _m: &QueuedMessage) -> bool {
-        false
-    }
-    /// After [`DeliverySink::push`]es: if the connection's output is full, `p` gets its credit
-    /// back (and its queue's home sends more) once it drains, as a local queue waits in
-    /// [`DeliverySink::wait_for_space`]. False if the output has room.
-    fn hold_credit(&self, _p: &Arc<crate::cluster::remote::Proxy>) -> bool {
-        false
-    }
-    /// [`DeliverySink::offer`] from a stream's consumer task (its credit counted by the
-    /// stream); a sink that cannot take stream deliveries refuses.
-    fn offer_stream(&self, _c: &Arc<Consumer>, _s: &Arc<Stream>, _m: &QueuedMessage) -> Offer {
+    /// [`DeliverySink::offer`] from a queue kind that counts its consumers' credit itself and
+    /// is the consumer's own queue (`c.queue`: a stream's consumer task); a sink that cannot
+    /// take such deliveries refuses.
+    fn offer_for(&self, _c: &Arc<Consumer>, _m: &QueuedMessage) -> Offer {
         Offer::NoCredit
     }
-    /// After an [`Offer::OutboxFull`] from `offer_stream`: wake `s`'s consumers once there is
-    /// room. False if there is room already.
-    fn wait_for_space_stream(&self, _s: &Arc<Stream>) -> bool {
+    /// After an [`Offer::OutboxFull`], or before withholding credit: `w` is woken once the
+    /// output drains. False if it has room already (the caller goes on at once).
+    fn wait_for_space(&self, w: Arc<dyn SpaceWaiter>) -> bool;
+    /// Whether the consumer's connection output is above its high mark now.
+    fn output_full(&self) -> bool {
+        false
+    }
+    /// The broker cancelled `c` (its queue was deleted): tell the client (basic.cancel).
+    fn cancelled(&self, c: &Consumer);
+    /// A delivery from queue `q`, already counted against the consumer's credit where it runs
+    /// (another node): taken whatever the channel's limits; false if the channel is closing.
+    fn push(&self, _c: &Arc<Consumer>, _q: QueueRef, _m: &QueuedMessage) -> bool {
         false
     }
 }

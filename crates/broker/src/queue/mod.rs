@@ -42,13 +42,12 @@ use warren_protocol::{ByteString, FieldTable};
 use warren_queue::{Effect, Host, PagedIn};
 
 pub use args::{display_value, type_name, Overflow, QueueArgs};
-pub use handle::{DeliverySink, QueueRef};
+pub use handle::{DeliverySink, Offer, QueueRef};
 pub use owner::{DeadRoute, QueueOwner};
 pub use warren_queue::Reason;
 
 use warren_store::{Cursor, LiveSet, QueueLog};
 
-use crate::channel::Offer;
 use crate::cluster::quorum::{LogPos, LogTail, Replicator};
 use crate::confirm::ConfirmHandle;
 use crate::limits;
@@ -264,7 +263,7 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
             }
             Offer::OutboxFull => {
                 self.io.outbox_bound = true;
-                c.sink.wait_for_space(self.q);
+                c.sink.wait_for_space(self.q.clone());
                 warren_queue::Offer::Refused
             }
             Offer::NoCredit => warren_queue::Offer::Refused,
@@ -518,7 +517,7 @@ impl Queue {
                 return r.stall(max).await;
             }
         }
-        crate::limits::wait_relief(&self.relieved, || self.pressured(), max).await
+        crate::flow::wait_relief(&self.relieved, || self.pressured(), max).await
     }
 
     /// What a publish leaves to check: deadlines for the sweeper, and publisher pressure.
@@ -712,6 +711,13 @@ impl Queue {
 
     pub fn is_deleted(&self) -> bool {
         self.state.lock().core.is_deleted()
+    }
+}
+
+/// A queue waiting for a consumer's output to drain dispatches again (`flow.rs`).
+impl crate::flow::SpaceWaiter for Queue {
+    fn space(self: Arc<Self>) {
+        self.dispatch()
     }
 }
 

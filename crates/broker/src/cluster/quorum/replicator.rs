@@ -127,7 +127,7 @@ impl Replicator {
     }
 
     pub async fn stall(&self, max: Duration) {
-        crate::limits::wait_relief(&self.relieved, || self.pressured(), max).await
+        crate::flow::wait_relief(&self.relieved, || self.pressured(), max).await
     }
 
     pub(super) fn take(&self) -> Option<Batch> {

@@ -23,6 +23,13 @@ pub struct Proxy {
     pub(super) withheld: Mutex<Option<(Arc<Link>, u32)>>,
 }
 
+/// Its consumer's output drained: the withheld credit goes home.
+impl crate::flow::SpaceWaiter for Proxy {
+    fn space(self: Arc<Self>) {
+        self.release_credit()
+    }
+}
+
 impl Proxy {
     /// Sends the withheld credit home (the consumer's output drained).
     pub fn release_credit(&self) {
@@ -37,7 +44,7 @@ impl Proxy {
     /// Credit for `n` deliveries just pushed: withheld while the consumer's output is full.
     /// False if it is not: the caller credits them with the rest of the read.
     pub(super) fn withhold(self: &Arc<Self>, link: &Arc<Link>, n: u32) -> bool {
-        if n == 0 || !self.consumer.sink.hold_credit(self) {
+        if n == 0 || !self.held_back() {
             return false;
         }
         {
@@ -48,10 +55,17 @@ impl Proxy {
             }
         }
         // Drained between the check and the record: its wake found nothing to release.
-        if !self.consumer.sink.hold_credit(self) {
+        if !self.held_back() {
             self.release_credit();
         }
         true
+    }
+
+    /// While the consumer's output is full: registered to release the credit once it drains
+    /// (`flow.rs`). False if it has room.
+    fn held_back(self: &Arc<Self>) -> bool {
+        let sink = &self.consumer.sink;
+        sink.output_full() && sink.wait_for_space(self.clone())
     }
 
     pub(super) fn deliver(&self, m: &QueuedMessage) {

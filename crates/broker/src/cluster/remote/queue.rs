@@ -233,7 +233,7 @@ impl RemoteQueue {
     }
 
     pub async fn stall(&self, max: Duration) {
-        crate::limits::wait_relief(&self.relieved, || self.pressured(), max).await
+        crate::flow::wait_relief(&self.relieved, || self.pressured(), max).await
     }
 
     pub(super) fn credited(&self, n: u32) {

@@ -8,9 +8,9 @@ use bytes::BufMut;
 use parking_lot::Mutex;
 
 use super::wire::{put_message, K_CANCEL, K_DELIVER};
-use crate::channel::Offer;
 use crate::cluster::link::Link;
-use crate::queue::{Consumer, DeliverySink, Queue, QueuedMessage, Settled};
+use crate::flow::SpaceWaiter;
+use crate::queue::{Consumer, DeliverySink, Offer, Queue, QueuedMessage, Settled};
 
 /// Deliveries in flight to one remote consumer before its node confirms them (frames them to
 /// its channel, and not while that channel's output is full: `Proxy::withhold`): bounds the
@@ -84,8 +84,10 @@ impl DeliverySink for LinkSink {
         Offer::Delivered
     }
 
-    fn wait_for_space(&self, _q: &Arc<Queue>) {
+    /// Out of window: the queue dispatches again when credit comes back (`K_CREDIT`).
+    fn wait_for_space(&self, _w: Arc<dyn SpaceWaiter>) -> bool {
         self.waiting.store(true, Ordering::Release);
+        true
     }
 
     fn cancelled(&self, _c: &Consumer) {

@@ -128,3 +128,10 @@ impl Stream {
         }
     }
 }
+
+/// A stream whose consumer's output drained wakes its consumers (`flow.rs`).
+impl crate::flow::SpaceWaiter for Stream {
+    fn space(self: Arc<Self>) {
+        self.dispatch()
+    }
+}

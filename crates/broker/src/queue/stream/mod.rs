@@ -336,7 +336,7 @@ impl Stream {
     }
 
     pub async fn stall(&self, max: Duration) {
-        crate::limits::wait_relief(&self.relieved, || self.pressured(), max).await
+        crate::flow::wait_relief(&self.relieved, || self.pressured(), max).await
     }
 
     /// Deletes the stream and its files; returns its consumers (to be told of the cancel).

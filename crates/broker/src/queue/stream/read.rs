@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use warren_store::stream as log;
 
-use crate::channel::Offer;
 use crate::message::Message;
-use crate::queue::QueuedMessage;
+use crate::queue::{Offer, QueuedMessage};
 
 use super::{Reader, Stream, READ_BYTES, READ_MSGS};
 
@@ -89,7 +88,7 @@ impl Stream {
                 if r.credit.load(Ordering::Acquire) == 0 {
                     break;
                 }
-                match r.consumer.sink.offer_stream(&r.consumer, &self, m) {
+                match r.consumer.sink.offer_for(&r.consumer, m) {
                     Offer::Delivered => {
                         r.credit.fetch_sub(1, Ordering::AcqRel);
                         self.stats.deliver.fetch_add(1, Ordering::Relaxed);
@@ -106,7 +105,7 @@ impl Stream {
             if outbox_full {
                 // The outbox wakes the stream's consumers once it drains (the timeout only
                 // bounds a wake-up lost to a consumer that stopped).
-                if r.consumer.sink.wait_for_space_stream(&self) {
+                if r.consumer.sink.wait_for_space(self.clone()) {
                     let _ =
                         tokio::time::timeout(Duration::from_millis(100), r.wake.notified()).await;
                 }
