@@ -17,6 +17,7 @@
 //! One tokio task per exchange sleeps until the earliest due time; a publish that is due sooner
 //! wakes it.
 
+use crate::clock::unix_ms;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -49,13 +50,6 @@ const FIRE_BATCH: usize = 4096;
 const IDLE_SLEEP_MS: u64 = 60_000;
 
 type Log = QueueLog<Arc<ConfirmHandle>>;
-
-/// Unix time in milliseconds.
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// The delay a message asks for: a positive integer `x-delay` header, in ms. Other values
 /// (absent, zero, negative, not an integer) route it at once, as the plugin does. Out of line:
@@ -96,36 +90,6 @@ fn negate_delay(properties: &Bytes) -> Bytes {
         }
     }
     props.to_bytes()
-}
-
-/// A message coming back for another attempt, with its `x-delivery-count` header (RabbitMQ 4's
-/// name for it) raised, and the number of that attempt.
-pub fn next_attempt(m: &Message) -> (Message, u64) {
-    let props = BasicProperties::decode(&m.properties).unwrap_or_default();
-    let attempt = props
-        .headers
-        .as_ref()
-        .and_then(|h| h.get("x-delivery-count"))
-        .and_then(|v| v.as_i64())
-        .map_or(1, |n| n.max(0) as u64 + 1);
-    (with_delivery_count(m, attempt), attempt)
-}
-
-/// `m` with its `x-delivery-count` header set to `n` (a quorum queue's count of returns).
-pub fn with_delivery_count(m: &Message, n: u64) -> Message {
-    let mut props = BasicProperties::decode(&m.properties).unwrap_or_default();
-    let h = props.headers.get_or_insert_with(Default::default);
-    h.0.retain(|(k, _)| &**k != "x-delivery-count");
-    h.insert("x-delivery-count", FieldValue::I64(n as i64));
-    Message {
-        exchange: m.exchange.clone(),
-        routing_key: m.routing_key.clone(),
-        properties: props.to_bytes(),
-        body: m.body.clone(),
-        persistent: m.persistent,
-        priority: m.priority,
-        expiration_ms: m.expiration_ms,
-    }
 }
 
 /// A held message, and whether its log record must be acked once it is handed over.

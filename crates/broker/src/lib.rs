@@ -21,6 +21,7 @@ pub mod api_messages;
 pub mod app;
 pub mod auth;
 pub mod channel;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod confirm;

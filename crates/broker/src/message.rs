@@ -1,6 +1,7 @@
 //! A published message, shared by every queue it was routed to.
 
 use bytes::Bytes;
+use warren_protocol::properties::BasicProperties;
 use warren_protocol::{ByteString, FieldTable, FieldValue};
 
 use crate::error::AmqpError;
@@ -97,5 +98,35 @@ mod tests {
             e.text,
             "PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,\"CC\",longstr}"
         );
+    }
+}
+
+/// A message coming back for another attempt, with its `x-delivery-count` header (RabbitMQ 4's
+/// name for it) raised, and the number of that attempt.
+pub fn next_attempt(m: &Message) -> (Message, u64) {
+    let props = BasicProperties::decode(&m.properties).unwrap_or_default();
+    let attempt = props
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("x-delivery-count"))
+        .and_then(|v| v.as_i64())
+        .map_or(1, |n| n.max(0) as u64 + 1);
+    (with_delivery_count(m, attempt), attempt)
+}
+
+/// `m` with its `x-delivery-count` header set to `n` (a quorum queue's count of returns).
+pub fn with_delivery_count(m: &Message, n: u64) -> Message {
+    let mut props = BasicProperties::decode(&m.properties).unwrap_or_default();
+    let h = props.headers.get_or_insert_with(Default::default);
+    h.0.retain(|(k, _)| &**k != "x-delivery-count");
+    h.insert("x-delivery-count", FieldValue::I64(n as i64));
+    Message {
+        exchange: m.exchange.clone(),
+        routing_key: m.routing_key.clone(),
+        properties: props.to_bytes(),
+        body: m.body.clone(),
+        persistent: m.persistent,
+        priority: m.priority,
+        expiration_ms: m.expiration_ms,
     }
 }

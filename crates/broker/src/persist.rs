@@ -4,6 +4,7 @@
 //! while one fsync runs, the next publishes gather into the following group. A persistent message
 //! consumed and acked while still buffered is never written.
 
+use crate::clock::unix_ms;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,18 +27,6 @@ pub trait Logged: Send + Sync {
     /// The group holding this owner's last write is on disk (`ok`) or failed.
     fn synced(&self, _ok: bool) {}
     fn log_name(&self) -> &str;
-}
-
-impl Logged for crate::queue::Queue {
-    fn join_batch(&self) -> bool {
-        self.mark_dirty()
-    }
-    fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>> {
-        crate::queue::Queue::write_log(self)
-    }
-    fn log_name(&self) -> &str {
-        &self.name
-    }
 }
 
 pub struct Persister {
@@ -215,7 +204,7 @@ pub fn encode_message_into(b: &mut BytesMut, m: &Message, expires_at_ms: Option<
     match expires_at_ms {
         Some(at) => {
             b.put_u8(1);
-            let left = at.saturating_sub(crate::queue::now_ms());
+            let left = at.saturating_sub(crate::clock::now_ms());
             b.put_u64(unix_ms().saturating_add(left));
         }
         None => b.put_u8(0),
@@ -227,12 +216,6 @@ pub fn encode_message_into(b: &mut BytesMut, m: &Message, expires_at_ms: Option<
     b.put_u32(m.properties.len() as u32);
     b.put_slice(&m.properties);
     b.put_slice(&m.body);
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Where the properties' length sits, and the deadline if there is one.
@@ -261,7 +244,7 @@ pub fn stored_body_len(data: &[u8]) -> u64 {
         .unwrap_or(0) as u64
 }
 
-/// Decodes a stored message and its deadline on the [`crate::queue::now_ms`] clock.
+/// Decodes a stored message and its deadline on the [`crate::clock::now_ms`] clock.
 pub fn decode_message(data: &Bytes) -> Option<(Message, Option<u64>)> {
     let (props_at, deadline) = header(data)?;
     let short = |at: usize| -> Option<ByteString> {
@@ -281,7 +264,7 @@ pub fn decode_message(data: &Bytes) -> Option<(Message, Option<u64>)> {
     let props = BasicProperties::decode(&properties).ok()?;
     let expiration_ms = props.expiration.and_then(|e| e.parse().ok());
     let expires_at =
-        deadline.map(|d| crate::queue::now_ms().saturating_add(d.saturating_sub(unix_ms())));
+        deadline.map(|d| crate::clock::now_ms().saturating_add(d.saturating_sub(unix_ms())));
     Some((
         Message {
             exchange,
@@ -332,7 +315,7 @@ mod tests {
         assert_eq!(deadline, None);
         assert!(decode_message(&Bytes::from_static(&[0, 5, b'a'])).is_none());
         // A deadline 10 s out is still about 10 s out when read back.
-        let now = crate::queue::now_ms();
+        let now = crate::clock::now_ms();
         let (_, deadline) =
             decode_message(&encode_message(&m, Some(now + 10_000))).expect("decodes");
         let left = deadline.expect("has a deadline").saturating_sub(now);

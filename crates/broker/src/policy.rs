@@ -209,7 +209,7 @@ pub fn effective(
     );
     // A quorum queue's key (RabbitMQ ignores it for other types).
     let text = |k: &str| d.get(k).and_then(Value::as_str).map(String::from);
-    if crate::queue_type::is_quorum(arguments) {
+    if crate::queue::args::is_quorum(arguments) {
         a.delivery_limit = min(a.delivery_limit, num("delivery-limit"));
         if arguments.get("x-dead-letter-strategy").is_none() {
             a.at_least_once = text("dead-letter-strategy").as_deref() == Some("at-least-once");
@@ -253,7 +253,7 @@ pub fn apply(access: &Access, q: &QueueRef) {
     let p = matching(&policies, q.name(), true);
     q.set_effective_args(effective(&q.options().args, &q.options().arguments, p));
     if let Some(s) = q.stream() {
-        s.set_policy(p);
+        s.set_policy(p.map(|p| &p.definition));
     }
 }
 
@@ -264,7 +264,7 @@ pub fn apply_all(broker: &Broker, vhost: &VHost) {
         let p = matching(&policies, q.name(), true);
         q.set_effective_args(effective(&q.options().args, &q.options().arguments, p));
         if let Some(s) = q.stream() {
-            s.set_policy(p);
+            s.set_policy(p.map(|p| &p.definition));
         }
     }
     vhost.set_policies(policies);

@@ -131,16 +131,6 @@ pub fn check(spec: &QueueSpec<'_>, vhost: &str) -> AmqpResult<QueueArgs> {
     Ok(args)
 }
 
-/// Whether a declare's arguments make a quorum queue (replicated in a cluster).
-pub fn is_quorum(args: &FieldTable) -> bool {
-    matches!(args.get("x-queue-type"), Some(FieldValue::LongStr(b)) if &b[..] == b"quorum")
-}
-
-/// Whether a declare's arguments make a stream.
-pub fn is_stream(args: &FieldTable) -> bool {
-    matches!(args.get("x-queue-type"), Some(FieldValue::LongStr(b)) if &b[..] == b"stream")
-}
-
 /// RabbitMQ 3.10's checks of a stream's own arguments (`rabbit_stream_queue`), in its words.
 fn check_stream_args(args: &FieldTable, what: &str) -> AmqpResult<()> {
     let invalid = |key: &str, why: String| {

@@ -291,7 +291,7 @@ fn retry_later(taken: Vec<Unacked>, vhost: &Arc<VHost>, failed: bool) -> Vec<Una
             rest.push(u);
             continue;
         };
-        let (msg, attempt) = crate::delayed::next_attempt(&u.msg.msg);
+        let (msg, attempt) = crate::message::next_attempt(&u.msg.msg);
         let q = u.queue.clone();
         let settled = (u.consumer.map(|c| c.key), u.msg);
         let done = crate::confirm::ConfirmHandle::then(move |ok| {

@@ -286,6 +286,16 @@ pub fn display_value(v: &FieldValue) -> String {
     }
 }
 
+/// Whether a declare's arguments make a quorum queue (replicated in a cluster).
+pub fn is_quorum(args: &FieldTable) -> bool {
+    matches!(args.get("x-queue-type"), Some(FieldValue::LongStr(b)) if &b[..] == b"quorum")
+}
+
+/// Whether a declare's arguments make a stream.
+pub fn is_stream(args: &FieldTable) -> bool {
+    matches!(args.get("x-queue-type"), Some(FieldValue::LongStr(b)) if &b[..] == b"stream")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

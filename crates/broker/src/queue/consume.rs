@@ -75,12 +75,12 @@ impl Queue {
                     Some(r) => {
                         let n = u64::from(r.returned(m.seq));
                         if self.quorum_type {
-                            m.msg = Arc::new(crate::delayed::with_delivery_count(&m.msg, n));
+                            m.msg = Arc::new(crate::message::with_delivery_count(&m.msg, n));
                         }
                         n
                     }
                     None => {
-                        let (msg, n) = crate::delayed::next_attempt(&m.msg);
+                        let (msg, n) = crate::message::next_attempt(&m.msg);
                         m.msg = Arc::new(msg);
                         n
                     }

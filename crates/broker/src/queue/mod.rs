@@ -48,6 +48,7 @@ pub use warren_queue::Reason;
 
 use warren_store::{Cursor, LiveSet, QueueLog};
 
+use crate::clock::now_ms;
 use crate::cluster::quorum::{LogPos, LogTail, Replicator};
 use crate::confirm::ConfirmHandle;
 use crate::limits;
@@ -373,15 +374,6 @@ pub struct RemovedConsumer {
     pub auto_delete_now: bool,
 }
 
-/// Milliseconds on a monotonic clock shared by the process (TTL deadlines).
-pub fn now_ms() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_millis() as u64
-}
-
 /// The state machine's view of the arguments in force.
 fn core_limits(a: &QueueArgs) -> warren_queue::Limits {
     warren_queue::Limits {
@@ -458,7 +450,7 @@ impl Queue {
                 (id, Some(b.persister), b.scratch_dir)
             }
         };
-        let quorum_type = crate::queue_type::is_quorum(&options.arguments);
+        let quorum_type = crate::queue::args::is_quorum(&options.arguments);
         let q = Arc::new(Queue {
             name,
             vhost,
@@ -651,7 +643,7 @@ impl Queue {
             }
         }
         let msg = if self.quorum_type {
-            Arc::new(crate::delayed::with_delivery_count(&msg, 0))
+            Arc::new(crate::message::with_delivery_count(&msg, 0))
         } else {
             msg
         };

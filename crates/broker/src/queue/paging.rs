@@ -102,3 +102,16 @@ impl Queue {
         crate::persist::write_counted(io.log.as_mut(), self.persister.as_ref())
     }
 }
+
+/// The persister writes a classic queue's log.
+impl crate::persist::Logged for Queue {
+    fn join_batch(&self) -> bool {
+        self.mark_dirty()
+    }
+    fn write_log(&self) -> warren_store::Written<Arc<ConfirmHandle>> {
+        Queue::write_log(self)
+    }
+    fn log_name(&self) -> &str {
+        &self.name
+    }
+}

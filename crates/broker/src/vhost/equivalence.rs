@@ -36,7 +36,7 @@ pub(super) fn check_args_equivalent(
     got: &FieldTable,
     cur: &FieldTable,
 ) -> AmqpResult<()> {
-    let keys = if crate::queue_type::is_stream(cur) {
+    let keys = if crate::queue::args::is_stream(cur) {
         EQUIVALENT_STREAM_ARGS
     } else {
         EQUIVALENT_QUEUE_ARGS

@@ -32,7 +32,8 @@ impl VHost {
                 r.counts_checked()?;
             }
         }
-        if self.cluster.is_some() && !spec.passive && crate::queue_type::is_stream(spec.arguments) {
+        if self.cluster.is_some() && !spec.passive && crate::queue::args::is_stream(spec.arguments)
+        {
             // A stream is local to one node and its log is not replicated yet.
             return Err(AmqpError::not_implemented(format!(
                 "stream queues are not supported in a cluster yet (queue '{}' in vhost '{}')",
@@ -86,10 +87,10 @@ impl VHost {
                     c.place(from_args.or(from_policy).as_deref())
                 }
             };
-            let members = if crate::queue_type::is_quorum(spec.arguments) {
+            let members = if crate::queue::args::is_quorum(spec.arguments) {
                 let size = crate::cluster::quorum::initial_group_size(spec.arguments)?;
                 c.quorum_members(&home, size)
-            } else if spec.exclusive || crate::queue_type::is_stream(spec.arguments) {
+            } else if spec.exclusive || crate::queue::args::is_stream(spec.arguments) {
                 Vec::new()
             } else {
                 // A classic queue matched by an `ha-mode` policy (RabbitMQ's mirrored queues)
@@ -248,7 +249,7 @@ impl VHost {
         // Exclusive queues die with their connection, so their messages are never written.
         // A cluster's queue log is named after the Raft entry that declared it, so replaying
         // the log at restart finds the same log again.
-        if crate::queue_type::is_stream(spec.arguments) {
+        if crate::queue::args::is_stream(spec.arguments) {
             // Validated as durable, not exclusive: its log is always on disk.
             let q = self.open_stream(name.clone(), options, rand::random::<u64>())?;
             defs.queues.insert(name, q.clone());
@@ -413,7 +414,7 @@ impl VHost {
 
     /// Deletes `x-expires` queues whose lease ran out.
     pub fn delete_unused(&self) {
-        let now = crate::queue::now_ms();
+        let now = crate::clock::now_ms();
         let due: Vec<QueueRef> = self
             .snapshot
             .load()

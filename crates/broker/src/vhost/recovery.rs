@@ -158,7 +158,7 @@ impl VHost {
             arguments: d.arguments.clone(),
             args,
         };
-        if crate::queue_type::is_stream(&d.arguments) {
+        if crate::queue::args::is_stream(&d.arguments) {
             let name: Arc<str> = (&*d.queue).into();
             let q = self.open_stream(name.clone(), opts, id)?;
             let n = q.message_count() as u64;

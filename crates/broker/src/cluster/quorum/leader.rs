@@ -118,7 +118,7 @@ impl QuorumQueue {
         if self.mirrored() {
             return Arc::new(msg);
         }
-        Arc::new(crate::delayed::with_delivery_count(
+        Arc::new(crate::message::with_delivery_count(
             &msg,
             u64::from(returns),
         ))

@@ -339,7 +339,7 @@ impl QuorumQueue {
     /// A classic queue replicated because an `ha-mode` policy matched it (RabbitMQ's mirrored
     /// queue): listed as `classic`, with its mirrors.
     pub fn mirrored(&self) -> bool {
-        !crate::queue_type::is_quorum(&self.options.arguments)
+        !crate::queue::args::is_quorum(&self.options.arguments)
     }
 
     /// The leader's name, if known.

@@ -153,7 +153,7 @@ impl LogTail {
                     };
                     let returns = returns_so_far.get(&id).copied().unwrap_or(0);
                     let msg = if self.counts {
-                        crate::delayed::with_delivery_count(&msg, u64::from(returns))
+                        crate::message::with_delivery_count(&msg, u64::from(returns))
                     } else {
                         msg
                     };

@@ -33,6 +33,7 @@ mod consumers;
 mod read;
 mod write;
 
+use crate::clock::unix_ms;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -88,9 +89,11 @@ impl StreamLimits {
 
     /// Merged with a policy's `max-length-bytes`, `max-age` and
     /// `stream-max-segment-size-bytes` (the queue's own argument wins, as RabbitMQ's streams do).
-    pub fn with_policy(self, p: Option<&crate::access::PolicyDef>) -> StreamLimits {
-        let Some(p) = p else { return self };
-        let d = &p.definition;
+    pub fn with_policy(
+        self,
+        d: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> StreamLimits {
+        let Some(d) = d else { return self };
         let num = |k: &str| {
             d.get(k)
                 .and_then(serde_json::Value::as_i64)
@@ -178,12 +181,6 @@ pub fn parse_start(v: Option<&FieldValue>) -> AmqpResult<StartAt> {
         },
         None => Err(crash()),
     }
-}
-
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A consumer's reading state, shared between its task, the stream and the channel's acks.
@@ -296,8 +293,8 @@ impl Stream {
         self.effective.store(Arc::new(a));
     }
 
-    /// Applies the vhost's policy for this stream (retention and segment size).
-    pub fn set_policy(&self, p: Option<&crate::access::PolicyDef>) {
+    /// Applies the definition of the vhost's policy for this stream (retention and segment size).
+    pub fn set_policy(&self, p: Option<&serde_json::Map<String, serde_json::Value>>) {
         let l = self.declared.with_policy(p);
         if **self.limits.load() != l {
             self.limits.store(Arc::new(l));

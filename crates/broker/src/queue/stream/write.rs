@@ -2,6 +2,7 @@
 //! writes the buffer as one chunk (`Logged`), then `synced` commits its offsets and wakes the
 //! readers at the end. Retention drops whole segments past the limits in force.
 
+use crate::clock::unix_ms;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ use crate::message::Message;
 use crate::persist::Logged;
 use crate::queue::Enqueued;
 
-use super::{unix_ms, Stream, PENDING_HIGH_BYTES, TAIL_BYTES, TAIL_MSGS};
+use super::{Stream, PENDING_HIGH_BYTES, TAIL_BYTES, TAIL_MSGS};
 
 impl Stream {
     /// Appends `msg` with the next offset; its confirm completes once the chunk is fsynced.
