@@ -8,6 +8,7 @@ use warren_protocol::Method;
 use super::ops::{MetaOp, MetaReply, APPLYING};
 use super::Cluster;
 use crate::access::AccessFile;
+use crate::cluster::ClusterQueue;
 use crate::queue::QueueRef;
 use crate::server::Broker;
 
@@ -131,10 +132,7 @@ impl Cluster {
         // ...and its classic queues go with it (rabbit_amqqueue:forget_all_durable): their
         // messages were on its disk only.
         let gone = self
-            .delete_queues(
-                &broker,
-                |q| matches!(q, QueueRef::Remote(r) if r.home == name),
-            )
+            .delete_queues(&broker, |q| q.remote().is_some_and(|r| r.home == name))
             .await;
         for (vhost, queue, r) in gone {
             match r {

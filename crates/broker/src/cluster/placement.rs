@@ -2,6 +2,7 @@
 //! members.
 
 use super::Cluster;
+use crate::cluster::ClusterQueue;
 
 impl Cluster {
     /// Where a new queue lives, by RabbitMQ's locators (`x-queue-master-locator` /

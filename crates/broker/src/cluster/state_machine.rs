@@ -9,6 +9,7 @@ use warren_protocol::Method;
 
 use super::ops::{Applied, MetaOp, MetaReply, APPLYING};
 use crate::access::AccessFile;
+use crate::cluster::ClusterQueue;
 use crate::error::AmqpError;
 use crate::server::Broker;
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use serde_json::{json, Value};
 
+use crate::cluster::ClusterQueue;
 use crate::json::{json_to_table, table_to_json};
 use crate::queue::QueueRef;
 use crate::server::Broker;

@@ -1,14 +1,21 @@
 //! The handle channels, vhosts and the management API hold for a queue, and the sink through
 //! which a queue hands deliveries to a consumer's connection. Neither says where the queue or
-//! the connection runs: today every queue is [`QueueRef::Local`] and every sink a local
-//! channel; a queue on another node or replicated on Raft is another variant here, and a
-//! consumer on another node another `DeliverySink`, without touching their users (RabbitMQ
-//! dispatches on queue type the same way, in `rabbit_queue_type`).
+//! the connection runs. The queue layer hosts two kinds itself: a classic queue on this node
+//! ([`QueueRef::Local`]) and a stream ([`QueueRef::Stream`]). Every other kind (a queue whose
+//! home is another node, a queue replicated on Raft) is defined above this layer, in
+//! `cluster/`, behind the [`QueueKind`] interface ([`QueueRef::Other`]): RabbitMQ dispatches
+//! on a queue's type the same way, in `rabbit_queue_type`.
 //!
-//! An enum, not a trait object: one variant costs nothing on the publish path (the match
-//! folds away), and the methods keep their generic arguments (iterators, closures).
+//! An enum with one open variant, not a trait object for every queue: the local kinds cost
+//! nothing on the publish path (the match folds away) and keep their generic arguments
+//! (iterators, closures); a queue of another kind goes over a link or through Raft, next to
+//! which a virtual call is nothing.
 
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use warren_routing::QueueKey;
 
@@ -16,9 +23,6 @@ use crate::confirm::ConfirmHandle;
 use crate::error::AmqpResult;
 use crate::flow::SpaceWaiter;
 use crate::message::Message;
-
-use crate::cluster::quorum::QuorumQueue;
-use crate::cluster::remote::RemoteQueue;
 
 use super::stream::Stream;
 use super::{Consumer, Enqueued, Queue, QueueArgs, QueueOptions, QueuedMessage, Settled};
@@ -62,27 +66,77 @@ pub trait DeliverySink: Send + Sync {
     }
 }
 
+/// A queue kind defined above the queue layer (`cluster/remote/`: a queue whose home is another
+/// node; `cluster/quorum/`: a replicated queue), as the queue layer dispatches to it. Its
+/// operations mirror [`QueueRef`]'s, with trait-object arguments in place of generic ones.
+pub trait QueueKind: Send + Sync + std::fmt::Debug + 'static {
+    fn name(&self) -> &Arc<str>;
+    fn vhost(&self) -> &Arc<str>;
+    fn options(&self) -> &QueueOptions;
+    /// RabbitMQ's name for its type (the management API's `type`).
+    fn type_name(&self) -> &'static str;
+    /// The node it runs on (`None`: this one).
+    fn home(&self) -> Option<String>;
+    /// What serves it now (see [`QueueRef::resolved`]).
+    fn resolved(self: Arc<Self>) -> AmqpResult<QueueRef>;
+    fn args(&self) -> arc_swap::Guard<Arc<QueueArgs>>;
+    fn set_effective_args(&self, a: QueueArgs);
+    fn describe(&self) -> String;
+    fn publish(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Enqueued;
+    fn pressured(&self) -> bool;
+    fn stall(&self, max: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+    fn get(
+        self: Arc<Self>,
+        ack_mode: bool,
+        take: &mut dyn FnMut(&QueuedMessage, u32),
+    ) -> AmqpResult<bool>;
+    fn settle(&self, msgs: &mut dyn Iterator<Item = Settled>);
+    fn discard(&self, msgs: &mut dyn Iterator<Item = Settled>);
+    fn requeue(&self, msgs: &mut dyn Iterator<Item = Settled>);
+    fn dispatch(&self) {}
+    fn add_consumer(
+        self: Arc<Self>,
+        c: Arc<Consumer>,
+        on_added: &mut dyn FnMut(),
+    ) -> AmqpResult<()>;
+    fn remove_consumer(&self, c: &Arc<Consumer>);
+    fn message_count(&self) -> u32;
+    fn unacked_count(&self) -> u32;
+    fn consumer_count(&self) -> u32;
+    /// Its consumers on this node.
+    fn consumers(&self) -> Vec<Arc<Consumer>>;
+    fn purge(&self) -> u32;
+    fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>);
+    fn is_deleted(&self) -> bool;
+    fn touch(&self) {}
+    fn lease_expired(&self, _now: u64) -> bool {
+        false
+    }
+    fn may_expire(&self) -> bool {
+        false
+    }
+    fn expire(&self) {}
+    /// For [`QueueRef::downcast`].
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
 /// A queue, wherever it runs.
 #[derive(Clone)]
 pub enum QueueRef {
     /// On this node, run inline under its own lock.
     Local(Arc<Queue>),
-    /// On another node of the cluster: its operations go over the link to its home.
-    Remote(Arc<RemoteQueue>),
     /// A stream on this node (`queue/stream/`): an append-only log read from offsets.
     Stream(Arc<Stream>),
-    /// A replicated queue (`cluster/quorum/`): served by its group's leader, through
-    /// [`QuorumQueue::leg`] (a `Local` queue where this node leads, else a `Remote` one).
-    Quorum(Arc<QuorumQueue>),
+    /// A kind defined above the queue layer: on another node, or replicated.
+    Other(Arc<dyn QueueKind>),
 }
 
 impl std::fmt::Debug for QueueRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             QueueRef::Local(q) => q.fmt(f),
-            QueueRef::Remote(q) => q.fmt(f),
             QueueRef::Stream(q) => q.fmt(f),
-            QueueRef::Quorum(q) => q.fmt(f),
+            QueueRef::Other(q) => q.fmt(f),
         }
     }
 }
@@ -99,9 +153,8 @@ impl warren_routing::QueueKey for QueueRef {
     fn key(&self) -> usize {
         match self {
             QueueRef::Local(q) => q.key(),
-            QueueRef::Remote(q) => Arc::as_ptr(q) as usize,
             QueueRef::Stream(q) => Arc::as_ptr(q) as usize,
-            QueueRef::Quorum(q) => Arc::as_ptr(q) as usize,
+            QueueRef::Other(q) => Arc::as_ptr(q) as *const () as usize,
         }
     }
 }
@@ -112,7 +165,7 @@ impl QueueRef {
     pub fn local(&self) -> Option<&Arc<Queue>> {
         match self {
             QueueRef::Local(q) => Some(q),
-            QueueRef::Remote(_) | QueueRef::Stream(_) | QueueRef::Quorum(_) => None,
+            QueueRef::Stream(_) | QueueRef::Other(_) => None,
         }
     }
 
@@ -121,42 +174,15 @@ impl QueueRef {
     /// queue itself.
     pub fn resolved(self) -> AmqpResult<QueueRef> {
         match self {
-            QueueRef::Quorum(q) => {
-                if let Some(l) = q.leg() {
-                    return Ok(l);
-                }
-                // An election under way, or a node that learns the leader by asking the
-                // members (a queue declared a moment ago elsewhere): wait a little for it.
-                let found = tokio::runtime::Handle::try_current().ok().and_then(|h| {
-                    let q = q.clone();
-                    tokio::task::block_in_place(|| {
-                        h.block_on(q.wait_leader(std::time::Duration::from_secs(3)))
-                    })
-                    .then_some(())
-                });
-                match found.and_then(|_| q.leg()) {
-                    Some(l) => Ok(l),
-                    None => Err(q.unavailable()),
-                }
-            }
+            QueueRef::Other(q) => q.resolved(),
             q => Ok(q),
         }
     }
 
-    /// The remote handle this node uses for it now: a queue homed elsewhere, or a replicated
-    /// queue led elsewhere (publish credit, counts and link failures are the handle's).
-    pub fn remote_leg(&self) -> Option<Arc<RemoteQueue>> {
+    /// A queue of kind `T` (defined above this layer), if it is one.
+    pub fn downcast<T: QueueKind>(&self) -> Option<Arc<T>> {
         match self {
-            QueueRef::Remote(q) => Some(q.clone()),
-            QueueRef::Quorum(q) => q.leg().and_then(|l| l.remote().cloned()),
-            _ => None,
-        }
-    }
-
-    /// The replicated queue, if it is one.
-    pub fn quorum(&self) -> Option<&Arc<QuorumQueue>> {
-        match self {
-            QueueRef::Quorum(q) => Some(q),
+            QueueRef::Other(q) => q.clone().as_any().downcast::<T>().ok(),
             _ => None,
         }
     }
@@ -172,10 +198,9 @@ impl QueueRef {
     /// RabbitMQ's name for its type (the management API's `type`).
     pub fn type_name(&self) -> &'static str {
         match self {
+            QueueRef::Local(_) => "classic",
             QueueRef::Stream(_) => "stream",
-            QueueRef::Quorum(q) if q.mirrored() => "classic",
-            QueueRef::Quorum(_) => "quorum",
-            _ => "classic",
+            QueueRef::Other(q) => q.type_name(),
         }
     }
 
@@ -184,7 +209,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => Some(&q.stats),
             QueueRef::Stream(s) => Some(&s.stats),
-            QueueRef::Remote(_) | QueueRef::Quorum(_) => None,
+            QueueRef::Other(_) => None,
         }
     }
 
@@ -193,15 +218,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.store_id,
             QueueRef::Stream(s) => Some(s.store_id),
-            QueueRef::Remote(_) | QueueRef::Quorum(_) => None,
-        }
-    }
-
-    /// The queue when its home is another node.
-    pub fn remote(&self) -> Option<&Arc<RemoteQueue>> {
-        match self {
-            QueueRef::Remote(q) => Some(q),
-            QueueRef::Local(_) | QueueRef::Stream(_) | QueueRef::Quorum(_) => None,
+            QueueRef::Other(_) => None,
         }
     }
 
@@ -213,18 +230,16 @@ impl QueueRef {
     pub fn name(&self) -> &Arc<str> {
         match self {
             QueueRef::Local(q) => &q.name,
-            QueueRef::Remote(q) => &q.name,
             QueueRef::Stream(q) => &q.name,
-            QueueRef::Quorum(q) => &q.name,
+            QueueRef::Other(q) => q.name(),
         }
     }
 
     pub fn vhost(&self) -> &Arc<str> {
         match self {
             QueueRef::Local(q) => &q.vhost,
-            QueueRef::Remote(q) => &q.vhost,
             QueueRef::Stream(q) => &q.vhost,
-            QueueRef::Quorum(q) => &q.vhost,
+            QueueRef::Other(q) => q.vhost(),
         }
     }
 
@@ -232,9 +247,8 @@ impl QueueRef {
     pub fn options(&self) -> &QueueOptions {
         match self {
             QueueRef::Local(q) => &q.options,
-            QueueRef::Remote(q) => &q.options,
             QueueRef::Stream(q) => &q.options,
-            QueueRef::Quorum(q) => &q.options,
+            QueueRef::Other(q) => q.options(),
         }
     }
 
@@ -243,12 +257,7 @@ impl QueueRef {
     pub fn home(&self) -> Option<String> {
         match self {
             QueueRef::Local(_) | QueueRef::Stream(_) => None,
-            QueueRef::Remote(q) => Some(q.home.clone()),
-            QueueRef::Quorum(q) => match q.leg() {
-                Some(QueueRef::Local(_)) => None,
-                Some(QueueRef::Remote(r)) => Some(r.home.clone()),
-                _ => q.members().first().cloned(),
-            },
+            QueueRef::Other(q) => q.home(),
         }
     }
 
@@ -256,27 +265,24 @@ impl QueueRef {
     pub fn args(&self) -> arc_swap::Guard<Arc<QueueArgs>> {
         match self {
             QueueRef::Local(q) => q.args(),
-            QueueRef::Remote(q) => q.args(),
             QueueRef::Stream(q) => q.args(),
-            QueueRef::Quorum(q) => q.args(),
+            QueueRef::Other(q) => q.args(),
         }
     }
 
     pub fn set_effective_args(&self, a: QueueArgs) {
         match self {
             QueueRef::Local(q) => q.set_effective_args(a),
-            QueueRef::Remote(q) => q.set_effective_args(a),
             QueueRef::Stream(q) => q.set_effective_args(a),
-            QueueRef::Quorum(q) => q.set_effective_args(a),
+            QueueRef::Other(q) => q.set_effective_args(a),
         }
     }
 
     pub fn describe(&self) -> String {
         match self {
             QueueRef::Local(q) => q.describe(),
-            QueueRef::Remote(q) => q.describe(),
             QueueRef::Stream(q) => q.describe(),
-            QueueRef::Quorum(q) => q.describe(),
+            QueueRef::Other(q) => q.describe(),
         }
     }
 
@@ -284,22 +290,18 @@ impl QueueRef {
     pub fn publish(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Enqueued {
         match self {
             QueueRef::Local(q) => q.publish(msg, confirm),
-            QueueRef::Remote(q) => q.publish(msg, confirm),
             QueueRef::Stream(q) => q.publish(msg, confirm),
-            QueueRef::Quorum(q) => match q.leg() {
-                Some(l) => l.publish(msg, confirm),
-                None => Enqueued::Rejected,
-            },
+            QueueRef::Other(q) => q.publish(msg, confirm),
         }
     }
 
     /// A persistent message published here is stored, and its confirm waits for the fsync.
-    /// A remote queue's confirm always waits for its home's answer.
+    /// A queue of another kind's confirm always waits for its home's (or its group's) answer.
     #[inline]
     pub fn stores(&self, msg: &Message) -> bool {
         match self {
             QueueRef::Local(q) => q.stores(msg),
-            QueueRef::Remote(_) | QueueRef::Stream(_) | QueueRef::Quorum(_) => true,
+            QueueRef::Stream(_) | QueueRef::Other(_) => true,
         }
     }
 
@@ -308,39 +310,36 @@ impl QueueRef {
     pub fn pressured(&self) -> bool {
         match self {
             QueueRef::Local(q) => q.pressured(),
-            QueueRef::Remote(q) => q.pressured(),
             QueueRef::Stream(q) => q.pressured(),
-            QueueRef::Quorum(q) => q.leg().is_some_and(|l| l.pressured()),
+            QueueRef::Other(q) => q.pressured(),
         }
     }
 
-    pub async fn stall(&self, max: std::time::Duration) {
+    pub async fn stall(&self, max: Duration) {
         match self {
             QueueRef::Local(q) => q.stall(max).await,
-            QueueRef::Remote(q) => q.stall(max).await,
             QueueRef::Stream(q) => q.stall(max).await,
-            QueueRef::Quorum(q) => {
-                if let Some(l) = q.leg() {
-                    Box::pin(l.stall(max)).await
-                }
-            }
+            QueueRef::Other(q) => q.stall(max).await,
         }
     }
 
     /// basic.get: `take` gets the head message and the count left; false if it is empty. Fails
-    /// only for a remote queue whose home is down.
+    /// only for a queue of another kind that cannot be reached.
     pub fn get(&self, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> AmqpResult<bool> {
         match self {
             QueueRef::Local(q) => Ok(q.get(ack_mode, take)),
-            QueueRef::Remote(q) => q.get(ack_mode, take),
             QueueRef::Stream(q) => Err(crate::error::AmqpError::not_implemented(format!(
                 "basic.get not supported by stream queues {}",
                 q.describe()
             ))),
-            QueueRef::Quorum(q) => match q.leg() {
-                Some(l) => l.get(ack_mode, take),
-                None => Err(q.unavailable()),
-            },
+            QueueRef::Other(q) => {
+                let mut take = Some(take);
+                q.clone().get(ack_mode, &mut |m, n| {
+                    if let Some(t) = take.take() {
+                        t(m, n)
+                    }
+                })
+            }
         }
     }
 
@@ -348,28 +347,24 @@ impl QueueRef {
     pub fn settle(&self, msgs: impl IntoIterator<Item = Settled>, dispatch: bool) {
         match self {
             QueueRef::Local(q) => q.settle(msgs, dispatch),
-            QueueRef::Remote(q) => q.settle(msgs),
             QueueRef::Stream(q) => q.settle(msgs),
-            // Deliveries name the leg they came from: a quorum queue's are never settled here.
-            QueueRef::Quorum(q) => drop_settles(q, msgs),
+            QueueRef::Other(q) => q.settle(&mut msgs.into_iter()),
         }
     }
 
     pub fn discard(&self, msgs: impl IntoIterator<Item = Settled>, dispatch: bool) {
         match self {
             QueueRef::Local(q) => q.discard(msgs, dispatch),
-            QueueRef::Remote(q) => q.discard(msgs),
             QueueRef::Stream(q) => q.settle(msgs),
-            QueueRef::Quorum(q) => drop_settles(q, msgs),
+            QueueRef::Other(q) => q.discard(&mut msgs.into_iter()),
         }
     }
 
     pub fn requeue(&self, msgs: impl IntoIterator<Item = Settled>) {
         match self {
             QueueRef::Local(q) => q.requeue(msgs),
-            QueueRef::Remote(q) => q.requeue(msgs),
             QueueRef::Stream(q) => q.settle(msgs),
-            QueueRef::Quorum(q) => drop_settles(q, msgs),
+            QueueRef::Other(q) => q.requeue(&mut msgs.into_iter()),
         }
     }
 
@@ -377,45 +372,37 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.dispatch(),
             QueueRef::Stream(q) => q.dispatch(),
-            QueueRef::Quorum(q) => {
-                if let Some(l) = q.leg() {
-                    l.dispatch()
-                }
-            }
-            QueueRef::Remote(_) => {}
+            QueueRef::Other(q) => q.dispatch(),
         }
     }
 
     pub fn add_consumer(&self, c: Arc<Consumer>, on_added: impl FnOnce()) -> AmqpResult<()> {
         match self {
             QueueRef::Local(q) => q.add_consumer(c, on_added),
-            QueueRef::Remote(q) => q.add_consumer(c, on_added),
             // A stream consumer names its offset: the channel adds it with `Stream::add_consumer`.
             QueueRef::Stream(q) => q.add_consumer(c, super::stream::StartAt::Next, on_added),
-            QueueRef::Quorum(q) => match q.leg() {
-                Some(l) => l.add_consumer(c, on_added),
-                None => Err(q.unavailable()),
-            },
+            QueueRef::Other(q) => {
+                let mut on_added = Some(on_added);
+                q.clone().add_consumer(c, &mut || {
+                    if let Some(f) = on_added.take() {
+                        f()
+                    }
+                })
+            }
         }
     }
 
-    /// True if the queue is auto-delete and this was its last consumer (a remote queue's
-    /// home decides that itself).
+    /// True if the queue is auto-delete and this was its last consumer (a queue of another
+    /// kind decides that where it runs).
     pub fn remove_consumer(&self, c: &Arc<Consumer>) -> bool {
         match self {
             QueueRef::Local(q) => q.remove_consumer(c).auto_delete_now,
-            QueueRef::Remote(q) => {
-                q.remove_consumer(c);
-                false
-            }
             QueueRef::Stream(q) => {
                 q.remove_consumer(c);
                 false
             }
-            QueueRef::Quorum(q) => {
-                if let Some(l) = q.leg() {
-                    l.remove_consumer(c);
-                }
+            QueueRef::Other(q) => {
+                q.remove_consumer(c);
                 false
             }
         }
@@ -424,47 +411,42 @@ impl QueueRef {
     pub fn message_count(&self) -> u32 {
         match self {
             QueueRef::Local(q) => q.message_count(),
-            QueueRef::Remote(q) => q.counts().messages,
             QueueRef::Stream(q) => q.message_count(),
-            QueueRef::Quorum(q) => q.leg().map_or(0, |l| l.message_count()),
+            QueueRef::Other(q) => q.message_count(),
         }
     }
 
     pub fn unacked_count(&self) -> u32 {
         match self {
             QueueRef::Local(q) => q.unacked_count(),
-            QueueRef::Remote(q) => q.counts().unacked,
             QueueRef::Stream(q) => q.unacked_count(),
-            QueueRef::Quorum(q) => q.leg().map_or(0, |l| l.unacked_count()),
+            QueueRef::Other(q) => q.unacked_count(),
         }
     }
 
     pub fn consumer_count(&self) -> u32 {
         match self {
             QueueRef::Local(q) => q.consumer_count(),
-            QueueRef::Remote(q) => q.counts().consumers,
             QueueRef::Stream(q) => q.consumer_count(),
-            QueueRef::Quorum(q) => q.leg().map_or(0, |l| l.consumer_count()),
+            QueueRef::Other(q) => q.consumer_count(),
         }
     }
 
-    /// Its consumers (of a remote queue: those on this node).
+    /// Its consumers (of a queue on another node: those on this node).
     pub fn consumers(&self) -> Vec<Arc<Consumer>> {
         match self {
             QueueRef::Local(q) => q.consumers(),
-            QueueRef::Remote(q) => q.local_consumers(),
             QueueRef::Stream(q) => q.consumers(),
-            QueueRef::Quorum(q) => q.leg().map_or_else(Vec::new, |l| l.consumers()),
+            QueueRef::Other(q) => q.consumers(),
         }
     }
 
     pub fn purge(&self) -> u32 {
         match self {
             QueueRef::Local(q) => q.purge(),
-            QueueRef::Remote(q) => q.purge(),
             // The channel refuses a purge first (540, as RabbitMQ); elsewhere it removes nothing.
             QueueRef::Stream(_) => 0,
-            QueueRef::Quorum(q) => q.leg().map_or(0, |l| l.purge()),
+            QueueRef::Other(q) => q.purge(),
         }
     }
 
@@ -472,19 +454,17 @@ impl QueueRef {
     pub fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>) {
         match self {
             QueueRef::Local(q) => q.mark_deleted(),
-            QueueRef::Remote(q) => q.mark_deleted(),
             // RabbitMQ answers delete-ok with 0 messages for a stream.
             QueueRef::Stream(q) => (0, q.mark_deleted()),
-            QueueRef::Quorum(q) => q.mark_deleted(),
+            QueueRef::Other(q) => q.mark_deleted(),
         }
     }
 
     pub fn is_deleted(&self) -> bool {
         match self {
             QueueRef::Local(q) => q.is_deleted(),
-            QueueRef::Remote(q) => q.is_deleted(),
             QueueRef::Stream(q) => q.is_deleted(),
-            QueueRef::Quorum(q) => q.is_deleted(),
+            QueueRef::Other(q) => q.is_deleted(),
         }
     }
 
@@ -492,24 +472,16 @@ impl QueueRef {
     pub fn touch(&self) {
         match self {
             QueueRef::Local(q) => q.touch(),
-            // The leader's queue keeps a replicated queue's lease (its sweeper decides).
-            QueueRef::Quorum(q) => {
-                if let Some(QueueRef::Local(l)) = q.leg() {
-                    l.touch()
-                }
-            }
-            _ => {}
+            QueueRef::Stream(_) => {}
+            QueueRef::Other(q) => q.touch(),
         }
     }
 
     pub fn lease_expired(&self, now: u64) -> bool {
         match self {
             QueueRef::Local(q) => q.lease_expired(now),
-            QueueRef::Quorum(q) => match q.leg() {
-                Some(QueueRef::Local(l)) => l.lease_expired(now),
-                _ => false,
-            },
-            QueueRef::Remote(_) | QueueRef::Stream(_) => false,
+            QueueRef::Stream(_) => false,
+            QueueRef::Other(q) => q.lease_expired(now),
         }
     }
 
@@ -519,8 +491,7 @@ impl QueueRef {
             QueueRef::Local(q) => q.may_expire.load(std::sync::atomic::Ordering::Relaxed),
             // Age retention is checked on the sweeper's visits.
             QueueRef::Stream(q) => q.may_expire(),
-            QueueRef::Quorum(q) => q.leg().is_some_and(|l| l.may_expire()),
-            QueueRef::Remote(_) => false,
+            QueueRef::Other(q) => q.may_expire(),
         }
     }
 
@@ -528,21 +499,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.expire(),
             QueueRef::Stream(q) => q.expire(),
-            QueueRef::Quorum(q) => {
-                if let Some(l) = q.leg() {
-                    l.expire()
-                }
-            }
-            QueueRef::Remote(_) => {}
+            QueueRef::Other(q) => q.expire(),
         }
-    }
-}
-
-/// Settles addressed to a quorum queue itself rather than to the leg that delivered them: a
-/// bookkeeping slip, since the ids they carry may mean nothing to the current leader.
-fn drop_settles(q: &QuorumQueue, msgs: impl IntoIterator<Item = Settled>) {
-    let n = msgs.into_iter().count();
-    if n > 0 {
-        tracing::debug!(queue = %q.name, n, "settles addressed to a quorum queue ignored");
     }
 }

@@ -42,7 +42,7 @@ use warren_protocol::{ByteString, FieldTable};
 use warren_queue::{Effect, Host, PagedIn};
 
 pub use args::{display_value, type_name, Overflow, QueueArgs};
-pub use handle::{DeliverySink, Offer, QueueRef};
+pub use handle::{DeliverySink, Offer, QueueKind, QueueRef};
 pub use owner::{DeadRoute, QueueOwner};
 pub use warren_queue::Reason;
 

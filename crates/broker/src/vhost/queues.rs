@@ -9,6 +9,7 @@ use warren_routing::Destination;
 
 use super::equivalence::{check_args_equivalent, inequivalent};
 use super::{DeletedQueue, QueueSpec, VHost};
+use crate::cluster::ClusterQueue;
 use crate::cluster::QueueMeta;
 use crate::definitions::Definition;
 use crate::error::{AmqpError, AmqpResult};
@@ -27,7 +28,7 @@ impl VHost {
                 .lock()
                 .queues
                 .get(spec.name)
-                .and_then(|q| q.remote().cloned())
+                .and_then(|q| q.remote())
             {
                 r.counts_checked()?;
             }
@@ -218,7 +219,7 @@ impl VHost {
         if let (Some(c), Some((group, members))) = (&self.cluster, spec.members) {
             // A replicated queue: every node holds the same handle; members run its group.
             let group = group.or_else(crate::cluster::applying).unwrap_or(0);
-            let q = QueueRef::Quorum(crate::cluster::quorum::QuorumQueue::open(
+            let q = QueueRef::Other(crate::cluster::quorum::QuorumQueue::open(
                 name.clone(),
                 self.name.clone(),
                 options,
@@ -234,7 +235,7 @@ impl VHost {
             return Ok(q);
         }
         if let Some((c, home)) = remote_home {
-            let q = QueueRef::Remote(crate::cluster::remote::RemoteQueue::new(
+            let q = QueueRef::Other(crate::cluster::remote::RemoteQueue::new(
                 name.clone(),
                 self.name.clone(),
                 options,

@@ -11,6 +11,7 @@ use warren_protocol::{FieldTable, Method};
 use warren_routing::Destination;
 
 use super::{ExchangeSpec, QueueSpec, VHost};
+use crate::cluster::ClusterQueue;
 use crate::cluster::{Cluster, QueueMeta};
 use crate::error::{AmqpError, AmqpResult};
 

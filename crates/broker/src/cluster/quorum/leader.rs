@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{DeadKept, LogPos, LogTail, QuorumQueue};
+use crate::cluster::ClusterQueue;
 use crate::message::Message;
 use crate::queue::{Consumer, Queue, QueueRef};
 
@@ -142,8 +143,11 @@ impl QuorumQueue {
     pub(super) fn take_leg(&self) -> Vec<Arc<Consumer>> {
         match self.leg.swap(None).as_deref() {
             Some(QueueRef::Local(q)) => q.retire(),
-            Some(QueueRef::Remote(r)) => r.mark_deleted().1,
-            _ => Vec::new(),
+            Some(r) => match r.remote() {
+                Some(r) => r.mark_deleted().1,
+                None => Vec::new(),
+            },
+            None => Vec::new(),
         }
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{change_group, QuorumQueue, Replica, SERVICE_QMEMBER};
+use crate::cluster::ClusterQueue;
 use crate::cluster::{Cluster, MetaOp};
 
 impl QuorumQueue {
@@ -64,7 +65,7 @@ impl Cluster {
             .vhost(vhost)
             .and_then(|v| v.queue(queue))
             .ok_or_else(|| MgmtError::NotFound(format!("no queue '{queue}' in vhost '{vhost}'")))?;
-        let q = q.quorum().cloned().ok_or_else(|| {
+        let q = q.quorum().ok_or_else(|| {
             MgmtError::BadRequest(format!(
                 "queue '{queue}' in vhost '{vhost}' is not a quorum queue"
             ))

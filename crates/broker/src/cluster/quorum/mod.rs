@@ -39,6 +39,7 @@
 //! no child, so the split adds no import cycle.
 
 mod entry;
+mod kind;
 mod leader;
 mod members;
 mod propose;
@@ -60,6 +61,7 @@ use parking_lot::Mutex;
 use warren_protocol::ByteString;
 
 use super::Cluster;
+use crate::cluster::ClusterQueue;
 use crate::confirm::ConfirmHandle;
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
@@ -347,8 +349,7 @@ impl QuorumQueue {
         let c = self.cluster.upgrade()?;
         match self.leg.load().as_deref()? {
             QueueRef::Local(_) => Some(c.me.clone()),
-            QueueRef::Remote(r) => Some(r.home.clone()),
-            _ => None,
+            r => r.remote().map(|r| r.home.clone()),
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::{stopped, QuorumQueue, LEADER_POLL, SERVICE_QLEADER, SERVICE_QRAFT};
 use crate::cluster::remote::RemoteQueue;
+use crate::cluster::ClusterQueue;
 use crate::queue::QueueRef;
 
 impl QuorumQueue {
@@ -164,7 +165,9 @@ impl QuorumQueue {
         let current = self.leg.load_full();
         let same = match (&leader, current.as_deref()) {
             (Some(l), Some(QueueRef::Local(_))) => l == me,
-            (Some(l), Some(QueueRef::Remote(r))) => *l == r.home && !r.is_deleted(),
+            (Some(l), Some(r @ QueueRef::Other(_))) => {
+                r.remote().is_some_and(|r| *l == r.home && !r.is_deleted())
+            }
             (None, None) => true,
             _ => false,
         };
@@ -190,7 +193,7 @@ impl QuorumQueue {
                 &c,
             );
             r.set_effective_args((**self.args.load()).clone());
-            self.leg.store(Some(Arc::new(QueueRef::Remote(r))));
+            self.leg.store(Some(Arc::new(QueueRef::Other(r))));
         }
         tracing::info!(vhost = %self.vhost, queue = %self.name, leader = %leader, "quorum queue leader");
         self.leg_changed.notify_waiters();

@@ -18,6 +18,7 @@ use super::wire::{
 use super::{entry, lid, send_confirm, send_settle, GetDelivery};
 use crate::cluster::link::{get_str, put_str, Link};
 use crate::cluster::Cluster;
+use crate::cluster::ClusterQueue;
 use crate::confirm::ConfirmHandle;
 use crate::queue::{Consumer, Enqueued, Queue, Settled};
 

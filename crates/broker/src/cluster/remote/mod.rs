@@ -23,6 +23,7 @@
 //! encoding).
 
 mod inbound;
+mod kind;
 mod proxy;
 mod queue;
 mod serve;

@@ -69,7 +69,7 @@ impl Proxy {
     }
 
     pub(super) fn deliver(&self, m: &QueuedMessage) {
-        let q = QueueRef::Remote(self.queue.clone());
+        let q = QueueRef::Other(self.queue.clone());
         if !self.consumer.sink.push(&self.consumer, q.clone(), m) && !self.consumer.no_ack {
             // The channel is closing: back to the queue at once.
             q.requeue([(Some(self.consumer.key), m.clone())]);
