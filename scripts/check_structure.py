@@ -19,11 +19,18 @@ The module graph, from the crate's file tree:
   comments (an intra-doc link is not a dependency), string literals, `$crate` in macros, and
   anything under `#[cfg(test)]` (test modules, inline or in their own file, and test-only items).
 
+Layers (`--layers`): the same graph with every module folded into its top-level module (the
+crate root's child: `crate::a::b` counts as `crate::a`), so that a cycle is one between two of
+the crate's parts (its layers), not one within a part split over several files (a parent and
+its children naming each other's types: `queue/mod.rs` and `queue/handle.rs`). Every cycle
+between parts is reported with the file-level references that form it. Without `--layers`,
+every file-level cycle counts.
+
 Output: with `--report`, the statistics (modules, edges, every cycle with the references that
 form it, files over the limit) and exit status 0. Without it, the same problems and exit status 1
 if there is any cycle or oversized file, 0 otherwise. Python 3 standard library only.
 
-Usage: python3 scripts/check_structure.py [--max-lines N] [--crate crates/broker] [--report]
+Usage: python3 scripts/check_structure.py [--max-lines N] [--crate crates/broker] [--layers] [--report]
 """
 
 import argparse
@@ -462,13 +469,28 @@ def name(path):
     return "::".join(path)
 
 
-def check_crate(root, crate, out):
+def fold(modules, edges):
+    """The graph of the crate's parts: each module folded into its top-level module (the root
+    stays itself); edges between distinct parts keep their references, one part's own go."""
+    part = {m: m[:2] for m in modules}
+    folded = {}
+    for (a, b), locs in edges.items():
+        pa, pb = part[a], part[b]
+        if pa != pb:
+            folded.setdefault((pa, pb), []).extend(locs)
+    return sorted(set(part.values())), folded
+
+
+def check_crate(root, crate, out, layers=False):
     """Prints the crate's graph and cycles; returns the number of cycles."""
     crate_dir = crate if os.path.isabs(crate) else os.path.join(root, crate)
     if not os.path.isdir(os.path.join(crate_dir, "src")):
         out.write(f"check_structure: {crate}: no src directory\n")
         return 1
     modules, edges = module_graph(crate_dir)
+    if layers:
+        out.write(f"{crate}: {len(modules)} modules folded into their top-level modules (--layers)\n")
+        modules, edges = fold(modules, edges)
     refs = sum(len(v) for v in edges.values())
     cycles = [c for c in strongly_connected(list(modules), edges) if len(c) > 1]
     out.write(f"{crate}: {len(modules)} modules, {len(edges)} edges ({refs} references)\n")
@@ -495,6 +517,7 @@ def main(argv=None, out=sys.stdout):
     ap = argparse.ArgumentParser(description="Source file sizes and import cycles of the crates.")
     ap.add_argument("--max-lines", type=int, default=DEFAULT_MAX_LINES, help="the most lines a crates/*/src file may have (default 800)")
     ap.add_argument("--crate", action="append", default=[], help="a crate directory to check for import cycles, e.g. crates/broker (repeatable)")
+    ap.add_argument("--layers", action="store_true", help="fold each module into its top-level module before looking for cycles")
     ap.add_argument("--report", action="store_true", help="print the statistics and exit 0 whatever they say")
     ap.add_argument("--root", default=default_root, help="the repository root (default: this script's parent directory)")
     args = ap.parse_args(argv)
@@ -502,7 +525,7 @@ def main(argv=None, out=sys.stdout):
 
     cycles = 0
     for crate in args.crate:
-        cycles += check_crate(root, crate, out)
+        cycles += check_crate(root, crate, out, args.layers)
         out.write("\n")
     big = oversized(root, args.max_lines)
     if big:

@@ -185,6 +185,45 @@ class CheckerOnFixtures(unittest.TestCase):
             )
 
 
+    def test_layers_fold_a_part_split_over_files_but_not_a_cycle_between_parts(self):
+        with tempfile.TemporaryDirectory() as root:
+            # `q` and its child name each other (one part over two files); `q` uses `low`.
+            write(root, "crates/parts/src/lib.rs", """
+                pub mod low;
+                pub mod q;
+                """)
+            write(root, "crates/parts/src/low.rs", """
+                pub fn f() {}
+                """)
+            write(root, "crates/parts/src/q/mod.rs", """
+                pub mod handle;
+                pub use handle::Handle;
+                pub struct Q(pub Option<Box<Handle>>);
+                pub fn g() { crate::low::f() }
+                """)
+            write(root, "crates/parts/src/q/handle.rs", """
+                use super::Q;
+                pub struct Handle(pub Q);
+                """)
+            code, out = run("--root", root, "--crate", "crates/parts")
+            self.assertEqual(code, 1, out)
+            self.assertIn("modules: crate::q, crate::q::handle", out)
+            code, out = run("--root", root, "--crate", "crates/parts", "--layers")
+            self.assertEqual(code, 0, out)
+            self.assertIn("crates/parts: 3 modules, 1 edges (1 references)", out)
+            self.assertIn("crates/parts: no import cycle", out)
+            # The part below naming the one above closes a cycle between parts.
+            write(root, "crates/parts/src/low.rs", """
+                pub fn f() {}
+                pub fn h(_: crate::q::handle::Handle) {}
+                """)
+            code, out = run("--root", root, "--crate", "crates/parts", "--layers")
+            self.assertEqual(code, 1, out)
+            self.assertIn("modules: crate::low, crate::q", out)
+            self.assertIn("crate::low -> crate::q (1): crates/parts/src/low.rs:2", out)
+            self.assertIn("crate::q -> crate::low (1): crates/parts/src/q/mod.rs:4", out)
+
+
 class Parser(unittest.TestCase):
     def test_comments_and_literals_are_blanked_with_lines_kept(self):
         src = 'let a = "x // y"; /* crate::a /* nested */ still */ let b = \'"\';\n// crate::b\nlet c: &\'static str = r#"crate::c"#;\n'
