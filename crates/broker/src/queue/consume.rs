@@ -16,10 +16,8 @@ impl Queue {
             Some((m, left)) => {
                 // basic.get cannot wait for the group: its claim follows it (a leader lost in
                 // between leaves that one message unmarked at the next).
-                if host.io.claims.as_ref().is_some_and(|c| !c.contains(&m.seq)) {
-                    if let Some(r) = &*q.repl.load() {
-                        r.claim_now(m.seq);
-                    }
+                if let Some(l) = &mut host.io.leader {
+                    l.got(m.seq);
                 }
                 let st = &q.stats;
                 delivered(
@@ -58,11 +56,7 @@ impl Queue {
     /// Puts unacked messages back at their original positions, marked redelivered (see
     /// `warren_queue::State::requeue` for the length limits).
     pub fn requeue(self: &Arc<Self>, msgs: impl IntoIterator<Item = Settled>) {
-        let repl = if self.leader_leg {
-            self.repl.load_full()
-        } else {
-            None
-        };
+        let repl = self.leader.as_ref().filter(|l| l.replicating());
         if repl.is_some() || self.quorum_type {
             // A quorum queue counts returns (replicated with the log when it is replicated;
             // on a single node in the message's own header), shows the count as
@@ -73,7 +67,7 @@ impl Queue {
             for (c, mut m) in msgs {
                 let n = match &repl {
                     Some(r) => {
-                        let n = u64::from(r.returned(m.seq));
+                        let n = u64::from(r.returned(m.seq).unwrap_or(0));
                         if self.quorum_type {
                             m.msg = Arc::new(crate::message::with_delivery_count(&m.msg, n));
                         }

@@ -16,7 +16,7 @@ pub(super) fn unix_now_s() -> u64 {
 impl Queue {
     /// The copy of `msg` to publish to the dead-letter exchange, and its extra routing keys;
     /// none without one.
-    pub(super) fn dead_copy(
+    pub fn dead_copy(
         &self,
         a: &QueueArgs,
         msg: &Message,

@@ -1,81 +1,161 @@
-//! The leader leg of a replicated queue (`cluster/quorum`): the leader's queue that publishes
-//! through the group's `Replicator`, takes committed publishes in, delivers only what the group
-//! recorded as claimed, reads its paged tail back from the group's log, keeps its dead letters
-//! in the group until their targets have them, and is retired when its node no longer leads.
-//! The state it keeps beside the state machine (`repl`, `leader_leg`, `retired` on `Queue`;
-//! `claims`, `want_claim`, `log_tail`, `publishing_at`, `forgot`, `dead_kept` on `Io`) and the
-//! host's hooks on it stay with those types in `mod.rs`.
+//! The hook through which a replicated queue's leader leg runs on a classic queue host: the
+//! replication module (`cluster/quorum/leg.rs`) implements it, the queue calls it at the few
+//! points where a leader differs from a classic queue. The leader's queue publishes through
+//! the group ([`LeaderHook::publish`]) and takes committed publishes in
+//! ([`LeaderCtx::publish_as`]); it delivers only what the group recorded as claimed
+//! ([`LeaderIo::hold_back`]); reads its paged tail back from the group's log
+//! ([`LeaderIo::page_in`]); settles what leaves for good through the group
+//! ([`LeaderIo::effect`]); and is retired when its node no longer leads ([`Queue::retire`]).
+//! A classic queue has no hook and pays one `None` check at each point.
 //!
 //! Moved here as it was; the replicated-core issue replaces it next.
 
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
-use super::dead_publish::unix_now_s;
-use super::{dead_letter, Consumer, DeadRoute, Enqueued, Queue, QueueOptions, QueueOwner, Reason};
-use crate::cluster::quorum::{LogPos, LogTail, Replicator};
+use warren_queue::{Effect, PagedIn};
+
+use super::{
+    Consumer, Core, Ctx, Enqueued, Queue, QueueOptions, QueueOwner, QueuedMessage, Reason,
+};
 use crate::confirm::ConfirmHandle;
 use crate::message::Message;
 use crate::metrics::bump;
 
-impl Queue {
-    /// Retires the leader's queue of a replicated queue (this node no longer leads): it stops
-    /// replicating, so what it drops is not settled, refuses publishes, and is deleted.
-    /// Returns its consumers, to be told of the cancel.
-    pub fn retire(self: &Arc<Self>) -> Vec<Arc<Consumer>> {
-        self.retired.store(true, Ordering::SeqCst);
-        self.stop_replicating();
-        self.mark_deleted().1
+/// The leader's side that needs no queue lock (held by the queue, shared with the group).
+pub trait LeaderHook: Send + Sync {
+    /// A publish: `Some(Accepted)` once handed to the group (it enters the queue when
+    /// committed), `Some(Rejected)` when the leg is retired (its confirm would be a lie).
+    fn publish(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Option<Enqueued>;
+    /// Still replicating (not retired): every publish is stored by the group.
+    fn replicating(&self) -> bool;
+    /// The group falls behind: publishers stall on [`LeaderHook::stall`].
+    fn pressured(&self) -> bool;
+    fn stall(&self, max: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+    /// A requeued message's return count, kept by the group; `None` once retired.
+    fn returned(&self, seq: u64) -> Option<u32>;
+    /// What the state under the lock left to do, once the lock is released.
+    fn after_lock(&self, q: &Arc<Queue>, p: Pending);
+    /// The node no longer leads: stop replicating.
+    fn retire(&self);
+}
+
+/// The leader's state kept under the queue's lock, beside the state machine.
+pub trait LeaderIo: Send {
+    /// An offer of `m`: true to hold it back until the group records its claim.
+    fn hold_back(&mut self, m: &QueuedMessage) -> bool;
+    /// basic.get took `seq`: it cannot wait for the group, its claim follows it.
+    fn got(&mut self, seq: u64);
+    /// Reads the paged tail back from the group's log.
+    fn page_in(
+        &mut self,
+        q: &Queue,
+        remaining: usize,
+        now: &mut dyn FnMut() -> u64,
+        out: &mut Vec<QueuedMessage>,
+    ) -> PagedIn;
+    fn can_page(&self) -> bool;
+    /// An effect of the state machine: taken here (`None`), or handed back for the host.
+    fn effect<'e>(
+        &mut self,
+        q: &Queue,
+        e: Effect<'e, Arc<Message>>,
+    ) -> Option<Effect<'e, Arc<Message>>>;
+    /// What is left to do once the lock is released ([`LeaderHook::after_lock`]).
+    fn take_pending(&mut self) -> Option<Pending>;
+    /// The node no longer leads: what leaves from now on is not settled.
+    fn retire(&mut self);
+    /// For the replication module's own state ([`LeaderCtx::io`]).
+    fn as_any(&mut self) -> &mut dyn Any;
+}
+
+/// What a leader's state left to do after the lock: claims to ask for, dead letters to keep.
+#[derive(Default)]
+pub struct Pending {
+    /// The lowest unclaimed message an offer was held back for.
+    pub want_claim: Option<u64>,
+    /// At-least-once dead letters: the message's id, its message and why.
+    pub dead_kept: Vec<(u64, Arc<Message>, Reason)>,
+}
+
+/// The leader's state and the queue's state machine, under the queue's lock.
+pub struct LeaderCtx<'a, 'b> {
+    q: &'a Arc<Queue>,
+    core: &'a mut Core,
+    host: &'a mut Ctx<'b>,
+}
+
+impl LeaderCtx<'_, '_> {
+    /// The replication module's state (a leader queue always has one).
+    pub fn io(&mut self) -> &mut dyn LeaderIo {
+        self.host
+            .io
+            .leader
+            .as_deref_mut()
+            .expect("a leader queue has its state")
     }
 
+    /// A committed publish, numbered `id` by the group's log; false if the queue refused it
+    /// (full, reject-publish) or is gone.
+    pub fn publish_as(&mut self, id: u64, msg: Arc<Message>, redelivered: bool) -> bool {
+        self.host.io.outbox_bound = false;
+        match self.core.publish_as(id, msg, redelivered, self.host) {
+            warren_queue::Published::Accepted { .. } => bump(&self.q.stats.publish, 1),
+            _ => return false,
+        }
+        self.q.after_publish(self.core, self.host);
+        true
+    }
+
+    /// Takes over the replica's messages as a paged tail: `count` of `bytes`; ids go on from
+    /// `next_id`.
+    pub fn recover(&mut self, next_id: u64, count: usize, bytes: u64) {
+        self.core.recover(next_id, count, bytes, self.host);
+        self.q
+            .may_expire
+            .store(self.core.may_expire(), Ordering::Relaxed);
+    }
+
+    pub fn dispatch(&mut self) {
+        self.core.dispatch(self.host);
+    }
+}
+
+impl Queue {
     /// The leader's queue of a replicated queue (`cluster/quorum/`), replicating through
-    /// `repl`: no log of its own, its paged tail is read back from the group's log (`tail`).
+    /// `hook`, with `io` its state under the lock: no log of its own.
     pub fn leader<O: QueueOwner + 'static>(
         name: Arc<str>,
         vhost: Arc<str>,
         options: QueueOptions,
         owner: Weak<O>,
-        repl: Arc<Replicator>,
-        tail: LogTail,
+        hook: Arc<dyn LeaderHook>,
+        io: Box<dyn LeaderIo>,
     ) -> Arc<Queue> {
-        Self::build(name, vhost, options, owner, None, Some((repl, tail)))
+        Self::build(name, vhost, options, owner, None, Some((hook, io)))
     }
 
-    /// A new leader's queue takes over the replica's messages as a paged tail: `count` of
-    /// `bytes`, ids in `runs`, read back from the log from `from`; `seen` may have been
-    /// delivered by an earlier leader. Ids go on from `next_id`.
-    pub fn recover_tail(
-        self: &Arc<Self>,
-        next_id: u64,
-        from: LogPos,
-        runs: std::collections::VecDeque<(u64, u64)>,
-        seen: std::collections::HashSet<u64>,
-        count: usize,
-        bytes: u64,
-    ) {
-        self.locked(|q, st, host| {
-            if let Some(t) = &mut host.io.log_tail {
-                t.recover(from, runs, seen);
-            }
-            st.recover(next_id, count, bytes, host);
-            q.may_expire.store(st.may_expire(), Ordering::Relaxed);
-        })
+    /// Runs `f` under the queue's lock on a leader's state and state machine, then does what
+    /// its effects left (as every command does).
+    pub fn with_leader<R>(self: &Arc<Self>, f: impl FnOnce(&mut LeaderCtx<'_, '_>) -> R) -> R {
+        self.locked(|q, core, host| f(&mut LeaderCtx { q, core, host }))
     }
 
-    /// Stops replicating: the queue is being retired, and what it drops must not be settled.
-    fn stop_replicating(&self) {
-        self.repl.store(None);
-        self.state.lock().io.claims = None;
-    }
-
-    /// The group recorded these messages as delivered: they may go out now.
-    pub fn claimed(self: &Arc<Self>, ids: impl IntoIterator<Item = u64>) {
-        self.locked(|_, st, host| {
-            if let Some(c) = &mut host.io.claims {
-                c.extend(ids);
-            }
-            st.dispatch(host);
-        })
+    /// Retires the leader's queue of a replicated queue (this node no longer leads): it stops
+    /// replicating, so what it drops is not settled, refuses publishes, and is deleted.
+    /// Returns its consumers, to be told of the cancel.
+    pub fn retire(self: &Arc<Self>) -> Vec<Arc<Consumer>> {
+        if let Some(h) = &self.leader {
+            h.retire();
+        }
+        if let Some(l) = self.state.lock().io.leader.as_deref_mut() {
+            l.retire();
+        }
+        self.mark_deleted().1
     }
 
     /// An earlier leader may have delivered these: their next delivery says so.
@@ -99,103 +179,5 @@ impl Queue {
             });
         }
         spare.saturating_sub(st.core.ready_len())
-    }
-
-    /// A committed publish of a replicated queue, numbered `id` by its log; false if the queue
-    /// refused it (full, reject-publish) or is gone.
-    pub fn apply_committed(
-        self: &Arc<Self>,
-        id: u64,
-        at: Option<LogPos>,
-        msg: Arc<Message>,
-        redelivered: bool,
-    ) -> bool {
-        self.locked(|q, st, host| {
-            host.io.outbox_bound = false;
-            host.io.publishing_at = at;
-            let published = st.publish_as(id, msg, redelivered, host);
-            host.io.publishing_at = None;
-            match published {
-                warren_queue::Published::Accepted { .. } => bump(&q.stats.publish, 1),
-                _ => return false,
-            }
-            q.after_publish(st, host);
-            true
-        })
-    }
-
-    /// At-least-once: each dead letter stays in the group (replicated, so a new leader sends it
-    /// again) until every queue it is routed to has it; then its message is settled.
-    pub(super) fn dead_letter_kept(&self, kept: Vec<(u64, Arc<Message>, Reason)>) {
-        let Some(r) = self.repl.load_full() else {
-            // Retired meanwhile: the group still holds them, for the next leader.
-            return;
-        };
-        let args = self.args();
-        let now_s = unix_now_s();
-        for (id, msg, reason) in kept {
-            match self.dead_copy(&args, &msg, reason, now_s) {
-                Some((m, cc)) => r.dead_lettering(id, Arc::new(m), cc),
-                // The dead-letter exchange went with a policy meanwhile: dropped, as then.
-                None => r.settled(id),
-            }
-        }
-        self.send_dead_kept(&r);
-    }
-
-    /// Routes the kept dead letters not yet on their way (new, unroutable or refused before).
-    pub fn send_dead_kept(&self, r: &Arc<Replicator>) {
-        let Some(owner) = self.owner.upgrade() else {
-            return;
-        };
-        let mut targets = Vec::new();
-        for (id, m, cc) in r.dead_to_send() {
-            targets.clear();
-            match owner.route_dead_letter(&m, &cc, &mut targets) {
-                DeadRoute::Routed if !targets.is_empty() => {}
-                // To a delayed exchange: settled once its store holds it (on disk for a
-                // persistent message in a durable store).
-                DeadRoute::Delay(delay) => {
-                    let rr = r.clone();
-                    let done = ConfirmHandle::then(move |ok| rr.dead_done(id, ok));
-                    match owner.clone().hold_dead_letter(&m, delay, Some(&done)) {
-                        None => r.dead_unsent(id),
-                        Some(false) => {
-                            done.done(true);
-                        }
-                        Some(true) => {}
-                    }
-                    continue;
-                }
-                // Unroutable (or the exchange is gone): kept, and tried again.
-                _ => {
-                    r.dead_unsent(id);
-                    continue;
-                }
-            }
-            dead_letter::drop_cycles(&m.properties, &mut targets, |q| q.name());
-            if targets.is_empty() {
-                // Every target was a cycle: dropped, as RabbitMQ drops it.
-                r.dead_done(id, true);
-                continue;
-            }
-            let waits = targets.iter().filter(|q| q.stores(&m)).count();
-            if waits == 0 {
-                for q in targets.drain(..) {
-                    q.publish(m.clone(), None);
-                }
-                r.dead_done(id, true);
-                continue;
-            }
-            let rr = r.clone();
-            let done = ConfirmHandle::then_n(waits, move |ok| rr.dead_done(id, ok));
-            for q in targets.drain(..) {
-                let h = q.stores(&m).then_some(&done);
-                // Refused (full) or gone meanwhile: sent again, routed afresh.
-                if q.publish(m.clone(), h) != Enqueued::Accepted && h.is_some() {
-                    done.done(false);
-                }
-            }
-        }
     }
 }

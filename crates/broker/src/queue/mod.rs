@@ -43,13 +43,13 @@ use warren_queue::{Effect, Host, PagedIn};
 
 pub use args::{display_value, type_name, Overflow, QueueArgs};
 pub use handle::{DeliverySink, Offer, QueueKind, QueueRef};
+pub use leader::{LeaderCtx, LeaderHook, LeaderIo, Pending};
 pub use owner::{DeadRoute, QueueOwner};
 pub use warren_queue::Reason;
 
 use warren_store::{Cursor, LiveSet, QueueLog};
 
 use crate::clock::now_ms;
-use crate::cluster::quorum::{LogPos, LogTail, Replicator};
 use crate::confirm::ConfirmHandle;
 use crate::limits;
 use crate::message::Message;
@@ -135,16 +135,9 @@ pub struct Queue {
     /// `relieved` for a bounded time. This is the queue's credit to its publishers.
     pressure: AtomicBool,
     relieved: tokio::sync::Notify,
-    /// The leader's queue of a replicated queue (`cluster/quorum/`): publishes go to the
-    /// replicator and enter once committed; what leaves for good is settled through it.
-    repl: arc_swap::ArcSwapOption<Replicator>,
-    /// Made by `Queue::leader`: only such a queue reads `repl` and `retired` on its publish
-    /// path, so a classic queue's publishes pay nothing for replication.
-    leader_leg: bool,
-    /// A replicated queue's leader queue that was retired (its node no longer leads): a
-    /// publish that finds no replicator here is refused, never taken into a queue that is
-    /// going (its confirm would be a lie).
-    retired: AtomicBool,
+    /// The leader's queue of a replicated queue (`cluster/quorum/`): its replication hook
+    /// (`leader.rs`). A classic queue has none and pays a `None` check for it.
+    leader: Option<Arc<dyn LeaderHook>>,
     /// A quorum queue (on a single node): its deliveries carry `x-delivery-count`, as
     /// RabbitMQ's quorum queues' do (0 on the first).
     quorum_type: bool,
@@ -211,23 +204,8 @@ struct Io {
     confirmed: Vec<Arc<ConfirmHandle>>,
     /// The log has records to write.
     log_dirty: bool,
-    /// A replicated queue's leader: the messages the group has recorded as (possibly)
-    /// delivered, which alone may be delivered for the first time, so that a new leader knows
-    /// exactly which messages to mark redelivered. `None` for any other queue.
-    claims: Option<std::collections::HashSet<u64>>,
-    /// The lowest unclaimed message an offer was held back for.
-    want_claim: Option<u64>,
-    /// A replicated queue's leader: its paged tail is read back from the group's log, not
-    /// written to a log of its own.
-    log_tail: Option<LogTail>,
-    /// Where the committed message being published is in the group's log (it may start the
-    /// tail); none for a message the log no longer has, which stays in memory.
-    publishing_at: Option<LogPos>,
-    /// At-least-once dead-lettering (a replicated queue's leader): the message just forgotten,
-    /// settled unless its dead letter follows; and the dead letters kept in the group until
-    /// their targets have them.
-    forgot: Option<u64>,
-    dead_kept: Vec<(u64, Arc<Message>, Reason)>,
+    /// A replicated queue's leader: its state beside the state machine (`leader.rs`).
+    leader: Option<Box<dyn LeaderIo>>,
 }
 
 /// One command's host: the queue, its side of the lock, the publish's confirm, and the time,
@@ -242,11 +220,8 @@ struct Ctx<'a> {
 impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
     #[inline]
     fn offer(&mut self, c: &Arc<Consumer>, m: &QueuedMessage) -> warren_queue::Offer {
-        if let Some(claims) = &self.io.claims {
-            if !m.redelivered && !claims.contains(&m.seq) {
-                // Delivered once the group records the claim (`Queue::claimed`).
-                let w = self.io.want_claim.get_or_insert(m.seq);
-                *w = (*w).min(m.seq);
+        if let Some(l) = &mut self.io.leader {
+            if l.hold_back(m) {
                 return warren_queue::Offer::Refused;
             }
         }
@@ -272,17 +247,21 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
     }
 
     fn page_in(&mut self, remaining: usize, out: &mut Vec<QueuedMessage>) -> PagedIn {
-        if let Some(t) = &mut self.io.log_tail {
-            let ttl = self.q.args().message_ttl_ms;
+        if let Some(l) = &mut self.io.leader {
             let now = &mut self.now;
-            return t.read(remaining, ttl, &mut || *now.get_or_insert_with(now_ms), out);
+            return l.page_in(
+                self.q,
+                remaining,
+                &mut || *now.get_or_insert_with(now_ms),
+                out,
+            );
         }
         self.io.page_in(remaining, out)
     }
 
     fn can_page(&mut self) -> bool {
-        if self.io.log_tail.is_some() {
-            return self.io.publishing_at.is_some();
+        if let Some(l) = &self.io.leader {
+            return l.can_page();
         }
         self.q.persister.is_some() && self.q.ensure_log(self.io)
     }
@@ -294,22 +273,15 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
 
     fn effect(&mut self, effect: Effect<'_, Arc<Message>>) {
         let io = &mut *self.io;
-        if let Some(seq) = io.forgot.take() {
-            // The state machine dead-letters right after it forgets the same message.
-            if let Effect::DeadLetter(m, reason) = effect {
-                io.dead_kept.push((seq, m, reason));
-                return;
-            }
-            if let Some(r) = &*self.q.repl.load() {
-                r.settled(seq);
-            }
-        }
+        let effect = match &mut io.leader {
+            Some(l) => match l.effect(self.q, effect) {
+                Some(e) => e,
+                None => return,
+            },
+            None => effect,
+        };
         match effect {
             Effect::Append { entry, paged } => {
-                if let (Some(t), true) = (&mut io.log_tail, paged) {
-                    t.push(entry.seq, entry.expires_at_ms);
-                    return;
-                }
                 let Some(log) = &mut io.log else { return };
                 let stored = self.q.stores(&entry.msg);
                 let data = crate::persist::encode_message(&entry.msg, entry.expires_at_ms);
@@ -318,16 +290,6 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
                 io.log_dirty = true;
             }
             Effect::Forget { seq } => {
-                if let Some(claims) = &mut io.claims {
-                    claims.remove(&seq);
-                    if let Some(r) = &*self.q.repl.load() {
-                        if self.q.args().dead_letter_at_least_once() {
-                            io.forgot = Some(seq);
-                        } else {
-                            r.settled(seq);
-                        }
-                    }
-                }
                 if let Some(log) = &mut io.log {
                     if let Some(h) = log.ack(seq) {
                         io.confirmed.push(h);
@@ -337,13 +299,6 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
             }
             Effect::DeadLetter(m, reason) => io.dead.push((m, reason)),
             Effect::PageOut { from_seq } => {
-                if let Some(t) = &mut io.log_tail {
-                    // `can_page` said yes only with a place to read from.
-                    if let Some(at) = io.publishing_at.filter(|a| a.is(from_seq)) {
-                        t.start(at);
-                    }
-                    return;
-                }
                 if let Some(log) = &io.log {
                     io.pager = Some(Pager {
                         cursor: log.cursor_at_end(from_seq),
@@ -353,11 +308,6 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
                 }
             }
             Effect::ForgetTail { last_seq } => {
-                if let Some(t) = &mut io.log_tail {
-                    // A retired queue (`stop_replicating`) settles nothing.
-                    t.forget(self.q.repl.load().is_some());
-                    return;
-                }
                 if let (Some(p), Some(log)) = (io.pager.take(), &mut io.log) {
                     // What is on disk only goes with one record, without reading it back.
                     let cancelled = log.ack_range(p.cursor.next_seq, last_seq, |s| p.holds(s));
@@ -412,7 +362,7 @@ impl Queue {
         options: QueueOptions,
         owner: Weak<dyn QueueOwner>,
         backing: Option<Backing>,
-        repl: Option<(Arc<Replicator>, LogTail)>,
+        leader: Option<(Arc<dyn LeaderHook>, Box<dyn LeaderIo>)>,
     ) -> Arc<Queue> {
         let config = warren_queue::Config {
             max_priority: options.args.max_priority,
@@ -422,10 +372,9 @@ impl Queue {
             page_out_bytes: limits::PAGE_OUT_BYTES,
         };
         let core = warren_queue::State::new(config, core_limits(&options.args), now_ms());
-        let (repl, log_tail) = repl.unzip();
+        let (leader, leader_io) = leader.unzip();
         let mut io = Io {
-            claims: repl.as_ref().map(|_| Default::default()),
-            log_tail,
+            leader: leader_io,
             ..Io::default()
         };
         let mut recovered = None;
@@ -465,9 +414,7 @@ impl Queue {
             store_id,
             pressure: AtomicBool::new(false),
             relieved: tokio::sync::Notify::new(),
-            leader_leg: repl.is_some(),
-            repl: arc_swap::ArcSwapOption::new(repl),
-            retired: AtomicBool::new(false),
+            leader,
             quorum_type,
             stats: QueueStats::default(),
             state: Mutex::new(Locked { core, io }),
@@ -498,16 +445,13 @@ impl Queue {
 
     /// True while consumers fall behind; publishers should stall (see [`Queue::stall`]).
     pub fn pressured(&self) -> bool {
-        self.pressure.load(Ordering::Relaxed)
-            || (self.leader_leg && self.repl.load().as_ref().is_some_and(|r| r.pressured()))
+        self.pressure.load(Ordering::Relaxed) || self.leader.as_ref().is_some_and(|l| l.pressured())
     }
 
     /// Waits until the queue is relieved, for at most `max`.
     pub async fn stall(&self, max: std::time::Duration) {
-        if self.leader_leg {
-            if let Some(r) = self.repl.load_full().filter(|r| r.pressured()) {
-                return r.stall(max).await;
-            }
+        if let Some(l) = self.leader.as_ref().filter(|l| l.pressured()) {
+            return l.stall(max).await;
         }
         crate::flow::wait_relief(&self.relieved, || self.pressured(), max).await
     }
@@ -585,25 +529,10 @@ impl Queue {
             std::mem::take(&mut io.confirmed)
         };
         let dirty = std::mem::take(&mut io.log_dirty);
-        let want_claim = io.want_claim.take();
-        if let Some(seq) = io.forgot.take() {
-            if let Some(r) = &*self.repl.load() {
-                r.settled(seq);
-            }
-        }
-        let kept = if io.dead_kept.is_empty() {
-            Vec::new()
-        } else {
-            std::mem::take(&mut io.dead_kept)
-        };
+        let pending = io.leader.as_mut().and_then(|l| l.take_pending());
         drop(guard);
-        if !kept.is_empty() {
-            self.dead_letter_kept(kept);
-        }
-        if let Some(seq) = want_claim {
-            if let Some(r) = &*self.repl.load() {
-                r.want_claims(seq);
-            }
+        if let (Some(p), Some(l)) = (pending, &self.leader) {
+            l.after_lock(self, p);
         }
         if dirty {
             if let Some(p) = &self.persister {
@@ -621,7 +550,8 @@ impl Queue {
 
     /// True if a persistent message published here is written to disk (and its confirm waits).
     pub fn stores(&self, msg: &Message) -> bool {
-        (msg.persistent && self.durable_store) || (self.leader_leg && self.repl.load().is_some())
+        (msg.persistent && self.durable_store)
+            || self.leader.as_ref().is_some_and(|l| l.replicating())
     }
 
     /// Enqueues and dispatches, applying TTL and the length limits. A message this queue
@@ -631,15 +561,10 @@ impl Queue {
         msg: Arc<Message>,
         confirm: Option<&Arc<ConfirmHandle>>,
     ) -> Enqueued {
-        if self.leader_leg {
-            if let Some(r) = &*self.repl.load() {
-                // Replicated: it enters the queue once committed (`apply_committed`).
-                r.submit(msg, confirm);
-                return Enqueued::Accepted;
-            }
-            // Read after the replicator: `retire` sets this before it takes it away.
-            if self.retired.load(Ordering::SeqCst) {
-                return Enqueued::Rejected;
+        if let Some(l) = &self.leader {
+            // Replicated: it enters the queue once committed (`LeaderCtx::publish_as`).
+            if let Some(e) = l.publish(msg.clone(), confirm) {
+                return e;
             }
         }
         let msg = if self.quorum_type {

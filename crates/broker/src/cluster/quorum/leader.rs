@@ -5,6 +5,7 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::leg::{self, LegHook, LegIo};
 use super::{DeadKept, LogPos, LogTail, QuorumQueue};
 use crate::cluster::ClusterQueue;
 use crate::message::Message;
@@ -24,13 +25,14 @@ impl QuorumQueue {
             self.repl.clone(),
             !self.mirrored(),
         );
+        let hook = LegHook::new(self.repl.clone());
         let q = Queue::leader(
             self.name.clone(),
             self.vhost.clone(),
             self.options.clone(),
             self.vhost_ref.clone(),
-            self.repl.clone(),
-            tail,
+            hook.clone(),
+            LegIo::new(hook, tail),
         );
         q.set_effective_args((**self.args.load()).clone());
         let r = self.sm.replica.lock();
@@ -68,7 +70,7 @@ impl QuorumQueue {
                 Some((msg, _)) => {
                     let n = r.returns.get(id).copied().unwrap_or(0);
                     let msg = self.delivery_form(msg, n);
-                    if !q.apply_committed(*id, None, msg, seen(id)) {
+                    if !leg::apply_committed(&q, *id, None, msg, seen(id)) {
                         refused.push(*id);
                     }
                 }
@@ -103,13 +105,13 @@ impl QuorumQueue {
             first_id: next_id,
             next_id,
         };
-        q.recover_tail(r.next_id, from, runs, seen_ids, count, bytes);
+        leg::recover_tail(&q, r.next_id, from, runs, seen_ids, count, bytes);
         self.leg.store(Some(Arc::new(QueueRef::Local(q.clone()))));
         drop(r);
         for id in refused {
             self.repl.settled(id);
         }
-        q.send_dead_kept(&self.repl);
+        leg::send_dead_kept(&q, &self.repl);
     }
 
     /// A message as the leader's queue holds it: a quorum queue's deliveries carry

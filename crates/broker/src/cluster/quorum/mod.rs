@@ -41,6 +41,7 @@
 mod entry;
 mod kind;
 mod leader;
+mod leg;
 mod members;
 mod propose;
 mod replica;

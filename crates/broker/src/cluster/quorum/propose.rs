@@ -82,7 +82,7 @@ impl QuorumQueue {
             }
             if self.repl.has_dead_to_send() {
                 if let Some(q) = self.local_leg() {
-                    q.send_dead_kept(&self.repl);
+                    super::leg::send_dead_kept(&q, &self.repl);
                 }
             }
         }

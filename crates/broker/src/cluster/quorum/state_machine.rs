@@ -41,7 +41,7 @@ impl warren_cluster::StateMachine for GroupSm {
                 leg.mark_redelivered(d.claimed.iter().chain(&d.returned).copied());
             }
             if !d.claimed.is_empty() || claim_new > 0 {
-                leg.claimed(d.claimed.iter().copied().chain(new_claims.clone()));
+                super::leg::claimed(leg, d.claimed.iter().copied().chain(new_claims.clone()));
             }
         }
         for (i, data) in d.msgs.into_iter().enumerate() {
@@ -56,7 +56,8 @@ impl warren_cluster::StateMachine for GroupSm {
                         first_id,
                         next_id: id,
                     };
-                    if leg.apply_committed(id, Some(at), q.delivery_form(msg, 0), seen) {
+                    if super::leg::apply_committed(leg, id, Some(at), q.delivery_form(msg, 0), seen)
+                    {
                         r.insert(id, size);
                     } else {
                         refused.push(i as u32);
