@@ -58,7 +58,7 @@ pub fn header_routes(headers: &FieldTable) -> Result<Vec<ByteString>, AmqpError>
             Some(other) => {
                 return Err(AmqpError::precondition_failed(format!(
                     "invalid message: {{unacceptable_type_in_header,\"{name}\",{}}}",
-                    crate::queue::args::type_name(other)
+                    type_name(other)
                 )))
             }
         }
@@ -128,5 +128,28 @@ pub fn with_delivery_count(m: &Message, n: u64) -> Message {
         persistent: m.persistent,
         priority: m.priority,
         expiration_ms: m.expiration_ms,
+    }
+}
+
+/// RabbitMQ's name for a field value's type, as it appears in error texts.
+pub fn type_name(v: &FieldValue) -> &'static str {
+    match v {
+        FieldValue::Bool(_) => "bool",
+        FieldValue::I8(_) => "byte",
+        FieldValue::U8(_) => "unsignedbyte",
+        FieldValue::I16(_) => "short",
+        FieldValue::U16(_) => "unsignedshort",
+        FieldValue::I32(_) => "signedint",
+        FieldValue::U32(_) => "unsignedint",
+        FieldValue::I64(_) | FieldValue::U64(_) => "long",
+        FieldValue::F32(_) => "float",
+        FieldValue::F64(_) => "double",
+        FieldValue::Decimal(..) => "decimal",
+        FieldValue::LongStr(_) => "longstr",
+        FieldValue::Array(_) => "array",
+        FieldValue::Timestamp(_) => "timestamp",
+        FieldValue::Table(_) => "table",
+        FieldValue::Void => "void",
+        FieldValue::Bytes(_) => "binary",
     }
 }

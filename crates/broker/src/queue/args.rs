@@ -249,28 +249,7 @@ pub fn parse_expiration(s: &str) -> AmqpResult<u64> {
     }
 }
 
-/// RabbitMQ's name for a field value's type, as it appears in error texts.
-pub fn type_name(v: &FieldValue) -> &'static str {
-    match v {
-        FieldValue::Bool(_) => "bool",
-        FieldValue::I8(_) => "byte",
-        FieldValue::U8(_) => "unsignedbyte",
-        FieldValue::I16(_) => "short",
-        FieldValue::U16(_) => "unsignedshort",
-        FieldValue::I32(_) => "signedint",
-        FieldValue::U32(_) => "unsignedint",
-        FieldValue::I64(_) | FieldValue::U64(_) => "long",
-        FieldValue::F32(_) => "float",
-        FieldValue::F64(_) => "double",
-        FieldValue::Decimal(..) => "decimal",
-        FieldValue::LongStr(_) => "longstr",
-        FieldValue::Array(_) => "array",
-        FieldValue::Timestamp(_) => "timestamp",
-        FieldValue::Table(_) => "table",
-        FieldValue::Void => "void",
-        FieldValue::Bytes(_) => "binary",
-    }
-}
+pub use crate::message::type_name;
 
 /// A field value as RabbitMQ prints it in error texts.
 pub fn display_value(v: &FieldValue) -> String {
