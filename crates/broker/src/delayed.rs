@@ -34,6 +34,7 @@ use warren_store::{LiveSet, QueueLog};
 use crate::confirm::ConfirmHandle;
 use crate::message::Message;
 use crate::persist::{Logged, Persister};
+use crate::queue::{fan_out, ConfirmTo, FannedOut};
 use crate::vhost::VHost;
 
 /// Bytes of messages held in memory before the latest due are spilled to disk.
@@ -567,21 +568,13 @@ impl DelayStore {
         targets: &mut Vec<crate::queue::QueueRef>,
         acks: &mut Vec<u64>,
     ) {
-        let stores = targets.iter().filter(|q| q.stores(&msg)).count();
-        let handle =
-            (h.logged && stores > 0).then(|| ConfirmHandle::for_target(self.clone(), seq, stores));
-        for q in targets.drain(..) {
-            let storing = q.stores(&msg);
-            let r = q.publish(msg.clone(), if storing { handle.as_ref() } else { None });
-            if storing && r != crate::queue::Enqueued::Accepted {
-                if let Some(hd) = &handle {
-                    hd.done(true);
-                }
-            }
-        }
-        if h.logged && handle.is_none() {
+        // A logged message's record is acked once every queue that stores it has it.
+        let store: Arc<dyn crate::confirm::ConfirmTarget> = self.clone();
+        let confirm = h.logged.then(|| ConfirmTo::Target(&store, seq));
+        if fan_out(&msg, targets, confirm, |_| {}) != FannedOut::Pending && h.logged {
             acks.push(seq);
         }
+        targets.clear();
     }
 
     /// The log records of messages handed over for good.

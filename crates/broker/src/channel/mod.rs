@@ -42,7 +42,9 @@ use crate::message::{header_routes, Message};
 use crate::metrics::{bump, delivered, ChannelStats};
 use crate::outbox::{self, Outbox};
 use crate::queue::args::parse_expiration;
-use crate::queue::{Consumer, Enqueued, Offer, Queue, QueueRef, QueuedMessage};
+use crate::queue::{
+    fan_out, ConfirmTo, Consumer, FannedOut, Offer, Queue, QueueRef, QueuedMessage,
+};
 use crate::vhost::{VHost, DIRECT_REPLY_TO};
 
 pub use names::gen_name;
@@ -537,35 +539,17 @@ impl Channel {
             });
         }
         if !targets.is_empty() {
-            let msg = Arc::new(msg);
-            // Durable queues that store it each owe the confirm a write; the last wait is ours,
-            // released once every queue has answered.
-            let stores = targets.iter().filter(|q| q.stores(&msg)).count();
-            let handle = match seq {
-                Some(seq) if stores > 0 => Some(self.confirms.pending(seq, stores + 1)),
-                _ => None,
-            };
-            let mut accepted = true;
-            for q in targets.drain(..) {
-                let storing = q.stores(&msg);
-                let r = q.publish(msg.clone(), if storing { handle.as_ref() } else { None });
-                if q.pressured() && !self.pressured.iter().any(|x| x.ptr_eq(&q)) {
-                    self.pressured.push(q.clone());
+            let confirm = seq.map(|seq| ConfirmTo::Channel(&self.confirms, seq));
+            let pressured = &mut self.pressured;
+            let out = fan_out(&Arc::new(msg), &targets, confirm, |q| {
+                if q.pressured() && !pressured.iter().any(|x| x.ptr_eq(q)) {
+                    pressured.push(q.clone());
                 }
-                accepted &= r != Enqueued::Rejected;
-                if storing && r != Enqueued::Accepted {
-                    if let Some(h) = &handle {
-                        h.done(r == Enqueued::Gone);
-                    }
-                }
+            });
+            if let (FannedOut::Settled { accepted }, Some(seq)) = (out, seq) {
+                self.confirms.settled(seq, accepted);
             }
-            match (&handle, seq) {
-                (Some(h), _) => {
-                    h.done(accepted);
-                }
-                (None, Some(seq)) => self.confirms.settled(seq, accepted),
-                (None, None) => {}
-            }
+            targets.clear();
         } else if let Some(seq) = seq {
             self.confirms.settled(seq, true);
         }

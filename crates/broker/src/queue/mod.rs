@@ -28,11 +28,14 @@ pub mod args;
 mod consume;
 pub mod dead_letter;
 mod dead_publish;
+pub mod fan_out;
 pub mod handle;
 mod leader;
 pub mod owner;
 mod paging;
 pub mod stream;
+#[cfg(test)]
+mod tests;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -42,6 +45,7 @@ use warren_protocol::{ByteString, FieldTable};
 use warren_queue::{Effect, Host, PagedIn};
 
 pub use args::{display_value, type_name, Overflow, QueueArgs};
+pub use fan_out::{fan_out, ConfirmTo, FannedOut};
 pub use handle::{DeliverySink, Offer, QueueKind, QueueRef};
 pub use leader::{LeaderCtx, LeaderHook, LeaderIo, Pending};
 pub use owner::{DeadRoute, QueueOwner};

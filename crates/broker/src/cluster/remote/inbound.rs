@@ -19,8 +19,8 @@ use super::{entry, lid, send_confirm, send_settle, GetDelivery};
 use crate::cluster::link::{get_str, put_str, Link};
 use crate::cluster::Cluster;
 use crate::cluster::ClusterQueue;
-use crate::confirm::ConfirmHandle;
-use crate::queue::{Consumer, Enqueued, Queue, Settled};
+use crate::confirm::{ConfirmHandle, ConfirmTarget};
+use crate::queue::{fan_out, ConfirmTo, Consumer, FannedOut, Queue, QueueRef, Settled};
 
 /// A one-way frame from another node.
 pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes) {
@@ -34,13 +34,15 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
                 return;
             };
             let q = forwarded_to(c, &vhost, &name);
+            let target = q.clone().map(QueueRef::Local);
+            let to: Arc<dyn ConfirmTarget> = link.clone();
             let mut took = 0;
             for _ in 0..n {
                 let Some(id) = get_u64(&mut body) else { break };
                 let Some(msg) = get_message(&mut body) else {
                     break;
                 };
-                let Some(q) = &q else {
+                let Some(q) = &target else {
                     // Not taken here: deleted meanwhile, led by another node now (a replicated
                     // queue), or not known yet (this node has just restarted and not replayed
                     // its metadata). Nacked, never confirmed: a confirm must mean stored. A
@@ -52,18 +54,11 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
                     }
                     continue;
                 };
-                let msg = Arc::new(msg);
-                let storing = id != 0 && q.stores(&msg);
-                let handle = storing.then(|| ConfirmHandle::for_target(link.clone(), id, 1));
-                let r = q.publish(msg, handle.as_ref());
-                if !storing || r != Enqueued::Accepted {
-                    match handle {
-                        Some(h) => {
-                            h.done(r != Enqueued::Rejected);
-                        }
-                        None if id != 0 => send_confirm(link, id, r != Enqueued::Rejected),
-                        None => {}
-                    }
+                // Id 0: the publisher wants no confirm.
+                let confirm = (id != 0).then(|| ConfirmTo::Target(&to, id));
+                let out = fan_out(&Arc::new(msg), std::slice::from_ref(q), confirm, |_| {});
+                if let (FannedOut::Settled { accepted }, true) = (out, id != 0) {
+                    send_confirm(link, id, accepted);
                 }
                 took += 1;
             }

@@ -1,0 +1,337 @@
+//! The classic queue host on its own: a fake sink stands for a consumer's connection, a fake
+//! owner for the vhost, a confirm target records confirms, and a durable queue writes a real
+//! log in a temporary directory through a real persister.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use warren_protocol::{ByteString, FieldTable, FieldValue};
+
+use super::*;
+use crate::confirm::ConfirmTarget;
+use crate::flow::SpaceWaiter;
+
+/// A consumer's connection: takes deliveries while it has room, records them.
+#[derive(Default)]
+struct FakeSink {
+    got: Mutex<Vec<QueuedMessage>>,
+    full: AtomicBool,
+    waiters: Mutex<Vec<Arc<dyn SpaceWaiter>>>,
+    cancelled: AtomicUsize,
+}
+
+impl FakeSink {
+    fn bodies(&self) -> Vec<Bytes> {
+        self.got.lock().iter().map(|m| m.msg.body.clone()).collect()
+    }
+    /// The connection drained: whoever waited is woken.
+    fn drain(&self) {
+        self.full.store(false, Ordering::SeqCst);
+        let waiters = std::mem::take(&mut *self.waiters.lock());
+        for w in waiters {
+            w.space();
+        }
+    }
+}
+
+impl DeliverySink for FakeSink {
+    fn offer(&self, _c: &Arc<Consumer>, _q: &Arc<Queue>, m: &QueuedMessage) -> Offer {
+        if self.full.load(Ordering::SeqCst) {
+            return Offer::OutboxFull;
+        }
+        self.got.lock().push(m.clone());
+        Offer::Delivered
+    }
+    fn wait_for_space(&self, w: Arc<dyn SpaceWaiter>) -> bool {
+        self.waiters.lock().push(w);
+        self.full.load(Ordering::SeqCst)
+    }
+    fn cancelled(&self, _c: &Consumer) {
+        self.cancelled.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The vhost, as a queue sees it: dead letters are routed to one queue, or nowhere.
+#[derive(Default)]
+struct FakeOwner {
+    dlq: Mutex<Option<QueueRef>>,
+    routed: Mutex<Vec<(ByteString, Vec<ByteString>)>>,
+    deleted: Mutex<Vec<String>>,
+}
+
+impl QueueOwner for FakeOwner {
+    fn route_dead_letter(
+        &self,
+        m: &Message,
+        extra_keys: &[ByteString],
+        out: &mut Vec<QueueRef>,
+    ) -> DeadRoute {
+        self.routed
+            .lock()
+            .push((m.routing_key.clone(), extra_keys.to_vec()));
+        match &*self.dlq.lock() {
+            Some(q) => {
+                out.push(q.clone());
+                DeadRoute::Routed
+            }
+            None => DeadRoute::NoExchange,
+        }
+    }
+    fn hold_dead_letter(
+        self: Arc<Self>,
+        _m: &Message,
+        _delay_ms: u64,
+        _confirm: Option<&Arc<ConfirmHandle>>,
+    ) -> Option<bool> {
+        None
+    }
+    fn delete_unused_queue(&self, name: &str) {
+        self.deleted.lock().push(name.to_string());
+    }
+}
+
+/// Records the confirms it is told of.
+#[derive(Default)]
+struct Confirmed(Mutex<Vec<(u64, bool)>>);
+
+impl ConfirmTarget for Confirmed {
+    fn confirmed(self: Arc<Self>, seq: u64, ok: bool) {
+        self.0.lock().push((seq, ok));
+    }
+}
+
+fn msg(body: &'static str, persistent: bool) -> Arc<Message> {
+    Arc::new(Message {
+        exchange: ByteString::from(""),
+        routing_key: ByteString::from("q"),
+        properties: warren_protocol::properties::BasicProperties::default().to_bytes(),
+        body: Bytes::from_static(body.as_bytes()),
+        persistent,
+        priority: None,
+        expiration_ms: None,
+    })
+}
+
+fn options(args: FieldTable, durable: bool) -> QueueOptions {
+    QueueOptions {
+        durable,
+        exclusive_owner: None,
+        auto_delete: false,
+        args: QueueArgs::parse(&args, "queue 'q' in vhost '/'").expect("valid arguments"),
+        arguments: args,
+    }
+}
+
+fn queue(name: &str, args: FieldTable, owner: &Arc<FakeOwner>) -> Arc<Queue> {
+    Queue::new(
+        name.into(),
+        "/".into(),
+        options(args, false),
+        Arc::downgrade(owner),
+    )
+}
+
+fn consumer(q: &Arc<Queue>, sink: &Arc<FakeSink>, prefetch: u16, no_ack: bool) -> Arc<Consumer> {
+    let c = Arc::new(Consumer {
+        key: consumer_key(),
+        tag: ByteString::from("ctag"),
+        sink: sink.clone(),
+        queue: QueueRef::Local(q.clone()),
+        no_ack,
+        exclusive: false,
+        priority: 0,
+        prefetch,
+        cancelled: AtomicBool::new(false),
+        timeout_ms: None,
+    });
+    q.add_consumer(c.clone(), || {}).expect("consumes");
+    c
+}
+
+#[test]
+fn a_publish_goes_to_the_sink_and_prefetch_holds_the_rest_until_an_ack() {
+    let owner = Arc::new(FakeOwner::default());
+    let q = queue("q", FieldTable::default(), &owner);
+    let sink = Arc::new(FakeSink::default());
+    let c = consumer(&q, &sink, 2, false);
+    for b in ["a", "b", "c"] {
+        assert_eq!(q.publish(msg(b, false), None), Enqueued::Accepted);
+    }
+    assert_eq!(sink.bodies(), ["a", "b"]);
+    assert_eq!((q.message_count(), q.unacked_count()), (1, 2));
+    let first = sink.got.lock()[0].clone();
+    q.settle([(Some(c.key), first)], true);
+    assert_eq!(sink.bodies(), ["a", "b", "c"]);
+    assert_eq!((q.message_count(), q.unacked_count()), (0, 2));
+}
+
+#[test]
+fn a_full_connection_holds_deliveries_until_it_drains() {
+    let owner = Arc::new(FakeOwner::default());
+    let q = queue("q", FieldTable::default(), &owner);
+    let sink = Arc::new(FakeSink::default());
+    sink.full.store(true, Ordering::SeqCst);
+    consumer(&q, &sink, 0, true);
+    q.publish(msg("a", false), None);
+    assert!(sink.bodies().is_empty());
+    assert_eq!(q.message_count(), 1);
+    assert_eq!(sink.waiters.lock().len(), 1, "the queue waits for space");
+    sink.drain();
+    assert_eq!(sink.bodies(), ["a"]);
+    assert_eq!(q.message_count(), 0);
+}
+
+#[test]
+fn a_requeued_message_comes_back_first_and_marked_redelivered() {
+    let owner = Arc::new(FakeOwner::default());
+    let q = queue("q", FieldTable::default(), &owner);
+    let sink = Arc::new(FakeSink::default());
+    let c = consumer(&q, &sink, 1, false);
+    q.publish(msg("a", false), None);
+    q.publish(msg("b", false), None);
+    let first = sink.got.lock()[0].clone();
+    assert!(!first.redelivered);
+    q.requeue([(Some(c.key), first)]);
+    let got = sink.got.lock().clone();
+    assert_eq!(got.len(), 2);
+    assert_eq!(
+        (got[1].msg.body.clone(), got[1].redelivered),
+        (Bytes::from_static(b"a"), true)
+    );
+}
+
+#[test]
+fn a_rejected_message_is_dead_lettered_through_the_owner() {
+    let owner = Arc::new(FakeOwner::default());
+    let dlq = queue("dlq", FieldTable::default(), &owner);
+    *owner.dlq.lock() = Some(QueueRef::Local(dlq.clone()));
+    let mut args = FieldTable::default();
+    args.insert("x-dead-letter-exchange", FieldValue::LongStr("dlx".into()));
+    args.insert(
+        "x-dead-letter-routing-key",
+        FieldValue::LongStr("dead".into()),
+    );
+    let q = queue("q", args, &owner);
+    let sink = Arc::new(FakeSink::default());
+    let c = consumer(&q, &sink, 0, false);
+    q.publish(msg("a", false), None);
+    let first = sink.got.lock()[0].clone();
+    q.discard([(Some(c.key), first)], true);
+    assert_eq!(owner.routed.lock()[0].0, ByteString::from("dead"));
+    assert_eq!(dlq.message_count(), 1);
+    assert_eq!((q.message_count(), q.unacked_count()), (0, 0));
+}
+
+#[test]
+fn a_dead_letter_without_an_exchange_is_dropped() {
+    let owner = Arc::new(FakeOwner::default());
+    let mut args = FieldTable::default();
+    args.insert("x-dead-letter-exchange", FieldValue::LongStr("gone".into()));
+    args.insert("x-max-length", FieldValue::I32(1));
+    let q = queue("q", args, &owner);
+    q.publish(msg("a", false), None);
+    q.publish(msg("b", false), None);
+    assert_eq!(
+        owner.routed.lock().len(),
+        1,
+        "the head overflowed and was offered"
+    );
+    assert_eq!(q.message_count(), 1);
+}
+
+#[test]
+fn deleting_a_queue_hands_back_its_consumers() {
+    let owner = Arc::new(FakeOwner::default());
+    let q = queue("q", FieldTable::default(), &owner);
+    let sink = Arc::new(FakeSink::default());
+    sink.full.store(true, Ordering::SeqCst);
+    let c = consumer(&q, &sink, 0, true);
+    q.publish(msg("a", false), None);
+    let (ready, consumers) = q.mark_deleted();
+    assert_eq!(ready, 1);
+    assert_eq!(consumers.len(), 1);
+    assert_eq!(consumers[0].key, c.key);
+    assert_eq!(q.publish(msg("b", false), None), Enqueued::Gone);
+}
+
+/// The fan-out's confirm rule: one confirm for all the queues, a refusal nacks it, a queue
+/// without storage confirms at once.
+#[test]
+fn a_fan_out_confirms_once_and_a_refusal_nacks() {
+    let owner = Arc::new(FakeOwner::default());
+    let mut full = FieldTable::default();
+    full.insert("x-max-length", FieldValue::I32(0));
+    full.insert("x-overflow", FieldValue::LongStr("reject-publish".into()));
+    let open = QueueRef::Local(queue("open", FieldTable::default(), &owner));
+    let refusing = QueueRef::Local(queue("full", full, &owner));
+    let to: Arc<dyn ConfirmTarget> = Arc::new(Confirmed::default());
+    let m = msg("a", true);
+    let out = fan_out(&m, &[open.clone()], Some(ConfirmTo::Target(&to, 1)), |_| {});
+    assert_eq!(
+        out,
+        FannedOut::Settled { accepted: true },
+        "a transient queue stores nothing"
+    );
+    let out = fan_out(
+        &m,
+        &[open.clone(), refusing],
+        Some(ConfirmTo::Target(&to, 2)),
+        |_| {},
+    );
+    assert_eq!(out, FannedOut::Settled { accepted: false });
+    let mut seen = 0;
+    fan_out(&m, &[open.clone(), open], None, |_| seen += 1);
+    assert_eq!(seen, 2);
+}
+
+/// A durable queue's persistent message is written to its log by the persister, and the
+/// publish's confirm waits for that write.
+#[test]
+fn a_persistent_message_is_confirmed_after_its_write_and_recovered_from_the_log() {
+    let dir = std::env::temp_dir().join(format!("warren-queue-test-{}", rand::random::<u64>()));
+    let persister = crate::persist::Persister::start();
+    let owner = Arc::new(FakeOwner::default());
+    let open = |persister: &Arc<crate::persist::Persister>| {
+        let (log, rec) = Log::open(&dir, crate::persist::stored_body_len).expect("log opens");
+        Queue::with_log(
+            "q".into(),
+            "/".into(),
+            options(FieldTable::default(), true),
+            Arc::downgrade(&owner) as Weak<FakeOwner>,
+            Some(Backing {
+                persister: persister.clone(),
+                durable: Some((1, log, rec)),
+                scratch_dir: None,
+            }),
+        )
+    };
+    let q = open(&persister);
+    let confirmed = Arc::new(Confirmed::default());
+    let to: Arc<dyn ConfirmTarget> = confirmed.clone();
+    let out = fan_out(
+        &msg("kept", true),
+        &[QueueRef::Local(q.clone())],
+        Some(ConfirmTo::Target(&to, 7)),
+        |_| {},
+    );
+    assert_eq!(out, FannedOut::Pending, "the confirm waits for the write");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while confirmed.0.lock().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "confirmed after the write"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(*confirmed.0.lock(), [(7, true)]);
+    drop(q);
+    let again = open(&persister);
+    assert_eq!(again.message_count(), 1, "recovered from its log");
+    let sink = Arc::new(FakeSink::default());
+    consumer(&again, &sink, 0, true);
+    assert_eq!(sink.bodies(), ["kept"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
