@@ -24,6 +24,7 @@ use warren_protocol::{FieldTable, FieldValue};
 
 use crate::alarms::MemoryWatermark;
 use crate::http::{bad_request, connection_json, no_content, ok_json, ApiError, ApiResult};
+use crate::node_status::file_descriptors;
 use crate::server::Broker;
 use crate::stats_api::{addr, open_connections};
 use crate::tracking::ConnInfo;
@@ -209,24 +210,6 @@ async fn consumers(State(b): B) -> ApiResult {
         })
         .collect();
     ok_json(Value::Array(rows))
-}
-
-/// Open file descriptors and their soft limit, from /proc (None where it cannot be read).
-pub(crate) fn file_descriptors() -> (Option<u64>, Option<u64>) {
-    let open = std::fs::read_dir("/proc/self/fd")
-        .ok()
-        .map(|d| d.count() as u64);
-    let limit = std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("Max open files"))?;
-            line["Max open files".len()..]
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        });
-    (open, limit)
 }
 
 fn watermark_json(w: MemoryWatermark) -> Value {

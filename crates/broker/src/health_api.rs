@@ -10,6 +10,7 @@ use axum::response::IntoResponse;
 use serde_json::{json, Value};
 
 use crate::http::{not_found, ok_json, vhost_of, ApiResult, B};
+use crate::node_status::node_json;
 use crate::server::Broker;
 
 fn failed(body: Value) -> ApiResult {
@@ -133,63 +134,6 @@ pub async fn aliveness_test(State(b): B, Path(vhost): Path<String>) -> ApiResult
         Some(b) if &b[..] == b"test_message" => ok_json(json!({"status": "ok"})),
         _ => failure("the test message did not come back".into()),
     }
-}
-
-/// RabbitMQ's node object, with what Warren measures.
-pub fn node_json(b: &Broker) -> Value {
-    let t = b.alarms.thresholds();
-    let st = b.alarms.state();
-    let (fd_used, fd_total) = crate::ctl_api::file_descriptors();
-    let connections = b.connections.lock().len();
-    let exchange_types: Vec<Value> = ["direct", "fanout", "topic", "headers", "x-consistent-hash"]
-        .iter()
-        .map(|n| json!({"name": n, "enabled": true}))
-        .collect();
-    let mut v = json!({
-        "name": b.config.node_name,
-        "type": "disc",
-        "running": true,
-        "os_pid": std::process::id().to_string(),
-        "mem_used": crate::alarms::resident_bytes().unwrap_or(0),
-        "mem_limit": t.memory_bytes,
-        "mem_alarm": st.memory,
-        "mem_calculation_strategy": "rss",
-        "disk_free": b.alarms.disk_free_bytes().unwrap_or(0),
-        "disk_free_limit": t.disk_free_bytes,
-        "disk_free_alarm": st.disk,
-        "fd_used": fd_used.unwrap_or(0),
-        "fd_total": fd_total.unwrap_or(0),
-        "sockets_used": connections,
-        "sockets_total": fd_total.unwrap_or(0),
-        "proc_used": connections,
-        "proc_total": fd_total.unwrap_or(0),
-        "processors": std::thread::available_parallelism().map_or(1, |n| n.get()),
-        "uptime": b.started_at.elapsed().as_millis() as u64,
-        "run_queue": 0,
-        "partitions": [],
-        "cluster_links": b.cluster().map_or(json!([]), |c| {
-            json!(c.links.all().iter().map(|l| json!({"name": l.peer_name, "peer_addr": l.peer_addr})).collect::<Vec<_>>())
-        }),
-        "rates_mode": "basic",
-        "net_ticktime": 60,
-        "db_dir": b.config.data_dir.display().to_string(),
-        "exchange_types": exchange_types,
-        "auth_mechanisms": [
-            {"name": "PLAIN", "enabled": true},
-            {"name": "AMQPLAIN", "enabled": true},
-        ],
-        "applications": [{"name": "warren", "description": "Warren",
-                          "version": env!("CARGO_PKG_VERSION")}],
-    });
-    // The node's churn, as RabbitMQ puts it on the node object.
-    let churn = crate::stats_api::node_churn(b);
-    if let (Value::Object(m), Value::Object(c)) = (
-        &mut v,
-        crate::metrics::with_details(&churn, &vec![0.0; churn.len()]),
-    ) {
-        m.extend(c);
-    }
-    v
 }
 
 pub async fn list_nodes(State(b): B) -> ApiResult {

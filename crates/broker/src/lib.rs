@@ -10,7 +10,8 @@
 //! - [`outbox`]: a connection's pending output, written by its writer task in batches.
 //! - [`confirm`]: publisher confirms; [`persist`]: group commit of durable queue logs;
 //!   [`definitions`]: the durable definitions file.
-//! - [`config`], [`limits`], [`error`], [`auth`].
+//! - [`config`], [`limits`], [`error`], [`auth`]; [`node_status`]: the node object `/api/nodes`
+//!   and cluster peers report.
 //! - [`http`]: the management API (RabbitMQ's URLs); [`ctl_api`]: its `/api/warren/…` endpoints
 //!   for `warren ctl`.
 
@@ -37,6 +38,7 @@ pub mod json;
 pub mod limits;
 pub mod message;
 pub mod metrics;
+pub mod node_status;
 pub mod outbox;
 pub mod persist;
 pub mod policy;

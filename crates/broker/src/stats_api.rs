@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 
 use crate::channel::ChannelShared;
 use crate::http::{not_found, ok_json, vhost_of, ApiResult, B};
-use crate::metrics::{deliver_get, with_details, ChannelStats, Churn, SAMPLE_EVERY};
+use crate::metrics::{deliver_get, with_details, ChannelStats, SAMPLE_EVERY};
+use crate::node_status::{file_descriptors, node_churn};
 use crate::queue::{Consumer, QueueRef};
 use crate::server::Broker;
 use crate::tracking::ConnInfo;
@@ -70,16 +71,6 @@ pub fn node_message_values(b: &Broker) -> Vec<(&'static str, u64)> {
         }
     }
     channel_values(&total)
-}
-
-/// Connections, channels and queues made and gone on this node.
-pub fn node_churn(b: &Broker) -> Vec<(&'static str, u64)> {
-    let total = Churn::default();
-    total.absorb(&b.churn);
-    for v in b.vhosts() {
-        total.absorb(&v.churn);
-    }
-    total.values()
 }
 
 fn queue_values(q: &QueueRef) -> Vec<(&'static str, u64)> {
@@ -699,7 +690,7 @@ fn render(b: &Broker, per_object: bool) -> String {
     }
 
     // The process, memory, disk and alarms.
-    let (open_fds, max_fds) = crate::ctl_api::file_descriptors();
+    let (open_fds, max_fds) = file_descriptors();
     let (open_fds, max_fds) = (open_fds.unwrap_or(0), max_fds.unwrap_or(0));
     let rss = crate::alarms::resident_bytes().unwrap_or(0);
     let thresholds = b.alarms.thresholds();
