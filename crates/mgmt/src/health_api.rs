@@ -8,10 +8,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{json, Value};
+use warren_broker::node_status::node_json;
+use warren_broker::server::Broker;
 
-use crate::http::{not_found, ok_json, vhost_of, ApiResult, B};
-use crate::node_status::node_json;
-use crate::server::Broker;
+use crate::api::{not_found, ok_json, vhost_of, ApiResult, B};
 
 fn failed(body: Value) -> ApiResult {
     Ok((StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response())
@@ -62,7 +62,7 @@ fn listeners(b: &Broker) -> Vec<(&'static str, u16)> {
 
 pub async fn check_port_listener(State(b): B, Path(port): Path<String>) -> ApiResult {
     let Ok(port) = port.parse::<u16>() else {
-        return Err(crate::http::bad_request(format!("Invalid port: {port}")));
+        return Err(crate::api::bad_request(format!("Invalid port: {port}")));
     };
     let l = listeners(&b);
     if l.iter().any(|(_, p)| *p == port) {
@@ -99,7 +99,7 @@ pub async fn check_single_node(State(_b): B) -> ApiResult {
 pub async fn aliveness_test(State(b): B, Path(vhost): Path<String>) -> ApiResult {
     let v = vhost_of(&b, &vhost)?;
     let args = warren_protocol::FieldTable::new();
-    let spec = crate::vhost::QueueSpec {
+    let spec = warren_broker::vhost::QueueSpec {
         name: "aliveness-test",
         passive: false,
         durable: false,
@@ -116,7 +116,7 @@ pub async fn aliveness_test(State(b): B, Path(vhost): Path<String>) -> ApiResult
         Ok(q) => q,
         Err(e) => return failure(e.text),
     };
-    let msg = crate::message::Message {
+    let msg = warren_broker::message::Message {
         exchange: "".into(),
         routing_key: "aliveness-test".into(),
         properties: bytes::Bytes::from_static(&[0, 0]),
