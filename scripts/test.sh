@@ -44,11 +44,11 @@ echo "== bench/test_report.py (the benchmark page renderer on a fixture)"
 python3 bench/test_report.py
 
 # The structure checker, tested on fixture crates first. It fails the run on any crates/*/src
-# file over 800 lines and on an import cycle in the crates that have none (queue, store); until
-# the layers issue lands it only reports the broker's cycle.
-echo "== scripts/check_structure.py (file sizes; import cycles of queue and store; the broker's reported)"
+# file over 800 lines and on an import cycle in the crates that have none (queue, store, mgmt);
+# until the layers issue lands it only reports the broker's cycle.
+echo "== scripts/check_structure.py (file sizes; import cycles of queue, store and mgmt; the broker's reported)"
 python3 scripts/test_check_structure.py
-python3 scripts/check_structure.py --crate crates/queue --crate crates/store
+python3 scripts/check_structure.py --crate crates/queue --crate crates/store --crate crates/mgmt
 python3 scripts/check_structure.py --report --crate crates/broker | grep -v '^    '
 
 export WARREN_BIN="$TARGET_DIR/release/warren"

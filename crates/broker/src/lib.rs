@@ -10,14 +10,14 @@
 //! - [`outbox`]: a connection's pending output, written by its writer task in batches.
 //! - [`confirm`]: publisher confirms; [`persist`]: group commit of durable queue logs;
 //!   [`definitions`]: the durable definitions file.
-//! - [`config`], [`limits`], [`error`], [`auth`].
-//! - [`http`]: the management API (RabbitMQ's URLs); [`ctl_api`]: its `/api/warren/…` endpoints
-//!   for `warren ctl`.
+//! - [`config`], [`limits`], [`error`], [`auth`]; [`node_status`]: the node object `/api/nodes`
+//!   and cluster peers report.
+//!
+//! The HTTP management API is the `warren-mgmt` crate, over this crate's public API.
 
 pub mod access;
 pub mod admission;
 pub mod alarms;
-pub mod api_messages;
 pub mod app;
 pub mod auth;
 pub mod channel;
@@ -27,28 +27,24 @@ pub mod config;
 pub mod confirm;
 pub mod connection;
 pub mod consumer_timeout;
-pub mod ctl_api;
 pub mod definitions;
 pub mod delayed;
 pub mod error;
 pub mod export;
 pub mod flow;
-pub mod health_api;
-pub mod http;
 pub mod json;
 pub mod limits;
 pub mod message;
 pub mod metrics;
+pub mod node_status;
 pub mod outbox;
 pub mod persist;
 pub mod policy;
 pub mod queue;
 pub mod queue_type;
 pub mod server;
-pub mod stats_api;
 pub mod tls;
 pub mod tracking;
-pub mod ui;
 pub mod vhost;
 
 pub use config::Config;

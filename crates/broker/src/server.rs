@@ -262,7 +262,6 @@ impl Broker {
     /// them, bounded.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
         let sweeper = tokio::spawn(self.clone().sweep_expired());
-        let sampler = tokio::spawn(crate::stats_api::run_sampler(self.clone()));
         let alarms = tokio::spawn(self.alarms.clone().run());
         let b = self.clone();
         crate::app::serve_listener(
@@ -273,7 +272,6 @@ impl Broker {
         )
         .await;
         sweeper.abort();
-        sampler.abort();
         alarms.abort();
         let p = self.persister.clone();
         let _ = tokio::task::spawn_blocking(move || p.stop()).await;

@@ -216,10 +216,12 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         }
         let (tx, rx) = tokio::sync::watch::channel(false);
         tracing::info!(addr = %http_addr, "management API listening");
-        let api = tokio::spawn(warren_broker::http::serve(broker.clone(), http, rx.clone()));
+        let api = tokio::spawn(warren_mgmt::serve(broker.clone(), http, rx.clone()));
         let tls_server = tls.map(|(l, a)| {
             tokio::spawn(warren_broker::tls::serve(broker.clone(), l, a, rx.clone()))
         });
+        // The management API's rates are sampled for as long as the AMQP server runs.
+        let sampler = tokio::spawn(warren_mgmt::run_sampler(broker.clone()));
         let server = tokio::spawn(broker.clone().serve(listener, rx));
         let reloader = tokio::spawn(reload_on_sighup(broker.clone(), config_file));
         wait_for_signal().await;
@@ -227,6 +229,7 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down");
         let _ = tx.send(true);
         let _ = server.await;
+        sampler.abort();
         if let Some(t) = tls_server {
             let _ = t.await;
         }

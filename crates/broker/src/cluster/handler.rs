@@ -77,7 +77,7 @@ impl Handler for LinkHandler {
                 }
                 SERVICE_NODE => {
                     let b = c.broker().ok_or("node stopping")?;
-                    Ok(Bytes::from(crate::health_api::node_json(&b).to_string()))
+                    Ok(Bytes::from(crate::node_status::node_json(&b).to_string()))
                 }
                 s => Err(format!("unknown service {s}")),
             }

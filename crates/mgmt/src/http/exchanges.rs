@@ -5,14 +5,13 @@ use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use serde_json::{json, Value};
+use warren_broker::json::{json_to_table, table_to_json};
+use warren_broker::queue::QueueRef;
+use warren_broker::server::Broker;
+use warren_broker::vhost::{ExchangeSpec, VHost};
 use warren_routing::Destination;
 
-use crate::json::{json_to_table, table_to_json};
-use crate::queue::QueueRef;
-use crate::server::Broker;
-use crate::vhost::{ExchangeSpec, VHost};
-
-use super::{
+use crate::api::{
     bad_request, body_object, created, no_content, not_found, ok_json, str_field, vhost_of,
     ApiResult, B,
 };

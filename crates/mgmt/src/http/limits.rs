@@ -3,10 +3,9 @@
 
 use axum::extract::{Path, State};
 use serde_json::{json, Value};
+use warren_broker::access::LimitScope;
 
-use crate::access::LimitScope;
-
-use super::{bad_request, body_object, no_content, ok_json, ApiResult, B};
+use crate::api::{bad_request, body_object, no_content, ok_json, ApiResult, B};
 
 // ---- limits (RabbitMQ's /api/vhost-limits and /api/user-limits) ----
 // Each handler serves both: `USER` picks the user's limits over the vhost's.
@@ -20,7 +19,7 @@ fn limit_scope(user: bool) -> LimitScope {
 }
 
 /// `[{"vhost": V, "value": {...}}]` or `[{"user": U, "value": {...}}]`, without empty ones.
-fn limits_json(user: bool, rows: Vec<(String, crate::access::Limits)>) -> ApiResult {
+fn limits_json(user: bool, rows: Vec<(String, warren_broker::access::Limits)>) -> ApiResult {
     let key = if user { "user" } else { "vhost" };
     ok_json(Value::Array(
         rows.into_iter()
@@ -52,7 +51,7 @@ pub(super) async fn put_limit<const USER: bool>(
     let Some(value) = v.get("value") else {
         return Err(bad_request("[{key_missing,value}]"));
     };
-    let mut def = crate::access::Limits::new();
+    let mut def = warren_broker::access::Limits::new();
     def.insert(limit, value.clone());
     b.access.set_limits(limit_scope(USER), &name, &def, false)?;
     b.limits_changed(limit_scope(USER), &name);

@@ -3,10 +3,9 @@
 
 use axum::extract::State;
 use serde_json::json;
+use warren_broker::access::User;
 
-use crate::access::User;
-
-use super::{bad_request, body_object, no_content, ok_json, ApiResult, B};
+use crate::api::{bad_request, body_object, no_content, ok_json, ApiResult, B};
 
 pub(super) async fn overview(State(b): B) -> ApiResult {
     // Before the connections lock below: these take it too.
@@ -53,11 +52,11 @@ pub(super) async fn whoami(axum::Extension(u): axum::Extension<User>) -> ApiResu
 // ---- definitions ----
 
 pub(super) async fn get_definitions(State(b): B) -> ApiResult {
-    ok_json(crate::export::export(&b))
+    ok_json(warren_broker::export::export(&b))
 }
 
 pub(super) async fn post_definitions(State(b): B, body: axum::body::Bytes) -> ApiResult {
     let v = body_object(&body)?;
-    crate::export::import(&b, &v).map_err(bad_request)?;
+    warren_broker::export::import(&b, &v).map_err(bad_request)?;
     no_content()
 }

@@ -20,13 +20,15 @@ use axum::extract::State;
 use axum::routing::{get, post, put};
 use axum::Router;
 use serde_json::{json, Value};
+use warren_broker::alarms::MemoryWatermark;
+use warren_broker::node_status::file_descriptors;
+use warren_broker::server::Broker;
+use warren_broker::tracking::ConnInfo;
 use warren_protocol::{FieldTable, FieldValue};
 
-use crate::alarms::MemoryWatermark;
-use crate::http::{bad_request, connection_json, no_content, ok_json, ApiError, ApiResult};
-use crate::server::Broker;
+use crate::api::{bad_request, no_content, ok_json, ApiError, ApiResult};
+use crate::http::connections::connection_json;
 use crate::stats_api::{addr, open_connections};
-use crate::tracking::ConnInfo;
 
 type B = State<Arc<Broker>>;
 
@@ -116,7 +118,8 @@ async fn forget_node(State(b): B, body: axum::body::Bytes) -> ApiResult {
 }
 
 /// A field table in the client's order, keeping what JSON objects would lose: a table is
-/// `{"table": [[key, value], ...]}`, an array a JSON array; other values as `json.rs` maps them.
+/// `{"table": [[key, value], ...]}`, an array a JSON array; other values as the broker's
+/// `json.rs` maps them.
 fn ordered_table(t: &FieldTable) -> Value {
     let pairs: Vec<Value> =
         t.0.iter()
@@ -129,7 +132,7 @@ fn ordered_value(v: &FieldValue) -> Value {
     match v {
         FieldValue::Table(t) => ordered_table(t),
         FieldValue::Array(a) => Value::Array(a.iter().map(ordered_value).collect()),
-        other => crate::json::value_to_json(other),
+        other => warren_broker::json::value_to_json(other),
     }
 }
 
@@ -211,24 +214,6 @@ async fn consumers(State(b): B) -> ApiResult {
     ok_json(Value::Array(rows))
 }
 
-/// Open file descriptors and their soft limit, from /proc (None where it cannot be read).
-pub(crate) fn file_descriptors() -> (Option<u64>, Option<u64>) {
-    let open = std::fs::read_dir("/proc/self/fd")
-        .ok()
-        .map(|d| d.count() as u64);
-    let limit = std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("Max open files"))?;
-            line["Max open files".len()..]
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        });
-    (open, limit)
-}
-
 fn watermark_json(w: MemoryWatermark) -> Value {
     match w {
         MemoryWatermark::Fraction(f) => json!({ "fraction": f }),
@@ -269,7 +254,7 @@ async fn status(State(b): B) -> ApiResult {
         "data_dir": b.config.data_dir.display().to_string(),
         "alarms": {"memory": alarms.memory, "disk": alarms.disk},
         "memory": {
-            "used_bytes": crate::alarms::resident_bytes(),
+            "used_bytes": warren_broker::alarms::resident_bytes(),
             "strategy": "rss",
             "watermark": watermark_json(t.memory_watermark),
             "limit_bytes": t.memory_bytes,
@@ -348,8 +333,8 @@ async fn environment(State(b): B) -> ApiResult {
             ));
         }
         let verify = match t.verify {
-            crate::config::TlsVerify::VerifyNone => "verify_none",
-            crate::config::TlsVerify::VerifyPeer => "verify_peer",
+            warren_broker::config::TlsVerify::VerifyNone => "verify_none",
+            warren_broker::config::TlsVerify::VerifyPeer => "verify_peer",
         };
         opts.push(format!("{{verify,{verify}}}"));
         opts.push(format!(
@@ -363,7 +348,7 @@ async fn environment(State(b): B) -> ApiResult {
             "tcp_listen_options",
             format!(
                 "[{{backlog,1024}},{{nodelay,true}},{{recbuf,{}}},{{send_timeout,{}}}]",
-                crate::limits::SOCKET_RECV_BUFFER_BYTES,
+                warren_broker::limits::SOCKET_RECV_BUFFER_BYTES,
                 l.send_timeout_ms
             ),
         ),
@@ -416,7 +401,7 @@ async fn environment(State(b): B) -> ApiResult {
 }
 
 async fn set_memory_watermark(State(b): B, body: axum::body::Bytes) -> ApiResult {
-    let v = crate::http::body_object(&body)?;
+    let v = crate::api::body_object(&body)?;
     let w = match (v.get("fraction"), v.get("absolute")) {
         (Some(f), None) => match f.as_f64() {
             Some(f) if (0.0..=1.0).contains(&f) => MemoryWatermark::Fraction(f),

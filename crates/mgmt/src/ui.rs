@@ -1,7 +1,7 @@
 //! The management web UI: static assets embedded in the binary, served without credentials
 //! (the pages log in against the HTTP API with the user's name and password, as RabbitMQ's do).
 //!
-//! The assets live in `crates/broker/ui/` (plain HTML, CSS and JavaScript modules, no build
+//! The assets live in `crates/mgmt/ui/` (plain HTML, CSS and JavaScript modules, no build
 //! step, nothing fetched from elsewhere at run time). Each is answered with its content type,
 //! `Cache-Control: no-cache` and an ETag computed at compile time, so a browser revalidates
 //! with a 304 instead of keeping a UI older than the broker.
@@ -12,8 +12,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-
-use crate::server::Broker;
+use warren_broker::server::Broker;
 
 /// One embedded file.
 struct Asset {

@@ -4,15 +4,15 @@
 //! write (policymaker may also write policies). Loopback-only users stay loopback-only here.
 //! Figures are read on demand from the queues; nothing here sits on the message path.
 //!
-//! This file holds the API's error and reply helpers (which the other API modules, `stats_api`,
-//! `ctl_api`, `health_api` and `api_messages`, use too), the server, the router and the
-//! authentication every request passes. The handlers are in a file per kind of object:
-//! `overview` (and `whoami`, definitions), `users` (and permissions), `vhosts`, `queues`,
-//! `exchanges` (and bindings), `connections`, `policies`, `limits`. Each handler child imports
-//! `super`; this file names the handlers only to route to them.
+//! This file holds the server, the router and the authentication every request passes; the
+//! error and reply helpers every API module uses are in `crate::api`. The handlers are in a
+//! file per kind of object: `overview` (and `whoami`, definitions), `users` (and permissions),
+//! `vhosts`, `queues`, `exchanges` (and bindings), `connections`, `policies`, `limits`; the
+//! other API modules (`stats_api`, `ctl_api`, `health_api`, `api_messages`, `ui`) sit beside
+//! this one. This file names the handlers only to route to them; none of them imports it.
 
-mod connections;
-mod exchanges;
+pub(crate) mod connections;
+pub(crate) mod exchanges;
 mod limits;
 mod overview;
 mod policies;
@@ -28,14 +28,13 @@ use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use axum::{Json, Router};
+use axum::Router;
 use base64::Engine;
-use serde_json::{json, Value};
+use serde_json::json;
 use tower::Layer;
+use warren_broker::server::Broker;
 
-use crate::access::MgmtError;
-use crate::server::Broker;
-use crate::vhost::VHost;
+use crate::api::{not_found, ApiError, B};
 
 use connections::{close_connection, get_connection, list_connections};
 use exchanges::{
@@ -51,78 +50,6 @@ use users::{
     put_permission, put_user, user_permissions,
 };
 use vhosts::{delete_vhost, get_vhost, list_vhosts, put_vhost, vhost_permissions};
-
-pub(crate) use connections::connection_json;
-pub(crate) use exchanges::exchange_name;
-
-pub(crate) type B = State<Arc<Broker>>;
-
-/// An API error with RabbitMQ's body shape.
-#[derive(Debug)]
-pub struct ApiError(pub StatusCode, pub Value);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut r = (self.0, Json(self.1)).into_response();
-        if self.0 == StatusCode::UNAUTHORIZED {
-            r.headers_mut().insert(
-                "www-authenticate",
-                axum::http::HeaderValue::from_static("Basic realm=\"Warren Management\""),
-            );
-        }
-        r
-    }
-}
-
-pub(crate) fn not_found() -> ApiError {
-    ApiError(
-        StatusCode::NOT_FOUND,
-        json!({"error": "Object Not Found", "reason": "Not Found"}),
-    )
-}
-
-pub(crate) fn bad_request(reason: impl Into<String>) -> ApiError {
-    ApiError(
-        StatusCode::BAD_REQUEST,
-        json!({"error": "bad_request", "reason": reason.into()}),
-    )
-}
-
-impl From<MgmtError> for ApiError {
-    fn from(e: MgmtError) -> Self {
-        match e {
-            MgmtError::NotFound(_) => not_found(),
-            MgmtError::BadRequest(r) => bad_request(r),
-            MgmtError::Internal(r) => ApiError(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                json!({"error": "internal_error", "reason": r}),
-            ),
-            MgmtError::Unavailable(r) => ApiError(
-                StatusCode::SERVICE_UNAVAILABLE,
-                json!({"error": "unavailable", "reason": r}),
-            ),
-        }
-    }
-}
-
-pub(crate) type ApiResult = Result<Response, ApiError>;
-
-pub(crate) fn ok_json(v: Value) -> ApiResult {
-    Ok(Json(v).into_response())
-}
-
-pub(crate) fn no_content() -> ApiResult {
-    Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-fn created(new: bool) -> ApiResult {
-    Ok(if new {
-        StatusCode::CREATED
-    } else {
-        StatusCode::NO_CONTENT
-    }
-    .into_response())
-}
 
 /// Serves the API on `listener` until `shutdown` turns true.
 pub async fn serve(
@@ -358,24 +285,4 @@ async fn authenticate(
     }
     req.extensions_mut().insert(user);
     next.run(req).await
-}
-
-pub(crate) fn vhost_of(b: &Broker, name: &str) -> Result<Arc<VHost>, ApiError> {
-    b.vhost(name).ok_or_else(not_found)
-}
-
-pub(crate) fn body_object(body: &[u8]) -> Result<Value, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(json!({}));
-    }
-    let v: Value =
-        serde_json::from_slice(body).map_err(|e| bad_request(format!("invalid JSON: {e}")))?;
-    if !v.is_object() {
-        return Err(bad_request("the body must be a JSON object"));
-    }
-    Ok(v)
-}
-
-fn str_field<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
-    v.get(k).and_then(Value::as_str)
 }

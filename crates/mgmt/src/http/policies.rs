@@ -2,10 +2,9 @@
 
 use axum::extract::{Path, State};
 use serde_json::{json, Value};
+use warren_broker::access::PolicyDef;
 
-use crate::access::PolicyDef;
-
-use super::{
+use crate::api::{
     bad_request, body_object, created, no_content, not_found, ok_json, str_field, vhost_of,
     ApiResult, B,
 };
@@ -53,7 +52,7 @@ pub(super) async fn put_policy(
             .ok_or_else(|| bad_request("priority must be an integer"))?,
     };
     let new = !b.access.policies_of(&vhost).iter().any(|p| p.name == name);
-    crate::policy::put(
+    warren_broker::policy::put(
         &b,
         PolicyDef {
             vhost,
@@ -71,6 +70,6 @@ pub(super) async fn delete_policy(
     State(b): B,
     Path((vhost, name)): Path<(String, String)>,
 ) -> ApiResult {
-    crate::policy::delete(&b, &vhost, &name)?;
+    warren_broker::policy::delete(&b, &vhost, &name)?;
     no_content()
 }

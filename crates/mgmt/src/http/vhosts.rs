@@ -3,12 +3,11 @@
 
 use axum::extract::{Path, State};
 use serde_json::{json, Value};
+use warren_broker::access::{User, VhostDef};
+use warren_broker::server::Broker;
+use warren_broker::vhost::VHost;
 
-use crate::access::{User, VhostDef};
-use crate::server::Broker;
-use crate::vhost::VHost;
-
-use super::{body_object, created, no_content, ok_json, str_field, vhost_of, ApiResult, B};
+use crate::api::{body_object, created, no_content, ok_json, str_field, vhost_of, ApiResult, B};
 
 fn vhost_json(b: &Broker, v: &VHost) -> Value {
     let (mut ready, mut unacked) = (0u64, 0u64);
@@ -54,7 +53,7 @@ pub(super) async fn put_vhost(
     if new {
         // As RabbitMQ's API does: whoever creates a vhost gets full permissions on it.
         b.access
-            .set_permissions(crate::access::full_permissions(&u.name, &name))?;
+            .set_permissions(warren_broker::access::full_permissions(&u.name, &name))?;
     }
     created(new)
 }

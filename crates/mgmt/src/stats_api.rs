@@ -2,7 +2,7 @@
 //! (with `_details.rate`) on the overview, queues, exchanges and channels, the `/api/channels`
 //! and `/api/consumers` listings, the rate sampler, and `/metrics` in the names and labels of
 //! RabbitMQ's `rabbitmq_prometheus` plugin. Everything here reads counters the message path
-//! keeps (`metrics.rs`); nothing here is on the message path.
+//! keeps (the broker's `metrics.rs`); nothing here is on the message path.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -13,14 +13,15 @@ use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::{json, Value};
+use warren_broker::channel::ChannelShared;
+use warren_broker::metrics::{deliver_get, with_details, ChannelStats, SAMPLE_EVERY};
+use warren_broker::node_status::{file_descriptors, node_churn};
+use warren_broker::queue::{Consumer, QueueRef};
+use warren_broker::server::Broker;
+use warren_broker::tracking::ConnInfo;
+use warren_broker::vhost::VHost;
 
-use crate::channel::ChannelShared;
-use crate::http::{not_found, ok_json, vhost_of, ApiResult, B};
-use crate::metrics::{deliver_get, with_details, ChannelStats, Churn, SAMPLE_EVERY};
-use crate::queue::{Consumer, QueueRef};
-use crate::server::Broker;
-use crate::tracking::ConnInfo;
-use crate::vhost::VHost;
+use crate::api::{not_found, ok_json, vhost_of, ApiResult, B};
 
 /// An `Arc`'s address, to match a consumer's sink with its channel (a local consumer's sink is
 /// its channel).
@@ -70,16 +71,6 @@ pub fn node_message_values(b: &Broker) -> Vec<(&'static str, u64)> {
         }
     }
     channel_values(&total)
-}
-
-/// Connections, channels and queues made and gone on this node.
-pub fn node_churn(b: &Broker) -> Vec<(&'static str, u64)> {
-    let total = Churn::default();
-    total.absorb(&b.churn);
-    for v in b.vhosts() {
-        total.absorb(&v.churn);
-    }
-    total.values()
 }
 
 fn queue_values(q: &QueueRef) -> Vec<(&'static str, u64)> {
@@ -196,7 +187,8 @@ fn nums(values: &[(&'static str, u64)]) -> Vec<u64> {
     values.iter().map(|(_, v)| *v).collect()
 }
 
-/// Samples every [`SAMPLE_EVERY`] for as long as the broker runs.
+/// Samples every [`SAMPLE_EVERY`] for as long as it runs (the binary runs it beside the AMQP
+/// server, from its start until it has stopped).
 pub async fn run_sampler(b: Arc<Broker>) {
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -699,9 +691,9 @@ fn render(b: &Broker, per_object: bool) -> String {
     }
 
     // The process, memory, disk and alarms.
-    let (open_fds, max_fds) = crate::ctl_api::file_descriptors();
+    let (open_fds, max_fds) = file_descriptors();
     let (open_fds, max_fds) = (open_fds.unwrap_or(0), max_fds.unwrap_or(0));
-    let rss = crate::alarms::resident_bytes().unwrap_or(0);
+    let rss = warren_broker::alarms::resident_bytes().unwrap_or(0);
     let thresholds = b.alarms.thresholds();
     let alarms = b.alarms.state();
     p.one(

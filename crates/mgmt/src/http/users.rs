@@ -3,10 +3,9 @@
 
 use axum::extract::{Path, State};
 use serde_json::{json, Value};
+use warren_broker::access::{parse_tags, PermissionDef, UserDef};
 
-use crate::access::{parse_tags, PermissionDef, UserDef};
-
-use super::{
+use crate::api::{
     bad_request, body_object, created, no_content, not_found, ok_json, str_field, ApiError,
     ApiResult, B,
 };
@@ -51,13 +50,13 @@ pub(super) async fn put_user(
     };
     let (hash, algo) = match (str_field(&v, "password"), str_field(&v, "password_hash")) {
         (Some(p), _) => (
-            crate::access::hash_password(p),
-            crate::access::HASH_SHA256.to_string(),
+            warren_broker::access::hash_password(p),
+            warren_broker::access::HASH_SHA256.to_string(),
         ),
         (None, Some(h)) => (
             h.to_string(),
             str_field(&v, "hashing_algorithm")
-                .unwrap_or(crate::access::HASH_SHA256)
+                .unwrap_or(warren_broker::access::HASH_SHA256)
                 .to_string(),
         ),
         // Tags only: the password stays as it was (a new user cannot log in with a password).
@@ -67,7 +66,7 @@ pub(super) async fn put_user(
             .unwrap_or_default(),
     };
     let algo = if algo.is_empty() {
-        crate::access::HASH_SHA256.to_string()
+        warren_broker::access::HASH_SHA256.to_string()
     } else {
         algo
     };

@@ -4,21 +4,21 @@ use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use serde_json::{json, Value};
+use warren_broker::cluster::ClusterQueue;
+use warren_broker::json::{json_to_table, table_to_json};
+use warren_broker::queue::QueueRef;
+use warren_broker::server::Broker;
+use warren_broker::vhost::{QueueSpec, VHost};
 
-use crate::cluster::ClusterQueue;
-use crate::json::{json_to_table, table_to_json};
-use crate::queue::QueueRef;
-use crate::server::Broker;
-use crate::vhost::{QueueSpec, VHost};
-
-use super::{
+use crate::api::{
     bad_request, body_object, created, no_content, not_found, ok_json, vhost_of, ApiResult, B,
 };
 
 fn queue_json(b: &Broker, q: &QueueRef) -> Value {
     let ready = q.message_count();
     let unacked = q.unacked_count();
-    let policy = crate::policy::matching(&b.access.policies_of(q.vhost()), q.name(), true).cloned();
+    let policy =
+        warren_broker::policy::matching(&b.access.policies_of(q.vhost()), q.name(), true).cloned();
     let mut out = json!({
         "name": &**q.name(), "vhost": &**q.vhost(), "durable": q.options().durable,
         "auto_delete": q.options().auto_delete, "exclusive": q.options().exclusive_owner.is_some(),
@@ -113,7 +113,7 @@ pub(super) async fn put_queue(
             members: None,
         })
         .map_err(|e| bad_request(e.text))?;
-    crate::policy::apply(&b.access, &q);
+    warren_broker::policy::apply(&b.access, &q);
     created(!existed)
 }
 
@@ -128,7 +128,7 @@ pub(super) async fn delete_queue(
     let d = vh
         .delete_queue(&name, flag("if-unused"), flag("if-empty"), None)
         .map_err(|e| bad_request(e.text))?;
-    crate::channel::notify_cancelled(&d.consumers);
+    warren_broker::channel::notify_cancelled(&d.consumers);
     no_content()
 }
 

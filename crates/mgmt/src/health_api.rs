@@ -8,9 +8,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{json, Value};
+use warren_broker::node_status::node_json;
+use warren_broker::server::Broker;
 
-use crate::http::{not_found, ok_json, vhost_of, ApiResult, B};
-use crate::server::Broker;
+use crate::api::{not_found, ok_json, vhost_of, ApiResult, B};
 
 fn failed(body: Value) -> ApiResult {
     Ok((StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response())
@@ -61,7 +62,7 @@ fn listeners(b: &Broker) -> Vec<(&'static str, u16)> {
 
 pub async fn check_port_listener(State(b): B, Path(port): Path<String>) -> ApiResult {
     let Ok(port) = port.parse::<u16>() else {
-        return Err(crate::http::bad_request(format!("Invalid port: {port}")));
+        return Err(crate::api::bad_request(format!("Invalid port: {port}")));
     };
     let l = listeners(&b);
     if l.iter().any(|(_, p)| *p == port) {
@@ -98,7 +99,7 @@ pub async fn check_single_node(State(_b): B) -> ApiResult {
 pub async fn aliveness_test(State(b): B, Path(vhost): Path<String>) -> ApiResult {
     let v = vhost_of(&b, &vhost)?;
     let args = warren_protocol::FieldTable::new();
-    let spec = crate::vhost::QueueSpec {
+    let spec = warren_broker::vhost::QueueSpec {
         name: "aliveness-test",
         passive: false,
         durable: false,
@@ -115,7 +116,7 @@ pub async fn aliveness_test(State(b): B, Path(vhost): Path<String>) -> ApiResult
         Ok(q) => q,
         Err(e) => return failure(e.text),
     };
-    let msg = crate::message::Message {
+    let msg = warren_broker::message::Message {
         exchange: "".into(),
         routing_key: "aliveness-test".into(),
         properties: bytes::Bytes::from_static(&[0, 0]),
@@ -133,63 +134,6 @@ pub async fn aliveness_test(State(b): B, Path(vhost): Path<String>) -> ApiResult
         Some(b) if &b[..] == b"test_message" => ok_json(json!({"status": "ok"})),
         _ => failure("the test message did not come back".into()),
     }
-}
-
-/// RabbitMQ's node object, with what Warren measures.
-pub fn node_json(b: &Broker) -> Value {
-    let t = b.alarms.thresholds();
-    let st = b.alarms.state();
-    let (fd_used, fd_total) = crate::ctl_api::file_descriptors();
-    let connections = b.connections.lock().len();
-    let exchange_types: Vec<Value> = ["direct", "fanout", "topic", "headers", "x-consistent-hash"]
-        .iter()
-        .map(|n| json!({"name": n, "enabled": true}))
-        .collect();
-    let mut v = json!({
-        "name": b.config.node_name,
-        "type": "disc",
-        "running": true,
-        "os_pid": std::process::id().to_string(),
-        "mem_used": crate::alarms::resident_bytes().unwrap_or(0),
-        "mem_limit": t.memory_bytes,
-        "mem_alarm": st.memory,
-        "mem_calculation_strategy": "rss",
-        "disk_free": b.alarms.disk_free_bytes().unwrap_or(0),
-        "disk_free_limit": t.disk_free_bytes,
-        "disk_free_alarm": st.disk,
-        "fd_used": fd_used.unwrap_or(0),
-        "fd_total": fd_total.unwrap_or(0),
-        "sockets_used": connections,
-        "sockets_total": fd_total.unwrap_or(0),
-        "proc_used": connections,
-        "proc_total": fd_total.unwrap_or(0),
-        "processors": std::thread::available_parallelism().map_or(1, |n| n.get()),
-        "uptime": b.started_at.elapsed().as_millis() as u64,
-        "run_queue": 0,
-        "partitions": [],
-        "cluster_links": b.cluster().map_or(json!([]), |c| {
-            json!(c.links.all().iter().map(|l| json!({"name": l.peer_name, "peer_addr": l.peer_addr})).collect::<Vec<_>>())
-        }),
-        "rates_mode": "basic",
-        "net_ticktime": 60,
-        "db_dir": b.config.data_dir.display().to_string(),
-        "exchange_types": exchange_types,
-        "auth_mechanisms": [
-            {"name": "PLAIN", "enabled": true},
-            {"name": "AMQPLAIN", "enabled": true},
-        ],
-        "applications": [{"name": "warren", "description": "Warren",
-                          "version": env!("CARGO_PKG_VERSION")}],
-    });
-    // The node's churn, as RabbitMQ puts it on the node object.
-    let churn = crate::stats_api::node_churn(b);
-    if let (Value::Object(m), Value::Object(c)) = (
-        &mut v,
-        crate::metrics::with_details(&churn, &vec![0.0; churn.len()]),
-    ) {
-        m.extend(c);
-    }
-    v
 }
 
 pub async fn list_nodes(State(b): B) -> ApiResult {

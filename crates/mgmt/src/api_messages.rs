@@ -10,18 +10,17 @@ use axum::http::StatusCode;
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use serde_json::{json, Map, Value};
+use warren_broker::access::{Perm, PermCache, Resource, User};
+use warren_broker::message::Message;
+use warren_broker::queue::args::parse_expiration;
 use warren_protocol::properties::BasicProperties;
 use warren_protocol::ByteString;
 
-use crate::access::{Perm, PermCache, Resource, User};
-use crate::http::{
-    bad_request, body_object, exchange_name, ok_json, vhost_of, ApiError, ApiResult, B,
-};
-use crate::message::Message;
-use crate::queue::args::parse_expiration;
+use crate::api::{bad_request, body_object, ok_json, vhost_of, ApiError, ApiResult, B};
+use crate::http::exchanges::exchange_name;
 
 /// An AMQP refusal as RabbitMQ's API words it: `404 NOT_FOUND - no exchange 'x' in vhost '/'`.
-fn refused(e: crate::error::AmqpError) -> ApiError {
+fn refused(e: warren_broker::error::AmqpError) -> ApiError {
     bad_request(format!("{} {}", e.code, e.text))
 }
 
@@ -73,7 +72,7 @@ fn properties_from_json(v: &Value) -> Result<BasicProperties, ApiError> {
     };
     let headers = match o.get("headers") {
         None | Some(Value::Null) => None,
-        Some(h) => Some(crate::json::json_to_table(h).map_err(bad_request)?),
+        Some(h) => Some(warren_broker::json::json_to_table(h).map_err(bad_request)?),
     };
     Ok(BasicProperties {
         content_type: s("content_type")?,
@@ -104,7 +103,7 @@ fn properties_to_json(raw: &Bytes) -> Value {
         ("content_encoding", text(&p.content_encoding)),
         (
             "headers",
-            p.headers.as_ref().map(crate::json::table_to_json),
+            p.headers.as_ref().map(warren_broker::json::table_to_json),
         ),
         ("delivery_mode", p.delivery_mode.map(Value::from)),
         ("priority", p.priority.map(Value::from)),
@@ -302,7 +301,7 @@ pub async fn get(
             Err(e) => {
                 // A remote queue whose home went down: what was taken goes back.
                 q.requeue(taken);
-                return Err(crate::http::ApiError(
+                return Err(crate::api::ApiError(
                     axum::http::StatusCode::NOT_FOUND,
                     json!({"error": "not_found", "reason": e.text}),
                 ));

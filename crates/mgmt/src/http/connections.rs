@@ -6,12 +6,11 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
+use warren_broker::server::Broker;
 
-use crate::server::Broker;
+use crate::api::{no_content, not_found, ok_json, ApiError, ApiResult, B};
 
-use super::{no_content, not_found, ok_json, ApiError, ApiResult, B};
-
-pub(crate) fn connection_json(c: &crate::tracking::ConnInfo) -> Value {
+pub(crate) fn connection_json(c: &warren_broker::tracking::ConnInfo) -> Value {
     use std::sync::atomic::Ordering::Relaxed;
     json!({
         "name": c.name, "node": &*c.node, "type": "network", "state": "running",
@@ -42,7 +41,10 @@ pub(super) async fn list_connections(State(b): B) -> ApiResult {
     ))
 }
 
-fn find_connection(b: &Broker, name: &str) -> Result<Arc<crate::tracking::ConnInfo>, ApiError> {
+fn find_connection(
+    b: &Broker,
+    name: &str,
+) -> Result<Arc<warren_broker::tracking::ConnInfo>, ApiError> {
     b.connections
         .lock()
         .values()
