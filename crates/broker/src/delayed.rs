@@ -34,8 +34,8 @@ use warren_store::{LiveSet, QueueLog};
 use crate::confirm::ConfirmHandle;
 use crate::message::Message;
 use crate::persist::{Logged, Persister};
+use crate::queue::QueueRef;
 use crate::queue::{fan_out, ConfirmTo, FannedOut};
-use crate::vhost::VHost;
 
 /// Bytes of messages held in memory before the latest due are spilled to disk.
 pub const MEM_BUDGET: u64 = 64 * 1024 * 1024;
@@ -209,13 +209,24 @@ struct State {
     deleted: bool,
 }
 
+/// Where a delay store sends what comes due, as the store sees its vhost (which implements it):
+/// the store names no vhost type, so the vhost may own its stores.
+pub trait DueRoutes: Send + Sync {
+    /// The vhost's name (the store's log label).
+    fn name(&self) -> &Arc<str>;
+    /// Routes due message `msg` from `exchange` now, adding its queues to `out`.
+    fn route_due(&self, exchange: &str, msg: &Message, out: &mut Vec<QueueRef>);
+    /// The queue `name` (a store of retries hands its messages back to it).
+    fn queue(&self, name: &str) -> Option<QueueRef>;
+}
+
 pub struct DelayStore {
     /// The exchange it routes through, or the queue it returns messages to.
     pub exchange: Arc<str>,
     to_queue: bool,
     /// Names it in the persister's logs.
     label: String,
-    vhost: Weak<VHost>,
+    vhost: Weak<dyn DueRoutes>,
     vhost_name: Arc<str>,
     dir: Option<PathBuf>,
     persister: Option<Arc<Persister>>,
@@ -240,8 +251,8 @@ pub fn dir_name(exchange: &str) -> String {
 impl DelayStore {
     /// Opens the store of exchange `exchange` under `dir` (recovering a durable one's messages)
     /// and starts its task. `durable` false: whatever `dir` holds is discarded.
-    pub fn open(
-        vhost: &Arc<VHost>,
+    pub fn open<V: DueRoutes + 'static>(
+        vhost: &Arc<V>,
         exchange: &str,
         to_queue: bool,
         dir: Option<PathBuf>,
@@ -292,10 +303,10 @@ impl DelayStore {
                 } else {
                     "delayed exchange"
                 },
-                vhost.name
+                vhost.name()
             ),
-            vhost: Arc::downgrade(vhost),
-            vhost_name: vhost.name.clone(),
+            vhost: Arc::downgrade(vhost) as Weak<dyn DueRoutes>,
+            vhost_name: vhost.name().clone(),
             dir,
             persister,
             in_batch: AtomicBool::new(false),
@@ -565,7 +576,7 @@ impl DelayStore {
         seq: u64,
         h: &Held,
         msg: Arc<Message>,
-        targets: &mut Vec<crate::queue::QueueRef>,
+        targets: &mut Vec<QueueRef>,
         acks: &mut Vec<u64>,
     ) {
         // A logged message's record is acked once every queue that stores it has it.

@@ -212,7 +212,7 @@ impl Broker {
         }
         for q in vh.snapshot().queues.keys().cloned().collect::<Vec<_>>() {
             if let Ok(d) = vh.delete_queue(&q, false, false, None) {
-                crate::channel::notify_cancelled(&d.consumers);
+                crate::queue::notify_cancelled(&d.consumers);
             }
         }
         // Node totals never go down: what the vhost counted stays with the node.

@@ -12,12 +12,12 @@ use warren_protocol::method::{
 use warren_protocol::{ByteString, Method};
 
 use super::deliveries::{finish, finish_with};
-use super::names::gen_name;
 use super::{remove_consumer, Channel, Ctx, Settle, TxOp, Unacked};
 use crate::access::{Perm, Resource};
 use crate::error::{AmqpError, AmqpResult};
 use crate::metrics::bump;
 use crate::queue::{Consumer, QueueRef};
+use crate::vhost::gen_name;
 use crate::vhost::{VHost, DIRECT_REPLY_TO};
 
 impl Channel {

@@ -47,8 +47,6 @@ use crate::queue::{
 };
 use crate::vhost::{VHost, DIRECT_REPLY_TO};
 
-pub use names::gen_name;
-
 /// A delivery awaiting ack.
 struct Unacked {
     tag: u64,
@@ -562,15 +560,6 @@ fn remove_consumer(vhost: &Arc<VHost>, c: &Arc<Consumer>) {
     c.cancelled.store(true, Ordering::Relaxed);
     if c.queue.remove_consumer(c) {
         let _ = vhost.delete_queue(c.queue.name(), false, false, None);
-    }
-}
-
-/// The server-sent basic.cancel, for consumers of a deleted queue.
-pub fn notify_cancelled(consumers: &[Arc<Consumer>]) {
-    for c in consumers {
-        if !c.cancelled.swap(true, Ordering::Relaxed) {
-            c.sink.cancelled(c);
-        }
     }
 }
 

@@ -10,10 +10,12 @@ use warren_protocol::method::{
 };
 use warren_protocol::ByteString;
 
-use super::names::{gen_name, strip_cr_lf};
-use super::{notify_cancelled, Channel, Ctx};
+use super::names::strip_cr_lf;
+use super::{Channel, Ctx};
 use crate::access::{Perm, Resource};
 use crate::error::{AmqpError, AmqpResult};
+use crate::queue::notify_cancelled;
+use crate::vhost::gen_name;
 use crate::vhost::{QueueSpec, VHost, DIRECT_REPLY_TO};
 
 impl Channel {

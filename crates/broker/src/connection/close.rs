@@ -10,9 +10,9 @@ use warren_protocol::method::ConnectionClose;
 use warren_protocol::Method;
 
 use super::{Conn, Phase, Slot};
-use crate::channel::notify_cancelled;
 use crate::error::AmqpError;
 use crate::limits;
+use crate::queue::notify_cancelled;
 
 impl Conn {
     pub(super) fn drain(&mut self) {

@@ -89,6 +89,16 @@ pub struct Consumer {
     pub timeout_ms: Option<u64>,
 }
 
+/// Tells consumers of a deleted queue that the broker cancelled them (their sink sends the
+/// server's basic.cancel).
+pub fn notify_cancelled(consumers: &[Arc<Consumer>]) {
+    for c in consumers {
+        if !c.cancelled.swap(true, Ordering::Relaxed) {
+            c.sink.cancelled(c);
+        }
+    }
+}
+
 /// A fresh [`Consumer::key`].
 pub fn consumer_key() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(0);

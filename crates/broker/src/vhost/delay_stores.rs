@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::{Snapshot, VHost};
 use crate::delayed::DelayStore;
+use crate::queue::QueueRef;
 
 impl VHost {
     /// The store of delayed exchange `exchange`, opened on first use; `None` when there is no
@@ -137,5 +138,18 @@ impl VHost {
             }
             let _ = std::fs::remove_dir_all(e.path());
         }
+    }
+}
+
+/// A delay store routes what comes due through its vhost.
+impl crate::delayed::DueRoutes for VHost {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+    fn route_due(&self, exchange: &str, msg: &crate::message::Message, out: &mut Vec<QueueRef>) {
+        VHost::route_due(self, exchange, msg, out)
+    }
+    fn queue(&self, name: &str) -> Option<QueueRef> {
+        VHost::queue(self, name)
     }
 }

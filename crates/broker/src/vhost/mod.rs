@@ -56,6 +56,19 @@ pub struct Snapshot {
     pub queues: ahash::AHashMap<Arc<str>, QueueRef>,
 }
 
+/// A server-generated name: prefix plus 22 URL-safe random characters, as RabbitMQ makes them.
+pub fn gen_name(prefix: &str) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut rng = rand::thread_rng();
+    let mut s = String::with_capacity(prefix.len() + 22);
+    s.push_str(prefix);
+    for _ in 0..22 {
+        s.push(ALPHABET[rng.gen_range(0..ALPHABET.len())] as char);
+    }
+    s
+}
+
 pub struct VHost {
     pub name: Arc<str>,
     /// The default exchange's statistics (its publishes skip the exchange table).

@@ -37,7 +37,7 @@ impl QueueOwner for VHost {
 
     fn delete_unused_queue(&self, name: &str) {
         if let Ok(d) = self.delete_queue(name, false, false, None) {
-            crate::channel::notify_cancelled(&d.consumers);
+            crate::queue::notify_cancelled(&d.consumers);
         }
     }
 }

@@ -131,7 +131,7 @@ impl VHost {
                 .map(|_| ())
             }
             Method::QueueDelete(q) => self.delete_queue(&q.queue, false, false, owner).map(|d| {
-                crate::channel::notify_cancelled(&d.consumers);
+                crate::queue::notify_cancelled(&d.consumers);
             }),
             other => Err(AmqpError::internal_error(format!(
                 "not a definition: {other:?}"
@@ -263,7 +263,7 @@ impl VHost {
         for q in snap.queues.keys() {
             if !queues.contains(&**q) {
                 if let Ok(d) = self.delete_queue(q, false, false, None) {
-                    crate::channel::notify_cancelled(&d.consumers);
+                    crate::queue::notify_cancelled(&d.consumers);
                 }
             }
         }

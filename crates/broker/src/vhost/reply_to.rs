@@ -11,7 +11,7 @@ use crate::queue::{Queue, QueueArgs, QueueOptions, QueueRef};
 impl VHost {
     /// Creates the private queue behind a channel's direct reply-to consumer.
     pub fn new_direct_reply_queue(self: &Arc<Self>) -> QueueRef {
-        let name: Arc<str> = crate::channel::gen_name(&format!("{DIRECT_REPLY_TO}.")).into();
+        let name: Arc<str> = super::gen_name(&format!("{DIRECT_REPLY_TO}.")).into();
         let opts = QueueOptions {
             durable: false,
             exclusive_owner: None,

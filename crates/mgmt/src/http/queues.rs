@@ -128,7 +128,7 @@ pub(super) async fn delete_queue(
     let d = vh
         .delete_queue(&name, flag("if-unused"), flag("if-empty"), None)
         .map_err(|e| bad_request(e.text))?;
-    warren_broker::channel::notify_cancelled(&d.consumers);
+    warren_broker::queue::notify_cancelled(&d.consumers);
     no_content()
 }
 

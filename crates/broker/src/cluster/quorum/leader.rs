@@ -138,7 +138,7 @@ impl QuorumQueue {
     /// Drops the current leg: its consumers here are cancelled (they consume again, from the
     /// new leader); a local queue stops replicating first, so what it drops is not settled.
     pub(super) fn retire_leg(&self) {
-        crate::channel::notify_cancelled(&self.take_leg());
+        crate::queue::notify_cancelled(&self.take_leg());
     }
 
     /// Takes the leg away and retires it; returns its consumers here.

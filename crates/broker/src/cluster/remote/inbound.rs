@@ -197,7 +197,7 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
             };
             let p = c.remote.proxies.lock().remove(&key);
             if let Some(p) = p {
-                crate::channel::notify_cancelled(std::slice::from_ref(&p.consumer));
+                crate::queue::notify_cancelled(std::slice::from_ref(&p.consumer));
             }
         }
         _ => tracing::debug!(kind, "unknown inter-node message"),
@@ -323,7 +323,7 @@ pub fn on_link_down(c: &Arc<Cluster>, link: &Arc<Link>) {
         keys.into_iter().filter_map(|k| p.remove(&k)).collect()
     };
     let consumers: Vec<Arc<Consumer>> = proxies.into_iter().map(|p| p.consumer.clone()).collect();
-    crate::channel::notify_cancelled(&consumers);
+    crate::queue::notify_cancelled(&consumers);
     // Publishers held back by that node's credit are let go (their publishes now fail fast).
     if let Some(b) = c.broker() {
         for v in b.vhosts() {
