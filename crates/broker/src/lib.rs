@@ -41,7 +41,6 @@ pub mod outbox;
 pub mod persist;
 pub mod policy;
 pub mod queue;
-pub mod queue_type;
 pub mod server;
 pub mod tls;
 pub mod tracking;

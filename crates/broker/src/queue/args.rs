@@ -275,6 +275,19 @@ pub fn is_stream(args: &FieldTable) -> bool {
     matches!(args.get("x-queue-type"), Some(FieldValue::LongStr(b)) if &b[..] == b"stream")
 }
 
+/// `x-quorum-initial-group-size`, default 3, at most the cluster's size.
+pub fn initial_group_size(args: &FieldTable) -> AmqpResult<usize> {
+    match args.get("x-quorum-initial-group-size") {
+        None => Ok(3),
+        Some(v) => match v.as_i64() {
+            Some(n) if n >= 1 => Ok(n as usize),
+            _ => Err(AmqpError::precondition_failed(
+                "invalid arg 'x-quorum-initial-group-size': must be a positive integer".to_string(),
+            )),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,6 +24,7 @@ mod equivalence;
 mod exchanges;
 mod journal;
 mod owner;
+mod queue_type;
 mod queues;
 mod recovery;
 mod replication;

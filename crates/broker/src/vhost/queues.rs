@@ -89,7 +89,7 @@ impl VHost {
                 }
             };
             let members = if crate::queue::args::is_quorum(spec.arguments) {
-                let size = crate::cluster::quorum::initial_group_size(spec.arguments)?;
+                let size = crate::queue::args::initial_group_size(spec.arguments)?;
                 c.quorum_members(&home, size)
             } else if spec.exclusive || crate::queue::args::is_stream(spec.arguments) {
                 Vec::new()
@@ -203,7 +203,7 @@ impl VHost {
                 spec.name, &self.name, max,
             ));
         }
-        let args = crate::queue_type::check(spec, &self.name)?;
+        let args = super::queue_type::check(spec, &self.name)?;
         let name: Arc<str> = spec.name.into();
         let options = QueueOptions {
             durable: spec.durable,

@@ -64,7 +64,7 @@ use warren_protocol::ByteString;
 use super::Cluster;
 use crate::cluster::ClusterQueue;
 use crate::confirm::ConfirmHandle;
-use crate::error::{AmqpError, AmqpResult};
+use crate::error::AmqpError;
 use crate::message::Message;
 use crate::queue::{Consumer, QueueArgs, QueueOptions, QueueRef};
 use crate::vhost::VHost;
@@ -473,18 +473,5 @@ pub fn ha_members(definition: &serde_json::Map<String, serde_json::Value>) -> Op
             (!nodes.is_empty()).then_some(Ha::Nodes(nodes))
         }
         _ => None,
-    }
-}
-
-/// `x-quorum-initial-group-size`, default 3, at most the cluster's size.
-pub fn initial_group_size(args: &warren_protocol::FieldTable) -> AmqpResult<usize> {
-    match args.get("x-quorum-initial-group-size") {
-        None => Ok(3),
-        Some(v) => match v.as_i64() {
-            Some(n) if n >= 1 => Ok(n as usize),
-            _ => Err(AmqpError::precondition_failed(
-                "invalid arg 'x-quorum-initial-group-size': must be a positive integer".to_string(),
-            )),
-        },
     }
 }

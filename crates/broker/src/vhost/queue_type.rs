@@ -125,7 +125,7 @@ pub fn check(spec: &QueueSpec<'_>, vhost: &str) -> AmqpResult<QueueArgs> {
     if kind == "stream" {
         check_stream_args(spec.arguments, &what)?;
     } else {
-        crate::cluster::quorum::initial_group_size(spec.arguments)?;
+        crate::queue::args::initial_group_size(spec.arguments)?;
         check_leader_locator(spec.arguments, &what)?;
     }
     Ok(args)
