@@ -4,8 +4,9 @@
 //! messages and every definition stay as they are, and the management API keeps serving, since
 //! `warren ctl` reaches the broker through it. Starting binds the same addresses again.
 //!
-//! Each listener (AMQP, AMQPS) runs [`serve_listener`], which watches [`App`]'s wanted state
-//! and reports what it did; the management API's handlers wait on that report.
+//! Each listener (AMQP, AMQPS) runs [`serve_listener`], which watches the broker's wanted state
+//! (`server::App`) and reports what it did; the management API's handlers wait on that
+//! report. [`serve`] runs the broker: its sweeper, its alarms and the AMQP listener.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -22,83 +23,6 @@ use crate::server::Broker;
 /// How long a listener waits for its connections to close (320, then close-ok or the
 /// close-ok timeout) before it reports stopped and lets the stragglers finish on their own.
 const DRAIN_WAIT: Duration = Duration::from_secs(10);
-
-/// How long stop_app / start_app wait for every listener's report.
-const REPORT_WAIT: Duration = Duration::from_secs(30);
-
-/// Whether AMQP is served, as stop_app/start_app asked, and what the listeners did about it.
-pub struct App {
-    /// stop_app sets false, start_app true; each listener loop watches it.
-    want: watch::Sender<bool>,
-    status: watch::Sender<AppStatus>,
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct AppStatus {
-    /// Listener loops running (AMQP, and AMQPS when configured).
-    pub listeners: usize,
-    /// Of those, bound and accepting now.
-    pub listening: usize,
-    /// Why the last start_app could not bind a listener.
-    pub error: Option<String>,
-}
-
-impl Default for App {
-    fn default() -> Self {
-        App {
-            want: watch::Sender::new(true),
-            status: watch::Sender::new(AppStatus::default()),
-        }
-    }
-}
-
-impl App {
-    /// False between stop_app and start_app.
-    pub fn running(&self) -> bool {
-        *self.want.borrow()
-    }
-
-    pub fn status(&self) -> AppStatus {
-        self.status.borrow().clone()
-    }
-
-    /// Stops serving AMQP; returns once every listener is closed and has seen its
-    /// connections close (or waited for them, bounded).
-    pub async fn stop(&self) -> Result<(), String> {
-        self.want.send_replace(false);
-        self.wait(|s| s.listening == 0).await.map(|_| ())
-    }
-
-    /// Serves AMQP again; returns once every listener is bound, or with the bind error.
-    pub async fn start(&self) -> Result<(), String> {
-        self.status.send_modify(|s| s.error = None);
-        // Also when already true: a listener whose bind failed tries again.
-        self.want.send_replace(true);
-        let s = self
-            .wait(|s| s.error.is_some() || s.listening == s.listeners)
-            .await?;
-        match s.error {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    async fn wait(&self, done: impl FnMut(&AppStatus) -> bool) -> Result<AppStatus, String> {
-        let mut rx = self.status.subscribe();
-        let waited = tokio::time::timeout(REPORT_WAIT, async {
-            rx.wait_for(done).await.map(|s| s.clone())
-        })
-        .await;
-        match waited {
-            Ok(Ok(s)) => Ok(s),
-            Ok(Err(_)) => Err("the broker is shutting down".into()),
-            Err(_) => Err(format!(
-                "the listeners did not answer within {} s",
-                REPORT_WAIT.as_secs()
-            )),
-        }
-    }
-}
 
 /// A listening socket for AMQP. Accepted sockets inherit its receive buffer: a fixed 192 KiB
 /// (RabbitMQ's recommended `recbuf`) instead of autotuning up to several MB, so that when a
@@ -238,4 +162,37 @@ where
         tracing::info!(?addr, "stop_app: AMQP listener closed");
     }
     shutting_down
+}
+
+/// Expires messages whose TTL passed in queues nobody is touching (consumers and publishers
+/// expire at the head as they go; this covers idle queues, so dead-lettering by TTL is timely).
+async fn sweep_expired(b: Arc<Broker>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(limits::TTL_SWEEP_MS));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for v in b.vhosts() {
+            for q in v.expiring_queues() {
+                q.expire();
+            }
+            v.delete_unused();
+        }
+    }
+}
+
+/// Accepts connections until `shutdown` turns true (pausing between stop_app and
+/// start_app), then asks every connection to close (connection.close 320) and waits for
+/// them, bounded.
+pub async fn serve(b: Arc<Broker>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
+    let sweeper = tokio::spawn(sweep_expired(b.clone()));
+    let alarms = tokio::spawn(b.alarms.clone().run());
+    let broker = b.clone();
+    serve_listener(b.clone(), listener, shutdown, move |stream, peer, close| {
+        crate::connection::serve(broker.clone(), stream, peer, close)
+    })
+    .await;
+    sweeper.abort();
+    alarms.abort();
+    let p = b.persister.clone();
+    let _ = tokio::task::spawn_blocking(move || p.stop()).await;
 }

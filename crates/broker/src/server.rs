@@ -5,15 +5,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::access::{Access, LimitScope, MgmtError, VhostDef};
 use crate::alarms::{Alarms, Thresholds};
 use crate::auth::Users;
 use crate::config::Config;
-use crate::connection;
-use crate::limits;
 use crate::persist::Persister;
 use crate::tracking::ConnInfo;
 use crate::vhost::{Storage, VHost};
@@ -32,7 +29,7 @@ pub struct Broker {
     /// Connection and queue limits (node, per vhost, per user).
     pub admission: Arc<crate::admission::Admission>,
     /// Whether AMQP is served (stop_app / start_app).
-    pub app: crate::app::App,
+    pub app: App,
     /// For status's uptime.
     pub started_at: std::time::Instant,
     /// Connections and channels opened and closed; the counts of deleted vhosts.
@@ -81,7 +78,7 @@ impl Broker {
             persister,
             alarms,
             admission,
-            app: crate::app::App::default(),
+            app: App::default(),
             started_at: std::time::Instant::now(),
             churn: Default::default(),
             retired: Default::default(),
@@ -240,40 +237,81 @@ impl Broker {
     pub fn next_connection_id(&self) -> u64 {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
     }
+}
 
-    /// Expires messages whose TTL passed in queues nobody is touching (consumers and publishers
-    /// expire at the head as they go; this covers idle queues, so dead-lettering by TTL is timely).
-    async fn sweep_expired(self: Arc<Self>) {
-        let mut tick = tokio::time::interval(Duration::from_millis(limits::TTL_SWEEP_MS));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            for v in self.vhosts() {
-                for q in v.expiring_queues() {
-                    q.expire();
-                }
-                v.delete_unused();
-            }
+/// How long stop_app / start_app wait for every listener's report.
+const REPORT_WAIT: Duration = Duration::from_secs(30);
+
+/// Whether AMQP is served, as stop_app/start_app asked, and what the listeners did about it.
+pub struct App {
+    /// stop_app sets false, start_app true; each listener loop watches it.
+    pub(crate) want: watch::Sender<bool>,
+    pub(crate) status: watch::Sender<AppStatus>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AppStatus {
+    /// Listener loops running (AMQP, and AMQPS when configured).
+    pub listeners: usize,
+    /// Of those, bound and accepting now.
+    pub listening: usize,
+    /// Why the last start_app could not bind a listener.
+    pub error: Option<String>,
+}
+
+impl Default for App {
+    fn default() -> Self {
+        App {
+            want: watch::Sender::new(true),
+            status: watch::Sender::new(AppStatus::default()),
+        }
+    }
+}
+
+impl App {
+    /// False between stop_app and start_app.
+    pub fn running(&self) -> bool {
+        *self.want.borrow()
+    }
+
+    pub fn status(&self) -> AppStatus {
+        self.status.borrow().clone()
+    }
+
+    /// Stops serving AMQP; returns once every listener is closed and has seen its
+    /// connections close (or waited for them, bounded).
+    pub async fn stop(&self) -> Result<(), String> {
+        self.want.send_replace(false);
+        self.wait(|s| s.listening == 0).await.map(|_| ())
+    }
+
+    /// Serves AMQP again; returns once every listener is bound, or with the bind error.
+    pub async fn start(&self) -> Result<(), String> {
+        self.status.send_modify(|s| s.error = None);
+        // Also when already true: a listener whose bind failed tries again.
+        self.want.send_replace(true);
+        let s = self
+            .wait(|s| s.error.is_some() || s.listening == s.listeners)
+            .await?;
+        match s.error {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 
-    /// Accepts connections until `shutdown` turns true (pausing between stop_app and
-    /// start_app), then asks every connection to close (connection.close 320) and waits for
-    /// them, bounded.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
-        let sweeper = tokio::spawn(self.clone().sweep_expired());
-        let alarms = tokio::spawn(self.alarms.clone().run());
-        let b = self.clone();
-        crate::app::serve_listener(
-            self.clone(),
-            listener,
-            shutdown,
-            move |stream, peer, close| connection::serve(b.clone(), stream, peer, close),
-        )
+    async fn wait(&self, done: impl FnMut(&AppStatus) -> bool) -> Result<AppStatus, String> {
+        let mut rx = self.status.subscribe();
+        let waited = tokio::time::timeout(REPORT_WAIT, async {
+            rx.wait_for(done).await.map(|s| s.clone())
+        })
         .await;
-        sweeper.abort();
-        alarms.abort();
-        let p = self.persister.clone();
-        let _ = tokio::task::spawn_blocking(move || p.stop()).await;
+        match waited {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(_)) => Err("the broker is shutting down".into()),
+            Err(_) => Err(format!(
+                "the listeners did not answer within {} s",
+                REPORT_WAIT.as_secs()
+            )),
+        }
     }
 }

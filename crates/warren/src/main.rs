@@ -222,7 +222,7 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         });
         // The management API's rates are sampled for as long as the AMQP server runs.
         let sampler = tokio::spawn(warren_mgmt::run_sampler(broker.clone()));
-        let server = tokio::spawn(broker.clone().serve(listener, rx));
+        let server = tokio::spawn(warren_broker::app::serve(broker.clone(), listener, rx));
         let reloader = tokio::spawn(reload_on_sighup(broker.clone(), config_file));
         wait_for_signal().await;
         reloader.abort();
