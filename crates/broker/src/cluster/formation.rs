@@ -253,7 +253,10 @@ impl Cluster {
 
 /// `cluster.cookie`, else `cluster.cookie_file`, else `<data_dir>/.cookie` (created with a
 /// random cookie on first boot, mode 0600).
-fn cookie(config: &crate::Config, c: &crate::config::ClusterConfig) -> anyhow::Result<Vec<u8>> {
+fn cookie(
+    config: &crate::config::Config,
+    c: &crate::config::ClusterConfig,
+) -> anyhow::Result<Vec<u8>> {
     if let Some(k) = &c.cookie {
         return Ok(k.as_bytes().to_vec());
     }

@@ -107,7 +107,7 @@ impl Cluster {
 
     /// This node's id for connection ids: exclusive queues name their owner by connection id,
     /// so ids must not repeat across nodes.
-    pub fn connection_id_base_of(config: &crate::Config) -> u64 {
+    pub fn connection_id_base_of(config: &crate::config::Config) -> u64 {
         if config.cluster.is_none() {
             return 0;
         }
