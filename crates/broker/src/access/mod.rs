@@ -25,11 +25,14 @@
 //! - `limits`: vhosts' and users' runtime limits as records (enforced by `admission`).
 //!
 //! The shared types stay here, not in a child: every child imports `super`, and this file imports
-//! no child, so the split adds no import cycle.
+//! no child, so the split adds no import cycle. The one exception, `records` (users, vhosts,
+//! permissions, policies, limits as RabbitMQ's definitions describe them, and [`MgmtError`]),
+//! imports nothing, so this file re-exports it and the definitions command can name it.
 
 mod limits;
 mod permissions;
 mod policies;
+pub mod records;
 mod store;
 mod users;
 
@@ -41,86 +44,14 @@ use std::sync::Arc;
 use base64::Engine;
 use parking_lot::RwLock;
 use regex::Regex;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use crate::error::AmqpError;
-
-pub const HASH_SHA256: &str = "rabbit_password_hashing_sha256";
-pub const HASH_SHA512: &str = "rabbit_password_hashing_sha512";
-
-/// A user as RabbitMQ's definitions describe it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct UserDef {
-    pub name: String,
-    #[serde(default)]
-    pub password_hash: String,
-    #[serde(default = "default_hashing")]
-    pub hashing_algorithm: String,
-    /// RabbitMQ 3.9+ writes a list; older exports a comma-separated string. Both are read.
-    #[serde(default, deserialize_with = "tags_either")]
-    pub tags: Vec<String>,
-    #[serde(default)]
-    pub limits: serde_json::Map<String, serde_json::Value>,
-}
-
-fn default_hashing() -> String {
-    HASH_SHA256.to_string()
-}
-
-fn tags_either<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Tags {
-        List(Vec<String>),
-        Text(String),
-    }
-    Ok(match Tags::deserialize(d)? {
-        Tags::List(v) => v,
-        Tags::Text(s) => parse_tags(&s),
-    })
-}
-
-/// Tags as given to `set_user_tags` or the HTTP API: comma- or space-separated.
-pub fn parse_tags(s: &str) -> Vec<String> {
-    s.split([',', ' '])
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .map(String::from)
-        .collect()
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct VhostDef {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub description: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PermissionDef {
-    pub user: String,
-    pub vhost: String,
-    pub configure: String,
-    pub write: String,
-    pub read: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PolicyDef {
-    pub vhost: String,
-    pub name: String,
-    pub pattern: String,
-    #[serde(rename = "apply-to", default = "default_apply_to")]
-    pub apply_to: String,
-    pub definition: serde_json::Map<String, serde_json::Value>,
-    #[serde(default)]
-    pub priority: i64,
-}
-
-fn default_apply_to() -> String {
-    "all".to_string()
-}
+pub use records::{
+    parse_tags, Limits, MgmtError, PermissionDef, PolicyDef, UserDef, VhostDef, HASH_SHA256,
+    HASH_SHA512,
+};
 
 /// A vhost-scoped runtime parameter as RabbitMQ's definitions list it. Warren keeps only
 /// component `vhost-limits` (name `limits`, value `{"max-connections": N, "max-queues": N}`).
@@ -153,8 +84,6 @@ impl LimitScope {
         }
     }
 }
-
-pub type Limits = serde_json::Map<String, serde_json::Value>;
 
 /// Checks a limits definition as RabbitMQ's parameter validation does (known names, integer
 /// values; a negative value means no limit) and returns it with numeric strings made numbers.
@@ -249,28 +178,6 @@ impl Grant {
             read: c(&def.read)?,
             def,
         })
-    }
-}
-
-/// An error of a management operation, with the HTTP status it maps to.
-#[derive(Debug, Clone, PartialEq)]
-pub enum MgmtError {
-    NotFound(String),
-    BadRequest(String),
-    /// The change could not be persisted; it was not applied.
-    Internal(String),
-    /// A cluster without a majority cannot record the change (HTTP 503).
-    Unavailable(String),
-}
-
-impl std::fmt::Display for MgmtError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            MgmtError::NotFound(s)
-            | MgmtError::BadRequest(s)
-            | MgmtError::Internal(s)
-            | MgmtError::Unavailable(s) => f.write_str(s),
-        }
     }
 }
 
