@@ -149,7 +149,7 @@ impl Broker {
         }
         if let Some(c) = self.replicated() {
             let new = self.vhost(&name).is_none();
-            c.mgmt_op(crate::cluster::MetaOp::AddVhost(def))?;
+            c.mgmt_op(crate::definitions::op::DefOp::AddVhost(def))?;
             return Ok(new);
         }
         let mut map = self.vhosts.write();
@@ -194,7 +194,7 @@ impl Broker {
             if self.vhost(name).is_none() {
                 return Err(MgmtError::NotFound(format!("no vhost '{name}'")));
             }
-            return c.mgmt_op(crate::cluster::MetaOp::DeleteVhost(name.into()));
+            return c.mgmt_op(crate::definitions::op::DefOp::DeleteVhost(name.into()));
         }
         let mut map = self.vhosts.write();
         let Some(vh) = map.get(name).cloned() else {

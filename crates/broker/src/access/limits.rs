@@ -59,7 +59,7 @@ impl Access {
         replace: bool,
     ) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::SetLimits {
+            return c.mgmt_op(crate::definitions::op::DefOp::SetLimits {
                 user: scope == LimitScope::User,
                 name: name.into(),
                 def: def.clone(),
@@ -90,7 +90,7 @@ impl Access {
         key: Option<&str>,
     ) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::ClearLimit {
+            return c.mgmt_op(crate::definitions::op::DefOp::ClearLimit {
                 user: scope == LimitScope::User,
                 name: name.into(),
                 key: key.map(String::from),

@@ -8,7 +8,7 @@ impl Access {
 
     pub fn set_permissions(&self, p: PermissionDef) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::SetPermissions(p));
+            return c.mgmt_op(crate::definitions::op::DefOp::SetPermissions(p));
         }
         let (user, vhost) = (p.user.clone(), p.vhost.clone());
         let g = Grant::new(p).map_err(MgmtError::BadRequest)?;
@@ -28,7 +28,7 @@ impl Access {
 
     pub fn clear_permissions(&self, user: &str, vhost: &str) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::ClearPermissions {
+            return c.mgmt_op(crate::definitions::op::DefOp::ClearPermissions {
                 user: user.into(),
                 vhost: vhost.into(),
             });

@@ -22,7 +22,7 @@ impl Access {
 
     pub fn put_policy(&self, p: PolicyDef) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::PutPolicy(p));
+            return c.mgmt_op(crate::definitions::op::DefOp::PutPolicy(p));
         }
         self.change(|i| {
             if !i.vhosts.contains_key(&p.vhost) {
@@ -35,7 +35,7 @@ impl Access {
 
     pub fn delete_policy(&self, vhost: &str, name: &str) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::DeletePolicy {
+            return c.mgmt_op(crate::definitions::op::DefOp::DeletePolicy {
                 vhost: vhost.into(),
                 name: name.into(),
             });

@@ -35,7 +35,7 @@ impl Access {
     /// Creates or replaces a user (RabbitMQ's PUT /api/users/{name}).
     pub fn put_user(&self, u: UserDef) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::PutUser(u));
+            return c.mgmt_op(crate::definitions::op::DefOp::PutUser(u));
         }
         if u.name.is_empty() {
             return Err(MgmtError::BadRequest("user name must not be empty".into()));
@@ -61,7 +61,7 @@ impl Access {
 
     pub fn delete_user(&self, name: &str) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::DeleteUser(name.into()));
+            return c.mgmt_op(crate::definitions::op::DefOp::DeleteUser(name.into()));
         }
         self.change(|i| {
             i.users

@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use warren_protocol::Method;
 
-use super::ops::{MetaOp, MetaReply, APPLYING};
+use super::ops::APPLYING;
 use super::Cluster;
 use crate::access::AccessFile;
+use crate::definitions::op::{DefOp, DefReply};
 use crate::queue::QueueRef;
 use crate::server::Broker;
 
@@ -18,7 +19,7 @@ impl Cluster {
         &self,
         broker: &Arc<Broker>,
         which: impl Fn(&QueueRef) -> bool,
-    ) -> Vec<(Arc<str>, Arc<str>, Result<MetaReply, String>)> {
+    ) -> Vec<(Arc<str>, Arc<str>, Result<DefReply, String>)> {
         let mut done = Vec::new();
         for v in broker.vhosts() {
             let gone: Vec<Arc<str>> = v
@@ -35,7 +36,7 @@ impl Cluster {
                 };
                 let mut b = bytes::BytesMut::new();
                 Method::from(m).encode_payload(&mut b);
-                let op = MetaOp::Vhost {
+                let op = DefOp::Vhost {
                     vhost: v.name.to_string(),
                     method: b.to_vec(),
                     queue: None,

@@ -36,7 +36,7 @@ use std::time::Duration;
 use crate::server::Broker;
 use link::Links;
 
-pub use ops::{applying, MetaOp, MetaReply, QueueMeta};
+pub use ops::applying;
 
 pub const SERVICE_RAFT: u8 = 1;
 /// How long a change waits for the other running nodes to apply it.

@@ -7,8 +7,9 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use warren_protocol::Method;
 
-use super::ops::{Applied, MetaOp, MetaReply, APPLYING};
+use super::ops::{Applied, APPLYING};
 use crate::access::AccessFile;
+use crate::definitions::op::{DefOp, DefReply};
 use crate::error::AmqpError;
 use crate::server::Broker;
 
@@ -20,7 +21,7 @@ impl warren_cluster::StateMachine for BrokerSm {
         let Some(b) = self.0.upgrade() else {
             return Vec::new();
         };
-        let reply = match serde_json::from_slice::<MetaOp>(command) {
+        let reply = match serde_json::from_slice::<DefOp>(command) {
             Ok(op) => {
                 APPLYING.with(|a| a.set(Some(index)));
                 let r = apply(&b, op);
@@ -29,7 +30,7 @@ impl warren_cluster::StateMachine for BrokerSm {
             }
             Err(e) => {
                 tracing::error!(index, error = %e, "undecodable metadata entry skipped");
-                MetaReply::Mgmt {
+                DefReply::Mgmt {
                     kind: 2,
                     text: format!("undecodable entry: {e}"),
                 }
@@ -58,42 +59,42 @@ impl warren_cluster::StateMachine for BrokerSm {
     }
 }
 
-fn apply(b: &Arc<Broker>, op: MetaOp) -> MetaReply {
+fn apply(b: &Arc<Broker>, op: DefOp) -> DefReply {
     match op {
-        MetaOp::Vhost {
+        DefOp::Vhost {
             vhost,
             method,
             queue,
         } => {
             let Some(v) = b.vhost(&vhost) else {
-                return MetaReply::amqp(Err(AmqpError::not_found(format!("no vhost '{vhost}'"))));
+                return DefReply::amqp(Err(AmqpError::not_found(format!("no vhost '{vhost}'"))));
             };
             match Method::decode(&Bytes::from(method)) {
-                Ok(m) => MetaReply::amqp(v.apply_method(&m, queue.as_ref())),
-                Err(e) => MetaReply::amqp(Err(AmqpError::internal_error(format!(
+                Ok(m) => DefReply::amqp(v.apply_method(&m, queue.as_ref())),
+                Err(e) => DefReply::amqp(Err(AmqpError::internal_error(format!(
                     "undecodable method: {e:?}"
                 )))),
             }
         }
-        MetaOp::AddVhost(d) => MetaReply::mgmt(b.add_vhost(d).map(|_| ())),
-        MetaOp::DeleteVhost(name) => MetaReply::mgmt(b.delete_vhost(&name)),
-        MetaOp::PutUser(u) => MetaReply::mgmt(b.access.put_user(u)),
-        MetaOp::DeleteUser(name) => {
+        DefOp::AddVhost(d) => DefReply::mgmt(b.add_vhost(d).map(|_| ())),
+        DefOp::DeleteVhost(name) => DefReply::mgmt(b.delete_vhost(&name)),
+        DefOp::PutUser(u) => DefReply::mgmt(b.access.put_user(u)),
+        DefOp::DeleteUser(name) => {
             let r = b.access.delete_user(&name);
             if r.is_ok() {
                 b.close_user_connections(&name, &format!("user '{name}' is deleted"));
             }
-            MetaReply::mgmt(r)
+            DefReply::mgmt(r)
         }
-        MetaOp::SetPermissions(p) => MetaReply::mgmt(b.access.set_permissions(p)),
-        MetaOp::ClearPermissions { user, vhost } => {
-            MetaReply::mgmt(b.access.clear_permissions(&user, &vhost))
+        DefOp::SetPermissions(p) => DefReply::mgmt(b.access.set_permissions(p)),
+        DefOp::ClearPermissions { user, vhost } => {
+            DefReply::mgmt(b.access.clear_permissions(&user, &vhost))
         }
-        MetaOp::PutPolicy(p) => MetaReply::mgmt(crate::policy::put(b, p)),
-        MetaOp::DeletePolicy { vhost, name } => {
-            MetaReply::mgmt(crate::policy::delete(b, &vhost, &name))
+        DefOp::PutPolicy(p) => DefReply::mgmt(crate::policy::put(b, p)),
+        DefOp::DeletePolicy { vhost, name } => {
+            DefReply::mgmt(crate::policy::delete(b, &vhost, &name))
         }
-        MetaOp::SetLimits {
+        DefOp::SetLimits {
             user,
             name,
             def,
@@ -102,9 +103,9 @@ fn apply(b: &Arc<Broker>, op: MetaOp) -> MetaReply {
             let scope = limit_scope(user);
             let r = b.access.set_limits(scope, &name, &def, replace);
             b.limits_changed(scope, &name);
-            MetaReply::mgmt(r)
+            DefReply::mgmt(r)
         }
-        MetaOp::QueueMembers {
+        DefOp::QueueMembers {
             vhost,
             queue,
             members,
@@ -113,19 +114,19 @@ fn apply(b: &Arc<Broker>, op: MetaOp) -> MetaReply {
             match q.as_ref().and_then(|q| q.quorum()) {
                 Some(q) => {
                     q.set_members(members);
-                    MetaReply::Ok
+                    DefReply::Ok
                 }
-                None => MetaReply::Mgmt {
+                None => DefReply::Mgmt {
                     kind: 0,
                     text: format!("no quorum queue '{queue}' in vhost '{vhost}'"),
                 },
             }
         }
-        MetaOp::ClearLimit { user, name, key } => {
+        DefOp::ClearLimit { user, name, key } => {
             let scope = limit_scope(user);
             let r = b.access.clear_limit(scope, &name, key.as_deref());
             b.limits_changed(scope, &name);
-            MetaReply::mgmt(r)
+            DefReply::mgmt(r)
         }
     }
 }
@@ -143,7 +144,7 @@ fn limit_scope(user: bool) -> crate::access::LimitScope {
 struct Snapshot {
     access: AccessFile,
     /// Per vhost, the ops that recreate its exchanges, queues and bindings.
-    vhosts: Vec<(String, Vec<MetaOp>)>,
+    vhosts: Vec<(String, Vec<DefOp>)>,
 }
 
 fn snapshot(b: &Arc<Broker>) -> Snapshot {

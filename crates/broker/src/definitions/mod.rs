@@ -10,6 +10,11 @@
 //! match. Compaction writes the snapshot with the next generation first, then resets the
 //! journal: a crash between the two leaves a journal that is ignored, its changes already in
 //! the snapshot.
+//!
+//! Beside it, `op`: the definitions command ([`op::DefOp`]) a change of users, vhosts,
+//! permissions, policies, limits, exchanges, queues or bindings is made as in a cluster.
+
+pub mod op;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -10,7 +10,7 @@ use warren_routing::{Binding, Destination, ExchangeKind};
 
 use super::replication::bind_method;
 use super::{Snapshot, VHost};
-use crate::cluster::QueueMeta;
+use crate::definitions::op::QueueMeta;
 use crate::definitions::Definition;
 use crate::error::{AmqpError, AmqpResult};
 use crate::queue::QueueRef;

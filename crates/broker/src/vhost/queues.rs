@@ -9,7 +9,7 @@ use warren_routing::Destination;
 
 use super::equivalence::{check_args_equivalent, inequivalent};
 use super::{DeletedQueue, QueueSpec, VHost};
-use crate::cluster::QueueMeta;
+use crate::definitions::op::QueueMeta;
 use crate::definitions::Definition;
 use crate::error::{AmqpError, AmqpResult};
 use crate::queue::{Queue, QueueOptions, QueueRef};

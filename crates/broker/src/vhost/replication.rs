@@ -11,7 +11,8 @@ use warren_protocol::{FieldTable, Method};
 use warren_routing::Destination;
 
 use super::{ExchangeSpec, QueueSpec, VHost};
-use crate::cluster::{Cluster, QueueMeta};
+use crate::cluster::Cluster;
+use crate::definitions::op::QueueMeta;
 use crate::error::{AmqpError, AmqpResult};
 
 /// The method a cluster replicates for a bind or unbind of `dest` (a queue, or an exchange) to
@@ -139,14 +140,14 @@ impl VHost {
     }
 
     /// Every exchange, queue and binding as the ops that recreate them (a Raft snapshot).
-    pub fn replicated_definitions(&self) -> Vec<crate::cluster::MetaOp> {
+    pub fn replicated_definitions(&self) -> Vec<crate::definitions::op::DefOp> {
         let defs = self.defs.lock();
         let enc = |m: Method| {
             let mut b = bytes::BytesMut::new();
             m.encode_payload(&mut b);
             b.to_vec()
         };
-        let op = |m: Method, queue: Option<QueueMeta>| crate::cluster::MetaOp::Vhost {
+        let op = |m: Method, queue: Option<QueueMeta>| crate::definitions::op::DefOp::Vhost {
             vhost: self.name.to_string(),
             method: enc(m),
             queue,
@@ -242,11 +243,11 @@ impl VHost {
 
     /// Deletes the queues and exchanges that `ops` (a snapshot's) do not declare, and every
     /// binding (the snapshot's are declared again after this).
-    pub fn retain_only(self: &Arc<Self>, ops: &[crate::cluster::MetaOp]) {
+    pub fn retain_only(self: &Arc<Self>, ops: &[crate::definitions::op::DefOp]) {
         let mut queues = std::collections::HashSet::new();
         let mut exchanges = std::collections::HashSet::new();
         for op in ops {
-            if let crate::cluster::MetaOp::Vhost { method, .. } = op {
+            if let crate::definitions::op::DefOp::Vhost { method, .. } = op {
                 match Method::decode(&bytes::Bytes::copy_from_slice(method)) {
                     Ok(Method::QueueDeclare(q)) => {
                         queues.insert(q.queue.to_string());
