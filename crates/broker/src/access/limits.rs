@@ -2,6 +2,7 @@
 //! (`max-connections`, `max-channels`), read, set and cleared here, enforced by `admission`.
 
 use super::{validate_limits, Access, LimitScope, Limits, MgmtError};
+use crate::definitions::op::Applying;
 
 impl Access {
     // ---- runtime limits (enforced by `admission`) ----
@@ -58,7 +59,19 @@ impl Access {
         def: &Limits,
         replace: bool,
     ) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
+        self.set_limits_at(scope, name, def, replace, None)
+    }
+
+    /// [`Access::set_limits`], or (`at`) the one a committed entry carries.
+    pub fn set_limits_at(
+        &self,
+        scope: LimitScope,
+        name: &str,
+        def: &Limits,
+        replace: bool,
+        at: Option<Applying>,
+    ) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
             return c.mgmt_op(crate::definitions::op::DefOp::SetLimits {
                 user: scope == LimitScope::User,
                 name: name.into(),
@@ -89,7 +102,18 @@ impl Access {
         name: &str,
         key: Option<&str>,
     ) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
+        self.clear_limit_at(scope, name, key, None)
+    }
+
+    /// [`Access::clear_limit`], or (`at`) the one a committed entry carries.
+    pub fn clear_limit_at(
+        &self,
+        scope: LimitScope,
+        name: &str,
+        key: Option<&str>,
+        at: Option<Applying>,
+    ) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
             return c.mgmt_op(crate::definitions::op::DefOp::ClearLimit {
                 user: scope == LimitScope::User,
                 name: name.into(),

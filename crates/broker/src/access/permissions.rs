@@ -2,12 +2,22 @@
 //! checking a name against them (unanchored regexes; the empty pattern grants nothing).
 
 use super::{Access, Grant, MgmtError, Perm, PermissionDef};
+use crate::definitions::op::Applying;
 
 impl Access {
     // ---- permissions ----
 
     pub fn set_permissions(&self, p: PermissionDef) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
+        self.set_permissions_at(p, None)
+    }
+
+    /// [`Access::set_permissions`], or (`at`) the one a committed entry carries.
+    pub fn set_permissions_at(
+        &self,
+        p: PermissionDef,
+        at: Option<Applying>,
+    ) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
             return c.mgmt_op(crate::definitions::op::DefOp::SetPermissions(p));
         }
         let (user, vhost) = (p.user.clone(), p.vhost.clone());
@@ -27,7 +37,17 @@ impl Access {
     }
 
     pub fn clear_permissions(&self, user: &str, vhost: &str) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
+        self.clear_permissions_at(user, vhost, None)
+    }
+
+    /// [`Access::clear_permissions`], or (`at`) the one a committed entry carries.
+    pub fn clear_permissions_at(
+        &self,
+        user: &str,
+        vhost: &str,
+        at: Option<Applying>,
+    ) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
             return c.mgmt_op(crate::definitions::op::DefOp::ClearPermissions {
                 user: user.into(),
                 vhost: vhost.into(),

@@ -2,6 +2,7 @@
 //! and exchanges by `policy`).
 
 use super::{Access, MgmtError, PolicyDef};
+use crate::definitions::op::Applying;
 
 impl Access {
     // ---- policies (validated by `policy`) ----
@@ -21,7 +22,12 @@ impl Access {
     }
 
     pub fn put_policy(&self, p: PolicyDef) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
+        self.put_policy_at(p, None)
+    }
+
+    /// [`Access::put_policy`], or (`at`) the one a committed entry carries.
+    pub fn put_policy_at(&self, p: PolicyDef, at: Option<Applying>) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
             return c.mgmt_op(crate::definitions::op::DefOp::PutPolicy(p));
         }
         self.change(|i| {
@@ -34,7 +40,17 @@ impl Access {
     }
 
     pub fn delete_policy(&self, vhost: &str, name: &str) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
+        self.delete_policy_at(vhost, name, None)
+    }
+
+    /// [`Access::delete_policy`], or (`at`) the one a committed entry carries.
+    pub fn delete_policy_at(
+        &self,
+        vhost: &str,
+        name: &str,
+        at: Option<Applying>,
+    ) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
             return c.mgmt_op(crate::definitions::op::DefOp::DeletePolicy {
                 vhost: vhost.into(),
                 name: name.into(),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use crate::config::Config;
+use crate::definitions::op::Applying;
 
 use super::{
     full_permissions, hash_password, Access, AccessFile, Grant, Inner, MgmtError, ParameterDef,
@@ -102,11 +103,9 @@ impl Access {
         let _ = self.cluster.set(c);
     }
 
-    /// The cluster to propose a change to, unless this is the change being applied.
-    pub(super) fn replicated(&self) -> Option<&Arc<crate::cluster::Cluster>> {
-        self.cluster
-            .get()
-            .filter(|_| crate::cluster::applying().is_none())
+    /// The cluster to propose a change to, unless this is a change being applied (`at`).
+    pub(super) fn replicated(&self, at: Option<Applying>) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.cluster.get().filter(|_| at.is_none())
     }
 
     /// Replaces everything (a cluster node restoring a metadata snapshot).

@@ -5,10 +5,9 @@ use std::sync::Arc;
 
 use warren_protocol::Method;
 
-use super::ops::APPLYING;
 use super::Cluster;
 use crate::access::AccessFile;
-use crate::definitions::op::{DefOp, DefReply};
+use crate::definitions::op::{Applying, DefOp, DefReply};
 use crate::queue::QueueRef;
 use crate::server::Broker;
 
@@ -73,12 +72,10 @@ impl Cluster {
         tracing::info!(node = %self.me, target = addr, "joining another cluster: resetting this node");
         let old = self.meta();
         old.shutdown().await;
-        APPLYING.with(|a| a.set(Some(0)));
         for v in broker.vhosts() {
-            let _ = broker.delete_vhost(&v.name);
+            let _ = broker.delete_vhost_at(&v.name, Some(Applying::RESTORE));
         }
         let _ = broker.access.replace(AccessFile::default());
-        APPLYING.with(|a| a.set(None));
         let dir = broker.config.data_dir.join("raft");
         std::fs::remove_dir_all(&dir)
             .map_err(|e| format!("cannot reset {}: {e}", dir.display()))?;

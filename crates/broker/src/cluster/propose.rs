@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use warren_protocol::Method;
 
-use super::ops::Applied;
+use super::state_machine::Applied;
 use super::{Cluster, APPLY_WAIT, SERVICE_APPLIED};
 use crate::access::MgmtError;
 use crate::definitions::op::{DefOp, DefReply, QueueMeta};

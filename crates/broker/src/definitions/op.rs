@@ -128,3 +128,20 @@ impl DefReply {
         }
     }
 }
+
+/// A change being applied on this node: what the state machine passes the vhost, access and
+/// broker code it calls, so that code makes the change here instead of proposing it again.
+/// Code that can do either takes `Option<Applying>`: `None` for a change asked for on this
+/// node (proposed in a cluster, made at once on a single node), `Some` for one being applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applying {
+    /// The Raft index of the committed entry that carries the change: a new replicated queue's
+    /// group id and a new durable queue's log id. 0 when it is no one entry (a metadata
+    /// snapshot being restored, or this node's definitions dropped to join another cluster).
+    pub index: u64,
+}
+
+impl Applying {
+    /// A metadata snapshot being restored, or this node's definitions being dropped.
+    pub const RESTORE: Applying = Applying { index: 0 };
+}

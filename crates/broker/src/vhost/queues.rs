@@ -9,7 +9,7 @@ use warren_routing::Destination;
 
 use super::equivalence::{check_args_equivalent, inequivalent};
 use super::{DeletedQueue, QueueSpec, VHost};
-use crate::definitions::op::QueueMeta;
+use crate::definitions::op::{Applying, QueueMeta};
 use crate::definitions::Definition;
 use crate::error::{AmqpError, AmqpResult};
 use crate::queue::{Queue, QueueOptions, QueueRef};
@@ -21,7 +21,17 @@ impl VHost {
 
     /// Declares (or checks) a queue; returns it.
     pub fn declare_queue(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<QueueRef> {
-        if spec.passive && crate::cluster::applying().is_none() {
+        self.declare_queue_at(spec, None)
+    }
+
+    /// [`VHost::declare_queue`], or (`at`) the declare a committed entry carries: a new
+    /// replicated queue's group and a new durable queue's log are named after its index.
+    pub(super) fn declare_queue_at(
+        self: &Arc<Self>,
+        spec: &QueueSpec<'_>,
+        at: Option<Applying>,
+    ) -> AmqpResult<QueueRef> {
+        if spec.passive && at.is_none() {
             if let Some(r) = self
                 .defs
                 .lock()
@@ -39,7 +49,7 @@ impl VHost {
                 spec.name, self.name
             )));
         }
-        if let (false, Some(c)) = (spec.passive, self.replicated()) {
+        if let (false, Some(c)) = (spec.passive, self.replicated(at)) {
             let existing = self.defs.lock().queues.get(spec.name).cloned();
             // Redeclaring what exists needs no change: checked here, as a passive declare.
             if let Some(q) = existing {
@@ -47,7 +57,7 @@ impl VHost {
                     // Its home must be up, as RabbitMQ checks with the queue's process.
                     r.counts_checked()?;
                 }
-                return self.declare_queue_once(spec);
+                return self.declare_queue_once(spec, at);
             }
             let m = QueueDeclare {
                 queue: spec.name.into(),
@@ -137,12 +147,16 @@ impl VHost {
             }
             return q.ok_or_else(|| self.no_queue(spec.name));
         }
-        let q = self.declare_queue_once(spec)?;
+        let q = self.declare_queue_once(spec, at)?;
         self.churn.queue_declared.fetch_add(1, Relaxed);
         Ok(q)
     }
 
-    fn declare_queue_once(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<QueueRef> {
+    fn declare_queue_once(
+        self: &Arc<Self>,
+        spec: &QueueSpec<'_>,
+        at: Option<Applying>,
+    ) -> AmqpResult<QueueRef> {
         // RabbitMQ checks the name before looking the queue up: a client-chosen 'amq.' name is
         // refused even when that queue exists (a server-named 'amq.gen-' one declared again).
         if !spec.passive && !spec.server_named && spec.name.starts_with("amq.") {
@@ -216,7 +230,7 @@ impl VHost {
         };
         if let (Some(c), Some((group, members))) = (&self.cluster, spec.members) {
             // A replicated queue: every node holds the same handle; members run its group.
-            let group = group.or_else(crate::cluster::applying).unwrap_or(0);
+            let group = group.or(at.map(|a| a.index)).unwrap_or(0);
             let q = QueueRef::Quorum(crate::cluster::quorum::QuorumQueue::open(
                 name.clone(),
                 self.name.clone(),
@@ -261,7 +275,7 @@ impl VHost {
             return Ok(q);
         }
         let durable_id = (spec.durable && !spec.exclusive)
-            .then(|| crate::cluster::applying().unwrap_or_else(rand::random::<u64>));
+            .then(|| at.map_or_else(rand::random::<u64>, |a| a.index));
         let backing = match self.backing(durable_id) {
             Some(Ok(b)) => Some(b),
             Some(Err(e)) => {
@@ -304,7 +318,19 @@ impl VHost {
         if_empty: bool,
         conn_id: Option<u64>,
     ) -> AmqpResult<DeletedQueue> {
-        if let Some(c) = self.replicated() {
+        self.delete_queue_at(name, if_unused, if_empty, conn_id, None)
+    }
+
+    /// [`VHost::delete_queue`], or (`at`) the delete a committed entry carries.
+    pub fn delete_queue_at(
+        &self,
+        name: &str,
+        if_unused: bool,
+        if_empty: bool,
+        conn_id: Option<u64>,
+        at: Option<Applying>,
+    ) -> AmqpResult<DeletedQueue> {
+        if let Some(c) = self.replicated(at) {
             let Some(q) = self.defs.lock().queues.get(name).cloned() else {
                 return Ok(DeletedQueue {
                     message_count: 0,

@@ -1,6 +1,8 @@
-//! A cluster node's vhost: outside an applied entry a change is proposed to the cluster
+//! A cluster node's vhost: a change asked for here is proposed to the cluster
 //! (`VHost::replicated`), and every node makes it when the entry is applied
-//! ([`VHost::apply_method`]); a Raft snapshot carries the definitions as those entries.
+//! ([`VHost::apply_method`], given the entry as an [`Applying`], which the `*_at` methods it
+//! calls pass on so they make the change rather than propose it); a Raft snapshot carries the
+//! definitions as those entries.
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use warren_routing::Destination;
 
 use super::{ExchangeSpec, QueueSpec, VHost};
 use crate::cluster::Cluster;
-use crate::definitions::op::QueueMeta;
+use crate::definitions::op::{Applying, QueueMeta};
 use crate::error::{AmqpError, AmqpResult};
 
 /// The method a cluster replicates for a bind or unbind of `dest` (a queue, or an exchange) to
@@ -63,76 +65,90 @@ pub(super) fn bind_method(
 }
 
 impl VHost {
-    /// The cluster to propose a change to, unless this is the change being applied.
-    pub(super) fn replicated(&self) -> Option<&Arc<Cluster>> {
-        self.cluster
-            .as_ref()
-            .filter(|_| crate::cluster::applying().is_none())
+    /// The cluster to propose a change to, unless this is a change being applied (`at`).
+    pub(super) fn replicated(&self, at: Option<Applying>) -> Option<&Arc<Cluster>> {
+        self.cluster.as_ref().filter(|_| at.is_none())
     }
 
-    /// Makes a replicated change (every node runs this for each committed vhost entry).
-    pub fn apply_method(self: &Arc<Self>, m: &Method, meta: Option<&QueueMeta>) -> AmqpResult<()> {
-        let owner = meta.and_then(|q| q.owner);
+    /// Makes a replicated change (every node runs this for each committed vhost entry, `at`).
+    pub fn apply_method(
+        self: &Arc<Self>,
+        m: &Method,
+        meta: Option<&QueueMeta>,
+        at: Applying,
+    ) -> AmqpResult<()> {
+        let (owner, at) = (meta.and_then(|q| q.owner), Some(at));
         match m {
-            Method::ExchangeDeclare(x) => self.declare_exchange(&ExchangeSpec {
-                name: &x.exchange,
-                kind: &x.kind,
-                passive: false,
-                durable: x.durable,
-                auto_delete: x.auto_delete,
-                internal: x.internal,
-                arguments: &x.arguments,
-            }),
-            Method::ExchangeDelete(x) => self.delete_exchange(&x.exchange, x.if_unused),
-            Method::QueueBind(b) => self.bind_queue(
+            Method::ExchangeDeclare(x) => self.declare_exchange_at(
+                &ExchangeSpec {
+                    name: &x.exchange,
+                    kind: &x.kind,
+                    passive: false,
+                    durable: x.durable,
+                    auto_delete: x.auto_delete,
+                    internal: x.internal,
+                    arguments: &x.arguments,
+                },
+                at,
+            ),
+            Method::ExchangeDelete(x) => self.delete_exchange_at(&x.exchange, x.if_unused, at),
+            Method::QueueBind(b) => self.bind_queue_at(
                 &b.queue,
                 &b.exchange,
                 &b.routing_key,
                 &b.arguments,
                 true,
                 owner,
+                at,
             ),
-            Method::QueueUnbind(b) => self.bind_queue(
+            Method::QueueUnbind(b) => self.bind_queue_at(
                 &b.queue,
                 &b.exchange,
                 &b.routing_key,
                 &b.arguments,
                 false,
                 owner,
+                at,
             ),
-            Method::ExchangeBind(b) => self.bind_exchange(
+            Method::ExchangeBind(b) => self.bind_exchange_at(
                 &b.destination,
                 &b.source,
                 &b.routing_key,
                 &b.arguments,
                 true,
+                at,
             ),
-            Method::ExchangeUnbind(b) => self.bind_exchange(
+            Method::ExchangeUnbind(b) => self.bind_exchange_at(
                 &b.destination,
                 &b.source,
                 &b.routing_key,
                 &b.arguments,
                 false,
+                at,
             ),
             Method::QueueDeclare(q) => {
                 let meta = meta.cloned().unwrap_or_default();
-                self.declare_queue(&QueueSpec {
-                    name: &q.queue,
-                    passive: false,
-                    durable: q.durable,
-                    exclusive: q.exclusive,
-                    auto_delete: q.auto_delete,
-                    arguments: &q.arguments,
-                    conn_id: meta.owner.unwrap_or(0),
-                    server_named: meta.server_named,
-                    home: Some(&meta.home),
-                    members: (!meta.members.is_empty()).then_some((meta.group, &meta.members[..])),
-                })
+                self.declare_queue_at(
+                    &QueueSpec {
+                        name: &q.queue,
+                        passive: false,
+                        durable: q.durable,
+                        exclusive: q.exclusive,
+                        auto_delete: q.auto_delete,
+                        arguments: &q.arguments,
+                        conn_id: meta.owner.unwrap_or(0),
+                        server_named: meta.server_named,
+                        home: Some(&meta.home),
+                        members: (!meta.members.is_empty())
+                            .then_some((meta.group, &meta.members[..])),
+                    },
+                    at,
+                )
                 .map(|_| ())
             }
-            Method::QueueDelete(q) => self.delete_queue(&q.queue, false, false, owner).map(|d| {
-                crate::channel::notify_cancelled(&d.consumers);
-            }),
+            Method::QueueDelete(q) => self
+                .delete_queue_at(&q.queue, false, false, owner, at)
+                .map(|d| crate::channel::notify_cancelled(&d.consumers)),
             other => Err(AmqpError::internal_error(format!(
                 "not a definition: {other:?}"
             ))),
@@ -242,8 +258,8 @@ impl VHost {
     }
 
     /// Deletes the queues and exchanges that `ops` (a snapshot's) do not declare, and every
-    /// binding (the snapshot's are declared again after this).
-    pub fn retain_only(self: &Arc<Self>, ops: &[crate::definitions::op::DefOp]) {
+    /// binding (the snapshot's are declared again after this); `at`: the restore.
+    pub fn retain_only(self: &Arc<Self>, ops: &[crate::definitions::op::DefOp], at: Applying) {
         let mut queues = std::collections::HashSet::new();
         let mut exchanges = std::collections::HashSet::new();
         for op in ops {
@@ -262,14 +278,14 @@ impl VHost {
         let snap = self.snapshot();
         for q in snap.queues.keys() {
             if !queues.contains(&**q) {
-                if let Ok(d) = self.delete_queue(q, false, false, None) {
+                if let Ok(d) = self.delete_queue_at(q, false, false, None, Some(at)) {
                     crate::channel::notify_cancelled(&d.consumers);
                 }
             }
         }
         for x in snap.table.exchanges.keys() {
             if !x.is_empty() && !x.starts_with("amq.") && !exchanges.contains(&**x) {
-                let _ = self.delete_exchange(x, false);
+                let _ = self.delete_exchange_at(x, false, Some(at));
             }
         }
         let mut defs = self.defs.lock();
