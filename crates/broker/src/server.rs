@@ -13,7 +13,8 @@ use crate::alarms::{Alarms, Thresholds};
 use crate::auth::Users;
 use crate::config::Config;
 use crate::connection;
-use crate::definitions::op::Applying;
+use crate::definitions::op::{Applying, DefOp};
+use crate::definitions::proposer::Proposer;
 use crate::limits;
 use crate::persist::Persister;
 use crate::tracking::ConnInfo;
@@ -116,7 +117,7 @@ impl Broker {
     }
 
     pub fn set_cluster(&self, c: Arc<crate::cluster::Cluster>) {
-        self.access.set_cluster(c.clone());
+        self.access.set_proposer(c.clone());
         let _ = self.cluster.set(c);
     }
 
@@ -124,9 +125,11 @@ impl Broker {
         self.cluster.get()
     }
 
-    /// The cluster to propose a change to, unless this is a change being applied (`at`).
-    fn replicated(&self, at: Option<Applying>) -> Option<&Arc<crate::cluster::Cluster>> {
-        self.cluster.get().filter(|_| at.is_none())
+    /// What to propose a change through (the cluster), unless this is a change being applied
+    /// (`at`).
+    fn replicated(&self, at: Option<Applying>) -> Option<&dyn Proposer> {
+        let c = self.cluster.get().filter(|_| at.is_none())?;
+        Some(&**c)
     }
 
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
@@ -153,7 +156,7 @@ impl Broker {
         }
         if let Some(c) = self.replicated(at) {
             let new = self.vhost(&name).is_none();
-            c.mgmt_op(crate::definitions::op::DefOp::AddVhost(def))?;
+            c.mgmt_change(DefOp::AddVhost(def))?;
             return Ok(new);
         }
         let mut map = self.vhosts.write();
@@ -203,7 +206,7 @@ impl Broker {
             if self.vhost(name).is_none() {
                 return Err(MgmtError::NotFound(format!("no vhost '{name}'")));
             }
-            return c.mgmt_op(crate::definitions::op::DefOp::DeleteVhost(name.into()));
+            return c.mgmt_change(DefOp::DeleteVhost(name.into()));
         }
         let mut map = self.vhosts.write();
         let Some(vh) = map.get(name).cloned() else {

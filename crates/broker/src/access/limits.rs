@@ -2,7 +2,7 @@
 //! (`max-connections`, `max-channels`), read, set and cleared here, enforced by `admission`.
 
 use super::{validate_limits, Access, LimitScope, Limits, MgmtError};
-use crate::definitions::op::Applying;
+use crate::definitions::op::{Applying, DefOp};
 
 impl Access {
     // ---- runtime limits (enforced by `admission`) ----
@@ -72,7 +72,7 @@ impl Access {
         at: Option<Applying>,
     ) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated(at) {
-            return c.mgmt_op(crate::definitions::op::DefOp::SetLimits {
+            return c.mgmt_change(DefOp::SetLimits {
                 user: scope == LimitScope::User,
                 name: name.into(),
                 def: def.clone(),
@@ -114,7 +114,7 @@ impl Access {
         at: Option<Applying>,
     ) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated(at) {
-            return c.mgmt_op(crate::definitions::op::DefOp::ClearLimit {
+            return c.mgmt_change(DefOp::ClearLimit {
                 user: scope == LimitScope::User,
                 name: name.into(),
                 key: key.map(String::from),

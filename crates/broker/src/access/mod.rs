@@ -17,8 +17,8 @@
 //! checks channels call ([`refused`], [`PermCache`]). Each other job is an `impl Access` block
 //! in a file of its own:
 //! - `store`: opening `access.json` (or seeding it), replacing it all, and `change`, which every
-//!   mutation goes through (persisted before it is visible; proposed to the cluster instead
-//!   when this node is part of one).
+//!   mutation goes through (persisted before it is visible; proposed through the cluster's
+//!   [`Proposer`] instead when this node is part of one).
 //! - `users`: users (login, create, delete) and vhost records.
 //! - `permissions`: setting, clearing and checking a user's permissions on a vhost.
 //! - `policies`: policies as records (validated and applied by `policy`).
@@ -47,6 +47,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
+use crate::definitions::proposer::Proposer;
 use crate::error::AmqpError;
 pub use records::{
     parse_tags, Limits, MgmtError, PermissionDef, PolicyDef, UserDef, VhostDef, HASH_SHA256,
@@ -198,8 +199,8 @@ pub struct Access {
     /// Moves on every change of users or permissions; channels drop cached decisions then.
     generation: AtomicU64,
     file: Option<PathBuf>,
-    /// In a cluster, changes are proposed to it and made when applied (`cluster/mod.rs`).
-    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    /// In a cluster, changes are proposed through it and made when applied (`cluster/mod.rs`).
+    proposer: std::sync::OnceLock<Arc<dyn Proposer>>,
 }
 
 /// A user who logged in: what connections keep of it.
@@ -379,6 +380,51 @@ mod tests {
                 read: "".into(),
             })
             .is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[allow(clippy::unwrap_used)]
+    async fn a_cluster_nodes_change_is_proposed_and_made_when_applied() {
+        use crate::definitions::op::{Applying, DefOp};
+        use crate::definitions::proposer::tests::FakeProposer;
+        let dir = std::env::temp_dir().join(format!("warren-access-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("access.json");
+        let seed = Access::seed(&Config::default());
+        let a = Access::from_file(seed, Some(path.clone())).unwrap();
+        let user = |name: &str| UserDef {
+            name: name.into(),
+            password_hash: hash_password("p"),
+            hashing_algorithm: HASH_SHA256.into(),
+            tags: vec![],
+            limits: Default::default(),
+        };
+        let written =
+            || -> AccessFile { serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap() };
+        // A single node makes the change at once and writes it before it answers.
+        a.put_user(user("single")).unwrap();
+        assert!(written().users.iter().any(|u| u.name == "single"));
+        // A cluster node proposes it; nothing changes here until it is applied.
+        let p = FakeProposer::new();
+        a.set_proposer(p.clone());
+        a.put_user(user("u")).unwrap();
+        a.delete_user("single").unwrap();
+        let ops: Vec<DefOp> = std::mem::take(&mut *p.ops.lock());
+        assert!(
+            matches!(&ops[..], [DefOp::PutUser(u), DefOp::DeleteUser(d)] if u.name == "u" && d == "single")
+        );
+        assert!(a.user("u").is_none() && a.user("single").is_some());
+        // Applied: made here (and written), not proposed again.
+        a.put_user_at(user("u"), Some(Applying { index: 7 }))
+            .unwrap();
+        a.delete_user_at("single", Some(Applying { index: 8 }))
+            .unwrap();
+        assert!(p.ops.lock().is_empty());
+        assert!(a.user("u").is_some() && a.user("single").is_none());
+        let names: Vec<String> = written().users.into_iter().map(|u| u.name).collect();
+        assert!(names.contains(&"u".to_string()) && !names.contains(&"single".to_string()));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! checking a name against them (unanchored regexes; the empty pattern grants nothing).
 
 use super::{Access, Grant, MgmtError, Perm, PermissionDef};
-use crate::definitions::op::Applying;
+use crate::definitions::op::{Applying, DefOp};
 
 impl Access {
     // ---- permissions ----
@@ -18,7 +18,7 @@ impl Access {
         at: Option<Applying>,
     ) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated(at) {
-            return c.mgmt_op(crate::definitions::op::DefOp::SetPermissions(p));
+            return c.mgmt_change(DefOp::SetPermissions(p));
         }
         let (user, vhost) = (p.user.clone(), p.vhost.clone());
         let g = Grant::new(p).map_err(MgmtError::BadRequest)?;
@@ -48,7 +48,7 @@ impl Access {
         at: Option<Applying>,
     ) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated(at) {
-            return c.mgmt_op(crate::definitions::op::DefOp::ClearPermissions {
+            return c.mgmt_change(DefOp::ClearPermissions {
                 user: user.into(),
                 vhost: vhost.into(),
             });

@@ -2,7 +2,7 @@
 //! and exchanges by `policy`).
 
 use super::{Access, MgmtError, PolicyDef};
-use crate::definitions::op::Applying;
+use crate::definitions::op::{Applying, DefOp};
 
 impl Access {
     // ---- policies (validated by `policy`) ----
@@ -28,7 +28,7 @@ impl Access {
     /// [`Access::put_policy`], or (`at`) the one a committed entry carries.
     pub fn put_policy_at(&self, p: PolicyDef, at: Option<Applying>) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated(at) {
-            return c.mgmt_op(crate::definitions::op::DefOp::PutPolicy(p));
+            return c.mgmt_change(DefOp::PutPolicy(p));
         }
         self.change(|i| {
             if !i.vhosts.contains_key(&p.vhost) {
@@ -51,7 +51,7 @@ impl Access {
         at: Option<Applying>,
     ) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated(at) {
-            return c.mgmt_op(crate::definitions::op::DefOp::DeletePolicy {
+            return c.mgmt_change(DefOp::DeletePolicy {
                 vhost: vhost.into(),
                 name: name.into(),
             });

@@ -4,7 +4,7 @@
 use super::{
     verify_password, Access, MgmtError, User, UserDef, VhostDef, HASH_SHA256, HASH_SHA512,
 };
-use crate::definitions::op::Applying;
+use crate::definitions::op::{Applying, DefOp};
 
 impl Access {
     // ---- users ----
@@ -41,7 +41,7 @@ impl Access {
     /// [`Access::put_user`], or (`at`) the one a committed entry carries.
     pub fn put_user_at(&self, u: UserDef, at: Option<Applying>) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated(at) {
-            return c.mgmt_op(crate::definitions::op::DefOp::PutUser(u));
+            return c.mgmt_change(DefOp::PutUser(u));
         }
         if u.name.is_empty() {
             return Err(MgmtError::BadRequest("user name must not be empty".into()));
@@ -72,7 +72,7 @@ impl Access {
     /// [`Access::delete_user`], or (`at`) the one a committed entry carries.
     pub fn delete_user_at(&self, name: &str, at: Option<Applying>) -> Result<(), MgmtError> {
         if let Some(c) = self.replicated(at) {
-            return c.mgmt_op(crate::definitions::op::DefOp::DeleteUser(name.into()));
+            return c.mgmt_change(DefOp::DeleteUser(name.into()));
         }
         self.change(|i| {
             i.users

@@ -1,16 +1,14 @@
 //! Proposing a change to the metadata group: replicate it, retry while there is no leader,
-//! and wait (bounded) until the other running members applied it; the vhost and management
-//! entry points that propose in place of changing.
+//! and wait (bounded) until the other running members applied it. The cluster is the
+//! [`Proposer`] the vhost, access and broker code propose their changes through.
 
 use std::time::Duration;
-
-use warren_protocol::Method;
 
 use super::state_machine::Applied;
 use super::{Cluster, APPLY_WAIT, SERVICE_APPLIED};
 use crate::access::MgmtError;
-use crate::definitions::op::{DefOp, DefReply, QueueMeta};
-use crate::error::AmqpResult;
+use crate::definitions::op::{DefOp, DefReply};
+use crate::definitions::proposer::{Proposal, Proposer};
 
 /// How long a change is retried for while the cluster has no leader that answers.
 const PROPOSE_DEADLINE: Duration = Duration::from_secs(10);
@@ -99,37 +97,16 @@ impl Cluster {
         }
     }
 
-    /// [`Cluster::propose`] from synchronous code on a tokio worker (the vhost's and the access
-    /// registry's methods): the worker's other tasks move to another thread meanwhile.
-    fn propose_blocking(&self, op: DefOp) -> Result<DefReply, String> {
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::block_in_place(|| handle.block_on(self.propose(op)))
-    }
-
-    /// A vhost change (called by the vhost's public methods in place of making it).
-    pub fn vhost_op(
-        &self,
-        vhost: &str,
-        method: Method,
-        queue: Option<QueueMeta>,
-    ) -> AmqpResult<()> {
-        let mut b = bytes::BytesMut::new();
-        method.encode_payload(&mut b);
-        let op = DefOp::Vhost {
-            vhost: vhost.into(),
-            method: b.to_vec(),
-            queue,
-        };
-        DefReply::into_amqp(self.propose_blocking(op))
-    }
-
-    /// A users/permissions/policies/limits/vhosts change.
-    pub fn mgmt_op(&self, op: DefOp) -> Result<(), MgmtError> {
-        DefReply::into_mgmt(self.propose_blocking(op))
-    }
-
-    /// [`Cluster::mgmt_op`] from async code.
+    /// A users/permissions/policies/limits/vhosts change, from async code.
     pub async fn propose_mgmt(&self, op: DefOp) -> Result<(), MgmtError> {
         DefReply::into_mgmt(self.propose(op).await)
+    }
+}
+
+/// The cluster is a cluster node's [`Proposer`]: the vhost, access and broker code propose
+/// through it, and the state machine applies what is committed.
+impl Proposer for Cluster {
+    fn propose(&self, op: DefOp) -> Proposal<'_> {
+        Box::pin(Cluster::propose(self, op))
     }
 }

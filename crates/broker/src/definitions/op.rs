@@ -70,7 +70,7 @@ pub struct QueueMeta {
 }
 
 /// The outcome of an applied op, as the proposer reports it.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum DefReply {
     Ok,
     Amqp { code: u16, text: String },

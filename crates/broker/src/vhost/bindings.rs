@@ -195,7 +195,7 @@ impl VHost {
                 owner: Some(o),
                 ..Default::default()
             });
-            return c.vhost_op(&self.name, m, meta);
+            return c.vhost_change(&self.name, m, meta);
         }
         self.bind(
             exchange,
@@ -237,7 +237,7 @@ impl VHost {
     ) -> AmqpResult<()> {
         if let Some(c) = self.replicated(at) {
             let m = bind_method(false, destination, source, key, args, add);
-            return c.vhost_op(&self.name, m, None);
+            return c.vhost_change(&self.name, m, None);
         }
         self.bind(
             source,

@@ -73,7 +73,7 @@ impl VHost {
             ));
         }
         if let (false, Some(c)) = (spec.passive, self.replicated(at)) {
-            return c.vhost_op(
+            return c.vhost_change(
                 &self.name,
                 ExchangeDeclare {
                     exchange: spec.name.into(),
@@ -260,7 +260,7 @@ impl VHost {
                 if_unused,
                 ..Default::default()
             };
-            return c.vhost_op(&self.name, m.into(), None);
+            return c.vhost_change(&self.name, m.into(), None);
         }
         let mut defs = self.defs.lock();
         let Some(x) = defs.table.exchanges.get(name) else {

@@ -70,7 +70,7 @@ impl VHost {
             let home = match spec.home {
                 Some(h) => h.to_string(),
                 // An exclusive queue lives with its connection.
-                None if spec.exclusive => c.me.clone(),
+                None if spec.exclusive => c.me().to_string(),
                 None => {
                     let policies = self.policies.lock();
                     let from_policy =
@@ -96,33 +96,11 @@ impl VHost {
                     c.place(from_args.or(from_policy).as_deref())
                 }
             };
-            let members = if crate::queue_type::is_quorum(spec.arguments) {
-                let size = crate::cluster::quorum::initial_group_size(spec.arguments)?;
-                c.quorum_members(&home, size)
-            } else if spec.exclusive || crate::queue_type::is_stream(spec.arguments) {
-                Vec::new()
-            } else {
-                // A classic queue matched by an `ha-mode` policy (RabbitMQ's mirrored queues)
-                // is replicated the same way, so older clusters' setups keep their guarantee.
+            let policy = || {
                 let policies = self.policies.lock();
-                let ha = crate::policy::matching(&policies, spec.name, true)
-                    .and_then(|p| crate::cluster::quorum::ha_members(&p.definition));
-                drop(policies);
-                match ha {
-                    Some(crate::cluster::quorum::Ha::Size(n)) => c.quorum_members(&home, n),
-                    Some(crate::cluster::quorum::Ha::Nodes(nodes)) => {
-                        let first = if nodes.contains(&home) {
-                            home.clone()
-                        } else {
-                            nodes[0].clone()
-                        };
-                        std::iter::once(first.clone())
-                            .chain(nodes.into_iter().filter(|n| *n != first))
-                            .collect()
-                    }
-                    None => Vec::new(),
-                }
+                crate::policy::matching(&policies, spec.name, true).map(|p| p.definition.clone())
             };
+            let members = c.members(&home, spec.arguments, spec.exclusive, &policy)?;
             let meta = QueueMeta {
                 home,
                 owner: spec.exclusive.then_some(spec.conn_id),
@@ -130,20 +108,12 @@ impl VHost {
                 group: None,
                 members,
             };
-            c.vhost_op(&self.name, m.into(), Some(meta))?;
+            c.vhost_change(&self.name, m.into(), Some(meta))?;
             let q = self.defs.lock().queues.get(spec.name).cloned();
             self.churn.queue_declared.fetch_add(1, Relaxed);
-            if let Some(r) = q.as_ref().and_then(|q| q.quorum()) {
-                // declare-ok once the group has its first leader, as RabbitMQ waits for its
-                // Ra cluster to start.
-                let handle = tokio::runtime::Handle::current();
-                let r = r.clone();
-                let up = tokio::task::block_in_place(|| {
-                    handle.block_on(r.wait_leader(crate::cluster::quorum::FIRST_LEADER_WAIT))
-                });
-                if !up {
-                    return Err(r.unavailable());
-                }
+            if let Some(q) = &q {
+                // declare-ok once a replicated queue's group has its first leader.
+                c.first_leader(q)?;
             }
             return q.ok_or_else(|| self.no_queue(spec.name));
         }
@@ -225,21 +195,15 @@ impl VHost {
             args,
         };
         let remote_home = match (&self.cluster, spec.home) {
-            (Some(c), Some(h)) if h != c.me => Some((c, h)),
+            (Some(c), Some(h)) if h != c.me() => Some((c, h)),
             _ => None,
         };
         if let (Some(c), Some((group, members))) = (&self.cluster, spec.members) {
             // A replicated queue: every node holds the same handle; members run its group.
             let group = group.or(at.map(|a| a.index)).unwrap_or(0);
-            let q = QueueRef::Quorum(crate::cluster::quorum::QuorumQueue::open(
-                name.clone(),
-                self.name.clone(),
-                options,
-                group,
-                members.to_vec(),
-                c,
-                Arc::downgrade(self),
-            ));
+            let q =
+                c.clone()
+                    .replicated_queue(name.clone(), self, options, group, members.to_vec());
             defs.queues.insert(name, q.clone());
             self.publish(&defs);
             self.churn.queue_created.fetch_add(1, Relaxed);
@@ -247,13 +211,9 @@ impl VHost {
             return Ok(q);
         }
         if let Some((c, home)) = remote_home {
-            let q = QueueRef::Remote(crate::cluster::remote::RemoteQueue::new(
-                name.clone(),
-                self.name.clone(),
-                options,
-                home.to_string(),
-                c,
-            ));
+            let q =
+                c.clone()
+                    .remote_queue(name.clone(), self.name.clone(), options, home.to_string());
             defs.queues.insert(name, q.clone());
             self.publish(&defs);
             tracing::info!(vhost = %self.name, queue = spec.name, home, "queue declared");
@@ -381,7 +341,7 @@ impl VHost {
                 queue: name.into(),
                 ..Default::default()
             };
-            c.vhost_op(&self.name, m.into(), None)?;
+            c.vhost_change(&self.name, m.into(), None)?;
             return Ok(DeletedQueue {
                 message_count,
                 consumers: Vec::new(),

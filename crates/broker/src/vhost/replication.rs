@@ -12,8 +12,7 @@ use warren_protocol::method::{
 use warren_protocol::{FieldTable, Method};
 use warren_routing::Destination;
 
-use super::{ExchangeSpec, QueueSpec, VHost};
-use crate::cluster::Cluster;
+use super::{ClusterNode, ExchangeSpec, QueueSpec, VHost};
 use crate::definitions::op::{Applying, QueueMeta};
 use crate::error::{AmqpError, AmqpResult};
 
@@ -65,9 +64,9 @@ pub(super) fn bind_method(
 }
 
 impl VHost {
-    /// The cluster to propose a change to, unless this is a change being applied (`at`).
-    pub(super) fn replicated(&self, at: Option<Applying>) -> Option<&Arc<Cluster>> {
-        self.cluster.as_ref().filter(|_| at.is_none())
+    /// The cluster to propose a change through, unless this is a change being applied (`at`).
+    pub(super) fn replicated(&self, at: Option<Applying>) -> Option<&dyn ClusterNode> {
+        self.cluster.as_deref().filter(|_| at.is_none())
     }
 
     /// Makes a replicated change (every node runs this for each committed vhost entry, `at`).
@@ -194,7 +193,7 @@ impl VHost {
         let me = self
             .cluster
             .as_ref()
-            .map(|c| c.me.clone())
+            .map(|c| c.me().to_string())
             .unwrap_or_default();
         let mut qs: Vec<_> = defs.queues.values().collect();
         qs.sort_by(|a, b| a.name().cmp(b.name()));
