@@ -9,7 +9,9 @@
 #                                     drain), S7 (quorum), S8, S2P (lavinmqperf's persistent
 #                                     scenario: 1 -> 1, 1 KiB, confirms 100, ack every 100)
 #   env: DUR (30; S4-* run 15 s, S5 60 s), ROUNDS (1), TOOLS ("warren-perf perftest"; also
-#        lavinmqperf), BROKERS ("warren rabbitmq"; also lavinmq, from ../shared/bench/lavinmq.sh),
+#        lavinmqperf), BROKERS ("warren rabbitmq"; also lavinmq, from ../shared/bench/lavinmq.sh,
+#        and warren-base: a second Warren build, WARREN_BASE_BIN, for an A/B of two builds in
+#        one interleaved run; bench/ab_summary.py reads its ratios),
 #        WARREN_BIN (default $CARGO_TARGET_DIR or target/release/warren, built if missing),
 #        SWEEP (1: also S4 at each of SWEEP_RATES, every tool against every broker: sweep.tsv),
 #        SWEEP_RATES (1000,5000,10000,20000,40000,80000,unlimited), SWEEP_ROUNDS (1)
@@ -96,13 +98,33 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 HPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 W_URI="amqp://guest:guest@127.0.0.1:$PORT/%2f"
 WPID=""
-stop_warren() { [ -z "$WPID" ] || { kill "$WPID" 2>/dev/null || true; wait "$WPID" 2>/dev/null || true; WPID=""; }; }
+stop_warren() {
+  local p
+  for p in "$WPID" "${BPID:-}"; do
+    [ -z "$p" ] || { kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; }
+  done
+  WPID=""; BPID=""
+}
 trap 'stop_warren; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
 "$WORK/warren" server --amqp-port "$PORT" --http-port "$HPORT" --data-dir "$WORK/data" >>"$OUT/warren.log" 2>&1 9>&- &
 WPID=$!
 for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
 kill -0 "$WPID" 2>/dev/null || die "Warren did not start: $(tail -n 3 "$OUT/warren.log")"
+BPID=""
+B_URI=""
+BHPORT=""
+if [[ " $BROKERS " == *" warren-base "* ]]; then
+  [ -x "${WARREN_BASE_BIN:-}" ] || die "BROKERS names warren-base: set WARREN_BASE_BIN to the other build"
+  cp "$WARREN_BASE_BIN" "$WORK/warren-base"
+  BPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  BHPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  B_URI="amqp://guest:guest@127.0.0.1:$BPORT/%2f"
+  "$WORK/warren-base" server --amqp-port "$BPORT" --http-port "$BHPORT" --data-dir "$WORK/data-base" >>"$OUT/warren-base.log" 2>&1 9>&- &
+  BPID=$!
+  for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$BPORT") 2>/dev/null && break; sleep 0.1; done
+  kill -0 "$BPID" 2>/dev/null || die "the base Warren did not start: $(tail -n 3 "$OUT/warren-base.log")"
+fi
 LPID=""
 LAVIN_URI=amqp://guest:guest@127.0.0.1:${LAVINMQ_PORT:-5674}/%2f
 if [[ " $BROKERS " == *" lavinmq "* ]]; then
@@ -130,6 +152,7 @@ run_one() {  # BROKER TOOL SCENARIO ROUND
   local broker=$1 tool=$2 s=$3 r=$4 uri pid hp out c0 c1
   case "$broker" in
     warren) uri=$W_URI; pid=$WPID; hp=$HPORT ;;
+    warren-base) uri=$B_URI; pid=$BPID; hp=$BHPORT ;;
     lavinmq) uri=$LAVIN_URI; pid=$LPID; hp=${LAVINMQ_HTTP_PORT:-15674} ;;
     *) uri=$RMQ_URI; pid=$RPID; hp=15673 ;;
   esac
@@ -171,6 +194,7 @@ run_one() {  # BROKER TOOL SCENARIO ROUND
   echo "- command: \`DUR=$DUR ROUNDS=$ROUNDS bench/perf.sh ${SCENARIOS[*]}\`"
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/{print $2}') GiB RAM; generators and brokers share the cores"
+  [ -z "${BPID:-}" ] || echo "- Warren base (warren-base): sha256 $(sha256sum "$WARREN_BASE_BIN" | cut -c1-12) ($WARREN_BASE_BIN)"
   echo "- Warren: sha256 $(sha256sum "$BIN" | cut -c1-12) (tree $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?')); RabbitMQ $(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo '?'); PerfTest $(basename "$PT_LIB" | sed 's/lib-//'), java $(java -version 2>&1 | head -1 | grep -o '"[^"]*"' | tr -d '"')"
 } >"$OUT/header.md"
 cat "$OUT/header.md"

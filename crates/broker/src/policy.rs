@@ -12,6 +12,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use crate::access::{Access, PolicyDef};
+use crate::definitions::op::Applying;
 use crate::queue::{Overflow, QueueArgs, QueueRef};
 use crate::server::Broker;
 use crate::vhost::VHost;
@@ -272,9 +273,18 @@ pub fn apply_all(broker: &Broker, vhost: &VHost) {
 
 /// Validates, stores and applies a policy.
 pub fn put(broker: &Broker, p: PolicyDef) -> Result<(), crate::access::MgmtError> {
+    put_at(broker, p, None)
+}
+
+/// [`put`], or (`at`) the policy a committed entry carries.
+pub fn put_at(
+    broker: &Broker,
+    p: PolicyDef,
+    at: Option<Applying>,
+) -> Result<(), crate::access::MgmtError> {
     validate(&p).map_err(crate::access::MgmtError::BadRequest)?;
     let (vhost, name) = (p.vhost.clone(), p.name.clone());
-    broker.access.put_policy(p)?;
+    broker.access.put_policy_at(p, at)?;
     tracing::info!(vhost = %vhost, policy = %name, "policy set");
     if let Some(v) = broker.vhost(&vhost) {
         apply_all(broker, &v);
@@ -283,7 +293,17 @@ pub fn put(broker: &Broker, p: PolicyDef) -> Result<(), crate::access::MgmtError
 }
 
 pub fn delete(broker: &Broker, vhost: &str, name: &str) -> Result<(), crate::access::MgmtError> {
-    broker.access.delete_policy(vhost, name)?;
+    delete_at(broker, vhost, name, None)
+}
+
+/// [`delete`], or (`at`) the deletion a committed entry carries.
+pub fn delete_at(
+    broker: &Broker,
+    vhost: &str,
+    name: &str,
+    at: Option<Applying>,
+) -> Result<(), crate::access::MgmtError> {
+    broker.access.delete_policy_at(vhost, name, at)?;
     tracing::info!(vhost, policy = name, "policy cleared");
     if let Some(v) = broker.vhost(vhost) {
         apply_all(broker, &v);

@@ -11,6 +11,8 @@ use crate::access::{Access, LimitScope, MgmtError, VhostDef};
 use crate::alarms::{Alarms, Thresholds};
 use crate::auth::Users;
 use crate::config::Config;
+use crate::definitions::op::{Applying, DefOp};
+use crate::definitions::proposer::Proposer;
 use crate::persist::Persister;
 use crate::tracking::ConnInfo;
 use crate::vhost::{Storage, VHost};
@@ -112,7 +114,7 @@ impl Broker {
     }
 
     pub fn set_cluster(&self, c: Arc<crate::cluster::Cluster>) {
-        self.access.set_cluster(c.clone());
+        self.access.set_proposer(c.clone());
         let _ = self.cluster.set(c);
     }
 
@@ -120,11 +122,11 @@ impl Broker {
         self.cluster.get()
     }
 
-    /// The cluster to propose a change to, unless this is the change being applied.
-    fn replicated(&self) -> Option<&Arc<crate::cluster::Cluster>> {
-        self.cluster
-            .get()
-            .filter(|_| crate::cluster::applying().is_none())
+    /// What to propose a change through (the cluster), unless this is a change being applied
+    /// (`at`).
+    fn replicated(&self, at: Option<Applying>) -> Option<&dyn Proposer> {
+        let c = self.cluster.get().filter(|_| at.is_none())?;
+        Some(&**c)
     }
 
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
@@ -140,13 +142,18 @@ impl Broker {
 
     /// Creates a vhost (a no-op if it exists); true if it is new.
     pub fn add_vhost(&self, def: VhostDef) -> Result<bool, MgmtError> {
+        self.add_vhost_at(def, None)
+    }
+
+    /// [`Broker::add_vhost`], or (`at`) the one a committed entry carries.
+    pub fn add_vhost_at(&self, def: VhostDef, at: Option<Applying>) -> Result<bool, MgmtError> {
         let name = def.name.clone();
         if name.is_empty() {
             return Err(MgmtError::BadRequest("vhost name must not be empty".into()));
         }
-        if let Some(c) = self.replicated() {
+        if let Some(c) = self.replicated(at) {
             let new = self.vhost(&name).is_none();
-            c.mgmt_op(crate::cluster::MetaOp::AddVhost(def))?;
+            c.mgmt_change(DefOp::AddVhost(def))?;
             return Ok(new);
         }
         let mut map = self.vhosts.write();
@@ -187,11 +194,16 @@ impl Broker {
     /// Deletes a vhost: its connections are closed (320), its queues and exchanges deleted with
     /// their stored messages, its permissions and policies forgotten.
     pub fn delete_vhost(&self, name: &str) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
+        self.delete_vhost_at(name, None)
+    }
+
+    /// [`Broker::delete_vhost`], or (`at`) the one a committed entry carries.
+    pub fn delete_vhost_at(&self, name: &str, at: Option<Applying>) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
             if self.vhost(name).is_none() {
                 return Err(MgmtError::NotFound(format!("no vhost '{name}'")));
             }
-            return c.mgmt_op(crate::cluster::MetaOp::DeleteVhost(name.into()));
+            return c.mgmt_change(DefOp::DeleteVhost(name.into()));
         }
         let mut map = self.vhosts.write();
         let Some(vh) = map.get(name).cloned() else {
@@ -208,7 +220,7 @@ impl Broker {
             }
         }
         for q in vh.snapshot().queues.keys().cloned().collect::<Vec<_>>() {
-            if let Ok(d) = vh.delete_queue(&q, false, false, None) {
+            if let Ok(d) = vh.delete_queue_at(&q, false, false, None, at) {
                 crate::queue::notify_cancelled(&d.consumers);
             }
         }

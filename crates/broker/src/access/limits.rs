@@ -2,6 +2,7 @@
 //! (`max-connections`, `max-channels`), read, set and cleared here, enforced by `admission`.
 
 use super::{validate_limits, Access, LimitScope, Limits, MgmtError};
+use crate::definitions::op::{Applying, DefOp};
 
 impl Access {
     // ---- runtime limits (enforced by `admission`) ----
@@ -58,8 +59,20 @@ impl Access {
         def: &Limits,
         replace: bool,
     ) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::SetLimits {
+        self.set_limits_at(scope, name, def, replace, None)
+    }
+
+    /// [`Access::set_limits`], or (`at`) the one a committed entry carries.
+    pub fn set_limits_at(
+        &self,
+        scope: LimitScope,
+        name: &str,
+        def: &Limits,
+        replace: bool,
+        at: Option<Applying>,
+    ) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
+            return c.mgmt_change(DefOp::SetLimits {
                 user: scope == LimitScope::User,
                 name: name.into(),
                 def: def.clone(),
@@ -89,8 +102,19 @@ impl Access {
         name: &str,
         key: Option<&str>,
     ) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::ClearLimit {
+        self.clear_limit_at(scope, name, key, None)
+    }
+
+    /// [`Access::clear_limit`], or (`at`) the one a committed entry carries.
+    pub fn clear_limit_at(
+        &self,
+        scope: LimitScope,
+        name: &str,
+        key: Option<&str>,
+        at: Option<Applying>,
+    ) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
+            return c.mgmt_change(DefOp::ClearLimit {
                 user: scope == LimitScope::User,
                 name: name.into(),
                 key: key.map(String::from),

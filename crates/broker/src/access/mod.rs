@@ -17,19 +17,22 @@
 //! checks channels call ([`refused`], [`PermCache`]). Each other job is an `impl Access` block
 //! in a file of its own:
 //! - `store`: opening `access.json` (or seeding it), replacing it all, and `change`, which every
-//!   mutation goes through (persisted before it is visible; proposed to the cluster instead
-//!   when this node is part of one).
+//!   mutation goes through (persisted before it is visible; proposed through the cluster's
+//!   [`Proposer`] instead when this node is part of one).
 //! - `users`: users (login, create, delete) and vhost records.
 //! - `permissions`: setting, clearing and checking a user's permissions on a vhost.
 //! - `policies`: policies as records (validated and applied by `policy`).
 //! - `limits`: vhosts' and users' runtime limits as records (enforced by `admission`).
 //!
 //! The shared types stay here, not in a child: every child imports `super`, and this file imports
-//! no child, so the split adds no import cycle.
+//! no child, so the split adds no import cycle. The one exception, `records` (users, vhosts,
+//! permissions, policies, limits as RabbitMQ's definitions describe them, and [`MgmtError`]),
+//! imports nothing, so this file re-exports it and the definitions command can name it.
 
 mod limits;
 mod permissions;
 mod policies;
+pub mod records;
 mod store;
 mod users;
 
@@ -41,86 +44,15 @@ use std::sync::Arc;
 use base64::Engine;
 use parking_lot::RwLock;
 use regex::Regex;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
+use crate::definitions::proposer::Proposer;
 use crate::error::AmqpError;
-
-pub const HASH_SHA256: &str = "rabbit_password_hashing_sha256";
-pub const HASH_SHA512: &str = "rabbit_password_hashing_sha512";
-
-/// A user as RabbitMQ's definitions describe it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct UserDef {
-    pub name: String,
-    #[serde(default)]
-    pub password_hash: String,
-    #[serde(default = "default_hashing")]
-    pub hashing_algorithm: String,
-    /// RabbitMQ 3.9+ writes a list; older exports a comma-separated string. Both are read.
-    #[serde(default, deserialize_with = "tags_either")]
-    pub tags: Vec<String>,
-    #[serde(default)]
-    pub limits: serde_json::Map<String, serde_json::Value>,
-}
-
-fn default_hashing() -> String {
-    HASH_SHA256.to_string()
-}
-
-fn tags_either<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Tags {
-        List(Vec<String>),
-        Text(String),
-    }
-    Ok(match Tags::deserialize(d)? {
-        Tags::List(v) => v,
-        Tags::Text(s) => parse_tags(&s),
-    })
-}
-
-/// Tags as given to `set_user_tags` or the HTTP API: comma- or space-separated.
-pub fn parse_tags(s: &str) -> Vec<String> {
-    s.split([',', ' '])
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .map(String::from)
-        .collect()
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct VhostDef {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub description: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PermissionDef {
-    pub user: String,
-    pub vhost: String,
-    pub configure: String,
-    pub write: String,
-    pub read: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PolicyDef {
-    pub vhost: String,
-    pub name: String,
-    pub pattern: String,
-    #[serde(rename = "apply-to", default = "default_apply_to")]
-    pub apply_to: String,
-    pub definition: serde_json::Map<String, serde_json::Value>,
-    #[serde(default)]
-    pub priority: i64,
-}
-
-fn default_apply_to() -> String {
-    "all".to_string()
-}
+pub use records::{
+    parse_tags, Limits, MgmtError, PermissionDef, PolicyDef, UserDef, VhostDef, HASH_SHA256,
+    HASH_SHA512,
+};
 
 /// A vhost-scoped runtime parameter as RabbitMQ's definitions list it. Warren keeps only
 /// component `vhost-limits` (name `limits`, value `{"max-connections": N, "max-queues": N}`).
@@ -153,8 +85,6 @@ impl LimitScope {
         }
     }
 }
-
-pub type Limits = serde_json::Map<String, serde_json::Value>;
 
 /// Checks a limits definition as RabbitMQ's parameter validation does (known names, integer
 /// values; a negative value means no limit) and returns it with numeric strings made numbers.
@@ -252,28 +182,6 @@ impl Grant {
     }
 }
 
-/// An error of a management operation, with the HTTP status it maps to.
-#[derive(Debug, Clone, PartialEq)]
-pub enum MgmtError {
-    NotFound(String),
-    BadRequest(String),
-    /// The change could not be persisted; it was not applied.
-    Internal(String),
-    /// A cluster without a majority cannot record the change (HTTP 503).
-    Unavailable(String),
-}
-
-impl std::fmt::Display for MgmtError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            MgmtError::NotFound(s)
-            | MgmtError::BadRequest(s)
-            | MgmtError::Internal(s)
-            | MgmtError::Unavailable(s) => f.write_str(s),
-        }
-    }
-}
-
 #[derive(Default, Clone)]
 struct Inner {
     users: BTreeMap<String, UserDef>,
@@ -291,8 +199,8 @@ pub struct Access {
     /// Moves on every change of users or permissions; channels drop cached decisions then.
     generation: AtomicU64,
     file: Option<PathBuf>,
-    /// In a cluster, changes are proposed to it and made when applied (`cluster/mod.rs`).
-    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    /// In a cluster, changes are proposed through it and made when applied (`cluster/mod.rs`).
+    proposer: std::sync::OnceLock<Arc<dyn Proposer>>,
 }
 
 /// A user who logged in: what connections keep of it.
@@ -472,6 +380,51 @@ mod tests {
                 read: "".into(),
             })
             .is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[allow(clippy::unwrap_used)]
+    async fn a_cluster_nodes_change_is_proposed_and_made_when_applied() {
+        use crate::definitions::op::{Applying, DefOp};
+        use crate::definitions::proposer::tests::FakeProposer;
+        let dir = std::env::temp_dir().join(format!("warren-access-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("access.json");
+        let seed = Access::seed(&Config::default());
+        let a = Access::from_file(seed, Some(path.clone())).unwrap();
+        let user = |name: &str| UserDef {
+            name: name.into(),
+            password_hash: hash_password("p"),
+            hashing_algorithm: HASH_SHA256.into(),
+            tags: vec![],
+            limits: Default::default(),
+        };
+        let written =
+            || -> AccessFile { serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap() };
+        // A single node makes the change at once and writes it before it answers.
+        a.put_user(user("single")).unwrap();
+        assert!(written().users.iter().any(|u| u.name == "single"));
+        // A cluster node proposes it; nothing changes here until it is applied.
+        let p = FakeProposer::new();
+        a.set_proposer(p.clone());
+        a.put_user(user("u")).unwrap();
+        a.delete_user("single").unwrap();
+        let ops: Vec<DefOp> = std::mem::take(&mut *p.ops.lock());
+        assert!(
+            matches!(&ops[..], [DefOp::PutUser(u), DefOp::DeleteUser(d)] if u.name == "u" && d == "single")
+        );
+        assert!(a.user("u").is_none() && a.user("single").is_some());
+        // Applied: made here (and written), not proposed again.
+        a.put_user_at(user("u"), Some(Applying { index: 7 }))
+            .unwrap();
+        a.delete_user_at("single", Some(Applying { index: 8 }))
+            .unwrap();
+        assert!(p.ops.lock().is_empty());
+        assert!(a.user("u").is_some() && a.user("single").is_none());
+        let names: Vec<String> = written().users.into_iter().map(|u| u.name).collect();
+        assert!(names.contains(&"u".to_string()) && !names.contains(&"single".to_string()));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

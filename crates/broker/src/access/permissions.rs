@@ -2,13 +2,23 @@
 //! checking a name against them (unanchored regexes; the empty pattern grants nothing).
 
 use super::{Access, Grant, MgmtError, Perm, PermissionDef};
+use crate::definitions::op::{Applying, DefOp};
 
 impl Access {
     // ---- permissions ----
 
     pub fn set_permissions(&self, p: PermissionDef) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::SetPermissions(p));
+        self.set_permissions_at(p, None)
+    }
+
+    /// [`Access::set_permissions`], or (`at`) the one a committed entry carries.
+    pub fn set_permissions_at(
+        &self,
+        p: PermissionDef,
+        at: Option<Applying>,
+    ) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
+            return c.mgmt_change(DefOp::SetPermissions(p));
         }
         let (user, vhost) = (p.user.clone(), p.vhost.clone());
         let g = Grant::new(p).map_err(MgmtError::BadRequest)?;
@@ -27,8 +37,18 @@ impl Access {
     }
 
     pub fn clear_permissions(&self, user: &str, vhost: &str) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::ClearPermissions {
+        self.clear_permissions_at(user, vhost, None)
+    }
+
+    /// [`Access::clear_permissions`], or (`at`) the one a committed entry carries.
+    pub fn clear_permissions_at(
+        &self,
+        user: &str,
+        vhost: &str,
+        at: Option<Applying>,
+    ) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
+            return c.mgmt_change(DefOp::ClearPermissions {
                 user: user.into(),
                 vhost: vhost.into(),
             });

@@ -2,6 +2,7 @@
 //! and exchanges by `policy`).
 
 use super::{Access, MgmtError, PolicyDef};
+use crate::definitions::op::{Applying, DefOp};
 
 impl Access {
     // ---- policies (validated by `policy`) ----
@@ -21,8 +22,13 @@ impl Access {
     }
 
     pub fn put_policy(&self, p: PolicyDef) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::PutPolicy(p));
+        self.put_policy_at(p, None)
+    }
+
+    /// [`Access::put_policy`], or (`at`) the one a committed entry carries.
+    pub fn put_policy_at(&self, p: PolicyDef, at: Option<Applying>) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
+            return c.mgmt_change(DefOp::PutPolicy(p));
         }
         self.change(|i| {
             if !i.vhosts.contains_key(&p.vhost) {
@@ -34,8 +40,18 @@ impl Access {
     }
 
     pub fn delete_policy(&self, vhost: &str, name: &str) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::DeletePolicy {
+        self.delete_policy_at(vhost, name, None)
+    }
+
+    /// [`Access::delete_policy`], or (`at`) the one a committed entry carries.
+    pub fn delete_policy_at(
+        &self,
+        vhost: &str,
+        name: &str,
+        at: Option<Applying>,
+    ) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
+            return c.mgmt_change(DefOp::DeletePolicy {
                 vhost: vhost.into(),
                 name: name.into(),
             });

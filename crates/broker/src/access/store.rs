@@ -1,7 +1,7 @@
 //! The registry's storage: opening `<data_dir>/access.json` (or seeding it from the config on
 //! first boot), replacing everything (a cluster snapshot), and `change`, which every mutation
 //! goes through: it is written before it is visible, and undone if it cannot be written. On a
-//! cluster node, `replicated` names the cluster a change is proposed to instead.
+//! cluster node, `replicated` names the [`Proposer`] a change is proposed through instead.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,6 +10,8 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use crate::config::Config;
+use crate::definitions::op::Applying;
+use crate::definitions::proposer::Proposer;
 
 use super::{
     full_permissions, hash_password, Access, AccessFile, Grant, Inner, MgmtError, ParameterDef,
@@ -94,19 +96,18 @@ impl Access {
             inner: RwLock::new(inner),
             generation: AtomicU64::new(1),
             file,
-            cluster: std::sync::OnceLock::new(),
+            proposer: std::sync::OnceLock::new(),
         })
     }
 
-    pub fn set_cluster(&self, c: Arc<crate::cluster::Cluster>) {
-        let _ = self.cluster.set(c);
+    /// A cluster node's: its changes are proposed through `p` from now on.
+    pub fn set_proposer(&self, p: Arc<dyn Proposer>) {
+        let _ = self.proposer.set(p);
     }
 
-    /// The cluster to propose a change to, unless this is the change being applied.
-    pub(super) fn replicated(&self) -> Option<&Arc<crate::cluster::Cluster>> {
-        self.cluster
-            .get()
-            .filter(|_| crate::cluster::applying().is_none())
+    /// What to propose a change through, unless this is a change being applied (`at`).
+    pub(super) fn replicated(&self, at: Option<Applying>) -> Option<&dyn Proposer> {
+        self.proposer.get().filter(|_| at.is_none()).map(|p| &**p)
     }
 
     /// Replaces everything (a cluster node restoring a metadata snapshot).

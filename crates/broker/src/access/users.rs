@@ -4,6 +4,7 @@
 use super::{
     verify_password, Access, MgmtError, User, UserDef, VhostDef, HASH_SHA256, HASH_SHA512,
 };
+use crate::definitions::op::{Applying, DefOp};
 
 impl Access {
     // ---- users ----
@@ -34,8 +35,13 @@ impl Access {
 
     /// Creates or replaces a user (RabbitMQ's PUT /api/users/{name}).
     pub fn put_user(&self, u: UserDef) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::PutUser(u));
+        self.put_user_at(u, None)
+    }
+
+    /// [`Access::put_user`], or (`at`) the one a committed entry carries.
+    pub fn put_user_at(&self, u: UserDef, at: Option<Applying>) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
+            return c.mgmt_change(DefOp::PutUser(u));
         }
         if u.name.is_empty() {
             return Err(MgmtError::BadRequest("user name must not be empty".into()));
@@ -60,8 +66,13 @@ impl Access {
     }
 
     pub fn delete_user(&self, name: &str) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated() {
-            return c.mgmt_op(crate::cluster::MetaOp::DeleteUser(name.into()));
+        self.delete_user_at(name, None)
+    }
+
+    /// [`Access::delete_user`], or (`at`) the one a committed entry carries.
+    pub fn delete_user_at(&self, name: &str, at: Option<Applying>) -> Result<(), MgmtError> {
+        if let Some(c) = self.replicated(at) {
+            return c.mgmt_change(DefOp::DeleteUser(name.into()));
         }
         self.change(|i| {
             i.users

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use super::handler::LinkHandler;
 use super::link::Links;
-use super::ops::MetaOp;
 use super::remote;
 use super::state_machine::BrokerSm;
 use super::{Cluster, LinkTransport, SERVICE_APPLIED, SERVICE_MEMBER, SERVICE_RAFT};
+use crate::definitions::op::DefOp;
 use crate::server::Broker;
 
 impl Cluster {
@@ -142,9 +142,9 @@ impl Cluster {
     /// The first node creates what a fresh single node has: the config's vhosts and users.
     async fn seed(&self, broker: &Arc<Broker>) -> anyhow::Result<()> {
         let f = crate::access::Access::seed(&broker.config);
-        let mut ops: Vec<MetaOp> = f.vhosts.into_iter().map(MetaOp::AddVhost).collect();
-        ops.extend(f.users.into_iter().map(MetaOp::PutUser));
-        ops.extend(f.permissions.into_iter().map(MetaOp::SetPermissions));
+        let mut ops: Vec<DefOp> = f.vhosts.into_iter().map(DefOp::AddVhost).collect();
+        ops.extend(f.users.into_iter().map(DefOp::PutUser));
+        ops.extend(f.permissions.into_iter().map(DefOp::SetPermissions));
         for op in ops {
             self.propose(op)
                 .await

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use warren_protocol::Method;
 
-use super::ops::{MetaOp, MetaReply, APPLYING};
 use super::Cluster;
 use crate::access::AccessFile;
 use crate::cluster::ClusterQueue;
+use crate::definitions::op::{Applying, DefOp, DefReply};
 use crate::queue::QueueRef;
 use crate::server::Broker;
 
@@ -19,7 +19,7 @@ impl Cluster {
         &self,
         broker: &Arc<Broker>,
         which: impl Fn(&QueueRef) -> bool,
-    ) -> Vec<(Arc<str>, Arc<str>, Result<MetaReply, String>)> {
+    ) -> Vec<(Arc<str>, Arc<str>, Result<DefReply, String>)> {
         let mut done = Vec::new();
         for v in broker.vhosts() {
             let gone: Vec<Arc<str>> = v
@@ -36,7 +36,7 @@ impl Cluster {
                 };
                 let mut b = bytes::BytesMut::new();
                 Method::from(m).encode_payload(&mut b);
-                let op = MetaOp::Vhost {
+                let op = DefOp::Vhost {
                     vhost: v.name.to_string(),
                     method: b.to_vec(),
                     queue: None,
@@ -73,12 +73,10 @@ impl Cluster {
         tracing::info!(node = %self.me, target = addr, "joining another cluster: resetting this node");
         let old = self.meta();
         old.shutdown().await;
-        APPLYING.with(|a| a.set(Some(0)));
         for v in broker.vhosts() {
-            let _ = broker.delete_vhost(&v.name);
+            let _ = broker.delete_vhost_at(&v.name, Some(Applying::RESTORE));
         }
         let _ = broker.access.replace(AccessFile::default());
-        APPLYING.with(|a| a.set(None));
         let dir = broker.config.data_dir.join("raft");
         std::fs::remove_dir_all(&dir)
             .map_err(|e| format!("cannot reset {}: {e}", dir.display()))?;

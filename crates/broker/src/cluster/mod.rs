@@ -12,10 +12,10 @@
 //! This file: [`Cluster`], the services on the links, and Raft's transport over them. Beside it:
 //! `formation.rs` (boot: start, initialize or join, seed, catch up), `membership.rs`
 //! (`join_cluster`, `forget_cluster_node`), `nodes.rs` (members, which run, `/api/nodes`,
-//! `cluster_status`), `placement.rs` (where a new queue and its replicas live), `ops.rs` (the
-//! replicated changes), `propose.rs` (proposing one and waiting for it), `state_machine.rs`
-//! (the broker as the metadata group's state machine) and `handler.rs` (what a node serves on
-//! its links).
+//! `cluster_status`), `placement.rs` (where a new queue and its replicas live), `propose.rs`
+//! (proposing a change, the definitions command `definitions::op::DefOp`, and waiting for it),
+//! `state_machine.rs` (the broker as the metadata group's state machine) and `handler.rs` (what
+//! a node serves on its links).
 
 pub mod link;
 pub mod quorum;
@@ -25,7 +25,6 @@ mod formation;
 mod handler;
 mod membership;
 mod nodes;
-mod ops;
 mod placement;
 mod propose;
 mod state_machine;
@@ -35,8 +34,6 @@ use std::time::Duration;
 
 use crate::server::Broker;
 use link::Links;
-
-pub use ops::{applying, MetaOp, MetaReply, QueueMeta};
 
 /// The cluster's queue kinds behind a [`QueueRef`] (`QueueRef::Other`).
 pub trait ClusterQueue {

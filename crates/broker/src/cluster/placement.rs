@@ -1,8 +1,15 @@
 //! Placement: the node a new queue lives on (RabbitMQ's locators) and a new replicated queue's
-//! members.
+//! members; the cluster as what a vhost asks of it (`vhost::ClusterNode`).
 
-use super::Cluster;
+use std::sync::Arc;
+
+use warren_protocol::FieldTable;
+
+use super::{quorum, remote, Cluster};
 use crate::cluster::ClusterQueue;
+use crate::error::AmqpResult;
+use crate::queue::{QueueOptions, QueueRef};
+use crate::vhost::{ClusterNode, VHost};
 
 impl Cluster {
     /// Where a new queue lives, by RabbitMQ's locators (`x-queue-master-locator` /
@@ -74,5 +81,92 @@ impl Cluster {
             .chain(by.into_iter().map(|(_, _, n)| n))
             .take(size.max(1))
             .collect()
+    }
+}
+
+/// What a vhost of this node asks of the cluster: placement, members, and the handles of the
+/// queues that live or are led elsewhere (`vhost::ClusterNode`).
+impl ClusterNode for Cluster {
+    fn me(&self) -> &str {
+        &self.me
+    }
+
+    fn place(&self, locator: Option<&str>) -> String {
+        Cluster::place(self, locator)
+    }
+
+    fn members(
+        &self,
+        home: &str,
+        arguments: &FieldTable,
+        exclusive: bool,
+        policy: &dyn Fn() -> Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> AmqpResult<Vec<String>> {
+        if crate::queue::args::is_quorum(arguments) {
+            let size = crate::queue::args::initial_group_size(arguments)?;
+            return Ok(self.quorum_members(home, size));
+        }
+        if exclusive || crate::queue::args::is_stream(arguments) {
+            return Ok(Vec::new());
+        }
+        // A classic queue matched by an `ha-mode` policy (RabbitMQ's mirrored queues) is
+        // replicated the same way, so older clusters' setups keep their guarantee.
+        Ok(match policy().and_then(|p| quorum::ha_members(&p)) {
+            Some(quorum::Ha::Size(n)) => self.quorum_members(home, n),
+            Some(quorum::Ha::Nodes(nodes)) => {
+                let first = if nodes.iter().any(|n| n == home) {
+                    home.to_string()
+                } else {
+                    nodes[0].clone()
+                };
+                std::iter::once(first.clone())
+                    .chain(nodes.into_iter().filter(|n| *n != first))
+                    .collect()
+            }
+            None => Vec::new(),
+        })
+    }
+
+    fn replicated_queue(
+        self: Arc<Self>,
+        name: Arc<str>,
+        vhost: &Arc<VHost>,
+        options: QueueOptions,
+        group: u64,
+        members: Vec<String>,
+    ) -> QueueRef {
+        QueueRef::Other(quorum::QuorumQueue::open(
+            name,
+            vhost.name.clone(),
+            options,
+            group,
+            members,
+            &self,
+            Arc::downgrade(vhost),
+        ))
+    }
+
+    fn remote_queue(
+        self: Arc<Self>,
+        name: Arc<str>,
+        vhost: Arc<str>,
+        options: QueueOptions,
+        home: String,
+    ) -> QueueRef {
+        QueueRef::Other(remote::RemoteQueue::new(name, vhost, options, home, &self))
+    }
+
+    fn first_leader(&self, q: &QueueRef) -> AmqpResult<()> {
+        let Some(r) = q.quorum() else { return Ok(()) };
+        let handle = tokio::runtime::Handle::current();
+        let r = r.clone();
+        let up = tokio::task::block_in_place(|| {
+            handle.block_on(r.wait_leader(quorum::FIRST_LEADER_WAIT))
+        });
+        if up {
+            Ok(())
+        } else {
+            Err(r.unavailable())
+        }
     }
 }

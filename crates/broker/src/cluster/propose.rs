@@ -1,15 +1,14 @@
 //! Proposing a change to the metadata group: replicate it, retry while there is no leader,
-//! and wait (bounded) until the other running members applied it; the vhost and management
-//! entry points that propose in place of changing.
+//! and wait (bounded) until the other running members applied it. The cluster is the
+//! [`Proposer`] the vhost, access and broker code propose their changes through.
 
 use std::time::Duration;
 
-use warren_protocol::Method;
-
-use super::ops::{Applied, MetaOp, MetaReply, QueueMeta};
+use super::state_machine::Applied;
 use super::{Cluster, APPLY_WAIT, SERVICE_APPLIED};
 use crate::access::MgmtError;
-use crate::error::{AmqpError, AmqpResult};
+use crate::definitions::op::{DefOp, DefReply};
+use crate::definitions::proposer::{Proposal, Proposer};
 
 /// How long a change is retried for while the cluster has no leader that answers.
 const PROPOSE_DEADLINE: Duration = Duration::from_secs(10);
@@ -61,7 +60,7 @@ impl Cluster {
     }
 
     /// Replicates `op` and waits until this node applied it.
-    pub async fn propose(&self, op: MetaOp) -> Result<MetaReply, String> {
+    pub async fn propose(&self, op: DefOp) -> Result<DefReply, String> {
         let bytes = serde_json::to_vec(&op).map_err(|e| e.to_string())?;
         // A leader that stopped answering (paused, partitioned) fails the forward after the
         // link's timeout, while the others elect a new one: try again until the deadline. Every
@@ -98,61 +97,16 @@ impl Cluster {
         }
     }
 
-    /// [`Cluster::propose`] from synchronous code on a tokio worker (the vhost's and the access
-    /// registry's methods): the worker's other tasks move to another thread meanwhile.
-    fn propose_blocking(&self, op: MetaOp) -> Result<MetaReply, String> {
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::block_in_place(|| handle.block_on(self.propose(op)))
-    }
-
-    /// A vhost change (called by the vhost's public methods in place of making it).
-    pub fn vhost_op(
-        &self,
-        vhost: &str,
-        method: Method,
-        queue: Option<QueueMeta>,
-    ) -> AmqpResult<()> {
-        let mut b = bytes::BytesMut::new();
-        method.encode_payload(&mut b);
-        let op = MetaOp::Vhost {
-            vhost: vhost.into(),
-            method: b.to_vec(),
-            queue,
-        };
-        match self.propose_blocking(op) {
-            Ok(MetaReply::Ok) => Ok(()),
-            Ok(MetaReply::Amqp { code, text }) => Err(AmqpError {
-                code,
-                text,
-                class_id: 0,
-                method_id: 0,
-            }),
-            Ok(MetaReply::Mgmt { text, .. }) => Err(AmqpError::internal_error(text)),
-            Err(t) => Err(AmqpError::new(warren_protocol::reply::CONNECTION_FORCED, t)),
-        }
-    }
-
-    /// A users/permissions/policies/limits/vhosts change.
-    pub fn mgmt_op(&self, op: MetaOp) -> Result<(), MgmtError> {
-        mgmt_reply(self.propose_blocking(op))
-    }
-
-    /// [`Cluster::mgmt_op`] from async code.
-    pub async fn propose_mgmt(&self, op: MetaOp) -> Result<(), MgmtError> {
-        mgmt_reply(self.propose(op).await)
+    /// A users/permissions/policies/limits/vhosts change, from async code.
+    pub async fn propose_mgmt(&self, op: DefOp) -> Result<(), MgmtError> {
+        DefReply::into_mgmt(self.propose(op).await)
     }
 }
 
-fn mgmt_reply(r: Result<MetaReply, String>) -> Result<(), MgmtError> {
-    {
-        match r {
-            Ok(MetaReply::Ok) => Ok(()),
-            Ok(MetaReply::Mgmt { kind: 0, text }) => Err(MgmtError::NotFound(text)),
-            Ok(MetaReply::Mgmt { kind: 1, text }) => Err(MgmtError::BadRequest(text)),
-            Ok(MetaReply::Mgmt { text, .. }) | Ok(MetaReply::Amqp { text, .. }) => {
-                Err(MgmtError::Internal(text))
-            }
-            Err(t) => Err(MgmtError::Unavailable(t)),
-        }
+/// The cluster is a cluster node's [`Proposer`]: the vhost, access and broker code propose
+/// through it, and the state machine applies what is committed.
+impl Proposer for Cluster {
+    fn propose(&self, op: DefOp) -> Proposal<'_> {
+        Box::pin(Cluster::propose(self, op))
     }
 }

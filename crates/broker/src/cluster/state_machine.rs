@@ -1,5 +1,6 @@
 //! The broker as the metadata group's Raft state machine: applying an entry runs the same vhost
-//! and access code a single node runs, and a snapshot is the whole metadata state.
+//! and access code a single node runs, given the entry as an [`Applying`] so that code makes
+//! the change instead of proposing it, and a snapshot is the whole metadata state.
 
 use std::sync::{Arc, Weak};
 
@@ -7,11 +8,18 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use warren_protocol::Method;
 
-use super::ops::{Applied, MetaOp, MetaReply, APPLYING};
 use crate::access::AccessFile;
 use crate::cluster::ClusterQueue;
+use crate::definitions::op::{Applying, DefOp, DefReply};
 use crate::error::AmqpError;
 use crate::server::Broker;
+
+/// What the state machine hands back to a proposer: the entry's index and its outcome.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Applied {
+    pub(super) index: u64,
+    pub(super) reply: DefReply,
+}
 
 /// The broker as Raft's state machine.
 pub(super) struct BrokerSm(pub(super) Weak<Broker>);
@@ -21,16 +29,11 @@ impl warren_cluster::StateMachine for BrokerSm {
         let Some(b) = self.0.upgrade() else {
             return Vec::new();
         };
-        let reply = match serde_json::from_slice::<MetaOp>(command) {
-            Ok(op) => {
-                APPLYING.with(|a| a.set(Some(index)));
-                let r = apply(&b, op);
-                APPLYING.with(|a| a.set(None));
-                r
-            }
+        let reply = match serde_json::from_slice::<DefOp>(command) {
+            Ok(op) => apply(&b, op, Applying { index }),
             Err(e) => {
                 tracing::error!(index, error = %e, "undecodable metadata entry skipped");
-                MetaReply::Mgmt {
+                DefReply::Mgmt {
                     kind: 2,
                     text: format!("undecodable entry: {e}"),
                 }
@@ -49,63 +52,60 @@ impl warren_cluster::StateMachine for BrokerSm {
     fn restore(&self, _index: Option<u64>, data: &[u8]) {
         let Some(b) = self.0.upgrade() else { return };
         match serde_json::from_slice::<Snapshot>(data) {
-            Ok(s) => {
-                APPLYING.with(|a| a.set(Some(0)));
-                restore(&b, s);
-                APPLYING.with(|a| a.set(None));
-            }
+            Ok(s) => restore(&b, s),
             Err(e) => tracing::error!(error = %e, "undecodable metadata snapshot"),
         }
     }
 }
 
-fn apply(b: &Arc<Broker>, op: MetaOp) -> MetaReply {
+fn apply(b: &Arc<Broker>, op: DefOp, at: Applying) -> DefReply {
+    let now = Some(at);
     match op {
-        MetaOp::Vhost {
+        DefOp::Vhost {
             vhost,
             method,
             queue,
         } => {
             let Some(v) = b.vhost(&vhost) else {
-                return MetaReply::amqp(Err(AmqpError::not_found(format!("no vhost '{vhost}'"))));
+                return DefReply::amqp(Err(AmqpError::not_found(format!("no vhost '{vhost}'"))));
             };
             match Method::decode(&Bytes::from(method)) {
-                Ok(m) => MetaReply::amqp(v.apply_method(&m, queue.as_ref())),
-                Err(e) => MetaReply::amqp(Err(AmqpError::internal_error(format!(
+                Ok(m) => DefReply::amqp(v.apply_method(&m, queue.as_ref(), at)),
+                Err(e) => DefReply::amqp(Err(AmqpError::internal_error(format!(
                     "undecodable method: {e:?}"
                 )))),
             }
         }
-        MetaOp::AddVhost(d) => MetaReply::mgmt(b.add_vhost(d).map(|_| ())),
-        MetaOp::DeleteVhost(name) => MetaReply::mgmt(b.delete_vhost(&name)),
-        MetaOp::PutUser(u) => MetaReply::mgmt(b.access.put_user(u)),
-        MetaOp::DeleteUser(name) => {
-            let r = b.access.delete_user(&name);
+        DefOp::AddVhost(d) => DefReply::mgmt(b.add_vhost_at(d, now).map(|_| ())),
+        DefOp::DeleteVhost(name) => DefReply::mgmt(b.delete_vhost_at(&name, now)),
+        DefOp::PutUser(u) => DefReply::mgmt(b.access.put_user_at(u, now)),
+        DefOp::DeleteUser(name) => {
+            let r = b.access.delete_user_at(&name, now);
             if r.is_ok() {
                 b.close_user_connections(&name, &format!("user '{name}' is deleted"));
             }
-            MetaReply::mgmt(r)
+            DefReply::mgmt(r)
         }
-        MetaOp::SetPermissions(p) => MetaReply::mgmt(b.access.set_permissions(p)),
-        MetaOp::ClearPermissions { user, vhost } => {
-            MetaReply::mgmt(b.access.clear_permissions(&user, &vhost))
+        DefOp::SetPermissions(p) => DefReply::mgmt(b.access.set_permissions_at(p, now)),
+        DefOp::ClearPermissions { user, vhost } => {
+            DefReply::mgmt(b.access.clear_permissions_at(&user, &vhost, now))
         }
-        MetaOp::PutPolicy(p) => MetaReply::mgmt(crate::policy::put(b, p)),
-        MetaOp::DeletePolicy { vhost, name } => {
-            MetaReply::mgmt(crate::policy::delete(b, &vhost, &name))
+        DefOp::PutPolicy(p) => DefReply::mgmt(crate::policy::put_at(b, p, now)),
+        DefOp::DeletePolicy { vhost, name } => {
+            DefReply::mgmt(crate::policy::delete_at(b, &vhost, &name, now))
         }
-        MetaOp::SetLimits {
+        DefOp::SetLimits {
             user,
             name,
             def,
             replace,
         } => {
             let scope = limit_scope(user);
-            let r = b.access.set_limits(scope, &name, &def, replace);
+            let r = b.access.set_limits_at(scope, &name, &def, replace, now);
             b.limits_changed(scope, &name);
-            MetaReply::mgmt(r)
+            DefReply::mgmt(r)
         }
-        MetaOp::QueueMembers {
+        DefOp::QueueMembers {
             vhost,
             queue,
             members,
@@ -114,19 +114,19 @@ fn apply(b: &Arc<Broker>, op: MetaOp) -> MetaReply {
             match q.as_ref().and_then(|q| q.quorum()) {
                 Some(q) => {
                     q.set_members(members);
-                    MetaReply::Ok
+                    DefReply::Ok
                 }
-                None => MetaReply::Mgmt {
+                None => DefReply::Mgmt {
                     kind: 0,
                     text: format!("no quorum queue '{queue}' in vhost '{vhost}'"),
                 },
             }
         }
-        MetaOp::ClearLimit { user, name, key } => {
+        DefOp::ClearLimit { user, name, key } => {
             let scope = limit_scope(user);
-            let r = b.access.clear_limit(scope, &name, key.as_deref());
+            let r = b.access.clear_limit_at(scope, &name, key.as_deref(), now);
             b.limits_changed(scope, &name);
-            MetaReply::mgmt(r)
+            DefReply::mgmt(r)
         }
     }
 }
@@ -144,7 +144,7 @@ fn limit_scope(user: bool) -> crate::access::LimitScope {
 struct Snapshot {
     access: AccessFile,
     /// Per vhost, the ops that recreate its exchanges, queues and bindings.
-    vhosts: Vec<(String, Vec<MetaOp>)>,
+    vhosts: Vec<(String, Vec<DefOp>)>,
 }
 
 fn snapshot(b: &Arc<Broker>) -> Snapshot {
@@ -159,26 +159,27 @@ fn snapshot(b: &Arc<Broker>) -> Snapshot {
 }
 
 /// Replaces this node's metadata with a snapshot's: what the snapshot lacks is deleted, what
-/// it has is declared (a no-op for what exists already, equal).
+/// it has is declared (a no-op for what exists already, equal), as [`Applying::RESTORE`].
 fn restore(b: &Arc<Broker>, s: Snapshot) {
+    let at = Applying::RESTORE;
     let keep: std::collections::HashSet<&str> =
         s.access.vhosts.iter().map(|v| v.name.as_str()).collect();
     for v in b.vhosts() {
         if !keep.contains(&*v.name) {
-            let _ = b.delete_vhost(&v.name);
+            let _ = b.delete_vhost_at(&v.name, Some(at));
         }
     }
     for v in &s.access.vhosts {
-        let _ = b.add_vhost(v.clone());
+        let _ = b.add_vhost_at(v.clone(), Some(at));
     }
     if let Err(e) = b.access.replace(s.access) {
         tracing::error!(error = %e, "cannot restore users and permissions from the snapshot");
     }
     for (name, ops) in s.vhosts {
         let Some(v) = b.vhost(&name) else { continue };
-        v.retain_only(&ops);
+        v.retain_only(&ops, at);
         for op in ops {
-            let _ = apply(b, op);
+            let _ = apply(b, op, at);
         }
         crate::policy::apply_all(b, &v);
     }

@@ -66,6 +66,14 @@ pub trait DeliverySink: Send + Sync {
     }
 }
 
+/// A queue's figures as the node that runs it reports them.
+#[derive(Clone, Copy, Default)]
+pub struct Counts {
+    pub messages: u32,
+    pub consumers: u32,
+    pub unacked: u32,
+}
+
 /// A queue kind defined above the queue layer (`cluster/remote/`: a queue whose home is another
 /// node; `cluster/quorum/`: a replicated queue), as the queue layer dispatches to it. Its
 /// operations mirror [`QueueRef`]'s, with trait-object arguments in place of generic ones.
@@ -116,6 +124,19 @@ pub trait QueueKind: Send + Sync + std::fmt::Debug + 'static {
         false
     }
     fn expire(&self) {}
+    /// Its home must be up (a queue on another node: a redeclare checks, as RabbitMQ asks the
+    /// queue's process); fine for a queue that runs here.
+    fn check_home(&self) -> AmqpResult<()> {
+        Ok(())
+    }
+    /// Its counts, asked fresh from the node that serves it now when that is another one.
+    fn home_counts(&self) -> Option<AmqpResult<Counts>> {
+        None
+    }
+    /// A replicated queue's group id and members.
+    fn group(&self) -> Option<(u64, Vec<String>)> {
+        None
+    }
     /// For [`QueueRef::downcast`].
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
@@ -183,6 +204,30 @@ impl QueueRef {
     pub fn downcast<T: QueueKind>(&self) -> Option<Arc<T>> {
         match self {
             QueueRef::Other(q) => q.clone().as_any().downcast::<T>().ok(),
+            _ => None,
+        }
+    }
+
+    /// See [`QueueKind::check_home`].
+    pub fn check_home(&self) -> AmqpResult<()> {
+        match self {
+            QueueRef::Other(q) => q.check_home(),
+            _ => Ok(()),
+        }
+    }
+
+    /// See [`QueueKind::home_counts`].
+    pub fn home_counts(&self) -> Option<AmqpResult<Counts>> {
+        match self {
+            QueueRef::Other(q) => q.home_counts(),
+            _ => None,
+        }
+    }
+
+    /// See [`QueueKind::group`].
+    pub fn group(&self) -> Option<(u64, Vec<String>)> {
+        match self {
+            QueueRef::Other(q) => q.group(),
             _ => None,
         }
     }

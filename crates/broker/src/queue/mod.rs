@@ -46,7 +46,7 @@ use warren_queue::{Effect, Host, PagedIn};
 
 pub use args::{display_value, type_name, Overflow, QueueArgs};
 pub use fan_out::{fan_out, ConfirmTo, FannedOut};
-pub use handle::{DeliverySink, Offer, QueueKind, QueueRef};
+pub use handle::{Counts, DeliverySink, Offer, QueueKind, QueueRef};
 pub use leader::{LeaderCtx, LeaderHook, LeaderIo, Pending};
 pub use owner::{DeadRoute, QueueOwner};
 pub use warren_queue::Reason;

@@ -10,7 +10,7 @@ use warren_routing::{Binding, Destination, ExchangeKind};
 
 use super::replication::bind_method;
 use super::{Snapshot, VHost};
-use crate::cluster::QueueMeta;
+use crate::definitions::op::{Applying, QueueMeta};
 use crate::definitions::Definition;
 use crate::error::{AmqpError, AmqpResult};
 use crate::queue::QueueRef;
@@ -174,13 +174,28 @@ impl VHost {
         add: bool,
         conn_id: Option<u64>,
     ) -> AmqpResult<()> {
-        if let Some(c) = self.replicated() {
+        self.bind_queue_at(queue, exchange, key, args, add, conn_id, None)
+    }
+
+    /// [`VHost::bind_queue`], or (`at`) the bind or unbind a committed entry carries.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn bind_queue_at(
+        &self,
+        queue: &str,
+        exchange: &str,
+        key: &str,
+        args: &FieldTable,
+        add: bool,
+        conn_id: Option<u64>,
+        at: Option<Applying>,
+    ) -> AmqpResult<()> {
+        if let Some(c) = self.replicated(at) {
             let m = bind_method(true, queue, exchange, key, args, add);
             let meta = conn_id.map(|o| QueueMeta {
                 owner: Some(o),
                 ..Default::default()
             });
-            return c.vhost_op(&self.name, m, meta);
+            return c.vhost_change(&self.name, m, meta);
         }
         self.bind(
             exchange,
@@ -207,9 +222,22 @@ impl VHost {
         args: &FieldTable,
         add: bool,
     ) -> AmqpResult<()> {
-        if let Some(c) = self.replicated() {
+        self.bind_exchange_at(destination, source, key, args, add, None)
+    }
+
+    /// [`VHost::bind_exchange`], or (`at`) the bind or unbind a committed entry carries.
+    pub(super) fn bind_exchange_at(
+        &self,
+        destination: &str,
+        source: &str,
+        key: &str,
+        args: &FieldTable,
+        add: bool,
+        at: Option<Applying>,
+    ) -> AmqpResult<()> {
+        if let Some(c) = self.replicated(at) {
             let m = bind_method(false, destination, source, key, args, add);
-            return c.vhost_op(&self.name, m, None);
+            return c.vhost_change(&self.name, m, None);
         }
         self.bind(
             source,

@@ -11,6 +11,7 @@ use warren_routing::{Destination, Exchange, ExchangeKind, HashRing};
 use super::equivalence::{check_args_equivalent_of, erl_atom, inequivalent};
 use super::{ExchangeSpec, VHost};
 use crate::access::PolicyDef;
+use crate::definitions::op::Applying;
 use crate::definitions::Definition;
 use crate::error::{AmqpError, AmqpResult};
 
@@ -57,13 +58,22 @@ impl VHost {
     }
 
     pub fn declare_exchange(&self, spec: &ExchangeSpec<'_>) -> AmqpResult<()> {
+        self.declare_exchange_at(spec, None)
+    }
+
+    /// [`VHost::declare_exchange`], or (`at`) the declare a committed entry carries.
+    pub(super) fn declare_exchange_at(
+        &self,
+        spec: &ExchangeSpec<'_>,
+        at: Option<Applying>,
+    ) -> AmqpResult<()> {
         if spec.name.is_empty() {
             return Err(AmqpError::access_refused(
                 "operation not permitted on the default exchange",
             ));
         }
-        if let (false, Some(c)) = (spec.passive, self.replicated()) {
-            return c.vhost_op(
+        if let (false, Some(c)) = (spec.passive, self.replicated(at)) {
+            return c.vhost_change(
                 &self.name,
                 ExchangeDeclare {
                     exchange: spec.name.into(),
@@ -223,6 +233,16 @@ impl VHost {
     }
 
     pub fn delete_exchange(&self, name: &str, if_unused: bool) -> AmqpResult<()> {
+        self.delete_exchange_at(name, if_unused, None)
+    }
+
+    /// [`VHost::delete_exchange`], or (`at`) the delete a committed entry carries.
+    pub(super) fn delete_exchange_at(
+        &self,
+        name: &str,
+        if_unused: bool,
+        at: Option<Applying>,
+    ) -> AmqpResult<()> {
         if name.is_empty() {
             return Err(AmqpError::access_refused(
                 "operation not permitted on the default exchange",
@@ -234,13 +254,13 @@ impl VHost {
                 self.name
             )));
         }
-        if let Some(c) = self.replicated() {
+        if let Some(c) = self.replicated(at) {
             let m = ExchangeDelete {
                 exchange: name.into(),
                 if_unused,
                 ..Default::default()
             };
-            return c.vhost_op(&self.name, m.into(), None);
+            return c.vhost_change(&self.name, m.into(), None);
         }
         let mut defs = self.defs.lock();
         let Some(x) = defs.table.exchanges.get(name) else {

@@ -2,8 +2,10 @@
 //! (declares are rare); each change publishes a new immutable [`Snapshot`] that publishers read
 //! through `ArcSwap` without taking any lock.
 //!
-//! This file holds the [`VHost`], the types its callers pass and get back, and its constructors
-//! (but `open`, which recovers a stored vhost, is `recovery`'s). Each other job is an
+//! This file holds the [`VHost`], the types its callers pass and get back, what a cluster node's
+//! vhost asks of its cluster ([`ClusterNode`], which the cluster implements, so the vhost does
+//! not import it), and its constructors (but `open`, which recovers a stored vhost, is
+//! `recovery`'s). Each other job is an
 //! `impl VHost` block (and its helpers) in a file of its own:
 //! - `snapshot`: reading and republishing the routing snapshot; routing a publish through it.
 //! - `exchanges`, `bindings`, `queues`: declaring and deleting each kind of definition.
@@ -14,6 +16,7 @@
 //! - `delay_stores`: the stores of delayed exchanges and of queues' delayed retries.
 //! - `reply_to`: direct reply-to's pseudo-queues.
 //! - `owner`: the vhost as its queues' owner (`queue::QueueOwner`): routing their dead letters.
+//! - `tests`: changes proposed on a cluster node, made when applied or on a single node.
 //!
 //! The shared types stay here, not in a child: every child imports `super`, and this file imports
 //! no child, so the split adds no import cycle.
@@ -30,6 +33,9 @@ mod recovery;
 mod replication;
 mod reply_to;
 mod snapshot;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -42,12 +48,13 @@ use warren_routing::counter::ExchangeStats;
 use warren_routing::{Exchange, ExchangeKind, Table};
 
 use crate::access::PolicyDef;
-use crate::cluster::Cluster;
+use crate::definitions::proposer::Proposer;
 use crate::definitions::DefinitionsStore;
 use crate::delayed::DelayStore;
+use crate::error::AmqpResult;
 use crate::metrics::{ChannelStats, Churn};
 use crate::persist::Persister;
-use crate::queue::{Consumer, QueueRef};
+use crate::queue::{Consumer, QueueOptions, QueueRef};
 
 #[derive(Clone, Default)]
 pub struct Snapshot {
@@ -87,15 +94,15 @@ pub struct VHost {
     storage: Option<Storage>,
     /// Set while the definitions file is replayed at boot, so replaying does not rewrite it.
     loading: std::sync::atomic::AtomicBool,
-    /// Where durable definitions are recorded (see `definitions.rs`); used under `defs`.
+    /// Where durable definitions are recorded (see `definitions/mod.rs`); used under `defs`.
     store: Option<Box<dyn DefinitionsStore>>,
     /// RabbitMQ's `max-queues` vhost limit (`u32::MAX` = none), checked when a queue is created.
     max_queues: std::sync::atomic::AtomicU32,
     /// This vhost's policies, for the `alternate-exchange` of exchanges declared later; set
     /// (under `defs`) by [`VHost::set_policies`].
     policies: Mutex<Vec<PolicyDef>>,
-    /// In a cluster: changes are proposed to it, and made here when applied.
-    cluster: Option<Arc<Cluster>>,
+    /// In a cluster: changes are proposed through it, and made here when applied.
+    cluster: Option<Arc<dyn ClusterNode>>,
     /// The stores of `x-delayed-message` exchanges, opened at boot or on first use.
     delayed: Mutex<HashMap<Arc<str>, Arc<DelayStore>>>,
     /// The messages queues with `x-delayed-retry-*` hold back after a requeue, by queue.
@@ -138,6 +145,46 @@ pub struct QueueSpec<'a> {
     pub members: Option<(Option<u64>, &'a [String])>,
 }
 
+/// What a cluster node's vhost asks of its cluster (`cluster::Cluster` implements it): to
+/// propose its changes (the [`Proposer`]), where a new queue lives and which nodes replicate
+/// it, and the handles of queues that live or are led elsewhere.
+pub trait ClusterNode: Proposer {
+    /// This node's name.
+    fn me(&self) -> &str;
+    /// The node a new queue lives on, by RabbitMQ's locator (`None`: this node).
+    fn place(&self, locator: Option<&str>) -> String;
+    /// A new queue's members, `home` (its first leader) first, if it is replicated: a quorum
+    /// queue, or a classic one that an `ha-mode` policy covers (`policy`: the definition of
+    /// the policy that matches it, asked for only then). Empty if it is not.
+    fn members(
+        &self,
+        home: &str,
+        arguments: &FieldTable,
+        exclusive: bool,
+        policy: &dyn Fn() -> Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> AmqpResult<Vec<String>>;
+    /// The handle every node holds of a replicated queue of `vhost`; its members run its group.
+    fn replicated_queue(
+        self: Arc<Self>,
+        name: Arc<str>,
+        vhost: &Arc<VHost>,
+        options: QueueOptions,
+        group: u64,
+        members: Vec<String>,
+    ) -> QueueRef;
+    /// The handle of a queue that lives on node `home`.
+    fn remote_queue(
+        self: Arc<Self>,
+        name: Arc<str>,
+        vhost: Arc<str>,
+        options: QueueOptions,
+        home: String,
+    ) -> QueueRef;
+    /// Waits (bounded) until `q`, if a new replicated queue, has its first leader, as
+    /// RabbitMQ waits for its Ra cluster to start; its error if it has none by then.
+    fn first_leader(&self, q: &QueueRef) -> AmqpResult<()>;
+}
+
 /// The outcome of deleting a queue, for the caller to notify consumers and log.
 pub struct DeletedQueue {
     pub message_count: u32,
@@ -153,7 +200,7 @@ impl VHost {
         name: &str,
         storage: Option<Storage>,
         store: Option<Box<dyn DefinitionsStore>>,
-        cluster: Option<Arc<Cluster>>,
+        cluster: Option<Arc<dyn ClusterNode>>,
     ) -> Arc<VHost> {
         let mut s = Snapshot::default();
         let default_stats = Arc::new(ExchangeStats::default());
@@ -224,7 +271,7 @@ impl VHost {
     pub fn clustered(
         name: &str,
         storage: Storage,
-        cluster: Arc<Cluster>,
+        cluster: Arc<dyn ClusterNode>,
     ) -> std::io::Result<Arc<VHost>> {
         std::fs::create_dir_all(storage.dir.join("queues"))?;
         let _ = std::fs::remove_dir_all(storage.dir.join("scratch"));

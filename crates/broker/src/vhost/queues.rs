@@ -9,8 +9,7 @@ use warren_routing::Destination;
 
 use super::equivalence::{check_args_equivalent, inequivalent};
 use super::{DeletedQueue, QueueSpec, VHost};
-use crate::cluster::ClusterQueue;
-use crate::cluster::QueueMeta;
+use crate::definitions::op::{Applying, QueueMeta};
 use crate::definitions::Definition;
 use crate::error::{AmqpError, AmqpResult};
 use crate::queue::{Queue, QueueOptions, QueueRef};
@@ -22,15 +21,20 @@ impl VHost {
 
     /// Declares (or checks) a queue; returns it.
     pub fn declare_queue(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<QueueRef> {
-        if spec.passive && crate::cluster::applying().is_none() {
-            if let Some(r) = self
-                .defs
-                .lock()
-                .queues
-                .get(spec.name)
-                .and_then(|q| q.remote())
-            {
-                r.counts_checked()?;
+        self.declare_queue_at(spec, None)
+    }
+
+    /// [`VHost::declare_queue`], or (`at`) the declare a committed entry carries: a new
+    /// replicated queue's group and a new durable queue's log are named after its index.
+    pub(super) fn declare_queue_at(
+        self: &Arc<Self>,
+        spec: &QueueSpec<'_>,
+        at: Option<Applying>,
+    ) -> AmqpResult<QueueRef> {
+        if spec.passive && at.is_none() {
+            let existing = self.defs.lock().queues.get(spec.name).cloned();
+            if let Some(q) = existing {
+                q.check_home()?;
             }
         }
         if self.cluster.is_some() && !spec.passive && crate::queue::args::is_stream(spec.arguments)
@@ -41,15 +45,13 @@ impl VHost {
                 spec.name, self.name
             )));
         }
-        if let (false, Some(c)) = (spec.passive, self.replicated()) {
+        if let (false, Some(c)) = (spec.passive, self.replicated(at)) {
             let existing = self.defs.lock().queues.get(spec.name).cloned();
             // Redeclaring what exists needs no change: checked here, as a passive declare.
             if let Some(q) = existing {
-                if let Some(r) = q.remote() {
-                    // Its home must be up, as RabbitMQ checks with the queue's process.
-                    r.counts_checked()?;
-                }
-                return self.declare_queue_once(spec);
+                // Its home must be up, as RabbitMQ checks with the queue's process.
+                q.check_home()?;
+                return self.declare_queue_once(spec, at);
             }
             let m = QueueDeclare {
                 queue: spec.name.into(),
@@ -62,7 +64,7 @@ impl VHost {
             let home = match spec.home {
                 Some(h) => h.to_string(),
                 // An exclusive queue lives with its connection.
-                None if spec.exclusive => c.me.clone(),
+                None if spec.exclusive => c.me().to_string(),
                 None => {
                     let policies = self.policies.lock();
                     let from_policy =
@@ -88,33 +90,11 @@ impl VHost {
                     c.place(from_args.or(from_policy).as_deref())
                 }
             };
-            let members = if crate::queue::args::is_quorum(spec.arguments) {
-                let size = crate::queue::args::initial_group_size(spec.arguments)?;
-                c.quorum_members(&home, size)
-            } else if spec.exclusive || crate::queue::args::is_stream(spec.arguments) {
-                Vec::new()
-            } else {
-                // A classic queue matched by an `ha-mode` policy (RabbitMQ's mirrored queues)
-                // is replicated the same way, so older clusters' setups keep their guarantee.
+            let policy = || {
                 let policies = self.policies.lock();
-                let ha = crate::policy::matching(&policies, spec.name, true)
-                    .and_then(|p| crate::cluster::quorum::ha_members(&p.definition));
-                drop(policies);
-                match ha {
-                    Some(crate::cluster::quorum::Ha::Size(n)) => c.quorum_members(&home, n),
-                    Some(crate::cluster::quorum::Ha::Nodes(nodes)) => {
-                        let first = if nodes.contains(&home) {
-                            home.clone()
-                        } else {
-                            nodes[0].clone()
-                        };
-                        std::iter::once(first.clone())
-                            .chain(nodes.into_iter().filter(|n| *n != first))
-                            .collect()
-                    }
-                    None => Vec::new(),
-                }
+                crate::policy::matching(&policies, spec.name, true).map(|p| p.definition.clone())
             };
+            let members = c.members(&home, spec.arguments, spec.exclusive, &policy)?;
             let meta = QueueMeta {
                 home,
                 owner: spec.exclusive.then_some(spec.conn_id),
@@ -122,29 +102,25 @@ impl VHost {
                 group: None,
                 members,
             };
-            c.vhost_op(&self.name, m.into(), Some(meta))?;
+            c.vhost_change(&self.name, m.into(), Some(meta))?;
             let q = self.defs.lock().queues.get(spec.name).cloned();
             self.churn.queue_declared.fetch_add(1, Relaxed);
-            if let Some(r) = q.as_ref().and_then(|q| q.quorum()) {
-                // declare-ok once the group has its first leader, as RabbitMQ waits for its
-                // Ra cluster to start.
-                let handle = tokio::runtime::Handle::current();
-                let r = r.clone();
-                let up = tokio::task::block_in_place(|| {
-                    handle.block_on(r.wait_leader(crate::cluster::quorum::FIRST_LEADER_WAIT))
-                });
-                if !up {
-                    return Err(r.unavailable());
-                }
+            if let Some(q) = &q {
+                // declare-ok once a replicated queue's group has its first leader.
+                c.first_leader(q)?;
             }
             return q.ok_or_else(|| self.no_queue(spec.name));
         }
-        let q = self.declare_queue_once(spec)?;
+        let q = self.declare_queue_once(spec, at)?;
         self.churn.queue_declared.fetch_add(1, Relaxed);
         Ok(q)
     }
 
-    fn declare_queue_once(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<QueueRef> {
+    fn declare_queue_once(
+        self: &Arc<Self>,
+        spec: &QueueSpec<'_>,
+        at: Option<Applying>,
+    ) -> AmqpResult<QueueRef> {
         // RabbitMQ checks the name before looking the queue up: a client-chosen 'amq.' name is
         // refused even when that queue exists (a server-named 'amq.gen-' one declared again).
         if !spec.passive && !spec.server_named && spec.name.starts_with("amq.") {
@@ -213,21 +189,15 @@ impl VHost {
             args,
         };
         let remote_home = match (&self.cluster, spec.home) {
-            (Some(c), Some(h)) if h != c.me => Some((c, h)),
+            (Some(c), Some(h)) if h != c.me() => Some((c, h)),
             _ => None,
         };
         if let (Some(c), Some((group, members))) = (&self.cluster, spec.members) {
             // A replicated queue: every node holds the same handle; members run its group.
-            let group = group.or_else(crate::cluster::applying).unwrap_or(0);
-            let q = QueueRef::Other(crate::cluster::quorum::QuorumQueue::open(
-                name.clone(),
-                self.name.clone(),
-                options,
-                group,
-                members.to_vec(),
-                c,
-                Arc::downgrade(self),
-            ));
+            let group = group.or(at.map(|a| a.index)).unwrap_or(0);
+            let q =
+                c.clone()
+                    .replicated_queue(name.clone(), self, options, group, members.to_vec());
             defs.queues.insert(name, q.clone());
             self.publish(&defs);
             self.churn.queue_created.fetch_add(1, Relaxed);
@@ -235,13 +205,9 @@ impl VHost {
             return Ok(q);
         }
         if let Some((c, home)) = remote_home {
-            let q = QueueRef::Other(crate::cluster::remote::RemoteQueue::new(
-                name.clone(),
-                self.name.clone(),
-                options,
-                home.to_string(),
-                c,
-            ));
+            let q =
+                c.clone()
+                    .remote_queue(name.clone(), self.name.clone(), options, home.to_string());
             defs.queues.insert(name, q.clone());
             self.publish(&defs);
             tracing::info!(vhost = %self.name, queue = spec.name, home, "queue declared");
@@ -263,7 +229,7 @@ impl VHost {
             return Ok(q);
         }
         let durable_id = (spec.durable && !spec.exclusive)
-            .then(|| crate::cluster::applying().unwrap_or_else(rand::random::<u64>));
+            .then(|| at.map_or_else(rand::random::<u64>, |a| a.index));
         let backing = match self.backing(durable_id) {
             Some(Ok(b)) => Some(b),
             Some(Err(e)) => {
@@ -306,7 +272,19 @@ impl VHost {
         if_empty: bool,
         conn_id: Option<u64>,
     ) -> AmqpResult<DeletedQueue> {
-        if let Some(c) = self.replicated() {
+        self.delete_queue_at(name, if_unused, if_empty, conn_id, None)
+    }
+
+    /// [`VHost::delete_queue`], or (`at`) the delete a committed entry carries.
+    pub fn delete_queue_at(
+        &self,
+        name: &str,
+        if_unused: bool,
+        if_empty: bool,
+        conn_id: Option<u64>,
+        at: Option<Applying>,
+    ) -> AmqpResult<DeletedQueue> {
+        if let Some(c) = self.replicated(at) {
             let Some(q) = self.defs.lock().queues.get(name).cloned() else {
                 return Ok(DeletedQueue {
                     message_count: 0,
@@ -319,10 +297,9 @@ impl VHost {
                 }
             }
             // A replicated queue led elsewhere is asked like a remote one (fresh counts).
-            let remote = q.remote_leg();
-            let message_count = match remote {
-                Some(r) => {
-                    let n = r.counts_checked()?;
+            let message_count = match q.home_counts() {
+                Some(n) => {
+                    let n = n?;
                     if if_unused && n.consumers > 0 {
                         return Err(AmqpError::precondition_failed(format!(
                             "{} in use",
@@ -357,7 +334,7 @@ impl VHost {
                 queue: name.into(),
                 ..Default::default()
             };
-            c.vhost_op(&self.name, m.into(), None)?;
+            c.vhost_change(&self.name, m.into(), None)?;
             return Ok(DeletedQueue {
                 message_count,
                 consumers: Vec::new(),

@@ -1,6 +1,8 @@
-//! A cluster node's vhost: outside an applied entry a change is proposed to the cluster
+//! A cluster node's vhost: a change asked for here is proposed to the cluster
 //! (`VHost::replicated`), and every node makes it when the entry is applied
-//! ([`VHost::apply_method`]); a Raft snapshot carries the definitions as those entries.
+//! ([`VHost::apply_method`], given the entry as an [`Applying`], which the `*_at` methods it
+//! calls pass on so they make the change rather than propose it); a Raft snapshot carries the
+//! definitions as those entries.
 
 use std::sync::Arc;
 
@@ -10,9 +12,8 @@ use warren_protocol::method::{
 use warren_protocol::{FieldTable, Method};
 use warren_routing::Destination;
 
-use super::{ExchangeSpec, QueueSpec, VHost};
-use crate::cluster::ClusterQueue;
-use crate::cluster::{Cluster, QueueMeta};
+use super::{ClusterNode, ExchangeSpec, QueueSpec, VHost};
+use crate::definitions::op::{Applying, QueueMeta};
 use crate::error::{AmqpError, AmqpResult};
 
 /// The method a cluster replicates for a bind or unbind of `dest` (a queue, or an exchange) to
@@ -63,76 +64,90 @@ pub(super) fn bind_method(
 }
 
 impl VHost {
-    /// The cluster to propose a change to, unless this is the change being applied.
-    pub(super) fn replicated(&self) -> Option<&Arc<Cluster>> {
-        self.cluster
-            .as_ref()
-            .filter(|_| crate::cluster::applying().is_none())
+    /// The cluster to propose a change through, unless this is a change being applied (`at`).
+    pub(super) fn replicated(&self, at: Option<Applying>) -> Option<&dyn ClusterNode> {
+        self.cluster.as_deref().filter(|_| at.is_none())
     }
 
-    /// Makes a replicated change (every node runs this for each committed vhost entry).
-    pub fn apply_method(self: &Arc<Self>, m: &Method, meta: Option<&QueueMeta>) -> AmqpResult<()> {
-        let owner = meta.and_then(|q| q.owner);
+    /// Makes a replicated change (every node runs this for each committed vhost entry, `at`).
+    pub fn apply_method(
+        self: &Arc<Self>,
+        m: &Method,
+        meta: Option<&QueueMeta>,
+        at: Applying,
+    ) -> AmqpResult<()> {
+        let (owner, at) = (meta.and_then(|q| q.owner), Some(at));
         match m {
-            Method::ExchangeDeclare(x) => self.declare_exchange(&ExchangeSpec {
-                name: &x.exchange,
-                kind: &x.kind,
-                passive: false,
-                durable: x.durable,
-                auto_delete: x.auto_delete,
-                internal: x.internal,
-                arguments: &x.arguments,
-            }),
-            Method::ExchangeDelete(x) => self.delete_exchange(&x.exchange, x.if_unused),
-            Method::QueueBind(b) => self.bind_queue(
+            Method::ExchangeDeclare(x) => self.declare_exchange_at(
+                &ExchangeSpec {
+                    name: &x.exchange,
+                    kind: &x.kind,
+                    passive: false,
+                    durable: x.durable,
+                    auto_delete: x.auto_delete,
+                    internal: x.internal,
+                    arguments: &x.arguments,
+                },
+                at,
+            ),
+            Method::ExchangeDelete(x) => self.delete_exchange_at(&x.exchange, x.if_unused, at),
+            Method::QueueBind(b) => self.bind_queue_at(
                 &b.queue,
                 &b.exchange,
                 &b.routing_key,
                 &b.arguments,
                 true,
                 owner,
+                at,
             ),
-            Method::QueueUnbind(b) => self.bind_queue(
+            Method::QueueUnbind(b) => self.bind_queue_at(
                 &b.queue,
                 &b.exchange,
                 &b.routing_key,
                 &b.arguments,
                 false,
                 owner,
+                at,
             ),
-            Method::ExchangeBind(b) => self.bind_exchange(
+            Method::ExchangeBind(b) => self.bind_exchange_at(
                 &b.destination,
                 &b.source,
                 &b.routing_key,
                 &b.arguments,
                 true,
+                at,
             ),
-            Method::ExchangeUnbind(b) => self.bind_exchange(
+            Method::ExchangeUnbind(b) => self.bind_exchange_at(
                 &b.destination,
                 &b.source,
                 &b.routing_key,
                 &b.arguments,
                 false,
+                at,
             ),
             Method::QueueDeclare(q) => {
                 let meta = meta.cloned().unwrap_or_default();
-                self.declare_queue(&QueueSpec {
-                    name: &q.queue,
-                    passive: false,
-                    durable: q.durable,
-                    exclusive: q.exclusive,
-                    auto_delete: q.auto_delete,
-                    arguments: &q.arguments,
-                    conn_id: meta.owner.unwrap_or(0),
-                    server_named: meta.server_named,
-                    home: Some(&meta.home),
-                    members: (!meta.members.is_empty()).then_some((meta.group, &meta.members[..])),
-                })
+                self.declare_queue_at(
+                    &QueueSpec {
+                        name: &q.queue,
+                        passive: false,
+                        durable: q.durable,
+                        exclusive: q.exclusive,
+                        auto_delete: q.auto_delete,
+                        arguments: &q.arguments,
+                        conn_id: meta.owner.unwrap_or(0),
+                        server_named: meta.server_named,
+                        home: Some(&meta.home),
+                        members: (!meta.members.is_empty())
+                            .then_some((meta.group, &meta.members[..])),
+                    },
+                    at,
+                )
                 .map(|_| ())
             }
-            Method::QueueDelete(q) => self.delete_queue(&q.queue, false, false, owner).map(|d| {
-                crate::queue::notify_cancelled(&d.consumers);
-            }),
+            Method::QueueDelete(q) => self
+                .delete_queue_at(&q.queue, false, false, owner, at)
+                .map(|d| crate::queue::notify_cancelled(&d.consumers)),
             other => Err(AmqpError::internal_error(format!(
                 "not a definition: {other:?}"
             ))),
@@ -140,14 +155,14 @@ impl VHost {
     }
 
     /// Every exchange, queue and binding as the ops that recreate them (a Raft snapshot).
-    pub fn replicated_definitions(&self) -> Vec<crate::cluster::MetaOp> {
+    pub fn replicated_definitions(&self) -> Vec<crate::definitions::op::DefOp> {
         let defs = self.defs.lock();
         let enc = |m: Method| {
             let mut b = bytes::BytesMut::new();
             m.encode_payload(&mut b);
             b.to_vec()
         };
-        let op = |m: Method, queue: Option<QueueMeta>| crate::cluster::MetaOp::Vhost {
+        let op = |m: Method, queue: Option<QueueMeta>| crate::definitions::op::DefOp::Vhost {
             vhost: self.name.to_string(),
             method: enc(m),
             queue,
@@ -178,7 +193,7 @@ impl VHost {
         let me = self
             .cluster
             .as_ref()
-            .map(|c| c.me.clone())
+            .map(|c| c.me().to_string())
             .unwrap_or_default();
         let mut qs: Vec<_> = defs.queues.values().collect();
         qs.sort_by(|a, b| a.name().cmp(b.name()));
@@ -198,8 +213,8 @@ impl VHost {
                     home: q.home().unwrap_or_else(|| me.clone()),
                     owner: o.exclusive_owner,
                     server_named: true,
-                    group: q.quorum().map(|r| r.group),
-                    members: q.quorum().map(|r| r.members()).unwrap_or_default(),
+                    group: q.group().map(|(g, _)| g),
+                    members: q.group().map(|(_, m)| m).unwrap_or_default(),
                 }),
             ));
         }
@@ -242,12 +257,12 @@ impl VHost {
     }
 
     /// Deletes the queues and exchanges that `ops` (a snapshot's) do not declare, and every
-    /// binding (the snapshot's are declared again after this).
-    pub fn retain_only(self: &Arc<Self>, ops: &[crate::cluster::MetaOp]) {
+    /// binding (the snapshot's are declared again after this); `at`: the restore.
+    pub fn retain_only(self: &Arc<Self>, ops: &[crate::definitions::op::DefOp], at: Applying) {
         let mut queues = std::collections::HashSet::new();
         let mut exchanges = std::collections::HashSet::new();
         for op in ops {
-            if let crate::cluster::MetaOp::Vhost { method, .. } = op {
+            if let crate::definitions::op::DefOp::Vhost { method, .. } = op {
                 match Method::decode(&bytes::Bytes::copy_from_slice(method)) {
                     Ok(Method::QueueDeclare(q)) => {
                         queues.insert(q.queue.to_string());
@@ -262,14 +277,14 @@ impl VHost {
         let snap = self.snapshot();
         for q in snap.queues.keys() {
             if !queues.contains(&**q) {
-                if let Ok(d) = self.delete_queue(q, false, false, None) {
+                if let Ok(d) = self.delete_queue_at(q, false, false, None, Some(at)) {
                     crate::queue::notify_cancelled(&d.consumers);
                 }
             }
         }
         for x in snap.table.exchanges.keys() {
             if !x.is_empty() && !x.starts_with("amq.") && !exchanges.contains(&**x) {
-                let _ = self.delete_exchange(x, false);
+                let _ = self.delete_exchange_at(x, false, Some(at));
             }
         }
         let mut defs = self.defs.lock();

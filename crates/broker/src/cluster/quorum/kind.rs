@@ -14,7 +14,8 @@ use crate::confirm::ConfirmHandle;
 use crate::error::AmqpResult;
 use crate::message::Message;
 use crate::queue::{
-    Consumer, Enqueued, QueueArgs, QueueKind, QueueOptions, QueueRef, QueuedMessage, Settled,
+    Consumer, Counts, Enqueued, QueueArgs, QueueKind, QueueOptions, QueueRef, QueuedMessage,
+    Settled,
 };
 
 impl QueueKind for QuorumQueue {
@@ -162,6 +163,13 @@ impl QueueKind for QuorumQueue {
         if let Some(l) = self.leg() {
             l.expire()
         }
+    }
+    /// Led elsewhere: its leader's node answers.
+    fn home_counts(&self) -> Option<AmqpResult<Counts>> {
+        self.leg().and_then(|l| l.home_counts())
+    }
+    fn group(&self) -> Option<(u64, Vec<String>)> {
+        Some((self.group, self.members()))
     }
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self

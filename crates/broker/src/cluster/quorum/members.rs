@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{change_group, QuorumQueue, Replica, SERVICE_QMEMBER};
+use crate::cluster::Cluster;
 use crate::cluster::ClusterQueue;
-use crate::cluster::{Cluster, MetaOp};
+use crate::definitions::op::DefOp;
 
 impl QuorumQueue {
     /// The metadata changed its members (applied on every node): a node that joins opens an
@@ -85,7 +86,7 @@ impl Cluster {
                 "cannot remove the last member of queue '{queue}' in vhost '{vhost}'"
             )));
         }
-        let set = |members: Vec<String>| MetaOp::QueueMembers {
+        let set = |members: Vec<String>| DefOp::QueueMembers {
             vhost: vhost.to_string(),
             queue: queue.to_string(),
             members,

@@ -12,7 +12,8 @@ use crate::confirm::ConfirmHandle;
 use crate::error::AmqpResult;
 use crate::message::Message;
 use crate::queue::{
-    Consumer, Enqueued, QueueArgs, QueueKind, QueueOptions, QueueRef, QueuedMessage, Settled,
+    Consumer, Counts, Enqueued, QueueArgs, QueueKind, QueueOptions, QueueRef, QueuedMessage,
+    Settled,
 };
 
 impl QueueKind for RemoteQueue {
@@ -98,6 +99,12 @@ impl QueueKind for RemoteQueue {
     }
     fn is_deleted(&self) -> bool {
         RemoteQueue::is_deleted(self)
+    }
+    fn check_home(&self) -> AmqpResult<()> {
+        self.counts_checked().map(|_| ())
+    }
+    fn home_counts(&self) -> Option<AmqpResult<Counts>> {
+        Some(self.counts_checked())
     }
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self

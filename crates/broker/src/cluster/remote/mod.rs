@@ -42,9 +42,10 @@ use crate::confirm::ConfirmHandle;
 use crate::message::Message;
 use crate::queue::{Queue, QueuedMessage, Settled};
 
+pub use crate::queue::Counts;
 pub use inbound::{on_batch_end, on_link_down, on_message};
 pub use proxy::Proxy;
-pub use queue::{Counts, RemoteQueue};
+pub use queue::RemoteQueue;
 pub use serve::serve_request;
 pub use sink::LinkSink;
 pub use wire::{K_CANCEL, K_CONFIRM, K_CREDIT, K_DELIVER, K_PUBLISH, K_PUB_CREDIT, K_SETTLE};

@@ -20,7 +20,7 @@ use crate::cluster::Cluster;
 use crate::confirm::ConfirmHandle;
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
-use crate::queue::{Consumer, Enqueued, QueueArgs, QueueOptions, QueuedMessage, Settled};
+use crate::queue::{Consumer, Counts, Enqueued, QueueArgs, QueueOptions, QueuedMessage, Settled};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long remote counts (message_count, consumer_count) are reused.
@@ -52,13 +52,6 @@ pub struct RemoteQueue {
 }
 
 static NEXT_RUN_KEY: AtomicU64 = AtomicU64::new(1);
-
-#[derive(Clone, Copy, Default)]
-pub struct Counts {
-    pub messages: u32,
-    pub consumers: u32,
-    pub unacked: u32,
-}
 
 impl std::fmt::Debug for RemoteQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -10,6 +10,14 @@
 //! match. Compaction writes the snapshot with the next generation first, then resets the
 //! journal: a crash between the two leaves a journal that is ignored, its changes already in
 //! the snapshot.
+//!
+//! Beside it, `op`: the definitions command ([`op::DefOp`]), which a change of users, vhosts,
+//! permissions, policies, limits, exchanges, queues or bindings is made as in a cluster, and
+//! `proposer`: [`proposer::Proposer`], the interface through which the vhost, the access
+//! registry and the broker propose one.
+
+pub mod op;
+pub mod proposer;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,189 @@
+//! Tests of how a vhost makes a definitions change: proposed through its cluster's
+//! [`Proposer`] when asked for on a cluster node, made here (and journaled) when applied or on a
+//! single node.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use warren_protocol::{FieldTable, Method};
+
+use super::{ClusterNode, ExchangeSpec, QueueSpec, Storage, VHost};
+use crate::definitions::op::{Applying, DefOp, QueueMeta};
+use crate::definitions::proposer::tests::FakeProposer;
+use crate::definitions::proposer::{Proposal, Proposer};
+use crate::error::AmqpResult;
+use crate::persist::Persister;
+use crate::queue::{QueueOptions, QueueRef};
+
+/// A one-node cluster that records what it is asked to propose and applies nothing.
+struct FakeNode(Arc<FakeProposer>);
+
+impl Proposer for FakeNode {
+    fn propose(&self, op: DefOp) -> Proposal<'_> {
+        self.0.propose(op)
+    }
+}
+
+impl ClusterNode for FakeNode {
+    fn me(&self) -> &str {
+        "a"
+    }
+    fn place(&self, _locator: Option<&str>) -> String {
+        "a".into()
+    }
+    fn members(
+        &self,
+        _home: &str,
+        _arguments: &FieldTable,
+        _exclusive: bool,
+        _policy: &dyn Fn() -> Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> AmqpResult<Vec<String>> {
+        Ok(Vec::new())
+    }
+    fn replicated_queue(
+        self: Arc<Self>,
+        _: Arc<str>,
+        _: &Arc<VHost>,
+        _: QueueOptions,
+        _: u64,
+        _: Vec<String>,
+    ) -> QueueRef {
+        unreachable!("no replicated queue here")
+    }
+    fn remote_queue(
+        self: Arc<Self>,
+        _: Arc<str>,
+        _: Arc<str>,
+        _: QueueOptions,
+        _: String,
+    ) -> QueueRef {
+        unreachable!("every queue lives here")
+    }
+    fn first_leader(&self, _q: &QueueRef) -> AmqpResult<()> {
+        Ok(())
+    }
+}
+
+fn storage(test: &str) -> Storage {
+    let dir = std::env::temp_dir().join(format!("warren-vhost-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    Storage {
+        dir,
+        persister: Persister::start(),
+    }
+}
+
+fn exchange(name: &str) -> ExchangeSpec<'_> {
+    static NO_ARGS: std::sync::LazyLock<FieldTable> = std::sync::LazyLock::new(FieldTable::new);
+    ExchangeSpec {
+        name,
+        kind: "direct",
+        passive: false,
+        durable: true,
+        auto_delete: false,
+        internal: false,
+        arguments: &NO_ARGS,
+    }
+}
+
+fn queue<'a>(name: &'a str, args: &'a FieldTable) -> QueueSpec<'a> {
+    QueueSpec {
+        name,
+        passive: false,
+        durable: true,
+        exclusive: false,
+        auto_delete: false,
+        arguments: args,
+        conn_id: 1,
+        server_named: false,
+        home: None,
+        members: None,
+    }
+}
+
+fn method(op: &DefOp) -> (Method, Option<&QueueMeta>) {
+    match op {
+        DefOp::Vhost { method, queue, .. } => (
+            Method::decode(&Bytes::copy_from_slice(method)).expect("a method"),
+            queue.as_ref(),
+        ),
+        other => panic!("not a vhost op: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_nodes_change_is_proposed_and_made_when_applied() {
+    let p = FakeProposer::new();
+    let s = storage("cluster");
+    let (dir, persister) = (s.dir.clone(), s.persister.clone());
+    let v = VHost::clustered("/", s, Arc::new(FakeNode(p.clone()))).unwrap();
+    let args = FieldTable::new();
+
+    // Asked for here: proposed, not made (the fake applies nothing).
+    v.declare_exchange(&exchange("x")).unwrap();
+    assert!(v.declare_queue(&queue("q", &args)).is_err(), "not made");
+    let ops: Vec<DefOp> = std::mem::take(&mut *p.ops.lock());
+    assert_eq!(ops.len(), 2);
+    let (declare_x, _) = method(&ops[0]);
+    assert!(matches!(&declare_x, Method::ExchangeDeclare(x) if x.exchange == "x"));
+    let (declare_q, meta) = method(&ops[1]);
+    assert!(matches!(&declare_q, Method::QueueDeclare(q) if q.queue == "q" && q.durable));
+    let meta = meta.expect("a queue.declare names the queue's home");
+    assert_eq!((meta.home.as_str(), meta.group), ("a", None));
+    assert!(v.snapshot().queues.is_empty());
+    assert!(!v.snapshot().table.exchanges.contains_key("x"));
+
+    // Applied (what the state machine does with the committed entries): made here, not
+    // proposed again; the queue's log is named after the entry's index.
+    v.apply_method(&declare_x, None, Applying { index: 41 })
+        .unwrap();
+    v.apply_method(&declare_q, Some(meta), Applying { index: 42 })
+        .unwrap();
+    assert!(p.ops.lock().is_empty(), "an applied change is not proposed");
+    assert!(v.snapshot().table.exchanges.contains_key("x"));
+    let q = v.snapshot().queues.get("q").cloned().expect("declared");
+    assert_eq!(q.store_id(), Some(42));
+    assert!(dir.join("queues").join(format!("{:016x}", 42)).is_dir());
+
+    // A delete asked for here is proposed too; applied, it deletes.
+    v.delete_queue("q", false, false, None).unwrap();
+    let ops: Vec<DefOp> = std::mem::take(&mut *p.ops.lock());
+    let (delete_q, _) = method(&ops[0]);
+    assert!(matches!(&delete_q, Method::QueueDelete(d) if d.queue == "q"));
+    assert!(v.snapshot().queues.contains_key("q"));
+    v.apply_method(&delete_q, None, Applying { index: 43 })
+        .unwrap();
+    assert!(!v.snapshot().queues.contains_key("q"));
+    assert!(p.ops.lock().is_empty());
+    persister.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_makes_its_change_at_once_and_journals_it() {
+    let s = storage("single");
+    let (dir, persister) = (s.dir.clone(), s.persister.clone());
+    let v = VHost::open("/", s).unwrap();
+    let args = FieldTable::new();
+    v.declare_exchange(&exchange("x")).unwrap();
+    let q = v.declare_queue(&queue("q", &args)).unwrap();
+    v.bind_queue("q", "x", "k", &args, true, None).unwrap();
+    assert!(q.store_id().is_some());
+    drop((q, v));
+    // What a restart replays: the journal has them.
+    let again = VHost::open(
+        "/",
+        Storage {
+            dir: dir.clone(),
+            persister: persister.clone(),
+        },
+    )
+    .unwrap();
+    let snap = again.snapshot();
+    assert!(snap.queues.contains_key("q"));
+    assert_eq!(snap.table.exchanges["x"].bindings.len(), 1);
+    drop(snap);
+    drop(again);
+    persister.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
