@@ -280,6 +280,15 @@ impl Default for Config {
 }
 
 impl Config {
+    /// This node's id for connection ids: exclusive queues name their owner by connection id,
+    /// so ids must not repeat across nodes.
+    pub fn connection_id_base(&self) -> u64 {
+        if self.cluster.is_none() {
+            return 0;
+        }
+        (warren_cluster::node_id(&self.node_name) & 0xFF_FFFF) << 40
+    }
+
     pub fn from_toml(text: &str) -> Result<Config, String> {
         let mut c: Config = toml::from_str(text).map_err(|e| e.to_string())?;
         c.node_name = full_node_name(&c.node_name);

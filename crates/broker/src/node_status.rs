@@ -39,8 +39,8 @@ pub fn node_json(b: &Broker) -> Value {
         "uptime": b.started_at.elapsed().as_millis() as u64,
         "run_queue": 0,
         "partitions": [],
-        "cluster_links": b.cluster().map_or(json!([]), |c| {
-            json!(c.links.all().iter().map(|l| json!({"name": l.peer_name, "peer_addr": l.peer_addr})).collect::<Vec<_>>())
+        "cluster_links": b.cluster_handle().map_or(json!([]), |c| {
+            json!(c.links().into_iter().map(|(name, addr)| json!({"name": name, "peer_addr": addr})).collect::<Vec<_>>())
         }),
         "rates_mode": "basic",
         "net_ticktime": 60,

@@ -12,10 +12,9 @@ use crate::alarms::{Alarms, Thresholds};
 use crate::auth::Users;
 use crate::config::Config;
 use crate::definitions::op::{Applying, DefOp};
-use crate::definitions::proposer::Proposer;
 use crate::persist::Persister;
 use crate::tracking::ConnInfo;
-use crate::vhost::{Storage, VHost};
+use crate::vhost::{ClusterNode, Storage, VHost};
 
 pub struct Broker {
     pub config: Config,
@@ -41,7 +40,7 @@ pub struct Broker {
     /// Samples for the management API's rates.
     pub rates: crate::metrics::Rates,
     /// Set when this node runs in a cluster (`[cluster]`).
-    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    cluster: std::sync::OnceLock<Clustered>,
 }
 
 impl Broker {
@@ -65,7 +64,7 @@ impl Broker {
             vhosts.insert(v, vh);
         }
         let admission = crate::admission::Admission::new(&config.limits, access.clone());
-        let first_connection_id = 1 + crate::cluster::Cluster::connection_id_base_of(&config);
+        let first_connection_id = 1 + config.connection_id_base();
         let alarms = Alarms::new(
             Thresholds::from_limits(&config.limits),
             config.data_dir.clone(),
@@ -113,20 +112,30 @@ impl Broker {
         }
     }
 
-    pub fn set_cluster(&self, c: Arc<crate::cluster::Cluster>) {
+    /// Joins the cluster `c` (`cluster/` calls it once at boot).
+    pub fn set_cluster<C: ClusterNode + ClusterHandle + 'static>(&self, c: Arc<C>) {
         self.access.set_proposer(c.clone());
-        let _ = self.cluster.set(c);
+        let _ = self.cluster.set(Clustered {
+            node: c.clone(),
+            handle: c,
+        });
     }
 
-    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
-        self.cluster.get()
+    /// The cluster as the vhosts use it, when this node runs in one.
+    pub fn cluster_node(&self) -> Option<&Arc<dyn ClusterNode>> {
+        self.cluster.get().map(|c| &c.node)
+    }
+
+    /// The cluster as the node object and the layers above see it (`cluster::Cluster::of`).
+    pub fn cluster_handle(&self) -> Option<&Arc<dyn ClusterHandle>> {
+        self.cluster.get().map(|c| &c.handle)
     }
 
     /// What to propose a change through (the cluster), unless this is a change being applied
     /// (`at`).
-    fn replicated(&self, at: Option<Applying>) -> Option<&dyn Proposer> {
+    fn replicated(&self, at: Option<Applying>) -> Option<&dyn ClusterNode> {
         let c = self.cluster.get().filter(|_| at.is_none())?;
-        Some(&**c)
+        Some(&*c.node)
     }
 
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
@@ -161,7 +170,7 @@ impl Broker {
             self.access.add_vhost(def)?;
             return Ok(false);
         }
-        let vh = match self.cluster.get() {
+        let vh = match self.cluster_node() {
             Some(c) => VHost::clustered(
                 &name,
                 Self::storage(&self.config, &self.persister, &name),
@@ -326,4 +335,21 @@ impl App {
             )),
         }
     }
+}
+
+/// What the broker holds of its cluster, beside the vhosts' [`ClusterNode`]: what the node
+/// object shows, and the cluster itself for the layers above that know its type (the management
+/// API, `warren ctl`: `cluster::Cluster::of`). `cluster/` implements it; the broker names no
+/// cluster type.
+pub trait ClusterHandle: Send + Sync {
+    /// This node's live links to its peers: (peer name, peer address).
+    fn links(&self) -> Vec<(String, String)>;
+    /// The cluster, for a downcast to its type.
+    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
+}
+
+/// The cluster this node runs in, as the vhosts and as the layers above see it.
+struct Clustered {
+    node: Arc<dyn ClusterNode>,
+    handle: Arc<dyn ClusterHandle>,
 }

@@ -54,7 +54,7 @@ pub fn routes() -> Router<Arc<Broker>> {
 /// rabbitmq-queues add_member / delete_member (grow and shrink are made of these):
 /// `{"vhost", "queue", "node", "action": "add" | "delete"}`.
 async fn queue_member(State(b): B, body: axum::body::Bytes) -> ApiResult {
-    let c = b.cluster().ok_or_else(not_clustered)?;
+    let c = warren_broker::cluster::Cluster::of(&b).ok_or_else(not_clustered)?;
     let v: Value = serde_json::from_slice(&body).map_err(|e| bad_request(e.to_string()))?;
     let field = |k: &str| {
         v.get(k)
@@ -77,7 +77,7 @@ fn not_clustered() -> ApiError {
 }
 
 async fn cluster_status(State(b): B) -> ApiResult {
-    match b.cluster() {
+    match warren_broker::cluster::Cluster::of(&b) {
         Some(c) => ok_json(c.status_json()),
         None => ok_json(json!({
             "cluster_name": b.config.node_name,
@@ -89,7 +89,9 @@ async fn cluster_status(State(b): B) -> ApiResult {
 }
 
 async fn join_cluster(State(b): B, body: axum::body::Bytes) -> ApiResult {
-    let c = b.cluster().ok_or_else(not_clustered)?.clone();
+    let c = warren_broker::cluster::Cluster::of(&b)
+        .ok_or_else(not_clustered)?
+        .clone();
     let v: Value = serde_json::from_slice(&body).map_err(|e| bad_request(e.to_string()))?;
     let node = v
         .get("node")
@@ -106,7 +108,7 @@ async fn join_cluster(State(b): B, body: axum::body::Bytes) -> ApiResult {
 }
 
 async fn forget_node(State(b): B, body: axum::body::Bytes) -> ApiResult {
-    let c = b.cluster().ok_or_else(not_clustered)?;
+    let c = warren_broker::cluster::Cluster::of(&b).ok_or_else(not_clustered)?;
     let v: Value = serde_json::from_slice(&body).map_err(|e| bad_request(e.to_string()))?;
     let node = v
         .get("node")

@@ -137,7 +137,7 @@ pub async fn aliveness_test(State(b): B, Path(vhost): Path<String>) -> ApiResult
 }
 
 pub async fn list_nodes(State(b): B) -> ApiResult {
-    match b.cluster() {
+    match warren_broker::cluster::Cluster::of(&b) {
         Some(c) => ok_json(Value::Array(c.node_objects(node_json(&b)).await)),
         None => ok_json(json!([node_json(&b)])),
     }
@@ -145,7 +145,7 @@ pub async fn list_nodes(State(b): B) -> ApiResult {
 
 pub async fn get_node(State(b): B, Path(name): Path<String>) -> ApiResult {
     if name != b.config.node_name {
-        if let Some(c) = b.cluster() {
+        if let Some(c) = warren_broker::cluster::Cluster::of(&b) {
             return match c
                 .node_objects(node_json(&b))
                 .await

@@ -35,6 +35,26 @@ use std::time::Duration;
 use crate::server::Broker;
 use link::Links;
 
+impl crate::server::ClusterHandle for Cluster {
+    fn links(&self) -> Vec<(String, String)> {
+        self.links
+            .all()
+            .iter()
+            .map(|l| (l.peer_name.clone(), l.peer_addr.clone()))
+            .collect()
+    }
+    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+}
+
+impl Cluster {
+    /// The cluster `b` runs in, if it runs in one.
+    pub fn of(b: &Broker) -> Option<Arc<Cluster>> {
+        b.cluster_handle()?.clone().as_any().downcast().ok()
+    }
+}
+
 /// The cluster's queue kinds behind a [`QueueRef`] (`QueueRef::Other`).
 pub trait ClusterQueue {
     /// The queue when its home is another node.
@@ -100,15 +120,6 @@ impl Cluster {
 
     pub(crate) fn broker(&self) -> Option<Arc<Broker>> {
         self.broker.upgrade()
-    }
-
-    /// This node's id for connection ids: exclusive queues name their owner by connection id,
-    /// so ids must not repeat across nodes.
-    pub fn connection_id_base_of(config: &crate::config::Config) -> u64 {
-        if config.cluster.is_none() {
-            return 0;
-        }
-        (warren_cluster::node_id(&config.node_name) & 0xFF_FFFF) << 40
     }
 }
 
