@@ -179,7 +179,7 @@ pub fn import(broker: &Broker, doc: &Value) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     for p in policies {
-        crate::policy::put(broker, p).map_err(|e| e.to_string())?;
+        broker.put_policy(p).map_err(|e| e.to_string())?;
     }
     let vhost = |o: &Value| {
         let name = field(o, "vhost");

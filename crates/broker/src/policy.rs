@@ -12,10 +12,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use crate::access::{Access, PolicyDef};
-use crate::definitions::op::Applying;
 use crate::queue::{Overflow, QueueArgs, QueueRef};
-use crate::server::Broker;
-use crate::vhost::VHost;
 
 /// Keys RabbitMQ 3.10 (core and the default plugins) accepts in a policy definition. Those
 /// Warren does not act on are accepted and ignored, so definitions from RabbitMQ import.
@@ -256,59 +253,6 @@ pub fn apply(access: &Access, q: &QueueRef) {
     if let Some(s) = q.stream() {
         s.set_policy(p.map(|p| &p.definition));
     }
-}
-
-/// Re-evaluates every queue and exchange of `vhost` (after a policy change, or at boot).
-pub fn apply_all(broker: &Broker, vhost: &VHost) {
-    let policies = broker.access.policies_of(&vhost.name);
-    for q in vhost.snapshot().queues.values() {
-        let p = matching(&policies, q.name(), true);
-        q.set_effective_args(effective(&q.options().args, &q.options().arguments, p));
-        if let Some(s) = q.stream() {
-            s.set_policy(p.map(|p| &p.definition));
-        }
-    }
-    vhost.set_policies(policies);
-}
-
-/// Validates, stores and applies a policy.
-pub fn put(broker: &Broker, p: PolicyDef) -> Result<(), crate::access::MgmtError> {
-    put_at(broker, p, None)
-}
-
-/// [`put`], or (`at`) the policy a committed entry carries.
-pub fn put_at(
-    broker: &Broker,
-    p: PolicyDef,
-    at: Option<Applying>,
-) -> Result<(), crate::access::MgmtError> {
-    validate(&p).map_err(crate::access::MgmtError::BadRequest)?;
-    let (vhost, name) = (p.vhost.clone(), p.name.clone());
-    broker.access.put_policy_at(p, at)?;
-    tracing::info!(vhost = %vhost, policy = %name, "policy set");
-    if let Some(v) = broker.vhost(&vhost) {
-        apply_all(broker, &v);
-    }
-    Ok(())
-}
-
-pub fn delete(broker: &Broker, vhost: &str, name: &str) -> Result<(), crate::access::MgmtError> {
-    delete_at(broker, vhost, name, None)
-}
-
-/// [`delete`], or (`at`) the deletion a committed entry carries.
-pub fn delete_at(
-    broker: &Broker,
-    vhost: &str,
-    name: &str,
-    at: Option<Applying>,
-) -> Result<(), crate::access::MgmtError> {
-    broker.access.delete_policy_at(vhost, name, at)?;
-    tracing::info!(vhost, policy = name, "policy cleared");
-    if let Some(v) = broker.vhost(vhost) {
-        apply_all(broker, &v);
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::access::{Access, LimitScope, MgmtError, VhostDef};
+use crate::access::{Access, LimitScope, MgmtError, PolicyDef, VhostDef};
 use crate::alarms::{Alarms, Thresholds};
 use crate::auth::Users;
 use crate::config::Config;
@@ -90,9 +90,51 @@ impl Broker {
             v.set_max_queues(b.admission.max_queues(&v.name));
         }
         for v in b.vhosts() {
-            crate::policy::apply_all(&b, &v);
+            b.apply_policies(&v);
         }
         Ok(b)
+    }
+
+    /// Re-evaluates every queue and exchange of `vhost` against its policies (after a policy
+    /// change, or at boot).
+    pub fn apply_policies(&self, vhost: &VHost) {
+        vhost.apply_policies(self.access.policies_of(&vhost.name));
+    }
+
+    /// Validates, stores and applies a policy.
+    pub fn put_policy(&self, p: PolicyDef) -> Result<(), MgmtError> {
+        self.put_policy_at(p, None)
+    }
+
+    /// [`Broker::put_policy`], or (`at`) the policy a committed entry carries.
+    pub fn put_policy_at(&self, p: PolicyDef, at: Option<Applying>) -> Result<(), MgmtError> {
+        crate::policy::validate(&p).map_err(MgmtError::BadRequest)?;
+        let (vhost, name) = (p.vhost.clone(), p.name.clone());
+        self.access.put_policy_at(p, at)?;
+        tracing::info!(vhost = %vhost, policy = %name, "policy set");
+        if let Some(v) = self.vhost(&vhost) {
+            self.apply_policies(&v);
+        }
+        Ok(())
+    }
+
+    pub fn delete_policy(&self, vhost: &str, name: &str) -> Result<(), MgmtError> {
+        self.delete_policy_at(vhost, name, None)
+    }
+
+    /// [`Broker::delete_policy`], or (`at`) the deletion a committed entry carries.
+    pub fn delete_policy_at(
+        &self,
+        vhost: &str,
+        name: &str,
+        at: Option<Applying>,
+    ) -> Result<(), MgmtError> {
+        self.access.delete_policy_at(vhost, name, at)?;
+        tracing::info!(vhost, policy = name, "policy cleared");
+        if let Some(v) = self.vhost(vhost) {
+            self.apply_policies(&v);
+        }
+        Ok(())
     }
 
     /// Vhost `v` lives in `<data_dir>/vhosts/<hex of v>`.

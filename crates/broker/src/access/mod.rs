@@ -32,7 +32,7 @@
 mod limits;
 mod permissions;
 mod policies;
-pub mod records;
+
 mod store;
 mod users;
 
@@ -48,11 +48,11 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use crate::definitions::proposer::Proposer;
-use crate::error::AmqpError;
-pub use records::{
+pub use crate::definitions::records::{
     parse_tags, Limits, MgmtError, PermissionDef, PolicyDef, UserDef, VhostDef, HASH_SHA256,
     HASH_SHA512,
 };
+use crate::error::AmqpError;
 
 /// A vhost-scoped runtime parameter as RabbitMQ's definitions list it. Warren keeps only
 /// component `vhost-limits` (name `limits`, value `{"max-connections": N, "max-queues": N}`).

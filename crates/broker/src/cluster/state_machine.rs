@@ -90,9 +90,9 @@ fn apply(b: &Arc<Broker>, op: DefOp, at: Applying) -> DefReply {
         DefOp::ClearPermissions { user, vhost } => {
             DefReply::mgmt(b.access.clear_permissions_at(&user, &vhost, now))
         }
-        DefOp::PutPolicy(p) => DefReply::mgmt(crate::policy::put_at(b, p, now)),
+        DefOp::PutPolicy(p) => DefReply::mgmt(b.put_policy_at(p, now)),
         DefOp::DeletePolicy { vhost, name } => {
-            DefReply::mgmt(crate::policy::delete_at(b, &vhost, &name, now))
+            DefReply::mgmt(b.delete_policy_at(&vhost, &name, now))
         }
         DefOp::SetLimits {
             user,
@@ -181,6 +181,6 @@ fn restore(b: &Arc<Broker>, s: Snapshot) {
         for op in ops {
             let _ = apply(b, op, at);
         }
-        crate::policy::apply_all(b, &v);
+        b.apply_policies(&v);
     }
 }

@@ -18,6 +18,7 @@
 
 pub mod op;
 pub mod proposer;
+pub mod records;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

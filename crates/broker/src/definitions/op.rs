@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::access::records::{Limits, MgmtError, PermissionDef, PolicyDef, UserDef, VhostDef};
+use crate::definitions::records::{Limits, MgmtError, PermissionDef, PolicyDef, UserDef, VhostDef};
 use crate::error::{AmqpError, AmqpResult};
 
 /// A change of the definitions. Vhost changes carry the AMQP method that makes them (the

@@ -13,7 +13,7 @@ use std::pin::Pin;
 use warren_protocol::Method;
 
 use super::op::{DefOp, DefReply, QueueMeta};
-use crate::access::records::MgmtError;
+use crate::definitions::records::MgmtError;
 use crate::error::AmqpResult;
 
 /// A proposal under way: the outcome of the applied change, or why it could not be recorded.
@@ -65,7 +65,7 @@ pub(crate) mod tests {
     use warren_protocol::method::ExchangeDelete;
 
     use super::*;
-    use crate::access::records::VhostDef;
+    use crate::definitions::records::VhostDef;
 
     /// A proposer that records what it is given and answers `reply` (or fails, `Err`).
     pub(crate) struct FakeProposer {

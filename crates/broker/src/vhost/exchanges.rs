@@ -214,6 +214,23 @@ impl VHost {
         crate::policy::alternate_exchange(policies, name).map(Arc::from)
     }
 
+    /// Takes the vhost's policies and re-evaluates every queue's arguments in force and every
+    /// exchange's alternate exchange (after a policy change, or at boot).
+    pub fn apply_policies(&self, policies: Vec<PolicyDef>) {
+        for q in self.snapshot().queues.values() {
+            let p = crate::policy::matching(&policies, q.name(), true);
+            q.set_effective_args(crate::policy::effective(
+                &q.options().args,
+                &q.options().arguments,
+                p,
+            ));
+            if let Some(s) = q.stream() {
+                s.set_policy(p.map(|p| &p.definition));
+            }
+        }
+        self.set_policies(policies);
+    }
+
     /// Takes the vhost's policies and re-evaluates every exchange's alternate exchange.
     pub fn set_policies(&self, policies: Vec<PolicyDef>) {
         let mut defs = self.defs.lock();

@@ -52,17 +52,14 @@ pub(super) async fn put_policy(
             .ok_or_else(|| bad_request("priority must be an integer"))?,
     };
     let new = !b.access.policies_of(&vhost).iter().any(|p| p.name == name);
-    warren_broker::policy::put(
-        &b,
-        PolicyDef {
-            vhost,
-            name,
-            pattern: pattern.to_string(),
-            apply_to: str_field(&v, "apply-to").unwrap_or("all").to_string(),
-            definition: definition.clone(),
-            priority,
-        },
-    )?;
+    b.put_policy(PolicyDef {
+        vhost,
+        name,
+        pattern: pattern.to_string(),
+        apply_to: str_field(&v, "apply-to").unwrap_or("all").to_string(),
+        definition: definition.clone(),
+        priority,
+    })?;
     created(new)
 }
 
@@ -70,6 +67,6 @@ pub(super) async fn delete_policy(
     State(b): B,
     Path((vhost, name)): Path<(String, String)>,
 ) -> ApiResult {
-    warren_broker::policy::delete(&b, &vhost, &name)?;
+    b.delete_policy(&vhost, &name)?;
     no_content()
 }
