@@ -581,7 +581,7 @@ impl DelayStore {
     ) {
         // A logged message's record is acked once every queue that stores it has it.
         let store: Arc<dyn crate::confirm::ConfirmTarget> = self.clone();
-        let confirm = h.logged.then(|| ConfirmTo::Target(&store, seq));
+        let confirm = h.logged.then_some(ConfirmTo::Target(&store, seq));
         if fan_out(&msg, targets, confirm, |_| {}) != FannedOut::Pending && h.logged {
             acks.push(seq);
         }

@@ -66,38 +66,26 @@ pub fn header_routes(headers: &FieldTable) -> Result<Vec<ByteString>, AmqpError>
     Ok(keys)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_routes_take_long_strings_from_cc_then_bcc() {
-        let mut h = FieldTable::new();
-        h.insert("BCC", FieldValue::Array(vec![FieldValue::str("b")]));
-        h.insert(
-            "CC",
-            FieldValue::Array(vec![
-                FieldValue::str("a"),
-                FieldValue::I32(5),
-                FieldValue::Bytes(Bytes::from_static(b"x")),
-                FieldValue::str(""),
-            ]),
-        );
-        h.insert("cc", FieldValue::Array(vec![FieldValue::str("lower")]));
-        let keys = header_routes(&h).expect("valid");
-        assert_eq!(keys, vec!["a", "", "b"]);
-    }
-
-    #[test]
-    fn header_routes_refuse_a_non_array() {
-        let mut h = FieldTable::new();
-        h.insert("CC", FieldValue::str("a"));
-        let e = header_routes(&h).expect_err("invalid");
-        assert_eq!(e.code, 406);
-        assert_eq!(
-            e.text,
-            "PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,\"CC\",longstr}"
-        );
+/// RabbitMQ's name for a field value's type, as it appears in error texts.
+pub fn type_name(v: &FieldValue) -> &'static str {
+    match v {
+        FieldValue::Bool(_) => "bool",
+        FieldValue::I8(_) => "byte",
+        FieldValue::U8(_) => "unsignedbyte",
+        FieldValue::I16(_) => "short",
+        FieldValue::U16(_) => "unsignedshort",
+        FieldValue::I32(_) => "signedint",
+        FieldValue::U32(_) => "unsignedint",
+        FieldValue::I64(_) | FieldValue::U64(_) => "long",
+        FieldValue::F32(_) => "float",
+        FieldValue::F64(_) => "double",
+        FieldValue::Decimal(..) => "decimal",
+        FieldValue::LongStr(_) => "longstr",
+        FieldValue::Array(_) => "array",
+        FieldValue::Timestamp(_) => "timestamp",
+        FieldValue::Table(_) => "table",
+        FieldValue::Void => "void",
+        FieldValue::Bytes(_) => "binary",
     }
 }
 
@@ -131,25 +119,37 @@ pub fn with_delivery_count(m: &Message, n: u64) -> Message {
     }
 }
 
-/// RabbitMQ's name for a field value's type, as it appears in error texts.
-pub fn type_name(v: &FieldValue) -> &'static str {
-    match v {
-        FieldValue::Bool(_) => "bool",
-        FieldValue::I8(_) => "byte",
-        FieldValue::U8(_) => "unsignedbyte",
-        FieldValue::I16(_) => "short",
-        FieldValue::U16(_) => "unsignedshort",
-        FieldValue::I32(_) => "signedint",
-        FieldValue::U32(_) => "unsignedint",
-        FieldValue::I64(_) | FieldValue::U64(_) => "long",
-        FieldValue::F32(_) => "float",
-        FieldValue::F64(_) => "double",
-        FieldValue::Decimal(..) => "decimal",
-        FieldValue::LongStr(_) => "longstr",
-        FieldValue::Array(_) => "array",
-        FieldValue::Timestamp(_) => "timestamp",
-        FieldValue::Table(_) => "table",
-        FieldValue::Void => "void",
-        FieldValue::Bytes(_) => "binary",
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_routes_take_long_strings_from_cc_then_bcc() {
+        let mut h = FieldTable::new();
+        h.insert("BCC", FieldValue::Array(vec![FieldValue::str("b")]));
+        h.insert(
+            "CC",
+            FieldValue::Array(vec![
+                FieldValue::str("a"),
+                FieldValue::I32(5),
+                FieldValue::Bytes(Bytes::from_static(b"x")),
+                FieldValue::str(""),
+            ]),
+        );
+        h.insert("cc", FieldValue::Array(vec![FieldValue::str("lower")]));
+        let keys = header_routes(&h).expect("valid");
+        assert_eq!(keys, vec!["a", "", "b"]);
+    }
+
+    #[test]
+    fn header_routes_refuse_a_non_array() {
+        let mut h = FieldTable::new();
+        h.insert("CC", FieldValue::str("a"));
+        let e = header_routes(&h).expect_err("invalid");
+        assert_eq!(e.code, 406);
+        assert_eq!(
+            e.text,
+            "PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,\"CC\",longstr}"
+        );
     }
 }

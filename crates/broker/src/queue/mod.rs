@@ -14,15 +14,18 @@
 //! state machine (`Ctx`, with what it keeps under the lock, `Io`), its constructors and its
 //! publish path (kept here: `bench/callgrind.sh` finds `Queue::publish` by this module's path).
 //! Each other job is an `impl Queue` block in a file of its own:
+//!
 //! - `consume`: consumers joining and leaving, basic.get, acks, rejects and requeues.
 //! - `paging`: reading a paged-out tail back, the scratch log, the persister's side.
 //! - `dead_publish`: publishing dead letters once the lock is released.
-//! - `leader`: the leader leg of a replicated queue (`cluster/quorum`).
-//! The other children hold their own types: `args` (arguments), `dead_letter` (the dead letter's
-//! copy and `x-death`), `handle` (`QueueRef`), `owner` (`QueueOwner`), `stream` (stream queues).
+//! - `leader`: the hook a replicated queue's leader leg runs through (`LeaderHook`,
+//!   `LeaderIo`; implemented in `cluster/quorum/leg.rs`), and the leader's primitives.
 //!
-//! The shared types stay here: the `impl Queue` children import `super`, and this file imports
-//! none of those four, so the split adds no import cycle.
+//! The other children hold their own types: `args` (arguments), `dead_letter` (the dead letter's
+//! copy and `x-death`), `handle` (`QueueRef`, `QueueKind`, `DeliverySink`), `owner`
+//! (`QueueOwner`), `fan_out` (publishing to routed queues with one confirm), `stream` (stream
+//! queues). `tests` runs this host with a fake sink and owner. The queue layer names nothing
+//! above it (`docs/ARCHITECTURE.md`, "Layers").
 
 pub mod args;
 mod consume;

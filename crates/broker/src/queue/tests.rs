@@ -269,7 +269,12 @@ fn a_fan_out_confirms_once_and_a_refusal_nacks() {
     let refusing = QueueRef::Local(queue("full", full, &owner));
     let to: Arc<dyn ConfirmTarget> = Arc::new(Confirmed::default());
     let m = msg("a", true);
-    let out = fan_out(&m, &[open.clone()], Some(ConfirmTo::Target(&to, 1)), |_| {});
+    let out = fan_out(
+        &m,
+        std::slice::from_ref(&open),
+        Some(ConfirmTo::Target(&to, 1)),
+        |_| {},
+    );
     assert_eq!(
         out,
         FannedOut::Settled { accepted: true },

@@ -27,7 +27,7 @@ fn queue_json(b: &Broker, q: &QueueRef) -> Value {
         "messages_unacknowledged": unacked, "consumers": q.consumer_count(),
         "policy": policy.as_ref().map(|p| p.name.clone()),
         "effective_policy_definition": policy.map(|p| Value::Object(p.definition)).unwrap_or(json!({})),
-        "state": if q.remote().is_some_and(|r| !warren_broker::cluster::Cluster::of(&b).is_some_and(|c| c.running(&r.home))) { "down" } else { "running" },
+        "state": if q.remote().is_some_and(|r| !warren_broker::cluster::Cluster::of(b).is_some_and(|c| c.running(&r.home))) { "down" } else { "running" },
         "type": q.type_name(), "node": q.home().unwrap_or_else(|| b.config.node_name.clone()),
         "message_stats": crate::stats_api::queue_message_stats(b, q),
     });
@@ -36,7 +36,7 @@ fn queue_json(b: &Broker, q: &QueueRef) -> Value {
         let members = r.members();
         let online: Vec<&String> = members
             .iter()
-            .filter(|m| warren_broker::cluster::Cluster::of(&b).is_some_and(|c| c.running(m)))
+            .filter(|m| warren_broker::cluster::Cluster::of(b).is_some_and(|c| c.running(m)))
             .collect();
         let leader = r.leader();
         if r.mirrored() {

@@ -55,7 +55,7 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
                     continue;
                 };
                 // Id 0: the publisher wants no confirm.
-                let confirm = (id != 0).then(|| ConfirmTo::Target(&to, id));
+                let confirm = (id != 0).then_some(ConfirmTo::Target(&to, id));
                 let out = fan_out(&Arc::new(msg), std::slice::from_ref(q), confirm, |_| {});
                 if let (FannedOut::Settled { accepted }, true) = (out, id != 0) {
                     send_confirm(link, id, accepted);
