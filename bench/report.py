@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Renders docs/benchmarks.md and its SVG charts from the bench scripts' results.
 
-    python3 bench/report.py [--root DIR] [--results DIR ...] [--check]
+    python3 bench/report.py [--root DIR] [--results DIR ...] [--check] [--sections-only]
 
 Inputs, each from the newest directory under bench/results/ (by name: perf-<UTC stamp>) that holds it:
   perf-*/runs.tsv, header.md, commands.tsv   bench/perf.sh: one row per run, the run's header, the
@@ -13,7 +13,9 @@ Inputs, each from the newest directory under bench/results/ (by name: perf-<UTC 
 directories holds still comes from the newest. --root is the repository (default: this script's
 parent). Outputs: docs/benchmarks.md and docs/benchmarks/img/*.svg; that folder is this script's,
 so an SVG there that it did not write is removed. --check writes nothing and exits 1 when any output
-on disk differs from what would be rendered. Standard library only; same inputs, same bytes.
+on disk differs from what would be rendered. --sections-only renders only the hand-written sections
+into the page on disk, keeping the measured part above them (a checkout without the bench/results/
+the page was made from). Standard library only; same inputs, same bytes.
 """
 import argparse
 import glob
@@ -621,13 +623,37 @@ def render(root, named):
                "Each panel has its own scale; the tables above have the figures.", "",
                "![received msg/s by scenario, generator and broker](benchmarks/img/throughput.svg)", ""]
 
-    sec_dir = os.path.join(root, SECTIONS)
-    for p in sorted(glob.glob(os.path.join(sec_dir, "*.md"))):
-        text = open(p, encoding="utf-8").read().strip("\n")
-        md += [rel_links(text, SECTIONS, posixpath.dirname(PAGE)), ""]
-    md += [f"Older runs and the investigations behind these figures: [benchmark notes]({NOTES_INDEX}).", ""]
+    md += sections_md(root)
     files[PAGE] = "\n".join(md)
     return files
+
+
+def section_texts(root):
+    """The hand-written sections, in name order, as they read on the page."""
+    sec_dir = os.path.join(root, SECTIONS)
+    return [rel_links(open(p, encoding="utf-8").read().strip("\n"), SECTIONS, posixpath.dirname(PAGE))
+            for p in sorted(glob.glob(os.path.join(sec_dir, "*.md")))]
+
+
+def sections_md(root):
+    """The page's tail: the hand-written sections, then the link to the notes."""
+    md = []
+    for text in section_texts(root):
+        md += [text, ""]
+    md += [f"Older runs and the investigations behind these figures: [benchmark notes]({NOTES_INDEX}).", ""]
+    return md
+
+
+def splice_sections(root):
+    """The page on disk with its hand-written sections rendered again and the measured part
+    above them kept as it is: for a checkout without the bench/results/ the page was made from."""
+    page = open(os.path.join(root, PAGE), encoding="utf-8", newline="").read()
+    lines = page.split("\n")
+    heads = {t.split("\n", 1)[0] for t in section_texts(root)}
+    starts = [i for i, ln in enumerate(lines) if ln in heads]
+    if not starts:
+        raise SystemExit(f"report.py: no hand-written section's heading found in {PAGE}")
+    return {PAGE: "\n".join(lines[:starts[0]] + sections_md(root))}
 
 
 def main(argv=None):
@@ -636,14 +662,16 @@ def main(argv=None):
     ap.add_argument("--results", action="append", default=[], metavar="DIR",
                     help="a perf-* or cores-* results directory to use (repeatable)")
     ap.add_argument("--check", action="store_true", help="exit 1 if the files on disk differ; write nothing")
+    ap.add_argument("--sections-only", action="store_true",
+                    help="render only the hand-written sections into the page on disk, keeping its measured part")
     a = ap.parse_args(argv)
     for d in a.results:
         if not os.path.isdir(d):
             ap.error(f"--results {d}: not a directory")
-    files = render(a.root, a.results)
+    files = splice_sections(a.root) if a.sections_only else render(a.root, a.results)
     img_dir = os.path.join(a.root, IMG)
     stale = [os.path.relpath(p, a.root).replace(os.sep, "/") for p in sorted(glob.glob(os.path.join(img_dir, "*.svg")))]
-    stale = [p for p in stale if p not in files]
+    stale = [] if a.sections_only else [p for p in stale if p not in files]
     if a.check:
         bad = list(stale)
         for rel, text in sorted(files.items()):

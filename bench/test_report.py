@@ -185,6 +185,20 @@ class ReportTest(unittest.TestCase):
         self.assertIn("`perf-20260102T000000Z` (latency sweep)", p)
         self.assertIn("`cores-20260102T000000Z` (cores)", p)
 
+    def test_sections_only_keeps_the_measured_part(self):
+        run("--root", self.root)
+        measured = self.page().split("## Extra")[0]
+        shutil.rmtree(os.path.join(self.root, "bench", "results"))
+        write(os.path.join(self.root, "docs", "benchmarks", "sections", "20-y.md"), ["## Later", "", "A [link](../notes/c.md)."])
+        self.assertEqual(run("--root", self.root, "--sections-only", "--check"), 1)
+        self.assertEqual(run("--root", self.root, "--sections-only"), 0)
+        p = self.page()
+        self.assertTrue(p.startswith(measured), "the measured part is kept as it was")
+        self.assertIn("## Later\n\nA [link](benchmarks/notes/c.md).", p)
+        self.assertTrue(p.rstrip().endswith("[benchmark notes](benchmarks/notes/README.md)."))
+        self.assertEqual(run("--root", self.root, "--sections-only", "--check"), 0)
+        self.assertTrue(os.path.isfile(os.path.join(self.root, "docs", "benchmarks", "img", "throughput.svg")))
+
     def test_no_results(self):
         shutil.rmtree(os.path.join(self.root, "bench", "results"))
         self.assertEqual(run("--root", self.root), 0)
