@@ -42,9 +42,8 @@ use crate::message::{header_routes, Message};
 use crate::metrics::{bump, delivered, ChannelStats};
 use crate::outbox::{self, Outbox};
 use crate::queue::args::parse_expiration;
-use crate::queue::{
-    fan_out, ConfirmTo, Consumer, FannedOut, Offer, Queue, QueueRef, QueuedMessage,
-};
+use crate::queue::{ConfirmTo, Consumer, FannedOut, Offer, Queue, QueueRef, QueuedMessage};
+use crate::vhost::publish::Published;
 use crate::vhost::{VHost, DIRECT_REPLY_TO};
 
 /// A delivery awaiting ack.
@@ -180,16 +179,6 @@ impl ChannelShared {
             });
         }
     }
-}
-
-/// Whether no binding of a delayed exchange would take `msg` now (`targets` is left empty).
-#[cold]
-#[inline(never)]
-fn unroutable_now(vhost: &VHost, msg: &Message, targets: &mut Vec<QueueRef>) -> bool {
-    vhost.route_due(&msg.exchange, msg, targets);
-    let none = targets.is_empty();
-    targets.clear();
-    none
 }
 
 /// What an ack, nack or reject does with the deliveries it names.
@@ -481,48 +470,47 @@ impl Channel {
         vhost: &Arc<VHost>,
     ) -> AmqpResult<()> {
         let mut targets = std::mem::take(&mut self.route_buf);
-        targets.clear();
         bump(&self.shared.stats.publish, 1);
-        let routed = vhost.route_keys(
-            &msg.exchange,
-            &msg.routing_key,
-            cc,
-            &msg.properties,
-            &mut targets,
-        );
-        let delay = match routed {
-            Ok(d) => d,
-            Err(e) => {
-                self.route_buf = targets;
-                return Err(e);
+        let seq = self.confirm.then_some(self.next_publish_seq);
+        let confirm = seq.map(|seq| ConfirmTo::Channel(&self.confirms, seq));
+        let pressured = &mut self.pressured;
+        let published = vhost.publish(msg, cc, mandatory, confirm, &mut targets, |q| {
+            if q.pressured() && !pressured.iter().any(|x| x.ptr_eq(q)) {
+                pressured.push(q.clone());
             }
-        };
-        let seq = if self.confirm {
+        });
+        self.route_buf = targets;
+        let published = published?;
+        if seq.is_some() {
             self.next_publish_seq += 1;
-            Some(self.next_publish_seq - 1)
-        } else {
-            None
-        };
-        // Held by a delayed exchange, unless mandatory and unroutable now: then returned below
-        // like any other (the plugin returns every mandatory one; routing happens when due).
-        if let Some(delay) = delay {
-            if !(mandatory && unroutable_now(vhost, &msg, &mut targets)) {
-                self.hold_delayed(msg, delay, seq, vhost, targets);
-                return Ok(());
+        }
+        match published {
+            // A delayed exchange's store holds it (the plugin returns a mandatory one only
+            // when nothing would take it now: then it is unroutable below).
+            Published::Held | Published::Routed(FannedOut::Pending) => {}
+            Published::Routed(FannedOut::Settled { accepted }) => {
+                if let Some(seq) = seq {
+                    self.confirms.settled(seq, accepted);
+                }
             }
+            Published::Unroutable(msg) => self.unroutable(msg, mandatory, seq),
         }
-        if targets.is_empty() {
-            let st = &self.shared.stats;
-            bump(
-                if mandatory {
-                    &st.return_unroutable
-                } else {
-                    &st.drop_unroutable
-                },
-                1,
-            );
-        }
-        if targets.is_empty() && mandatory {
+        Ok(())
+    }
+
+    /// A message no queue takes: counted, returned if mandatory, and confirmed (as RabbitMQ
+    /// confirms an unroutable message).
+    fn unroutable(&mut self, msg: Message, mandatory: bool, seq: Option<u64>) {
+        let st = &self.shared.stats;
+        bump(
+            if mandatory {
+                &st.return_unroutable
+            } else {
+                &st.drop_unroutable
+            },
+            1,
+        );
+        if mandatory {
             let frame_max = self.shared.outbox.frame_max.load(Ordering::Relaxed);
             let ret = Method::BasicReturn(BasicReturn {
                 reply_code: reply::NO_ROUTE,
@@ -536,23 +524,9 @@ impl Channel {
                 outbox::write_content(b, id, frame_max, &msg);
             });
         }
-        if !targets.is_empty() {
-            let confirm = seq.map(|seq| ConfirmTo::Channel(&self.confirms, seq));
-            let pressured = &mut self.pressured;
-            let out = fan_out(&Arc::new(msg), &targets, confirm, |q| {
-                if q.pressured() && !pressured.iter().any(|x| x.ptr_eq(q)) {
-                    pressured.push(q.clone());
-                }
-            });
-            if let (FannedOut::Settled { accepted }, Some(seq)) = (out, seq) {
-                self.confirms.settled(seq, accepted);
-            }
-            targets.clear();
-        } else if let Some(seq) = seq {
+        if let Some(seq) = seq {
             self.confirms.settled(seq, true);
         }
-        self.route_buf = targets;
-        Ok(())
     }
 }
 

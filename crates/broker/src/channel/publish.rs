@@ -3,17 +3,12 @@
 //! goes to [`Channel::publish`] and [`Channel::route`], which stay in `mod.rs` (see there),
 //! and a delayed exchange's hold is done here, out of their line.
 
-use std::sync::Arc;
-
 use bytes::{Bytes, BytesMut};
 use warren_protocol::method::BasicPublish;
 use warren_protocol::properties::ContentHeader;
 
 use super::{Channel, PublishState};
 use crate::error::{AmqpError, AmqpResult};
-use crate::message::Message;
-use crate::queue::QueueRef;
-use crate::vhost::VHost;
 
 impl Channel {
     /// basic.publish: its content header and body frames follow.
@@ -145,37 +140,5 @@ impl Channel {
             body.freeze()
         };
         Ok(Some((publish, header, whole)))
-    }
-
-    /// A publish to a delayed exchange with a positive `x-delay`: held by the exchange's store.
-    /// Out of line: the common publish does not pay for it.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn hold_delayed(
-        &mut self,
-        msg: Message,
-        delay: u64,
-        seq: Option<u64>,
-        vhost: &Arc<VHost>,
-        targets: Vec<QueueRef>,
-    ) {
-        self.route_buf = targets;
-        let handle = seq.map(|s| self.confirms.pending(s, 1));
-        let took = vhost
-            .delay_store(&msg.exchange)
-            .map(|store| store.hold(msg, delay, handle.as_ref()));
-        if let Some(h) = handle {
-            match took {
-                Some(true) => {}
-                // Held without a write to wait for.
-                Some(false) => {
-                    h.done(true);
-                }
-                // The store could not be opened: the publisher gets a nack.
-                None => {
-                    h.done(false);
-                }
-            }
-        }
     }
 }

@@ -21,7 +21,7 @@ pub enum ConfirmTo<'a> {
 
 impl ConfirmTo<'_> {
     /// A confirm that waits for `waits` writes.
-    fn pending(&self, waits: usize) -> Arc<ConfirmHandle> {
+    pub fn pending(&self, waits: usize) -> Arc<ConfirmHandle> {
         match self {
             ConfirmTo::Channel(c, seq) => c.pending(*seq, waits),
             ConfirmTo::Target(t, seq) => ConfirmHandle::for_target((*t).clone(), *seq, waits),

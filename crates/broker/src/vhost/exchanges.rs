@@ -245,7 +245,7 @@ impl VHost {
         *self.policies.lock() = policies;
         // Derived from arguments and policies at load, so nothing to write to disk.
         if changed {
-            self.publish(&defs);
+            self.publish_snapshot(&defs);
         }
     }
 

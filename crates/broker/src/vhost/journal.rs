@@ -29,7 +29,7 @@ impl VHost {
                 )));
             }
         }
-        self.publish(defs);
+        self.publish_snapshot(defs);
         self.prune_delayed(defs);
         Ok(())
     }

@@ -16,10 +16,12 @@
 //! - `delay_stores`: the stores of delayed exchanges and of queues' delayed retries.
 //! - `reply_to`: direct reply-to's pseudo-queues.
 //! - `owner`: the vhost as its queues' owner (`queue::QueueOwner`): routing their dead letters.
+//! - `publish`: publishing, whatever the protocol: route, hold in a delayed exchange's store, or
+//!   fan out to the routed queues with one confirm (`VHost::publish`, `Published`).
 //! - `tests`: changes proposed on a cluster node, made when applied or on a single node.
 //!
-//! The shared types stay here, not in a child: every child imports `super`, and this file imports
-//! no child, so the split adds no import cycle.
+//! The shared types stay here (a child's own result type, `publish::Published`, stays with it):
+//! every child imports `super`, and this file imports no child.
 
 mod bindings;
 mod delay_stores;
@@ -27,6 +29,7 @@ mod equivalence;
 mod exchanges;
 mod journal;
 mod owner;
+pub mod publish;
 mod queue_type;
 mod queues;
 mod recovery;

@@ -199,7 +199,7 @@ impl VHost {
                 c.clone()
                     .replicated_queue(name.clone(), self, options, group, members.to_vec());
             defs.queues.insert(name, q.clone());
-            self.publish(&defs);
+            self.publish_snapshot(&defs);
             self.churn.queue_created.fetch_add(1, Relaxed);
             tracing::info!(vhost = %self.name, queue = spec.name, group = %format!("{group:016x}"), members = ?members, "quorum queue declared");
             return Ok(q);
@@ -209,7 +209,7 @@ impl VHost {
                 c.clone()
                     .remote_queue(name.clone(), self.name.clone(), options, home.to_string());
             defs.queues.insert(name, q.clone());
-            self.publish(&defs);
+            self.publish_snapshot(&defs);
             tracing::info!(vhost = %self.name, queue = spec.name, home, "queue declared");
             return Ok(q);
         }

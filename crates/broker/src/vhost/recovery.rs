@@ -164,7 +164,7 @@ impl VHost {
             let n = q.message_count() as u64;
             let mut defs = self.defs.lock();
             defs.queues.insert(name, q);
-            self.publish(&defs);
+            self.publish_snapshot(&defs);
             return Ok(n);
         }
         let backing = match self.backing(Some(id)) {
@@ -191,7 +191,7 @@ impl VHost {
         ));
         let mut defs = self.defs.lock();
         defs.queues.insert(name, q);
-        self.publish(&defs);
+        self.publish_snapshot(&defs);
         Ok(n)
     }
 

@@ -295,6 +295,6 @@ impl VHost {
                 xm.bindings_changed();
             }
         }
-        self.publish(&defs);
+        self.publish_snapshot(&defs);
     }
 }

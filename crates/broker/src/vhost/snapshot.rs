@@ -16,7 +16,7 @@ impl VHost {
         self.snapshot.load()
     }
 
-    pub(super) fn publish(&self, defs: &Snapshot) {
+    pub(super) fn publish_snapshot(&self, defs: &Snapshot) {
         self.snapshot.store(Arc::new(defs.clone()));
     }
 

@@ -187,3 +187,86 @@ async fn a_single_node_makes_its_change_at_once_and_journals_it() {
     persister.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Publishing through the vhost, as any front end does: routed by key, unroutable, and to a
+/// queue that refuses it (a nack for a wanted confirm).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_is_routed_returned_or_refused_whatever_the_protocol() {
+    use crate::confirm::ConfirmTarget;
+    use crate::queue::{ConfirmTo, FannedOut};
+    use crate::vhost::publish::Published;
+    use warren_protocol::{ByteString, FieldValue};
+
+    let s = storage("publish");
+    let (dir, persister) = (s.dir.clone(), s.persister.clone());
+    let v = VHost::open("/", s).unwrap();
+    let none = FieldTable::new();
+    let mut full = FieldTable::new();
+    full.insert("x-max-length", FieldValue::I32(0));
+    full.insert("x-overflow", FieldValue::LongStr("reject-publish".into()));
+    v.declare_exchange(&exchange("x")).unwrap();
+    let open = v.declare_queue(&queue("open", &none)).unwrap();
+    v.declare_queue(&queue("full", &full)).unwrap();
+    v.bind_queue("open", "x", "k", &none, true, None).unwrap();
+    v.bind_queue("full", "x", "refused", &none, true, None)
+        .unwrap();
+    v.bind_queue("open", "x", "refused", &none, true, None)
+        .unwrap();
+    let msg = |key: &str| crate::message::Message {
+        exchange: ByteString::from("x"),
+        routing_key: ByteString::from(key),
+        properties: warren_protocol::properties::BasicProperties::default().to_bytes(),
+        body: Bytes::from_static(b"m"),
+        persistent: false,
+        priority: None,
+        expiration_ms: None,
+    };
+    #[derive(Default)]
+    struct Told(parking_lot::Mutex<Vec<(u64, bool)>>);
+    impl ConfirmTarget for Told {
+        fn confirmed(self: Arc<Self>, seq: u64, ok: bool) {
+            self.0.lock().push((seq, ok));
+        }
+    }
+    let to: Arc<dyn ConfirmTarget> = Arc::new(Told::default());
+    let mut buf = Vec::new();
+    let mut seen = 0;
+    let out = v.publish(
+        msg("k"),
+        &[],
+        false,
+        Some(ConfirmTo::Target(&to, 1)),
+        &mut buf,
+        |_| seen += 1,
+    );
+    assert!(matches!(
+        out,
+        Ok(Published::Routed(FannedOut::Settled { accepted: true }))
+    ));
+    assert_eq!((seen, open.message_count(), buf.len()), (1, 1, 0));
+    let out = v.publish(msg("nowhere"), &[], true, None, &mut buf, |_| {});
+    assert!(matches!(out, Ok(Published::Unroutable(m)) if &*m.routing_key == "nowhere"));
+    let out = v.publish(msg("refused"), &[], false, None, &mut buf, |_| {});
+    assert!(matches!(
+        out,
+        Ok(Published::Routed(FannedOut::Settled { accepted: false }))
+    ));
+    assert_eq!(
+        open.message_count(),
+        2,
+        "the open queue took it all the same"
+    );
+    let gone = crate::message::Message {
+        exchange: ByteString::from("no-such-exchange"),
+        ..msg("k")
+    };
+    assert_eq!(
+        v.publish(gone, &[], false, None, &mut buf, |_| {})
+            .err()
+            .map(|e| e.code),
+        Some(404)
+    );
+    drop((open, v));
+    persister.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,101 @@
+//! Publishing into a vhost, whatever the protocol: route by exchange and keys, hold in a
+//! delayed exchange's store, or publish to the routed queues with one confirm
+//! (`queue::fan_out`). The AMQP 0-9-1 channel is one client (`channel/mod.rs`, `route`); a front
+//! end for another protocol publishes the same way and keeps only its own replies (an AMQP
+//! basic.return for an unroutable mandatory message).
+
+use std::sync::Arc;
+
+use warren_protocol::ByteString;
+
+use super::VHost;
+use crate::error::AmqpResult;
+use crate::message::Message;
+use crate::queue::{fan_out, ConfirmTo, FannedOut, QueueRef};
+
+/// What became of a publish.
+pub enum Published {
+    /// It went to the queues it was routed to.
+    Routed(FannedOut),
+    /// No queue takes it: the message comes back (a wanted confirm is the caller's to send:
+    /// an unroutable message is confirmed, as RabbitMQ does).
+    Unroutable(Message),
+    /// A delayed exchange's store holds it; its confirm follows the store's write.
+    Held,
+}
+
+impl VHost {
+    /// Publishes `msg` by its exchange and routing key plus `extra_keys` (CC and BCC), with
+    /// `confirm` if one is wanted. A delayed exchange holds it, unless `must_route` (AMQP's
+    /// mandatory) and nothing would take it now: then it is unroutable now, like any other.
+    /// `each` sees every queue it went to (the channel collects the pressured ones); `targets`
+    /// is the caller's buffer, left empty.
+    #[inline]
+    pub fn publish(
+        self: &Arc<Self>,
+        msg: Message,
+        extra_keys: &[ByteString],
+        must_route: bool,
+        confirm: Option<ConfirmTo<'_>>,
+        targets: &mut Vec<QueueRef>,
+        each: impl FnMut(&QueueRef),
+    ) -> AmqpResult<Published> {
+        targets.clear();
+        let delay = self.route_keys(
+            &msg.exchange,
+            &msg.routing_key,
+            extra_keys,
+            &msg.properties,
+            targets,
+        )?;
+        if let Some(delay) = delay {
+            if !(must_route && self.unroutable_now(&msg, targets)) {
+                targets.clear();
+                self.hold_delayed(msg, delay, confirm);
+                return Ok(Published::Held);
+            }
+        }
+        if targets.is_empty() {
+            return Ok(Published::Unroutable(msg));
+        }
+        let out = fan_out(&Arc::new(msg), targets, confirm, each);
+        targets.clear();
+        Ok(Published::Routed(out))
+    }
+
+    /// Whether no binding of a delayed exchange would take `msg` now (`targets` is left empty).
+    #[cold]
+    #[inline(never)]
+    fn unroutable_now(&self, msg: &Message, targets: &mut Vec<QueueRef>) -> bool {
+        targets.clear();
+        self.route_due(&msg.exchange, msg, targets);
+        let none = targets.is_empty();
+        targets.clear();
+        none
+    }
+
+    /// Hands `msg` to its delayed exchange's store; `confirm` is done once the store has it
+    /// (on disk for a persistent message in a durable store), or nacked if the store could not
+    /// be opened.
+    #[cold]
+    #[inline(never)]
+    fn hold_delayed(self: &Arc<Self>, msg: Message, delay: u64, confirm: Option<ConfirmTo<'_>>) {
+        let handle = confirm.map(|c| c.pending(1));
+        let took = self
+            .delay_store(&msg.exchange)
+            .map(|store| store.hold(msg, delay, handle.as_ref()));
+        if let Some(h) = handle {
+            match took {
+                Some(true) => {}
+                // Held without a write to wait for.
+                Some(false) => {
+                    h.done(true);
+                }
+                // The store could not be opened: the publisher gets a nack.
+                None => {
+                    h.done(false);
+                }
+            }
+        }
+    }
+}
