@@ -42,16 +42,16 @@ def summary(runs, new="warren", base="warren-base"):
         rate = [(num(b["recv_rate"]), num(n["recv_rate"])) for b, n in pairs]
         cpu = [(cpu_per_m(b), cpu_per_m(n)) for b, n in pairs]
 
-        def cells(xs):
+        def cells(xs, fmt):
             ok = [(a, b) for a, b in xs if a and b]
             if not ok:
                 return "-", "-", "-"
             ratios = [b / a for a, b in ok]
-            return (f"{statistics.median(a for a, _ in ok):,.0f}" if ok[0][0] > 100 else f"{statistics.median(a for a, _ in ok):.2f}",
-                    f"{statistics.median(b for _, b in ok):,.0f}" if ok[0][1] > 100 else f"{statistics.median(b for _, b in ok):.2f}",
+            return (fmt.format(statistics.median(a for a, _ in ok)),
+                    fmt.format(statistics.median(b for _, b in ok)),
                     f"{statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})")
-        r1, r2, r3 = cells(rate)
-        c1, c2, c3 = cells(cpu)
+        r1, r2, r3 = cells(rate, "{:,.0f}")
+        c1, c2, c3 = cells(cpu, "{:.2f}")
         out.append(f"| {s} | {tool} | {len(pairs)} | {r1} | {r2} | {r3} | {c1} | {c2} | {c3} |")
     return "\n".join(out)
 

@@ -11,6 +11,11 @@ pub fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// Unix time in seconds (`x-death` times).
+pub fn unix_s() -> u64 {
+    unix_ms() / 1000
+}
+
 /// Unix time in milliseconds.
 pub fn unix_ms() -> u64 {
     std::time::SystemTime::now()

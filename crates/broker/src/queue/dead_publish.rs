@@ -6,13 +6,6 @@ use std::sync::Arc;
 use super::{dead_letter, DeadRoute, Queue, QueueArgs, Reason};
 use crate::message::Message;
 
-/// Seconds since the Unix epoch (`x-death` times).
-pub(super) fn unix_now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 impl Queue {
     /// The copy of `msg` to publish to the dead-letter exchange, and its extra routing keys;
     /// none without one.
@@ -39,7 +32,7 @@ impl Queue {
         let Some(owner) = self.owner.upgrade() else {
             return;
         };
-        let now_s = unix_now_s();
+        let now_s = crate::clock::unix_s();
         let mut targets = Vec::new();
         for (msg, reason) in dead {
             let Some((m, cc)) = self.dead_copy(&args, &msg, reason, now_s) else {

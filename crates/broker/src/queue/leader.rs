@@ -28,9 +28,9 @@ use crate::metrics::bump;
 
 /// The leader's side that needs no queue lock (held by the queue, shared with the group).
 pub trait LeaderHook: Send + Sync {
-    /// A publish: `Some(Accepted)` once handed to the group (it enters the queue when
-    /// committed), `Some(Rejected)` when the leg is retired (its confirm would be a lie).
-    fn publish(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Option<Enqueued>;
+    /// A publish: `Accepted` once handed to the group (it enters the queue when committed),
+    /// `Rejected` when the leg is retired (its confirm would be a lie).
+    fn publish(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Enqueued;
     /// Still replicating (not retired): every publish is stored by the group.
     fn replicating(&self) -> bool;
     /// The group falls behind: publishers stall on [`LeaderHook::stall`].

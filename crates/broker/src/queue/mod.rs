@@ -580,9 +580,7 @@ impl Queue {
     ) -> Enqueued {
         if let Some(l) = &self.leader {
             // Replicated: it enters the queue once committed (`LeaderCtx::publish_as`).
-            if let Some(e) = l.publish(msg.clone(), confirm) {
-                return e;
-            }
+            return l.publish(msg, confirm);
         }
         let msg = if self.quorum_type {
             Arc::new(crate::message::with_delivery_count(&msg, 0))

@@ -300,35 +300,15 @@ impl VHost {
             let message_count = match q.home_counts() {
                 Some(n) => {
                     let n = n?;
-                    if if_unused && n.consumers > 0 {
-                        return Err(AmqpError::precondition_failed(format!(
-                            "{} in use",
-                            q.describe()
-                        )));
-                    }
-                    if if_empty && n.messages > 0 {
-                        return Err(AmqpError::precondition_failed(format!(
-                            "{} not empty",
-                            q.describe()
-                        )));
-                    }
-                    n.messages
+                    deletable(&q, n.consumers, n.messages, if_unused, if_empty)?
                 }
-                None => {
-                    if if_unused && q.consumer_count() > 0 {
-                        return Err(AmqpError::precondition_failed(format!(
-                            "{} in use",
-                            q.describe()
-                        )));
-                    }
-                    if if_empty && q.message_count() > 0 {
-                        return Err(AmqpError::precondition_failed(format!(
-                            "{} not empty",
-                            q.describe()
-                        )));
-                    }
-                    q.message_count()
-                }
+                None => deletable(
+                    &q,
+                    q.consumer_count(),
+                    q.message_count(),
+                    if_unused,
+                    if_empty,
+                )?,
             };
             let m = QueueDelete {
                 queue: name.into(),
@@ -352,18 +332,10 @@ impl VHost {
                 return Err(self.locked(name));
             }
         }
-        if if_unused && q.consumer_count() > 0 {
-            return Err(AmqpError::precondition_failed(format!(
-                "{} in use",
-                q.describe()
-            )));
-        }
-        if if_empty && q.message_count() > 0 {
-            return Err(AmqpError::precondition_failed(format!(
-                "{} not empty",
-                q.describe()
-            )));
-        }
+        // Counted only for if-empty: counting expires the head, and a deleted queue's messages
+        // are not dead-lettered.
+        let messages = if if_empty { q.message_count() } else { 0 };
+        deletable(&q, q.consumer_count(), messages, if_unused, if_empty)?;
         defs.queues.remove(name);
         let mut ops: Vec<Definition> = Self::kept(&q)
             .then(|| {
@@ -406,4 +378,28 @@ impl VHost {
             let _ = self.delete_queue(q.name(), false, false, None);
         }
     }
+}
+
+/// queue.delete's `if-unused` and `if-empty` against the queue's counts (406, in RabbitMQ's
+/// words); its message count if it may go.
+fn deletable(
+    q: &QueueRef,
+    consumers: u32,
+    messages: u32,
+    if_unused: bool,
+    if_empty: bool,
+) -> AmqpResult<u32> {
+    if if_unused && consumers > 0 {
+        return Err(AmqpError::precondition_failed(format!(
+            "{} in use",
+            q.describe()
+        )));
+    }
+    if if_empty && messages > 0 {
+        return Err(AmqpError::precondition_failed(format!(
+            "{} not empty",
+            q.describe()
+        )));
+    }
+    Ok(messages)
 }

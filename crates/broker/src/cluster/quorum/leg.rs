@@ -11,7 +11,6 @@ use std::any::Any;
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,32 +27,28 @@ use crate::queue::{
 /// The leader's side that needs no queue lock.
 pub(super) struct LegHook {
     /// Publishes go to the replicator and enter once committed; what leaves for good is
-    /// settled through it. `None` once retired.
+    /// settled through it. `None` once retired (its node no longer leads): a publish is then
+    /// refused, never taken into a queue that is going (its confirm would be a lie).
     repl: arc_swap::ArcSwapOption<Replicator>,
-    /// Retired (its node no longer leads): a publish that finds no replicator is refused,
-    /// never taken into a queue that is going (its confirm would be a lie).
-    retired: AtomicBool,
 }
 
 impl LegHook {
     pub(super) fn new(repl: Arc<Replicator>) -> Arc<LegHook> {
         Arc::new(LegHook {
             repl: arc_swap::ArcSwapOption::new(Some(repl)),
-            retired: AtomicBool::new(false),
         })
     }
 }
 
 impl LeaderHook for LegHook {
-    fn publish(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Option<Enqueued> {
-        if let Some(r) = &*self.repl.load() {
-            r.submit(msg, confirm);
-            return Some(Enqueued::Accepted);
+    fn publish(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Enqueued {
+        match &*self.repl.load() {
+            Some(r) => {
+                r.submit(msg, confirm);
+                Enqueued::Accepted
+            }
+            None => Enqueued::Rejected,
         }
-        // Read after the replicator: `retire` sets this before it takes it away.
-        self.retired
-            .load(Ordering::SeqCst)
-            .then_some(Enqueued::Rejected)
     }
 
     fn replicating(&self) -> bool {
@@ -88,7 +83,6 @@ impl LeaderHook for LegHook {
     }
 
     fn retire(&self) {
-        self.retired.store(true, Ordering::SeqCst);
         self.repl.store(None);
     }
 }
@@ -102,7 +96,7 @@ impl LegHook {
             return;
         };
         let args = q.args();
-        let now_s = crate::clock::unix_ms() / 1000;
+        let now_s = crate::clock::unix_s();
         for (id, msg, reason) in kept {
             match q.dead_copy(&args, &msg, reason, now_s) {
                 Some((m, cc)) => r.dead_lettering(id, Arc::new(m), cc),
