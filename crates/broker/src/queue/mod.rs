@@ -61,7 +61,7 @@ use crate::confirm::ConfirmHandle;
 use crate::limits;
 use crate::message::Message;
 use crate::metrics::{bump, delivered, QueueStats};
-use crate::persist::Persister;
+use crate::persist::{MessageLog, Persister};
 
 /// A message in a queue, with its position so requeued messages go back where they were.
 pub type QueuedMessage = warren_queue::Entry<Arc<Message>>;
@@ -144,8 +144,8 @@ pub struct Queue {
     in_batch: AtomicBool,
     /// Persistent messages are stored (a durable queue) and their confirms wait for the fsync.
     durable_store: bool,
-    /// A non-durable queue makes a scratch log here when it pages out.
-    scratch_dir: Option<std::path::PathBuf>,
+    /// How a non-durable queue makes a scratch log when it pages out.
+    scratch: Option<OpenScratch>,
     /// The log's directory id, recorded in the definitions file.
     pub store_id: Option<u64>,
     /// Set while consumers fall behind (see `limits::QUEUE_PRESSURE_MSGS`); publishers stall on
@@ -166,13 +166,16 @@ pub struct Queue {
 /// The log a durable queue writes persistent messages to, with the confirms they owe.
 pub type Log = QueueLog<Arc<ConfirmHandle>>;
 
+/// Makes a non-durable queue's scratch log, the first time it must page out.
+pub type OpenScratch = Box<dyn Fn() -> std::io::Result<Box<dyn MessageLog>> + Send + Sync>;
+
 /// What backs a queue on disk.
 pub struct Backing {
     pub persister: Arc<Persister>,
     /// A durable queue: its log's id, the log, and what it held at boot.
-    pub durable: Option<(u64, Log, warren_store::Recovery)>,
-    /// A non-durable queue: where to make a scratch log if it must page out.
-    pub scratch_dir: Option<std::path::PathBuf>,
+    pub durable: Option<(u64, Box<dyn MessageLog>, warren_store::Recovery)>,
+    /// A non-durable queue: how to make a scratch log if it must page out.
+    pub scratch: Option<OpenScratch>,
 }
 
 /// Where the tail of a long queue (on disk only, see `limits::PAGE_OUT_BYTES`) is read back
@@ -208,7 +211,7 @@ struct Locked {
 /// released.
 #[derive(Default)]
 struct Io {
-    log: Option<Log>,
+    log: Option<Box<dyn MessageLog>>,
     pager: Option<Pager>,
     /// The last dispatch left messages ready because a consumer's connection could not take
     /// more output (as opposed to consumers out of prefetch credit).
@@ -327,7 +330,7 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
             Effect::ForgetTail { last_seq } => {
                 if let (Some(p), Some(log)) = (io.pager.take(), &mut io.log) {
                     // What is on disk only goes with one record, without reading it back.
-                    let cancelled = log.ack_range(p.cursor.next_seq, last_seq, |s| p.holds(s));
+                    let cancelled = log.ack_range(p.cursor.next_seq, last_seq, &|s| p.holds(s));
                     io.confirmed.extend(cancelled);
                     io.log_dirty = true;
                 }
@@ -395,7 +398,7 @@ impl Queue {
             ..Io::default()
         };
         let mut recovered = None;
-        let (store_id, persister, scratch_dir) = match backing {
+        let (store_id, persister, scratch) = match backing {
             None => (None, None, None),
             Some(b) => {
                 let id = b.durable.map(|(id, log, rec)| {
@@ -413,7 +416,7 @@ impl Queue {
                     io.log = Some(log);
                     id
                 });
-                (id, Some(b.persister), b.scratch_dir)
+                (id, Some(b.persister), b.scratch)
             }
         };
         let quorum_type = crate::queue::args::is_quorum(&options.arguments);
@@ -427,7 +430,7 @@ impl Queue {
             persister,
             in_batch: AtomicBool::new(false),
             durable_store: store_id.is_some(),
-            scratch_dir,
+            scratch,
             store_id,
             pressure: AtomicBool::new(false),
             relieved: tokio::sync::Notify::new(),

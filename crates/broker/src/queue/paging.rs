@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use warren_queue::PagedIn;
 
-use super::{holds, Io, Log, Queue, QueuedMessage};
+use super::{holds, Io, Queue, QueuedMessage};
 use crate::confirm::ConfirmHandle;
 use crate::limits;
 
@@ -18,7 +18,7 @@ impl Io {
             return PagedIn::default();
         };
         let (recovered, max) = (&p.recovered, p.recovered_max);
-        let got = match log.read(&mut p.cursor, limits::PAGE_IN_BYTES, |s| {
+        let got = match log.read(&mut p.cursor, limits::PAGE_IN_BYTES, &|s| {
             holds(recovered, max, s)
         }) {
             Ok(got) => got,
@@ -69,12 +69,11 @@ impl Queue {
         if io.log.is_some() {
             return true;
         }
-        let Some(dir) = self.scratch_dir.as_deref().filter(|_| !io.scratch_failed) else {
+        let Some(open) = self.scratch.as_ref().filter(|_| !io.scratch_failed) else {
             return false;
         };
-        match Log::open(dir, crate::persist::stored_body_len) {
-            Ok((mut log, _)) => {
-                log.set_scratch();
+        match open() {
+            Ok(log) => {
                 io.log = Some(log);
                 true
             }
@@ -99,7 +98,7 @@ impl Queue {
         let mut st = self.state.lock();
         let io = &mut st.io;
         io.log_dirty = false;
-        crate::persist::write_counted(io.log.as_mut(), self.persister.as_ref())
+        crate::persist::write_counted(io.log.as_deref_mut(), self.persister.as_ref())
     }
 }
 

@@ -100,21 +100,27 @@ impl VHost {
                 crate::queue::Log::open(&dir, crate::persist::stored_body_len).map(|(log, rec)| {
                     Backing {
                         persister,
-                        durable: Some((id, log, rec)),
-                        scratch_dir: None,
+                        durable: Some((id, Box::new(log), rec)),
+                        scratch: None,
                     }
                 })
             }
-            None => Ok(Backing {
-                persister,
-                durable: None,
-                scratch_dir: Some(
-                    storage
-                        .dir
-                        .join("scratch")
-                        .join(format!("{:016x}", rand::random::<u64>())),
-                ),
-            }),
+            None => {
+                let dir = storage
+                    .dir
+                    .join("scratch")
+                    .join(format!("{:016x}", rand::random::<u64>()));
+                Ok(Backing {
+                    persister,
+                    durable: None,
+                    scratch: Some(Box::new(move || {
+                        let (mut log, _) =
+                            crate::queue::Log::open(&dir, crate::persist::stored_body_len)?;
+                        log.set_scratch();
+                        Ok(Box::new(log) as Box<dyn crate::persist::MessageLog>)
+                    })),
+                })
+            }
         })
     }
 

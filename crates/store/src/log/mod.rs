@@ -87,6 +87,20 @@ pub struct Cursor {
     pub next_seq: u64,
 }
 
+impl Cursor {
+    /// A cursor from the log's first segment on that skips enqueues below `next_seq`: valid for
+    /// any log, where [`QueueLog::cursor_at_start`] and [`QueueLog::cursor_at_end`] start
+    /// closer to what is wanted. A log kept elsewhere (a test's, in memory) uses only
+    /// `next_seq`.
+    pub fn from_seq(next_seq: u64) -> Cursor {
+        Cursor {
+            segment: 0,
+            offset: 0,
+            next_seq,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Segment {
     id: u64,

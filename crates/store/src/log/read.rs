@@ -130,6 +130,12 @@ mod tests {
         // A cursor past what was read sees only later enqueues.
         log.enqueue(42, tagged(42, 100), None, false);
         assert_eq!(read_all(&log, &mut c, |_| true), vec![42]);
+        // A cursor made from a seq alone reads from the first segment and skips what is below.
+        let mut c = crate::log::Cursor::from_seq(38);
+        assert_eq!(
+            read_all(&log, &mut c, |_| true),
+            (38..43).collect::<Vec<_>>()
+        );
         drop(log);
         let (log, rec) = QueueLog::<()>::open(&dir, measure).expect("reopen");
         let durable: Vec<u64> = (0..42).filter(|i| i % 3 != 0).collect();
