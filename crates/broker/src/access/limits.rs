@@ -71,7 +71,7 @@ impl Access {
         replace: bool,
         at: Option<Applying>,
     ) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated(at) {
+        if let Some(c) = self.proposer(at) {
             return c.mgmt_change(DefOp::SetLimits {
                 user: scope == LimitScope::User,
                 name: name.into(),
@@ -113,7 +113,7 @@ impl Access {
         key: Option<&str>,
         at: Option<Applying>,
     ) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated(at) {
+        if let Some(c) = self.proposer(at) {
             return c.mgmt_change(DefOp::ClearLimit {
                 user: scope == LimitScope::User,
                 name: name.into(),

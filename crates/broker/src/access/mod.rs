@@ -199,7 +199,8 @@ pub struct Access {
     /// Moves on every change of users or permissions; channels drop cached decisions then.
     generation: AtomicU64,
     file: Option<PathBuf>,
-    /// In a cluster, changes are proposed through it and made when applied (`cluster/mod.rs`).
+    /// Where a change asked for goes, to be made when applied: the cluster, or a single
+    /// node's applier (`server/apply.rs`).
     proposer: std::sync::OnceLock<Arc<dyn Proposer>>,
 }
 
@@ -416,9 +417,8 @@ mod tests {
         );
         assert!(a.user("u").is_none() && a.user("single").is_some());
         // Applied: made here (and written), not proposed again.
-        a.put_user_at(user("u"), Some(Applying { index: 7 }))
-            .unwrap();
-        a.delete_user_at("single", Some(Applying { index: 8 }))
+        a.put_user_at(user("u"), Some(Applying::entry(7))).unwrap();
+        a.delete_user_at("single", Some(Applying::entry(8)))
             .unwrap();
         assert!(p.ops.lock().is_empty());
         assert!(a.user("u").is_some() && a.user("single").is_none());

@@ -17,7 +17,7 @@ impl Access {
         p: PermissionDef,
         at: Option<Applying>,
     ) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated(at) {
+        if let Some(c) = self.proposer(at) {
             return c.mgmt_change(DefOp::SetPermissions(p));
         }
         let (user, vhost) = (p.user.clone(), p.vhost.clone());
@@ -47,7 +47,7 @@ impl Access {
         vhost: &str,
         at: Option<Applying>,
     ) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated(at) {
+        if let Some(c) = self.proposer(at) {
             return c.mgmt_change(DefOp::ClearPermissions {
                 user: user.into(),
                 vhost: vhost.into(),

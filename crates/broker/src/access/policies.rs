@@ -27,7 +27,7 @@ impl Access {
 
     /// [`Access::put_policy`], or (`at`) the one a committed entry carries.
     pub fn put_policy_at(&self, p: PolicyDef, at: Option<Applying>) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated(at) {
+        if let Some(c) = self.proposer(at) {
             return c.mgmt_change(DefOp::PutPolicy(p));
         }
         self.change(|i| {
@@ -50,7 +50,7 @@ impl Access {
         name: &str,
         at: Option<Applying>,
     ) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated(at) {
+        if let Some(c) = self.proposer(at) {
             return c.mgmt_change(DefOp::DeletePolicy {
                 vhost: vhost.into(),
                 name: name.into(),

@@ -100,13 +100,14 @@ impl Access {
         })
     }
 
-    /// A cluster node's: its changes are proposed through `p` from now on.
+    /// Where its changes go from now on: the cluster, or a single node's applier
+    /// (`server/apply.rs`), which makes each at once through the `*_at` methods.
     pub fn set_proposer(&self, p: Arc<dyn Proposer>) {
         let _ = self.proposer.set(p);
     }
 
     /// What to propose a change through, unless this is a change being applied (`at`).
-    pub(super) fn replicated(&self, at: Option<Applying>) -> Option<&dyn Proposer> {
+    pub(super) fn proposer(&self, at: Option<Applying>) -> Option<&dyn Proposer> {
         self.proposer.get().filter(|_| at.is_none()).map(|p| &**p)
     }
 

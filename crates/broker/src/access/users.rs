@@ -40,7 +40,7 @@ impl Access {
 
     /// [`Access::put_user`], or (`at`) the one a committed entry carries.
     pub fn put_user_at(&self, u: UserDef, at: Option<Applying>) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated(at) {
+        if let Some(c) = self.proposer(at) {
             return c.mgmt_change(DefOp::PutUser(u));
         }
         if u.name.is_empty() {
@@ -71,7 +71,7 @@ impl Access {
 
     /// [`Access::delete_user`], or (`at`) the one a committed entry carries.
     pub fn delete_user_at(&self, name: &str, at: Option<Applying>) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated(at) {
+        if let Some(c) = self.proposer(at) {
             return c.mgmt_change(DefOp::DeleteUser(name.into()));
         }
         self.change(|i| {

@@ -1,17 +1,15 @@
-//! The broker as the metadata group's Raft state machine: applying an entry runs the same vhost
-//! and access code a single node runs, given the entry as an [`Applying`] so that code makes
-//! the change instead of proposing it, and a snapshot is the whole metadata state.
+//! The broker as the metadata group's Raft state machine: applying an entry runs the applier a
+//! single node runs (`server/apply.rs`), given the entry as an [`Applying`] so that the vhost
+//! and access code make the change instead of proposing it, and a snapshot is the whole
+//! metadata state.
 
 use std::sync::{Arc, Weak};
 
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use warren_protocol::Method;
 
 use crate::access::AccessFile;
 use crate::cluster::ClusterQueue;
 use crate::definitions::op::{Applying, DefOp, DefReply};
-use crate::error::AmqpError;
 use crate::server::Broker;
 
 /// What the state machine hands back to a proposer: the entry's index and its outcome.
@@ -30,7 +28,7 @@ impl warren_cluster::StateMachine for BrokerSm {
             return Vec::new();
         };
         let reply = match serde_json::from_slice::<DefOp>(command) {
-            Ok(op) => apply(&b, op, Applying { index }),
+            Ok(op) => apply(&b, op, Applying::entry(index)),
             Err(e) => {
                 tracing::error!(index, error = %e, "undecodable metadata entry skipped");
                 DefReply::Mgmt {
@@ -58,53 +56,10 @@ impl warren_cluster::StateMachine for BrokerSm {
     }
 }
 
+/// Applies a committed entry: a replicated queue's members here, the rest as a single node
+/// applies it (`server/apply.rs`).
 fn apply(b: &Arc<Broker>, op: DefOp, at: Applying) -> DefReply {
-    let now = Some(at);
     match op {
-        DefOp::Vhost {
-            vhost,
-            method,
-            queue,
-        } => {
-            let Some(v) = b.vhost(&vhost) else {
-                return DefReply::amqp(Err(AmqpError::not_found(format!("no vhost '{vhost}'"))));
-            };
-            match Method::decode(&Bytes::from(method)) {
-                Ok(m) => DefReply::amqp(v.apply_method(&m, queue.as_ref(), at)),
-                Err(e) => DefReply::amqp(Err(AmqpError::internal_error(format!(
-                    "undecodable method: {e:?}"
-                )))),
-            }
-        }
-        DefOp::AddVhost(d) => DefReply::mgmt(b.add_vhost_at(d, now).map(|_| ())),
-        DefOp::DeleteVhost(name) => DefReply::mgmt(b.delete_vhost_at(&name, now)),
-        DefOp::PutUser(u) => DefReply::mgmt(b.access.put_user_at(u, now)),
-        DefOp::DeleteUser(name) => {
-            let r = b.access.delete_user_at(&name, now);
-            if r.is_ok() {
-                b.close_user_connections(&name, &format!("user '{name}' is deleted"));
-            }
-            DefReply::mgmt(r)
-        }
-        DefOp::SetPermissions(p) => DefReply::mgmt(b.access.set_permissions_at(p, now)),
-        DefOp::ClearPermissions { user, vhost } => {
-            DefReply::mgmt(b.access.clear_permissions_at(&user, &vhost, now))
-        }
-        DefOp::PutPolicy(p) => DefReply::mgmt(b.put_policy_at(p, now)),
-        DefOp::DeletePolicy { vhost, name } => {
-            DefReply::mgmt(b.delete_policy_at(&vhost, &name, now))
-        }
-        DefOp::SetLimits {
-            user,
-            name,
-            def,
-            replace,
-        } => {
-            let scope = limit_scope(user);
-            let r = b.access.set_limits_at(scope, &name, &def, replace, now);
-            b.limits_changed(scope, &name);
-            DefReply::mgmt(r)
-        }
         DefOp::QueueMembers {
             vhost,
             queue,
@@ -122,20 +77,7 @@ fn apply(b: &Arc<Broker>, op: DefOp, at: Applying) -> DefReply {
                 },
             }
         }
-        DefOp::ClearLimit { user, name, key } => {
-            let scope = limit_scope(user);
-            let r = b.access.clear_limit_at(scope, &name, key.as_deref(), now);
-            b.limits_changed(scope, &name);
-            DefReply::mgmt(r)
-        }
-    }
-}
-
-fn limit_scope(user: bool) -> crate::access::LimitScope {
-    if user {
-        crate::access::LimitScope::User
-    } else {
-        crate::access::LimitScope::Vhost
+        op => crate::server::apply::apply(b, op, at),
     }
 }
 

@@ -73,8 +73,18 @@ pub struct QueueMeta {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum DefReply {
     Ok,
-    Amqp { code: u16, text: String },
-    Mgmt { kind: u8, text: String },
+    /// A queue.delete made here deleted a queue that held `message_count` ready messages.
+    Deleted {
+        message_count: u32,
+    },
+    Amqp {
+        code: u16,
+        text: String,
+    },
+    Mgmt {
+        kind: u8,
+        text: String,
+    },
 }
 
 impl DefReply {
@@ -103,7 +113,7 @@ impl DefReply {
     /// recorded (no majority), which closes the connection (320), as RabbitMQ does.
     pub fn into_amqp(r: Result<DefReply, String>) -> AmqpResult<()> {
         match r {
-            Ok(DefReply::Ok) => Ok(()),
+            Ok(DefReply::Ok | DefReply::Deleted { .. }) => Ok(()),
             Ok(DefReply::Amqp { code, text }) => Err(AmqpError {
                 code,
                 text,
@@ -118,7 +128,7 @@ impl DefReply {
     /// A management change's outcome; `Err(text)`: it could not be recorded (HTTP 503).
     pub fn into_mgmt(r: Result<DefReply, String>) -> Result<(), MgmtError> {
         match r {
-            Ok(DefReply::Ok) => Ok(()),
+            Ok(DefReply::Ok | DefReply::Deleted { .. }) => Ok(()),
             Ok(DefReply::Mgmt { kind: 0, text }) => Err(MgmtError::NotFound(text)),
             Ok(DefReply::Mgmt { kind: 1, text }) => Err(MgmtError::BadRequest(text)),
             Ok(DefReply::Mgmt { text, .. }) | Ok(DefReply::Amqp { text, .. }) => {
@@ -129,19 +139,38 @@ impl DefReply {
     }
 }
 
-/// A change being applied on this node: what the state machine passes the vhost, access and
-/// broker code it calls, so that code makes the change here instead of proposing it again.
-/// Code that can do either takes `Option<Applying>`: `None` for a change asked for on this
-/// node (proposed in a cluster, made at once on a single node), `Some` for one being applied.
+/// A change being applied on this node: what the applier (`server/apply.rs`) passes the vhost,
+/// access and broker code it calls, so that code makes the change here instead of proposing it
+/// again. Code that can do either takes `Option<Applying>`: `None` for a change asked for on
+/// this node, which goes to the [`Proposer`](super::proposer::Proposer) (the cluster's, or a
+/// single node's applier), `Some` for one being applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Applying {
     /// The Raft index of the committed entry that carries the change: a new replicated queue's
     /// group id and a new durable queue's log id. 0 when it is no one entry (a metadata
-    /// snapshot being restored, or this node's definitions dropped to join another cluster).
+    /// snapshot being restored, this node's definitions dropped to join another cluster, or a
+    /// change a single node makes at once).
     pub index: u64,
+    /// Made at once by a single node: with no entry to name it, a new durable queue's log gets
+    /// a fresh random id.
+    pub local: bool,
 }
 
 impl Applying {
+    /// The committed entry at `index`.
+    pub const fn entry(index: u64) -> Applying {
+        Applying {
+            index,
+            local: false,
+        }
+    }
+
     /// A metadata snapshot being restored, or this node's definitions being dropped.
-    pub const RESTORE: Applying = Applying { index: 0 };
+    pub const RESTORE: Applying = Applying::entry(0);
+
+    /// A change a single node makes at once (`server/apply.rs`'s `LocalApplier`).
+    pub const LOCAL: Applying = Applying {
+        index: 0,
+        local: true,
+    };
 }

@@ -39,6 +39,17 @@ pub trait Proposer: Send + Sync {
         method: Method,
         queue: Option<QueueMeta>,
     ) -> AmqpResult<()> {
+        self.vhost_change_counted(vhost, method, queue).map(|_| ())
+    }
+
+    /// [`Proposer::vhost_change`], with the ready count of a queue its queue.delete deleted on
+    /// this node (`None`: not one, or the queue lived elsewhere).
+    fn vhost_change_counted(
+        &self,
+        vhost: &str,
+        method: Method,
+        queue: Option<QueueMeta>,
+    ) -> AmqpResult<Option<u32>> {
         let mut b = bytes::BytesMut::new();
         method.encode_payload(&mut b);
         let op = DefOp::Vhost {
@@ -46,7 +57,12 @@ pub trait Proposer: Send + Sync {
             method: b.to_vec(),
             queue,
         };
-        DefReply::into_amqp(self.propose_blocking(op))
+        let r = self.propose_blocking(op);
+        let count = match &r {
+            Ok(DefReply::Deleted { message_count }) => Some(*message_count),
+            _ => None,
+        };
+        DefReply::into_amqp(r).map(|()| count)
     }
 
     /// A users/permissions/policies/limits/vhosts change.

@@ -189,7 +189,7 @@ impl VHost {
         conn_id: Option<u64>,
         at: Option<Applying>,
     ) -> AmqpResult<()> {
-        if let Some(c) = self.replicated(at) {
+        if let Some(c) = self.proposer(at) {
             let m = bind_method(true, queue, exchange, key, args, add);
             let meta = conn_id.map(|o| QueueMeta {
                 owner: Some(o),
@@ -235,7 +235,7 @@ impl VHost {
         add: bool,
         at: Option<Applying>,
     ) -> AmqpResult<()> {
-        if let Some(c) = self.replicated(at) {
+        if let Some(c) = self.proposer(at) {
             let m = bind_method(false, destination, source, key, args, add);
             return c.vhost_change(&self.name, m, None);
         }

@@ -72,7 +72,7 @@ impl VHost {
                 "operation not permitted on the default exchange",
             ));
         }
-        if let (false, Some(c)) = (spec.passive, self.replicated(at)) {
+        if let (false, Some(c)) = (spec.passive, self.proposer(at)) {
             return c.vhost_change(
                 &self.name,
                 ExchangeDeclare {
@@ -271,7 +271,7 @@ impl VHost {
                 self.name
             )));
         }
-        if let Some(c) = self.replicated(at) {
+        if let Some(c) = self.proposer(at) {
             let m = ExchangeDelete {
                 exchange: name.into(),
                 if_unused,

@@ -12,13 +12,14 @@
 //! - `equivalence`: whether a redeclare matches what exists (RabbitMQ's 406 texts).
 //! - `journal`: what the definitions store records of a change, written before it is published.
 //! - `recovery`: opening a vhost's storage: replaying its definitions, reopening queue logs.
-//! - `replication`: a cluster node's vhost: proposing changes, applying committed ones.
+//! - `replication`: proposing changes and applying them (a cluster's committed entries, a single
+//!   node's changes made at once).
 //! - `delay_stores`: the stores of delayed exchanges and of queues' delayed retries.
 //! - `reply_to`: direct reply-to's pseudo-queues.
 //! - `owner`: the vhost as its queues' owner (`queue::QueueOwner`): routing their dead letters.
 //! - `publish`: publishing, whatever the protocol: route, hold in a delayed exchange's store, or
 //!   fan out to the routed queues with one confirm (`VHost::publish`, `Published`).
-//! - `tests`: changes proposed on a cluster node, made when applied or on a single node.
+//! - `tests`: changes proposed, made when applied, on a cluster node and on a single node.
 //!
 //! The shared types stay here (a child's own result type, `publish::Published`, stays with it):
 //! every child imports `super`, and this file imports no child.
@@ -104,8 +105,12 @@ pub struct VHost {
     /// This vhost's policies, for the `alternate-exchange` of exchanges declared later; set
     /// (under `defs`) by [`VHost::set_policies`].
     policies: Mutex<Vec<PolicyDef>>,
-    /// In a cluster: changes are proposed through it, and made here when applied.
+    /// In a cluster: where new queues live and which nodes replicate them.
     cluster: Option<Arc<dyn ClusterNode>>,
+    /// Where a change asked for here goes, to come back through [`VHost::apply_method`]: the
+    /// cluster, or a single node's applier (`server/apply.rs`), set once the vhost is
+    /// recovered (replaying its definitions at boot makes each change directly).
+    proposer: std::sync::OnceLock<Arc<dyn Proposer>>,
     /// The stores of `x-delayed-message` exchanges, opened at boot or on first use.
     delayed: Mutex<HashMap<Arc<str>, Arc<DelayStore>>>,
     /// The messages queues with `x-delayed-retry-*` hold back after a requeue, by queue.
@@ -263,6 +268,10 @@ impl VHost {
             store,
             max_queues: std::sync::atomic::AtomicU32::new(u32::MAX),
             policies: Mutex::new(Vec::new()),
+            proposer: match &cluster {
+                Some(c) => std::sync::OnceLock::from(c.clone() as Arc<dyn Proposer>),
+                None => std::sync::OnceLock::new(),
+            },
             cluster,
             delayed: Mutex::new(HashMap::new()),
             retry: Mutex::new(HashMap::new()),
@@ -279,6 +288,17 @@ impl VHost {
         std::fs::create_dir_all(storage.dir.join("queues"))?;
         let _ = std::fs::remove_dir_all(storage.dir.join("scratch"));
         Ok(Self::with_storage(name, Some(storage), None, Some(cluster)))
+    }
+
+    /// Where changes asked for here go from now on (a single node's applier, once recovered).
+    pub fn set_proposer(&self, p: Arc<dyn Proposer>) {
+        let _ = self.proposer.set(p);
+    }
+
+    /// Whether changes asked for here go to `p`.
+    #[cfg(test)]
+    pub(crate) fn proposes_through(&self, p: &Arc<dyn Proposer>) -> bool {
+        self.proposer.get().is_some_and(|q| Arc::ptr_eq(q, p))
     }
 
     /// The most queues this vhost may hold (`None` = no limit; 0 = none may be declared).

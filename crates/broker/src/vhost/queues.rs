@@ -1,5 +1,5 @@
-//! Declaring and deleting queues: locally, or in a cluster through a proposal that names the
-//! queue's home and members; the vhost's queue limit; and the `x-expires` sweep.
+//! Declaring and deleting queues: proposed (in a cluster, with the queue's home and members)
+//! and made when the change is applied; the vhost's queue limit; and the `x-expires` sweep.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -21,11 +21,14 @@ impl VHost {
 
     /// Declares (or checks) a queue; returns it.
     pub fn declare_queue(self: &Arc<Self>, spec: &QueueSpec<'_>) -> AmqpResult<QueueRef> {
-        self.declare_queue_at(spec, None)
+        let q = self.declare_queue_at(spec, None)?;
+        self.churn.queue_declared.fetch_add(1, Relaxed);
+        Ok(q)
     }
 
-    /// [`VHost::declare_queue`], or (`at`) the declare a committed entry carries: a new
-    /// replicated queue's group and a new durable queue's log are named after its index.
+    /// [`VHost::declare_queue`], or (`at`) the declare being applied: a committed entry's (a new
+    /// replicated queue's group and a new durable queue's log are named after its index), or a
+    /// single node's. A new queue is proposed (`proposer`) and made when that comes back here.
     pub(super) fn declare_queue_at(
         self: &Arc<Self>,
         spec: &QueueSpec<'_>,
@@ -45,7 +48,7 @@ impl VHost {
                 spec.name, self.name
             )));
         }
-        if let (false, Some(c)) = (spec.passive, self.replicated(at)) {
+        if let (false, Some(p)) = (spec.passive, self.proposer(at)) {
             let existing = self.defs.lock().queues.get(spec.name).cloned();
             // Redeclaring what exists needs no change: checked here, as a passive declare.
             if let Some(q) = existing {
@@ -61,40 +64,10 @@ impl VHost {
                 arguments: spec.arguments.clone(),
                 ..Default::default()
             };
-            let home = match spec.home {
-                Some(h) => h.to_string(),
-                // An exclusive queue lives with its connection.
-                None if spec.exclusive => c.me().to_string(),
-                None => {
-                    let policies = self.policies.lock();
-                    let from_policy =
-                        crate::policy::matching(&policies, spec.name, true).and_then(|p| {
-                            ["queue-master-locator", "queue-leader-locator"]
-                                .iter()
-                                .find_map(|k| {
-                                    p.definition
-                                        .get(*k)
-                                        .and_then(|v| v.as_str())
-                                        .map(String::from)
-                                })
-                        });
-                    let from_args = ["x-queue-master-locator", "x-queue-leader-locator"]
-                        .iter()
-                        .find_map(|k| {
-                            spec.arguments
-                                .get(k)
-                                .and_then(|v| v.as_str())
-                                .map(String::from)
-                        });
-                    drop(policies);
-                    c.place(from_args.or(from_policy).as_deref())
-                }
+            let (home, members) = match &self.cluster {
+                Some(c) => self.placement(&**c, spec)?,
+                None => (String::new(), Vec::new()),
             };
-            let policy = || {
-                let policies = self.policies.lock();
-                crate::policy::matching(&policies, spec.name, true).map(|p| p.definition.clone())
-            };
-            let members = c.members(&home, spec.arguments, spec.exclusive, &policy)?;
             let meta = QueueMeta {
                 home,
                 owner: spec.exclusive.then_some(spec.conn_id),
@@ -102,18 +75,59 @@ impl VHost {
                 group: None,
                 members,
             };
-            c.vhost_change(&self.name, m.into(), Some(meta))?;
+            p.vhost_change(&self.name, m.into(), Some(meta))?;
             let q = self.defs.lock().queues.get(spec.name).cloned();
-            self.churn.queue_declared.fetch_add(1, Relaxed);
-            if let Some(q) = &q {
+            if let (Some(c), Some(q)) = (&self.cluster, &q) {
                 // declare-ok once a replicated queue's group has its first leader.
                 c.first_leader(q)?;
             }
             return q.ok_or_else(|| self.no_queue(spec.name));
         }
-        let q = self.declare_queue_once(spec, at)?;
-        self.churn.queue_declared.fetch_add(1, Relaxed);
-        Ok(q)
+        self.declare_queue_once(spec, at)
+    }
+
+    /// A new queue's home in a cluster, by RabbitMQ's locators (its argument, else its policy),
+    /// and its members if it is replicated.
+    fn placement(
+        &self,
+        c: &dyn crate::vhost::ClusterNode,
+        spec: &QueueSpec<'_>,
+    ) -> AmqpResult<(String, Vec<String>)> {
+        let home = match spec.home {
+            Some(h) => h.to_string(),
+            // An exclusive queue lives with its connection.
+            None if spec.exclusive => c.me().to_string(),
+            None => {
+                let policies = self.policies.lock();
+                let from_policy =
+                    crate::policy::matching(&policies, spec.name, true).and_then(|p| {
+                        ["queue-master-locator", "queue-leader-locator"]
+                            .iter()
+                            .find_map(|k| {
+                                p.definition
+                                    .get(*k)
+                                    .and_then(|v| v.as_str())
+                                    .map(String::from)
+                            })
+                    });
+                let from_args = ["x-queue-master-locator", "x-queue-leader-locator"]
+                    .iter()
+                    .find_map(|k| {
+                        spec.arguments
+                            .get(k)
+                            .and_then(|v| v.as_str())
+                            .map(String::from)
+                    });
+                drop(policies);
+                c.place(from_args.or(from_policy).as_deref())
+            }
+        };
+        let policy = || {
+            let policies = self.policies.lock();
+            crate::policy::matching(&policies, spec.name, true).map(|p| p.definition.clone())
+        };
+        let members = c.members(&home, spec.arguments, spec.exclusive, &policy)?;
+        Ok((home, members))
     }
 
     fn declare_queue_once(
@@ -228,8 +242,10 @@ impl VHost {
             tracing::info!(vhost = %self.name, queue = spec.name, "stream declared");
             return Ok(q);
         }
-        let durable_id = (spec.durable && !spec.exclusive)
-            .then(|| at.map_or_else(rand::random::<u64>, |a| a.index));
+        let durable_id = (spec.durable && !spec.exclusive).then(|| {
+            at.filter(|a| !a.local)
+                .map_or_else(rand::random::<u64>, |a| a.index)
+        });
         let backing = match self.backing(durable_id) {
             Some(Ok(b)) => Some(b),
             Some(Err(e)) => {
@@ -284,7 +300,7 @@ impl VHost {
         conn_id: Option<u64>,
         at: Option<Applying>,
     ) -> AmqpResult<DeletedQueue> {
-        if let Some(c) = self.replicated(at) {
+        if let Some(p) = self.proposer(at) {
             let Some(q) = self.defs.lock().queues.get(name).cloned() else {
                 return Ok(DeletedQueue {
                     message_count: 0,
@@ -296,25 +312,37 @@ impl VHost {
                     return Err(self.locked(name));
                 }
             }
-            // A replicated queue led elsewhere is asked like a remote one (fresh counts).
-            let message_count = match q.home_counts() {
-                Some(n) => {
+            let counted = match (&self.cluster, q.home_counts()) {
+                // A queue that lives or is led elsewhere is asked (fresh counts).
+                (_, Some(n)) => {
                     let n = n?;
                     deletable(&q, n.consumers, n.messages, if_unused, if_empty)?
                 }
-                None => deletable(
+                (Some(_), None) => deletable(
                     &q,
                     q.consumer_count(),
                     q.message_count(),
                     if_unused,
                     if_empty,
                 )?,
+                // On a single node the count comes from the delete itself; counted before it
+                // only for if-empty, since counting expires the head, and a deleted queue's
+                // messages are not dead-lettered.
+                (None, None) => {
+                    let messages = if if_empty { q.message_count() } else { 0 };
+                    deletable(&q, q.consumer_count(), messages, if_unused, if_empty)?
+                }
             };
             let m = QueueDelete {
                 queue: name.into(),
                 ..Default::default()
             };
-            c.vhost_change(&self.name, m.into(), None)?;
+            // Its consumers are told where the delete is made (`apply_method`).
+            let deleted = p.vhost_change_counted(&self.name, m.into(), None)?;
+            let message_count = match &self.cluster {
+                Some(_) => counted,
+                None => deleted.unwrap_or(0),
+            };
             return Ok(DeletedQueue {
                 message_count,
                 consumers: Vec::new(),

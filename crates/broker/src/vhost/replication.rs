@@ -12,8 +12,9 @@ use warren_protocol::method::{
 use warren_protocol::{FieldTable, Method};
 use warren_routing::Destination;
 
-use super::{ClusterNode, ExchangeSpec, QueueSpec, VHost};
+use super::{ExchangeSpec, QueueSpec, VHost};
 use crate::definitions::op::{Applying, QueueMeta};
+use crate::definitions::proposer::Proposer;
 use crate::error::{AmqpError, AmqpResult};
 
 /// The method a cluster replicates for a bind or unbind of `dest` (a queue, or an exchange) to
@@ -64,19 +65,27 @@ pub(super) fn bind_method(
 }
 
 impl VHost {
-    /// The cluster to propose a change through, unless this is a change being applied (`at`).
-    pub(super) fn replicated(&self, at: Option<Applying>) -> Option<&dyn ClusterNode> {
-        self.cluster.as_deref().filter(|_| at.is_none())
+    /// Where a change asked for here goes (the cluster, or a single node's applier), unless
+    /// this is a change being applied (`at`), or one replayed while the vhost is recovered.
+    pub(super) fn proposer(&self, at: Option<Applying>) -> Option<&dyn Proposer> {
+        self.proposer.get().filter(|_| at.is_none()).map(|p| &**p)
     }
 
-    /// Makes a replicated change (every node runs this for each committed vhost entry, `at`).
+    /// Makes a change: every node of a cluster runs this for each committed vhost entry, and a
+    /// single node for each change it makes (`at`: [`Applying::LOCAL`]). Returns the ready
+    /// count of a queue that a queue.delete deleted.
     pub fn apply_method(
         self: &Arc<Self>,
         m: &Method,
         meta: Option<&QueueMeta>,
         at: Applying,
-    ) -> AmqpResult<()> {
+    ) -> AmqpResult<Option<u32>> {
         let (owner, at) = (meta.and_then(|q| q.owner), Some(at));
+        if let Method::QueueDelete(q) = m {
+            let d = self.delete_queue_at(&q.queue, false, false, owner, at)?;
+            crate::queue::notify_cancelled(&d.consumers);
+            return Ok(Some(d.message_count));
+        }
         match m {
             Method::ExchangeDeclare(x) => self.declare_exchange_at(
                 &ExchangeSpec {
@@ -145,13 +154,11 @@ impl VHost {
                 )
                 .map(|_| ())
             }
-            Method::QueueDelete(q) => self
-                .delete_queue_at(&q.queue, false, false, owner, at)
-                .map(|d| crate::queue::notify_cancelled(&d.consumers)),
             other => Err(AmqpError::internal_error(format!(
                 "not a definition: {other:?}"
             ))),
         }
+        .map(|()| None)
     }
 
     /// Every exchange, queue and binding as the ops that recreate them (a Raft snapshot).

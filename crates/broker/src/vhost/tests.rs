@@ -1,6 +1,5 @@
-//! Tests of how a vhost makes a definitions change: proposed through its cluster's
-//! [`Proposer`] when asked for on a cluster node, made here (and journaled) when applied or on a
-//! single node.
+//! Tests of how a vhost makes a definitions change: proposed through its [`Proposer`] (a
+//! cluster's, or a single node's applier) and made here (and journaled) when applied.
 
 use std::sync::Arc;
 
@@ -8,7 +7,7 @@ use bytes::Bytes;
 use warren_protocol::{FieldTable, Method};
 
 use super::{ClusterNode, ExchangeSpec, QueueSpec, Storage, VHost};
-use crate::definitions::op::{Applying, DefOp, QueueMeta};
+use crate::definitions::op::{Applying, DefOp, DefReply, QueueMeta};
 use crate::definitions::proposer::tests::FakeProposer;
 use crate::definitions::proposer::{Proposal, Proposer};
 use crate::error::AmqpResult;
@@ -135,9 +134,9 @@ async fn a_cluster_nodes_change_is_proposed_and_made_when_applied() {
 
     // Applied (what the state machine does with the committed entries): made here, not
     // proposed again; the queue's log is named after the entry's index.
-    v.apply_method(&declare_x, None, Applying { index: 41 })
+    v.apply_method(&declare_x, None, Applying::entry(41))
         .unwrap();
-    v.apply_method(&declare_q, Some(meta), Applying { index: 42 })
+    v.apply_method(&declare_q, Some(meta), Applying::entry(42))
         .unwrap();
     assert!(p.ops.lock().is_empty(), "an applied change is not proposed");
     assert!(v.snapshot().table.exchanges.contains_key("x"));
@@ -151,7 +150,7 @@ async fn a_cluster_nodes_change_is_proposed_and_made_when_applied() {
     let (delete_q, _) = method(&ops[0]);
     assert!(matches!(&delete_q, Method::QueueDelete(d) if d.queue == "q"));
     assert!(v.snapshot().queues.contains_key("q"));
-    v.apply_method(&delete_q, None, Applying { index: 43 })
+    v.apply_method(&delete_q, None, Applying::entry(43))
         .unwrap();
     assert!(!v.snapshot().queues.contains_key("q"));
     assert!(p.ops.lock().is_empty());
@@ -159,17 +158,94 @@ async fn a_cluster_nodes_change_is_proposed_and_made_when_applied() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A single node's applier, as `server/apply.rs`'s: records each change and makes it at once
+/// through [`VHost::apply_method`].
+struct Applier {
+    v: std::sync::OnceLock<std::sync::Weak<VHost>>,
+    ops: parking_lot::Mutex<Vec<DefOp>>,
+}
+
+impl Proposer for Applier {
+    fn propose(&self, op: DefOp) -> Proposal<'_> {
+        let r = self.propose_blocking(op);
+        Box::pin(async move { r })
+    }
+    fn propose_blocking(&self, op: DefOp) -> Result<DefReply, String> {
+        let v = self.v.get().and_then(|v| v.upgrade()).ok_or("no vhost")?;
+        let (m, meta) = method(&op);
+        let (m, meta) = (m, meta.cloned());
+        self.ops.lock().push(op);
+        Ok(match v.apply_method(&m, meta.as_ref(), Applying::LOCAL) {
+            Ok(Some(message_count)) => DefReply::Deleted { message_count },
+            r => DefReply::amqp(r.map(|_| ())),
+        })
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_single_node_makes_its_change_at_once_and_journals_it() {
+async fn a_single_node_applies_its_change_at_once_and_journals_it() {
     let s = storage("single");
     let (dir, persister) = (s.dir.clone(), s.persister.clone());
     let v = VHost::open("/", s).unwrap();
+    let applier = Arc::new(Applier {
+        v: Default::default(),
+        ops: Default::default(),
+    });
+    let _ = applier.v.set(Arc::downgrade(&v));
+    v.set_proposer(applier.clone());
     let args = FieldTable::new();
     v.declare_exchange(&exchange("x")).unwrap();
     let q = v.declare_queue(&queue("q", &args)).unwrap();
+    let q2 = v.declare_queue(&queue("q2", &args)).unwrap();
     v.bind_queue("q", "x", "k", &args, true, None).unwrap();
-    assert!(q.store_id().is_some());
-    drop((q, v));
+    let kinds: Vec<String> = applier
+        .ops
+        .lock()
+        .iter()
+        .map(|op| {
+            format!("{:?}", method(op).0)
+                .split('(')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "ExchangeDeclare",
+            "QueueDeclare",
+            "QueueDeclare",
+            "QueueBind"
+        ],
+        "each change goes through the applier as one command"
+    );
+    // With no entry to name them, durable queues' logs get fresh ids.
+    let (id, id2) = (q.store_id().unwrap(), q2.store_id().unwrap());
+    assert!(id != id2 && id != 0, "{id} {id2}");
+    assert!(dir.join("queues").join(format!("{id:016x}")).is_dir());
+    // Redeclaring what exists is not a change.
+    v.declare_queue(&queue("q", &args)).unwrap();
+    assert_eq!(applier.ops.lock().len(), 4);
+    // A delete answers the count the delete itself found.
+    for _ in 0..2 {
+        q2.publish(
+            Arc::new(crate::message::Message {
+                exchange: "".into(),
+                routing_key: "q2".into(),
+                properties: warren_protocol::properties::BasicProperties::default().to_bytes(),
+                body: Bytes::from_static(b"m"),
+                persistent: false,
+                priority: None,
+                expiration_ms: None,
+            }),
+            None,
+        );
+    }
+    let d = v.delete_queue("q2", false, false, None).unwrap();
+    assert_eq!(d.message_count, 2);
+    assert!(!v.snapshot().queues.contains_key("q2"));
+    drop((q, q2, v));
     // What a restart replays: the journal has them.
     let again = VHost::open(
         "/",
@@ -180,7 +256,8 @@ async fn a_single_node_makes_its_change_at_once_and_journals_it() {
     )
     .unwrap();
     let snap = again.snapshot();
-    assert!(snap.queues.contains_key("q"));
+    assert!(snap.queues.contains_key("q") && !snap.queues.contains_key("q2"));
+    assert_eq!(snap.queues["q"].store_id(), Some(id), "the same log again");
     assert_eq!(snap.table.exchanges["x"].bindings.len(), 1);
     drop(snap);
     drop(again);

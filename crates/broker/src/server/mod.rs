@@ -1,4 +1,8 @@
 //! The broker: configuration, users, vhosts, and the accept loop with graceful shutdown.
+//! `apply`: the definitions command applied on this node (a cluster's committed entries, a
+//! single node's changes).
+
+pub mod apply;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +16,7 @@ use crate::alarms::{Alarms, Thresholds};
 use crate::auth::Users;
 use crate::config::Config;
 use crate::definitions::op::{Applying, DefOp};
+use crate::definitions::proposer::Proposer;
 use crate::persist::Persister;
 use crate::tracking::ConnInfo;
 use crate::vhost::{ClusterNode, Storage, VHost};
@@ -41,6 +46,9 @@ pub struct Broker {
     pub rates: crate::metrics::Rates,
     /// Set when this node runs in a cluster (`[cluster]`).
     cluster: std::sync::OnceLock<Clustered>,
+    /// Where a change of the definitions asked for on this node goes: the cluster, or a single
+    /// node's [`apply::LocalApplier`]. The vhosts and the access registry hold it too.
+    proposer: std::sync::OnceLock<Arc<dyn Proposer>>,
 }
 
 impl Broker {
@@ -85,7 +93,17 @@ impl Broker {
             retired: Default::default(),
             rates: Default::default(),
             cluster: std::sync::OnceLock::new(),
+            proposer: std::sync::OnceLock::new(),
         });
+        if !clustered {
+            // Recovered: from now on each change is applied through the one applier.
+            let local: Arc<dyn Proposer> = Arc::new(apply::LocalApplier(Arc::downgrade(&b)));
+            let _ = b.proposer.set(local.clone());
+            b.access.set_proposer(local.clone());
+            for v in b.vhosts() {
+                v.set_proposer(local.clone());
+            }
+        }
         for v in b.vhosts() {
             v.set_max_queues(b.admission.max_queues(&v.name));
         }
@@ -157,6 +175,7 @@ impl Broker {
     /// Joins the cluster `c` (`cluster/` calls it once at boot).
     pub fn set_cluster<C: ClusterNode + ClusterHandle + 'static>(&self, c: Arc<C>) {
         self.access.set_proposer(c.clone());
+        let _ = self.proposer.set(c.clone());
         let _ = self.cluster.set(Clustered {
             node: c.clone(),
             handle: c,
@@ -173,11 +192,10 @@ impl Broker {
         self.cluster.get().map(|c| &c.handle)
     }
 
-    /// What to propose a change through (the cluster), unless this is a change being applied
-    /// (`at`).
-    fn replicated(&self, at: Option<Applying>) -> Option<&dyn ClusterNode> {
-        let c = self.cluster.get().filter(|_| at.is_none())?;
-        Some(&*c.node)
+    /// What to propose a change through (the cluster, or the single node's applier), unless
+    /// this is a change being applied (`at`).
+    fn proposer(&self, at: Option<Applying>) -> Option<&dyn Proposer> {
+        self.proposer.get().filter(|_| at.is_none()).map(|p| &**p)
     }
 
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
@@ -202,7 +220,7 @@ impl Broker {
         if name.is_empty() {
             return Err(MgmtError::BadRequest("vhost name must not be empty".into()));
         }
-        if let Some(c) = self.replicated(at) {
+        if let Some(c) = self.proposer(at) {
             let new = self.vhost(&name).is_none();
             c.mgmt_change(DefOp::AddVhost(def))?;
             return Ok(new);
@@ -222,6 +240,9 @@ impl Broker {
         }
         .map_err(|e| MgmtError::BadRequest(format!("cannot create vhost '{name}': {e}")))?;
         vh.set_max_queues(self.admission.max_queues(&name));
+        if let (None, Some(p)) = (self.cluster_node(), self.proposer.get()) {
+            vh.set_proposer(p.clone());
+        }
         // Recorded before it serves anyone: a vhost access.json cannot keep is not created.
         if let Err(e) = self.access.add_vhost(def) {
             drop(vh);
@@ -250,7 +271,7 @@ impl Broker {
 
     /// [`Broker::delete_vhost`], or (`at`) the one a committed entry carries.
     pub fn delete_vhost_at(&self, name: &str, at: Option<Applying>) -> Result<(), MgmtError> {
-        if let Some(c) = self.replicated(at) {
+        if let Some(c) = self.proposer(at) {
             if self.vhost(name).is_none() {
                 return Err(MgmtError::NotFound(format!("no vhost '{name}'")));
             }
