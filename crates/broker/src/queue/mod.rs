@@ -166,14 +166,87 @@ pub struct Queue {
 /// The log a durable queue writes persistent messages to, with the confirms they owe.
 pub type Log = QueueLog<Arc<ConfirmHandle>>;
 
+/// A queue's log: the store's, called directly, or any other [`MessageLog`] (a test's, in
+/// memory). Not a plain `Box<dyn MessageLog>`: its indirect calls cost a persistent publish 18
+/// more instructions in `Queue::publish` and the persister 22 more per write (callgrind, issue
+/// 30's note in docs/benchmarks), where this match costs a branch.
+pub enum QueueLogOf {
+    Store(Log),
+    Other(Box<dyn MessageLog>),
+}
+
+/// Each call goes to the store's log directly (inlined), or through the other log's vtable.
+macro_rules! either {
+    ($self:expr, $l:ident => $call:expr) => {
+        match $self {
+            QueueLogOf::Store($l) => $call,
+            QueueLogOf::Other($l) => $call,
+        }
+    };
+}
+
+impl MessageLog for QueueLogOf {
+    #[inline]
+    fn enqueue(&mut self, seq: u64, data: bytes::Bytes, c: Option<Arc<ConfirmHandle>>, v: bool) {
+        either!(self, l => l.enqueue(seq, data, c, v))
+    }
+    #[inline]
+    fn ack(&mut self, seq: u64) -> Option<Arc<ConfirmHandle>> {
+        either!(self, l => l.ack(seq))
+    }
+    fn ack_range(
+        &mut self,
+        from: u64,
+        to: u64,
+        live: &dyn Fn(u64) -> bool,
+    ) -> Vec<Arc<ConfirmHandle>> {
+        either!(self, l => l.ack_range(from, to, live))
+    }
+    fn cursor_at_start(&self, first_seq: u64) -> Cursor {
+        either!(self, l => l.cursor_at_start(first_seq))
+    }
+    fn cursor_at_end(&self, next_seq: u64) -> Cursor {
+        either!(self, l => l.cursor_at_end(next_seq))
+    }
+    fn read(
+        &self,
+        cursor: &mut Cursor,
+        max_bytes: usize,
+        keep: &dyn Fn(u64) -> bool,
+    ) -> std::io::Result<Vec<(u64, bytes::Bytes)>> {
+        either!(self, l => l.read(cursor, max_bytes, keep))
+    }
+    #[inline]
+    fn write_pending(&mut self) -> warren_store::Written<Arc<ConfirmHandle>> {
+        either!(self, l => l.write_pending())
+    }
+    #[inline]
+    fn bytes_written(&self) -> u64 {
+        either!(self, l => l.bytes_written())
+    }
+    fn destroy(self: Box<Self>) -> Vec<Arc<ConfirmHandle>> {
+        self.remove()
+    }
+}
+
+impl QueueLogOf {
+    /// Removes the log; the confirms it still held.
+    fn remove(self) -> Vec<Arc<ConfirmHandle>> {
+        match self {
+            QueueLogOf::Store(l) => l.destroy(),
+            QueueLogOf::Other(l) => l.destroy(),
+        }
+    }
+}
+
 /// Makes a non-durable queue's scratch log, the first time it must page out.
-pub type OpenScratch = Box<dyn Fn() -> std::io::Result<Box<dyn MessageLog>> + Send + Sync>;
+pub type OpenScratch = Box<dyn Fn() -> std::io::Result<QueueLogOf> + Send + Sync>;
 
 /// What backs a queue on disk.
 pub struct Backing {
     pub persister: Arc<Persister>,
     /// A durable queue: its log's id, the log, and what it held at boot.
-    pub durable: Option<(u64, Box<dyn MessageLog>, warren_store::Recovery)>,
+    pub durable: Option<(u64, QueueLogOf, warren_store::Recovery)>,
     /// A non-durable queue: how to make a scratch log if it must page out.
     pub scratch: Option<OpenScratch>,
 }
@@ -211,7 +284,7 @@ struct Locked {
 /// released.
 #[derive(Default)]
 struct Io {
-    log: Option<Box<dyn MessageLog>>,
+    log: Option<QueueLogOf>,
     pager: Option<Pager>,
     /// The last dispatch left messages ready because a consumer's connection could not take
     /// more output (as opposed to consumers out of prefetch credit).
@@ -638,7 +711,7 @@ impl Queue {
         self.locked(|_, st, host| {
             let (n, consumers) = st.delete(host);
             if let Some(log) = host.io.log.take() {
-                host.io.confirmed.extend(log.destroy());
+                host.io.confirmed.extend(log.remove());
             }
             (n, consumers.into_iter().map(|c| c.handle).collect())
         })

@@ -10,6 +10,7 @@ use warren_queue::PagedIn;
 use super::{holds, Io, Queue, QueuedMessage};
 use crate::confirm::ConfirmHandle;
 use crate::limits;
+use crate::persist::MessageLog;
 
 impl Io {
     /// Reads about `limits::PAGE_IN_BYTES` of paged-out messages, in order.
@@ -98,7 +99,7 @@ impl Queue {
         let mut st = self.state.lock();
         let io = &mut st.io;
         io.log_dirty = false;
-        crate::persist::write_counted(io.log.as_deref_mut(), self.persister.as_ref())
+        crate::persist::write_counted(io.log.as_mut(), self.persister.as_ref())
     }
 }
 

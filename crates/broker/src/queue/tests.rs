@@ -313,7 +313,7 @@ fn a_persistent_message_is_confirmed_after_its_write_and_recovered_from_the_log(
             Arc::downgrade(&owner) as Weak<FakeOwner>,
             Some(Backing {
                 persister: persister.clone(),
-                durable: Some((1, Box::new(log), rec)),
+                durable: Some((1, QueueLogOf::Store(log), rec)),
                 scratch: None,
             }),
         )
@@ -471,7 +471,11 @@ fn logged_queue(
         Arc::downgrade(owner) as Weak<FakeOwner>,
         Some(Backing {
             persister: persister.clone(),
-            durable: Some((1, Box::new(log.clone()), Default::default())),
+            durable: Some((
+                1,
+                QueueLogOf::Other(Box::new(log.clone())),
+                Default::default(),
+            )),
             scratch: None,
         }),
     );
@@ -600,7 +604,7 @@ fn a_long_transient_queue_pages_out_to_its_scratch_log_and_back_in_order() {
             durable: None,
             scratch: Some(Box::new(move || {
                 n.fetch_add(1, Ordering::SeqCst);
-                Ok(Box::new(l.clone()) as Box<dyn MessageLog>)
+                Ok(QueueLogOf::Other(Box::new(l.clone())))
             })),
         }),
     );

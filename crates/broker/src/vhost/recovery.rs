@@ -8,7 +8,7 @@ use warren_protocol::method::QueueDeclare;
 use super::{ExchangeSpec, Storage, VHost};
 use crate::definitions::{self, Definition, DefinitionsStore};
 use crate::error::{AmqpError, AmqpResult};
-use crate::queue::{Backing, Queue, QueueArgs, QueueOptions, QueueRef};
+use crate::queue::{Backing, Queue, QueueArgs, QueueLogOf, QueueOptions, QueueRef};
 
 impl VHost {
     /// A vhost whose durable definitions and messages live under `storage.dir`; what is there
@@ -100,7 +100,7 @@ impl VHost {
                 crate::queue::Log::open(&dir, crate::persist::stored_body_len).map(|(log, rec)| {
                     Backing {
                         persister,
-                        durable: Some((id, Box::new(log), rec)),
+                        durable: Some((id, QueueLogOf::Store(log), rec)),
                         scratch: None,
                     }
                 })
@@ -117,7 +117,7 @@ impl VHost {
                         let (mut log, _) =
                             crate::queue::Log::open(&dir, crate::persist::stored_body_len)?;
                         log.set_scratch();
-                        Ok(Box::new(log) as Box<dyn crate::persist::MessageLog>)
+                        Ok(QueueLogOf::Store(log))
                     })),
                 })
             }
