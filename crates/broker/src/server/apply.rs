@@ -124,22 +124,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::definitions::records::VhostDef;
-    use crate::vhost::QueueSpec;
-
-    fn spec<'a>(name: &'a str, args: &'a FieldTable) -> QueueSpec<'a> {
-        QueueSpec {
-            name,
-            passive: false,
-            durable: true,
-            exclusive: false,
-            auto_delete: false,
-            arguments: args,
-            conn_id: 1,
-            server_named: false,
-            home: None,
-            members: None,
-        }
-    }
+    use crate::vhost::tests::queue as spec;
 
     /// A single node's vhosts, recovered or created, and its access registry send their
     /// changes to the node's applier, which makes them at once; a restart finds them.

@@ -39,7 +39,7 @@ mod reply_to;
 mod snapshot;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

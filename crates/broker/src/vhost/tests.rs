@@ -85,7 +85,8 @@ fn exchange(name: &str) -> ExchangeSpec<'_> {
     }
 }
 
-fn queue<'a>(name: &'a str, args: &'a FieldTable) -> QueueSpec<'a> {
+/// A durable queue's declare, as connection 1 asks for it.
+pub(crate) fn queue<'a>(name: &'a str, args: &'a FieldTable) -> QueueSpec<'a> {
     QueueSpec {
         name,
         passive: false,
