@@ -28,7 +28,9 @@
 //! The state is [`State`], here; its methods live by job in the modules below: `publish`
 //! (enqueue, TTL, length limits), `dispatch` (consumers, delivery, settles), `ready` (the ready
 //! lanes and the paged-out tail), `expiry` (message deadlines, `x-expires`), `command`
-//! ([`State::apply`]), `host` (the [`Host`] boundary) and `invariants`. The types are in
+//! ([`State::apply`]), `host` (the [`Host`] boundary) and `invariants`. `replicated` is a
+//! replicated queue's Raft state machine built on it (`rabbit_fifo`'s design: consumers and
+//! their checked-out deliveries are part of the replicated state). The types are in
 //! `types`; all are re-exported here. Only `types` and `host` are re-exported, and neither
 //! refers back to this file, so the crate's modules have no import cycle
 //! (`scripts/check_structure.py --crate crates/queue`).
@@ -42,6 +44,7 @@ mod host;
 mod invariants;
 mod publish;
 mod ready;
+pub mod replicated;
 mod types;
 
 pub use host::{Effect, Host, Offer, PagedIn};
@@ -53,6 +56,10 @@ pub use types::{
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod replicated_tests;
 
 #[cfg(any(test, feature = "testing"))]
 #[allow(clippy::unwrap_used)]
@@ -66,7 +73,7 @@ struct Tail {
 }
 
 /// One queue.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct State<C, M> {
     config: Config,
     limits: Limits,

@@ -1,0 +1,543 @@
+//! A replicated queue's state machine, after RabbitMQ's `rabbit_fifo`: the whole queue (its
+//! messages, its consumers and their credit, the deliveries each holds, returns and delivery
+//! counts, time) is one deterministic [`Machine`] that every member of the queue's Raft group
+//! applies to the same entries in the same order. Only the leader acts on what an apply puts out
+//! ([`Out`]): deliveries to its consumers' channels, dead letters, answers to publishers. A new
+//! leader holds the same consumers and the same checked-out deliveries, so a failover cancels
+//! no consumer, and a delivery the old leader made can still be settled through the new one.
+//!
+//! It is the classic queue's core ([`State`]) driven by a host that reads nothing outside the
+//! machine and the entry:
+//! - an offer is decided by the consumer's credit alone: a replicated queue has per-consumer
+//!   prefetch only, as RabbitMQ's quorum queues (no channel-wide prefetch, no look at a
+//!   connection's output);
+//! - the time is the entry's timestamp, given to [`Machine::apply`];
+//! - messages are references to the log entries that hold their bodies ([`MsgRef`]), so the
+//!   machine never pages: the Raft log is the queue's log.
+//!
+//! Beside the core, the machine keeps what a classic queue's host keeps outside it: who holds
+//! each delivery (checkouts, by consumer), the node each consumer's connection is on, and how
+//! often each message went back to the queue.
+//!
+//! **Invariant:** [`Machine::apply`] is a function of the machine, the timestamp and the
+//! command. Equal logs give equal machines and equal outputs on every member, and a machine
+//! restored from a snapshot taken at any entry continues exactly as the one that took it
+//! (`replicated_tests.rs` replays random logs both ways).
+
+use std::collections::BTreeMap;
+
+use crate::{
+    Config, ConsumeRefused, Consumer, Effect, Entry, Host, Limits, Offer, PagedIn, Payload,
+    Published, Reason, State,
+};
+
+/// The machine's version, carried by its snapshots. A later release that changes what an
+/// entry does adds a version, and a group switches to it only once every member runs it, as
+/// RabbitMQ's machine versions.
+pub const MACHINE_VERSION: u32 = 1;
+
+/// What the machine keeps of a message: where its body is, and what the queue's semantics need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MsgRef {
+    /// The index of the log entry that carries the body.
+    pub index: u64,
+    /// Body bytes, for `x-max-length-bytes`.
+    pub size: u64,
+    pub priority: Option<u8>,
+    /// The `expiration` property in ms.
+    pub expiration_ms: Option<u64>,
+    /// Times it went back to the queue after a delivery (`x-delivery-count`).
+    pub delivery_count: u32,
+}
+
+impl Payload for MsgRef {
+    fn body_len(&self) -> u64 {
+        self.size
+    }
+    fn priority(&self) -> Option<u8> {
+        self.priority
+    }
+    fn expiration_ms(&self) -> Option<u64> {
+        self.expiration_ms
+    }
+}
+
+/// A consumer attaching through any node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attach {
+    /// Unique in the queue (the broker makes it from its connection id and consumer tag).
+    pub key: u64,
+    /// The node its connection is on: [`Cmd::NodeDown`] returns what it holds.
+    pub node: String,
+    pub priority: i64,
+    /// Unsettled deliveries it may hold; 0 = no limit.
+    pub prefetch: u32,
+    pub no_ack: bool,
+    pub exclusive: bool,
+}
+
+/// One command, as a log entry carries it; [`Machine::apply`] runs it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cmd {
+    Enqueue(MsgRef),
+    Attach(Attach),
+    /// Acked.
+    Settle {
+        consumer: u64,
+        seqs: Vec<u64>,
+    },
+    /// Back to the queue (basic.reject/nack with requeue, basic.recover): redelivered, its
+    /// delivery count one more.
+    Return {
+        consumer: u64,
+        seqs: Vec<u64>,
+    },
+    /// Rejected without requeue: dead-lettered.
+    Discard {
+        consumer: u64,
+        seqs: Vec<u64>,
+    },
+    /// basic.cancel: no more deliveries; what it holds may still be settled.
+    Cancel {
+        consumer: u64,
+    },
+    /// Its channel or connection is gone: what it holds goes back to the queue.
+    Down {
+        consumer: u64,
+    },
+    /// A node is gone: every consumer on it is down.
+    NodeDown {
+        node: String,
+    },
+    Purge,
+    SetLimits(Limits),
+    /// The time passes (the leader proposes it, as `rabbit_fifo`'s ticks): deadlines are
+    /// checked against the entry's timestamp.
+    Tick,
+}
+
+/// What an apply puts out, in order. Every member computes it; the leader acts on it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Out {
+    /// The publish took seq `seq` (confirm it once the entry is committed).
+    Accepted {
+        seq: u64,
+    },
+    /// The queue is full and refuses publishes (nack).
+    Rejected,
+    Deliver {
+        consumer: u64,
+        seq: u64,
+        msg: MsgRef,
+        redelivered: bool,
+    },
+    DeadLetter(MsgRef, Reason),
+    Attached(Result<(), ConsumeRefused>),
+    /// A consumer left; an auto-delete queue should go now.
+    Detached {
+        auto_delete_now: bool,
+    },
+    Purged(u32),
+}
+
+/// What is fixed when a replicated queue is declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MachineConfig {
+    pub max_priority: Option<u8>,
+    pub single_active_consumer: bool,
+    pub auto_delete: bool,
+    /// `x-delivery-limit`: a message returned more often than this is dead-lettered
+    /// (`delivery_limit`).
+    pub delivery_limit: Option<u32>,
+}
+
+/// A consumer as the machine keeps it beside the core.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Holder {
+    node: String,
+    no_ack: bool,
+    /// Cancelled: gets no more deliveries, kept while it holds some.
+    cancelled: bool,
+}
+
+/// A replicated queue.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    version: u32,
+    core: State<u64, MsgRef>,
+    delivery_limit: Option<u32>,
+    holders: BTreeMap<u64, Holder>,
+    /// Deliveries not yet settled, by consumer, then seq.
+    checkouts: BTreeMap<u64, BTreeMap<u64, Entry<MsgRef>>>,
+}
+
+/// A machine at one entry, with its version.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub version: u32,
+    machine: Machine,
+}
+
+/// The host a machine's core runs against: answers from the machine and the entry only.
+struct Apply<'a> {
+    now: u64,
+    holders: &'a BTreeMap<u64, Holder>,
+    checkouts: &'a mut BTreeMap<u64, BTreeMap<u64, Entry<MsgRef>>>,
+    out: &'a mut Vec<Out>,
+}
+
+impl Host<u64, MsgRef> for Apply<'_> {
+    fn offer(&mut self, consumer: &u64, entry: &Entry<MsgRef>) -> Offer {
+        // The core offers only to consumers with credit; a cancelled one is not in its list.
+        let Some(h) = self.holders.get(consumer) else {
+            return Offer::Refused;
+        };
+        self.out.push(Out::Deliver {
+            consumer: *consumer,
+            seq: entry.seq,
+            msg: entry.msg.clone(),
+            redelivered: entry.redelivered,
+        });
+        if !h.no_ack {
+            self.checkouts
+                .entry(*consumer)
+                .or_default()
+                .insert(entry.seq, entry.clone());
+        }
+        Offer::Taken
+    }
+    fn page_in(&mut self, _remaining: usize, _out: &mut Vec<Entry<MsgRef>>) -> PagedIn {
+        PagedIn::default()
+    }
+    fn can_page(&mut self) -> bool {
+        false
+    }
+    fn now(&mut self) -> u64 {
+        self.now
+    }
+    fn effect(&mut self, effect: Effect<'_, MsgRef>) {
+        // The log is the group's Raft log: nothing to append or forget here.
+        if let Effect::DeadLetter(m, reason) = effect {
+            self.out.push(Out::DeadLetter(m, reason));
+        }
+    }
+}
+
+impl Machine {
+    pub fn new(config: MachineConfig, limits: Limits, now: u64) -> Machine {
+        let core = Config {
+            max_priority: config.max_priority,
+            single_active_consumer: config.single_active_consumer,
+            auto_delete: config.auto_delete,
+            // References are small: everything stays in memory, the bodies in the log.
+            page_out_msgs: usize::MAX,
+            page_out_bytes: u64::MAX,
+        };
+        Machine {
+            version: MACHINE_VERSION,
+            core: State::new(core, limits, now),
+            delivery_limit: config.delivery_limit,
+            holders: BTreeMap::new(),
+            checkouts: BTreeMap::new(),
+        }
+    }
+
+    /// Applies one entry's command at the entry's timestamp `now`; what it puts out, in order.
+    pub fn apply(&mut self, now: u64, cmd: Cmd) -> Vec<Out> {
+        let mut out = Vec::new();
+        let Machine {
+            core,
+            holders,
+            checkouts,
+            delivery_limit,
+            ..
+        } = self;
+        // The core's host over the machine's side, made for each step that needs it.
+        macro_rules! host {
+            () => {
+                Apply {
+                    now,
+                    holders: &*holders,
+                    checkouts: &mut *checkouts,
+                    out: &mut out,
+                }
+            };
+        }
+        match cmd {
+            Cmd::Enqueue(m) => {
+                let answer = match core.publish(m, false, &mut host!()) {
+                    Published::Accepted { seq } => Out::Accepted { seq },
+                    Published::Rejected | Published::Gone => Out::Rejected,
+                };
+                // The answer first, then the deliveries the publish made.
+                out.insert(0, answer);
+            }
+            Cmd::Attach(a) => {
+                let c = Consumer {
+                    key: a.key,
+                    handle: a.key,
+                    priority: a.priority,
+                    no_ack: a.no_ack,
+                    exclusive: a.exclusive,
+                    prefetch: a.prefetch,
+                    outstanding: 0,
+                };
+                // A key still known (attached, or cancelled and holding deliveries) is taken.
+                let r = if holders.contains_key(&a.key) {
+                    Err(ConsumeRefused::Exclusive)
+                } else {
+                    core.add_consumer(c, now)
+                };
+                out.push(Out::Attached(r));
+                if r.is_ok() {
+                    let holder = Holder {
+                        node: a.node,
+                        no_ack: a.no_ack,
+                        cancelled: false,
+                    };
+                    holders.insert(a.key, holder);
+                    core.dispatch(&mut host!());
+                }
+            }
+            Cmd::Settle { consumer, seqs } => {
+                let done = take(checkouts, consumer, &seqs);
+                core.settle(done, true, &mut host!());
+                forget_if_done(holders, checkouts, consumer);
+            }
+            Cmd::Discard { consumer, seqs } => {
+                let done = take(checkouts, consumer, &seqs);
+                core.discard(done, true, &mut host!());
+                forget_if_done(holders, checkouts, consumer);
+            }
+            Cmd::Return { consumer, seqs } => {
+                let back = take(checkouts, consumer, &seqs);
+                return_all(core, *delivery_limit, back, &mut host!());
+                forget_if_done(holders, checkouts, consumer);
+            }
+            Cmd::Cancel { consumer } => {
+                if let Some(h) = holders.get_mut(&consumer).filter(|h| !h.cancelled) {
+                    h.cancelled = true;
+                    let (_, auto_delete_now) = core.remove_consumer(consumer, &mut host!());
+                    out.push(Out::Detached { auto_delete_now });
+                    forget_if_done(holders, checkouts, consumer);
+                }
+            }
+            Cmd::Down { consumer } => {
+                down(
+                    core,
+                    holders,
+                    checkouts,
+                    *delivery_limit,
+                    consumer,
+                    now,
+                    &mut out,
+                );
+            }
+            Cmd::NodeDown { node } => {
+                let gone: Vec<u64> = holders
+                    .iter()
+                    .filter(|(_, h)| h.node == node)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for consumer in gone {
+                    down(
+                        core,
+                        holders,
+                        checkouts,
+                        *delivery_limit,
+                        consumer,
+                        now,
+                        &mut out,
+                    );
+                }
+            }
+            Cmd::Purge => {
+                let n = core.purge(&mut host!());
+                out.push(Out::Purged(n));
+            }
+            Cmd::SetLimits(l) => core.set_limits(l),
+            Cmd::Tick => core.expire(now, &mut host!()),
+        }
+        out
+    }
+
+    /// The machine as it is now, for a snapshot at the entry just applied.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            version: self.version,
+            machine: self.clone(),
+        }
+    }
+
+    /// A machine from a snapshot; refused when it is of a version this release does not know.
+    pub fn restore(s: Snapshot) -> Result<Machine, String> {
+        if s.version > MACHINE_VERSION {
+            return Err(format!(
+                "a snapshot of queue machine version {} is newer than this release's {}",
+                s.version, MACHINE_VERSION
+            ));
+        }
+        Ok(s.machine)
+    }
+
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The lowest log index a message still in the queue (ready or held) refers to: the log
+    /// may be truncated below it once a snapshot covers it (`rabbit_fifo`'s release cursor).
+    /// `None`: the queue references no entry.
+    pub fn release_cursor(&self) -> Option<u64> {
+        let ready = self.core.ready.iter().flat_map(|l| l.iter());
+        let held = self.checkouts.values().flat_map(|m| m.values());
+        ready.chain(held).map(|e| e.msg.index).min()
+    }
+
+    pub fn ready_len(&self) -> usize {
+        self.core.ready_len()
+    }
+
+    /// Deliveries not yet settled.
+    pub fn checked_out(&self) -> usize {
+        self.checkouts.values().map(BTreeMap::len).sum()
+    }
+
+    /// The seqs `consumer` holds, in order.
+    pub fn held_by(&self, consumer: u64) -> Vec<u64> {
+        self.checkouts
+            .get(&consumer)
+            .map(|m| m.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Consumers that may receive (not cancelled, not down).
+    pub fn consumer_count(&self) -> usize {
+        self.core.consumers().len()
+    }
+
+    /// A text of the whole state, equal on two members exactly when their states are equal.
+    pub fn fingerprint(&self) -> String {
+        format!("{self:?}")
+    }
+
+    /// The core's invariants, plus the machine's own: the core counts exactly the held
+    /// deliveries, and no seq is both ready and held, or held by two consumers.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.core.check_invariants()?;
+        if self.core.unacked() != self.checked_out() {
+            return Err(format!(
+                "core counts {} unacked, checkouts hold {}",
+                self.core.unacked(),
+                self.checked_out()
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        let ready = self.core.ready.iter().flat_map(|l| l.iter());
+        let held = self.checkouts.values().flat_map(|m| m.values());
+        for e in ready.chain(held) {
+            if !seen.insert(e.seq) {
+                return Err(format!("seq {} is in two places", e.seq));
+            }
+        }
+        for c in self.core.consumers() {
+            let held = self.checkouts.get(&c.key).map_or(0, BTreeMap::len);
+            if !c.no_ack && c.outstanding as usize != held {
+                return Err(format!(
+                    "consumer {} counts {} outstanding, holds {held}",
+                    c.key, c.outstanding
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Takes `seqs` out of what `consumer` holds; seqs it does not hold (settled already, or never
+/// its) are ignored, so a duplicate settle is harmless.
+fn take(
+    checkouts: &mut BTreeMap<u64, BTreeMap<u64, Entry<MsgRef>>>,
+    consumer: u64,
+    seqs: &[u64],
+) -> Vec<(Option<u64>, Entry<MsgRef>)> {
+    let Some(held) = checkouts.get_mut(&consumer) else {
+        return Vec::new();
+    };
+    let out = seqs
+        .iter()
+        .filter_map(|s| held.remove(s))
+        .map(|e| (Some(consumer), e))
+        .collect();
+    if held.is_empty() {
+        checkouts.remove(&consumer);
+    }
+    out
+}
+
+/// A cancelled consumer is forgotten once it holds nothing.
+fn forget_if_done(
+    holders: &mut BTreeMap<u64, Holder>,
+    checkouts: &BTreeMap<u64, BTreeMap<u64, Entry<MsgRef>>>,
+    consumer: u64,
+) {
+    if holders.get(&consumer).is_some_and(|h| h.cancelled) && !checkouts.contains_key(&consumer) {
+        holders.remove(&consumer);
+    }
+}
+
+/// Returned deliveries go back, one more delivery counted; past the delivery limit they
+/// are dead-lettered instead.
+fn return_all(
+    core: &mut State<u64, MsgRef>,
+    limit: Option<u32>,
+    back: Vec<(Option<u64>, Entry<MsgRef>)>,
+    host: &mut Apply<'_>,
+) {
+    let (mut requeue, mut dead) = (Vec::new(), Vec::new());
+    for (c, mut e) in back {
+        e.msg.delivery_count += 1;
+        if limit.is_some_and(|l| e.msg.delivery_count > l) {
+            dead.push((c, e));
+        } else {
+            requeue.push((c, e));
+        }
+    }
+    if !dead.is_empty() {
+        core.dead_letter(dead, Reason::DeliveryLimit, host);
+    }
+    if !requeue.is_empty() {
+        core.requeue(requeue, host);
+    }
+}
+
+/// A consumer whose channel, connection or node is gone: removed, and what it held goes
+/// back to the queue.
+fn down(
+    core: &mut State<u64, MsgRef>,
+    holders: &mut BTreeMap<u64, Holder>,
+    checkouts: &mut BTreeMap<u64, BTreeMap<u64, Entry<MsgRef>>>,
+    limit: Option<u32>,
+    consumer: u64,
+    now: u64,
+    out: &mut Vec<Out>,
+) {
+    let Some(h) = holders.remove(&consumer) else {
+        return;
+    };
+    let held: Vec<(Option<u64>, Entry<MsgRef>)> = checkouts
+        .remove(&consumer)
+        .unwrap_or_default()
+        .into_values()
+        .map(|e| (Some(consumer), e))
+        .collect();
+    let mut host = Apply {
+        now,
+        holders,
+        checkouts,
+        out,
+    };
+    if !h.cancelled {
+        let (_, auto_delete_now) = core.remove_consumer(consumer, &mut host);
+        host.out.push(Out::Detached { auto_delete_now });
+    }
+    return_all(core, limit, held, &mut host);
+}

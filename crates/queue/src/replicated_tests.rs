@@ -1,0 +1,334 @@
+//! The replicated queue machine: deliveries by credit, what a cancel keeps and a consumer or
+//! node going down returns, the delivery limit, time from the entries, and determinism: random
+//! logs applied on two members, and from a snapshot taken part way, give equal states and equal
+//! outputs.
+
+use proptest::prelude::*;
+
+use crate::replicated::{Attach, Cmd, Machine, MachineConfig, MsgRef, Out, MACHINE_VERSION};
+use crate::{Limits, Reason};
+
+fn msg(index: u64) -> MsgRef {
+    MsgRef {
+        index,
+        size: 10,
+        priority: None,
+        expiration_ms: None,
+        delivery_count: 0,
+    }
+}
+
+fn attach(key: u64, node: &str, prefetch: u32) -> Cmd {
+    Cmd::Attach(Attach {
+        key,
+        node: node.into(),
+        priority: 0,
+        prefetch,
+        no_ack: false,
+        exclusive: false,
+    })
+}
+
+/// (consumer, seq, redelivered, delivery count) of each delivery in `out`.
+fn deliveries(out: &[Out]) -> Vec<(u64, u64, bool, u32)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::Deliver {
+                consumer,
+                seq,
+                msg,
+                redelivered,
+            } => Some((*consumer, *seq, *redelivered, msg.delivery_count)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn machine() -> Machine {
+    Machine::new(MachineConfig::default(), Limits::default(), 0)
+}
+
+#[test]
+fn deliveries_follow_credit_and_a_settle_gives_it_back() {
+    let mut m = machine();
+    assert_eq!(m.apply(1, attach(7, "a", 2)), [Out::Attached(Ok(()))]);
+    let mut delivered = Vec::new();
+    for i in 0..3 {
+        let out = m.apply(2, Cmd::Enqueue(msg(100 + i)));
+        assert_eq!(out[0], Out::Accepted { seq: i }, "the answer comes first");
+        delivered.extend(deliveries(&out));
+    }
+    assert_eq!(delivered, [(7, 0, false, 0), (7, 1, false, 0)]);
+    assert_eq!((m.ready_len(), m.held_by(7)), (1, vec![0, 1]));
+    let out = m.apply(
+        3,
+        Cmd::Settle {
+            consumer: 7,
+            seqs: vec![0],
+        },
+    );
+    assert_eq!(deliveries(&out), [(7, 2, false, 0)]);
+    // A settle of what is not held (already settled) changes nothing.
+    let before = m.fingerprint();
+    assert!(m
+        .apply(
+            4,
+            Cmd::Settle {
+                consumer: 7,
+                seqs: vec![0],
+            }
+        )
+        .is_empty());
+    assert_eq!(m.fingerprint(), before);
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn a_cancelled_consumer_keeps_what_it_holds_until_it_settles_it() {
+    let mut m = machine();
+    m.apply(1, attach(1, "a", 0));
+    m.apply(2, Cmd::Enqueue(msg(10)));
+    let out = m.apply(3, Cmd::Cancel { consumer: 1 });
+    assert_eq!(
+        out,
+        [Out::Detached {
+            auto_delete_now: false
+        }]
+    );
+    assert_eq!(
+        m.held_by(1),
+        [0],
+        "still held: an ack may follow the cancel"
+    );
+    m.apply(4, Cmd::Enqueue(msg(11)));
+    assert_eq!(m.ready_len(), 1, "no delivery to a cancelled consumer");
+    m.apply(
+        5,
+        Cmd::Settle {
+            consumer: 1,
+            seqs: vec![0],
+        },
+    );
+    assert_eq!(m.checked_out(), 0);
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn a_consumer_down_returns_what_it_held_redelivered_to_the_others() {
+    let mut m = machine();
+    m.apply(1, attach(1, "a", 1));
+    m.apply(1, attach(2, "b", 1));
+    m.apply(2, Cmd::Enqueue(msg(10)));
+    m.apply(2, Cmd::Enqueue(msg(11)));
+    assert_eq!((m.held_by(1), m.held_by(2)), (vec![0], vec![1]));
+    m.apply(
+        3,
+        Cmd::Settle {
+            consumer: 2,
+            seqs: vec![1],
+        },
+    );
+    let out = m.apply(4, Cmd::Down { consumer: 1 });
+    assert_eq!(
+        deliveries(&out),
+        [(2, 0, true, 1)],
+        "marked, counted, to the other"
+    );
+    assert_eq!(m.consumer_count(), 1);
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn a_node_down_returns_only_its_consumers_deliveries() {
+    let mut m = machine();
+    m.apply(1, attach(1, "a", 1));
+    m.apply(1, attach(2, "b", 1));
+    m.apply(1, attach(3, "a", 1));
+    for i in 0..3 {
+        m.apply(2, Cmd::Enqueue(msg(i)));
+    }
+    let out = m.apply(3, Cmd::NodeDown { node: "a".into() });
+    // Both of node a's consumers left; their two messages went back, to the consumer on b
+    // once it has credit.
+    assert_eq!(
+        out.iter()
+            .filter(|o| matches!(o, Out::Detached { .. }))
+            .count(),
+        2
+    );
+    assert_eq!(m.consumer_count(), 1);
+    assert_eq!((m.ready_len(), m.held_by(2).len()), (2, 1));
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn a_message_returned_past_the_delivery_limit_is_dead_lettered() {
+    let config = MachineConfig {
+        delivery_limit: Some(1),
+        ..Default::default()
+    };
+    let mut m = Machine::new(config, Limits::default(), 0);
+    m.apply(1, attach(1, "a", 1));
+    m.apply(2, Cmd::Enqueue(msg(10)));
+    let out = m.apply(
+        3,
+        Cmd::Return {
+            consumer: 1,
+            seqs: vec![0],
+        },
+    );
+    assert_eq!(
+        deliveries(&out),
+        [(1, 0, true, 1)],
+        "one return is within the limit"
+    );
+    let out = m.apply(
+        4,
+        Cmd::Return {
+            consumer: 1,
+            seqs: vec![0],
+        },
+    );
+    assert!(matches!(
+        &out[..],
+        [Out::DeadLetter(d, Reason::DeliveryLimit)] if d.index == 10 && d.delivery_count == 2
+    ));
+    assert_eq!((m.ready_len(), m.checked_out()), (0, 0));
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn time_is_the_entries_not_a_clock() {
+    let limits = Limits {
+        message_ttl_ms: Some(100),
+        ..Default::default()
+    };
+    let mut m = Machine::new(MachineConfig::default(), limits, 0);
+    m.apply(1_000, Cmd::Enqueue(msg(1)));
+    assert!(m.apply(1_099, Cmd::Tick).is_empty(), "not due at 1099");
+    let out = m.apply(1_100, Cmd::Tick);
+    assert!(matches!(&out[..], [Out::DeadLetter(d, Reason::Expired)] if d.index == 1));
+    assert_eq!(
+        m.release_cursor(),
+        None,
+        "nothing referenced: the log may go"
+    );
+}
+
+#[test]
+fn the_release_cursor_is_the_oldest_entry_still_referenced() {
+    let mut m = machine();
+    m.apply(1, attach(1, "a", 1));
+    for i in [5, 6, 7] {
+        m.apply(2, Cmd::Enqueue(msg(i)));
+    }
+    assert_eq!(m.release_cursor(), Some(5), "held by the consumer");
+    m.apply(
+        3,
+        Cmd::Settle {
+            consumer: 1,
+            seqs: vec![0],
+        },
+    );
+    assert_eq!(m.release_cursor(), Some(6));
+}
+
+#[test]
+fn a_snapshot_carries_the_version_and_a_newer_one_is_refused() {
+    let m = machine();
+    let mut s = m.snapshot();
+    assert_eq!(s.version, MACHINE_VERSION);
+    assert!(Machine::restore(s.clone()).is_ok());
+    s.version = MACHINE_VERSION + 1;
+    let e = Machine::restore(s).unwrap_err();
+    assert!(e.contains("newer than this release"), "{e}");
+}
+
+/// A random command over a few consumers and nodes; seqs name recent messages.
+fn arb_cmd() -> impl Strategy<Value = Cmd> {
+    let key = 0u64..4;
+    let node = prop_oneof![Just("a".to_string()), Just("b".to_string())];
+    let seqs = prop::collection::vec(0u64..24, 0..4);
+    prop_oneof![
+        6 => (0u64..1000, prop::option::of(0u8..3), prop::option::of(1u64..50)).prop_map(
+            |(index, priority, exp)| Cmd::Enqueue(MsgRef {
+                index,
+                size: 1 + index % 7,
+                priority,
+                expiration_ms: exp,
+                delivery_count: 0,
+            })
+        ),
+        2 => (key.clone(), node.clone(), 0u32..3, any::<bool>(), -1i64..2).prop_map(
+            |(key, node, prefetch, no_ack, priority)| Cmd::Attach(Attach {
+                key,
+                node,
+                priority,
+                prefetch,
+                no_ack,
+                exclusive: false,
+            })
+        ),
+        3 => (key.clone(), seqs.clone()).prop_map(|(consumer, seqs)| Cmd::Settle { consumer, seqs }),
+        2 => (key.clone(), seqs.clone()).prop_map(|(consumer, seqs)| Cmd::Return { consumer, seqs }),
+        1 => (key.clone(), seqs).prop_map(|(consumer, seqs)| Cmd::Discard { consumer, seqs }),
+        1 => key.clone().prop_map(|consumer| Cmd::Cancel { consumer }),
+        1 => key.prop_map(|consumer| Cmd::Down { consumer }),
+        1 => node.prop_map(|node| Cmd::NodeDown { node }),
+        1 => Just(Cmd::Purge),
+        1 => (prop::option::of(0u64..6)).prop_map(|max_length| Cmd::SetLimits(Limits {
+            max_length,
+            ..Default::default()
+        })),
+        2 => Just(Cmd::Tick),
+    ]
+}
+
+fn new_machine() -> Machine {
+    let config = MachineConfig {
+        max_priority: Some(2),
+        delivery_limit: Some(2),
+        ..Default::default()
+    };
+    let limits = Limits {
+        message_ttl_ms: Some(40),
+        ..Default::default()
+    };
+    Machine::new(config, limits, 0)
+}
+
+proptest! {
+    /// Two members applying one log agree at every index, and a member restored from a
+    /// snapshot at any index continues exactly as the one that took it. No seq is ever held by
+    /// two consumers or both held and ready, and a message delivered again is flagged.
+    #[test]
+    fn members_agree_and_a_snapshot_continues_the_same(
+        cmds in prop::collection::vec(arb_cmd(), 1..120),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let cut = cut.index(cmds.len());
+        let (mut a, mut b) = (new_machine(), new_machine());
+        let mut restored: Option<Machine> = None;
+        let mut delivered = std::collections::BTreeSet::new();
+        for (i, cmd) in cmds.into_iter().enumerate() {
+            let now = 10 * i as u64;
+            if i == cut {
+                restored = Some(Machine::restore(a.snapshot()).unwrap());
+            }
+            let out_a = a.apply(now, cmd.clone());
+            let out_b = b.apply(now, cmd.clone());
+            prop_assert_eq!(&out_a, &out_b);
+            prop_assert_eq!(a.fingerprint(), b.fingerprint());
+            if let Some(r) = restored.as_mut() {
+                prop_assert_eq!(&r.apply(now, cmd), &out_a);
+                prop_assert_eq!(r.fingerprint(), a.fingerprint());
+            }
+            a.check_invariants().map_err(TestCaseError::fail)?;
+            for (_, seq, redelivered, _) in deliveries(&out_a) {
+                if !delivered.insert(seq) {
+                    prop_assert!(redelivered, "seq {} delivered again unflagged", seq);
+                }
+            }
+        }
+    }
+}
