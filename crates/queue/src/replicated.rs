@@ -74,6 +74,9 @@ pub struct Attach {
     pub prefetch: u32,
     pub no_ack: bool,
     pub exclusive: bool,
+    /// Its consumer timeout in ms (`x-consumer-timeout`, else the queue's, else the node's),
+    /// resolved when it attaches; `None`: none.
+    pub timeout_ms: Option<u64>,
 }
 
 /// One command, as a log entry carries it; [`Machine::apply`] runs it.
@@ -111,8 +114,8 @@ pub enum Cmd {
     },
     Purge,
     SetLimits(Limits),
-    /// The time passes (the leader proposes it, as `rabbit_fifo`'s ticks): deadlines are
-    /// checked against the entry's timestamp.
+    /// The time passes (the leader proposes it, as `rabbit_fifo`'s ticks): message deadlines
+    /// and consumer timeouts are checked against the entry's timestamp.
     Tick,
 }
 
@@ -137,6 +140,11 @@ pub enum Out {
     Detached {
         auto_delete_now: bool,
     },
+    /// A consumer held a delivery past its timeout: it is cancelled and what it held went
+    /// back (the leader tells its channel: basic.cancel, or the channel's close).
+    TimedOut {
+        consumer: u64,
+    },
     Purged(u32),
 }
 
@@ -151,6 +159,16 @@ pub struct MachineConfig {
     pub delivery_limit: Option<u32>,
 }
 
+/// A delivery not yet settled, and when it was made (the entry's timestamp).
+#[derive(Debug, Clone, PartialEq)]
+struct Held {
+    entry: Entry<MsgRef>,
+    at: u64,
+}
+
+/// Deliveries not yet settled, by consumer, then seq.
+type Checkouts = BTreeMap<u64, BTreeMap<u64, Held>>;
+
 /// A consumer as the machine keeps it beside the core.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Holder {
@@ -158,6 +176,8 @@ struct Holder {
     no_ack: bool,
     /// Cancelled: gets no more deliveries, kept while it holds some.
     cancelled: bool,
+    /// A delivery held longer than this (ms) times the consumer out.
+    timeout_ms: Option<u64>,
 }
 
 /// A replicated queue.
@@ -168,7 +188,7 @@ pub struct Machine {
     delivery_limit: Option<u32>,
     holders: BTreeMap<u64, Holder>,
     /// Deliveries not yet settled, by consumer, then seq.
-    checkouts: BTreeMap<u64, BTreeMap<u64, Entry<MsgRef>>>,
+    checkouts: Checkouts,
 }
 
 /// A machine at one entry, with its version.
@@ -182,7 +202,7 @@ pub struct Snapshot {
 struct Apply<'a> {
     now: u64,
     holders: &'a BTreeMap<u64, Holder>,
-    checkouts: &'a mut BTreeMap<u64, BTreeMap<u64, Entry<MsgRef>>>,
+    checkouts: &'a mut Checkouts,
     out: &'a mut Vec<Out>,
 }
 
@@ -199,10 +219,14 @@ impl Host<u64, MsgRef> for Apply<'_> {
             redelivered: entry.redelivered,
         });
         if !h.no_ack {
+            let held = Held {
+                entry: entry.clone(),
+                at: self.now,
+            };
             self.checkouts
                 .entry(*consumer)
                 .or_default()
-                .insert(entry.seq, entry.clone());
+                .insert(entry.seq, held);
         }
         Offer::Taken
     }
@@ -294,6 +318,7 @@ impl Machine {
                         node: a.node,
                         no_ack: a.no_ack,
                         cancelled: false,
+                        timeout_ms: a.timeout_ms,
                     };
                     holders.insert(a.key, holder);
                     core.dispatch(&mut host!());
@@ -356,7 +381,29 @@ impl Machine {
                 out.push(Out::Purged(n));
             }
             Cmd::SetLimits(l) => core.set_limits(l),
-            Cmd::Tick => core.expire(now, &mut host!()),
+            Cmd::Tick => {
+                core.expire(now, &mut host!());
+                let late: Vec<u64> = checkouts
+                    .iter()
+                    .filter(|(c, held)| {
+                        let t = holders.get(c).and_then(|h| h.timeout_ms);
+                        t.is_some_and(|t| held.values().any(|h| h.at.saturating_add(t) <= now))
+                    })
+                    .map(|(c, _)| *c)
+                    .collect();
+                for consumer in late {
+                    out.push(Out::TimedOut { consumer });
+                    down(
+                        core,
+                        holders,
+                        checkouts,
+                        *delivery_limit,
+                        consumer,
+                        now,
+                        &mut out,
+                    );
+                }
+            }
         }
         out
     }
@@ -389,7 +436,10 @@ impl Machine {
     /// `None`: the queue references no entry.
     pub fn release_cursor(&self) -> Option<u64> {
         let ready = self.core.ready.iter().flat_map(|l| l.iter());
-        let held = self.checkouts.values().flat_map(|m| m.values());
+        let held = self
+            .checkouts
+            .values()
+            .flat_map(|m| m.values().map(|h| &h.entry));
         ready.chain(held).map(|e| e.msg.index).min()
     }
 
@@ -433,7 +483,10 @@ impl Machine {
         }
         let mut seen = std::collections::BTreeSet::new();
         let ready = self.core.ready.iter().flat_map(|l| l.iter());
-        let held = self.checkouts.values().flat_map(|m| m.values());
+        let held = self
+            .checkouts
+            .values()
+            .flat_map(|m| m.values().map(|h| &h.entry));
         for e in ready.chain(held) {
             if !seen.insert(e.seq) {
                 return Err(format!("seq {} is in two places", e.seq));
@@ -455,7 +508,7 @@ impl Machine {
 /// Takes `seqs` out of what `consumer` holds; seqs it does not hold (settled already, or never
 /// its) are ignored, so a duplicate settle is harmless.
 fn take(
-    checkouts: &mut BTreeMap<u64, BTreeMap<u64, Entry<MsgRef>>>,
+    checkouts: &mut Checkouts,
     consumer: u64,
     seqs: &[u64],
 ) -> Vec<(Option<u64>, Entry<MsgRef>)> {
@@ -465,7 +518,7 @@ fn take(
     let out = seqs
         .iter()
         .filter_map(|s| held.remove(s))
-        .map(|e| (Some(consumer), e))
+        .map(|h| (Some(consumer), h.entry))
         .collect();
     if held.is_empty() {
         checkouts.remove(&consumer);
@@ -474,11 +527,7 @@ fn take(
 }
 
 /// A cancelled consumer is forgotten once it holds nothing.
-fn forget_if_done(
-    holders: &mut BTreeMap<u64, Holder>,
-    checkouts: &BTreeMap<u64, BTreeMap<u64, Entry<MsgRef>>>,
-    consumer: u64,
-) {
+fn forget_if_done(holders: &mut BTreeMap<u64, Holder>, checkouts: &Checkouts, consumer: u64) {
     if holders.get(&consumer).is_some_and(|h| h.cancelled) && !checkouts.contains_key(&consumer) {
         holders.remove(&consumer);
     }
@@ -514,7 +563,7 @@ fn return_all(
 fn down(
     core: &mut State<u64, MsgRef>,
     holders: &mut BTreeMap<u64, Holder>,
-    checkouts: &mut BTreeMap<u64, BTreeMap<u64, Entry<MsgRef>>>,
+    checkouts: &mut Checkouts,
     limit: Option<u32>,
     consumer: u64,
     now: u64,
@@ -527,7 +576,7 @@ fn down(
         .remove(&consumer)
         .unwrap_or_default()
         .into_values()
-        .map(|e| (Some(consumer), e))
+        .map(|h| (Some(consumer), h.entry))
         .collect();
     let mut host = Apply {
         now,

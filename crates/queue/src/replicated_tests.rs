@@ -1,5 +1,6 @@
 //! The replicated queue machine: deliveries by credit, what a cancel keeps and a consumer or
-//! node going down returns, the delivery limit, time from the entries, and determinism: random
+//! node going down returns, the delivery limit, time from the entries (TTL, consumer
+//! timeouts), and determinism: random
 //! logs applied on two members, and from a snapshot taken part way, give equal states and equal
 //! outputs.
 
@@ -26,6 +27,7 @@ fn attach(key: u64, node: &str, prefetch: u32) -> Cmd {
         prefetch,
         no_ack: false,
         exclusive: false,
+        timeout_ms: None,
     })
 }
 
@@ -216,6 +218,37 @@ fn time_is_the_entries_not_a_clock() {
 }
 
 #[test]
+fn a_delivery_held_past_the_consumer_timeout_times_the_consumer_out() {
+    let mut m = machine();
+    m.apply(
+        0,
+        Cmd::Attach(Attach {
+            key: 1,
+            node: "a".into(),
+            priority: 0,
+            prefetch: 0,
+            no_ack: false,
+            exclusive: false,
+            timeout_ms: Some(100),
+        }),
+    );
+    m.apply(0, attach(2, "b", 0));
+    m.apply(10, Cmd::Enqueue(msg(1)));
+    m.apply(50, Cmd::Enqueue(msg(2)));
+    assert_eq!((m.held_by(1), m.held_by(2)), (vec![0], vec![1]));
+    assert!(m.apply(109, Cmd::Tick).is_empty(), "held 99 ms: not yet");
+    let out = m.apply(110, Cmd::Tick);
+    assert_eq!(out[0], Out::TimedOut { consumer: 1 });
+    assert_eq!(
+        deliveries(&out),
+        [(2, 0, true, 1)],
+        "what it held goes back, to the other consumer"
+    );
+    assert_eq!(m.consumer_count(), 1);
+    m.check_invariants().unwrap();
+}
+
+#[test]
 fn the_release_cursor_is_the_oldest_entry_still_referenced() {
     let mut m = machine();
     m.apply(1, attach(1, "a", 1));
@@ -259,14 +292,15 @@ fn arb_cmd() -> impl Strategy<Value = Cmd> {
                 delivery_count: 0,
             })
         ),
-        2 => (key.clone(), node.clone(), 0u32..3, any::<bool>(), -1i64..2).prop_map(
-            |(key, node, prefetch, no_ack, priority)| Cmd::Attach(Attach {
+        2 => (key.clone(), node.clone(), 0u32..3, any::<bool>(), -1i64..2, prop::option::of(5u64..60)).prop_map(
+            |(key, node, prefetch, no_ack, priority, timeout_ms)| Cmd::Attach(Attach {
                 key,
                 node,
                 priority,
                 prefetch,
                 no_ack,
                 exclusive: false,
+                timeout_ms,
             })
         ),
         3 => (key.clone(), seqs.clone()).prop_map(|(consumer, seqs)| Cmd::Settle { consumer, seqs }),
