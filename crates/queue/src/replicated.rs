@@ -104,6 +104,14 @@ pub enum Cmd {
     Cancel {
         consumer: u64,
     },
+    /// basic.get through a channel on `node`: with `ack`, the message is held under `key` (the
+    /// channel's, unique in the queue, and no consumer's) until settled, as a consumer's
+    /// delivery is.
+    Get {
+        key: u64,
+        node: String,
+        ack: bool,
+    },
     /// Its channel or connection is gone: what it holds goes back to the queue.
     Down {
         consumer: u64,
@@ -136,6 +144,9 @@ pub enum Out {
     },
     DeadLetter(MsgRef, Reason),
     Attached(Result<(), ConsumeRefused>),
+    /// A get's answer: the message, held under the get's key if it was with ack, and how many
+    /// are left; `None`: the queue is empty.
+    Got(Option<Got>),
     /// A consumer left; an auto-delete queue should go now.
     Detached {
         auto_delete_now: bool,
@@ -146,6 +157,15 @@ pub enum Out {
         consumer: u64,
     },
     Purged(u32),
+}
+
+/// A message basic.get took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Got {
+    pub seq: u64,
+    pub msg: MsgRef,
+    pub redelivered: bool,
+    pub remaining: u32,
 }
 
 /// What is fixed when a replicated queue is declared.
@@ -347,6 +367,40 @@ impl Machine {
                     forget_if_done(holders, checkouts, consumer);
                 }
             }
+            Cmd::Get { key, node, ack } => {
+                // A key names one consumer or one channel's gets, never both: a get under an
+                // attached consumer's key takes nothing.
+                let got = if holders.get(&key).is_some_and(|h| !h.cancelled) {
+                    None
+                } else {
+                    core.get(ack, &mut host!())
+                };
+                let answer = got.map(|(entry, remaining)| {
+                    let got = Got {
+                        seq: entry.seq,
+                        msg: entry.msg.clone(),
+                        redelivered: entry.redelivered,
+                        remaining,
+                    };
+                    if ack {
+                        // Held as a cancelled consumer's delivery: settled, returned, or back
+                        // when the channel or its node goes down.
+                        holders.entry(key).or_insert(Holder {
+                            node,
+                            no_ack: false,
+                            cancelled: true,
+                            timeout_ms: None,
+                        });
+                        let held = Held { entry, at: now };
+                        checkouts
+                            .entry(key)
+                            .or_default()
+                            .insert(held.entry.seq, held);
+                    }
+                    got
+                });
+                out.push(Out::Got(answer));
+            }
             Cmd::Down { consumer } => {
                 down(
                     core,
@@ -429,6 +483,21 @@ impl Machine {
 
     pub fn version(&self) -> u32 {
         self.version
+    }
+
+    /// The earliest time a [`Cmd::Tick`] has something to do (a ready message's deadline, a
+    /// held delivery's consumer timeout); `None`: none pending. The leader proposes a tick then.
+    pub fn next_due(&self) -> Option<u64> {
+        let deadlines = self
+            .core
+            .ready
+            .iter()
+            .filter_map(|l| l.front().and_then(|e| e.expires_at_ms));
+        let timeouts = self.checkouts.iter().filter_map(|(c, held)| {
+            let t = self.holders.get(c).and_then(|h| h.timeout_ms)?;
+            held.values().map(|h| h.at.saturating_add(t)).min()
+        });
+        deadlines.chain(timeouts).min()
     }
 
     /// The lowest log index a message still in the queue (ready or held) refers to: the log

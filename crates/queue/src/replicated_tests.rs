@@ -249,6 +249,68 @@ fn a_delivery_held_past_the_consumer_timeout_times_the_consumer_out() {
 }
 
 #[test]
+fn a_get_holds_its_message_until_settled_and_its_node_going_down_returns_it() {
+    let mut m = machine();
+    m.apply(1, Cmd::Enqueue(msg(1)));
+    m.apply(1, Cmd::Enqueue(msg(2)));
+    let get = |key| Cmd::Get {
+        key,
+        node: "b".into(),
+        ack: true,
+    };
+    let out = m.apply(2, get(9));
+    assert!(matches!(&out[..], [Out::Got(Some(g))] if g.seq == 0 && g.remaining == 1));
+    assert_eq!(m.held_by(9), [0]);
+    let out = m.apply(
+        3,
+        Cmd::Get {
+            key: 8,
+            node: "a".into(),
+            ack: false,
+        },
+    );
+    assert!(matches!(&out[..], [Out::Got(Some(g))] if g.seq == 1 && g.remaining == 0));
+    assert_eq!(m.held_by(8), Vec::<u64>::new(), "no-ack: gone");
+    assert_eq!(m.apply(4, get(9)), [Out::Got(None)]);
+    m.apply(5, Cmd::NodeDown { node: "b".into() });
+    assert_eq!(
+        (m.ready_len(), m.checked_out()),
+        (1, 0),
+        "back in the queue"
+    );
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn next_due_is_the_earliest_deadline_or_timeout() {
+    let limits = Limits {
+        message_ttl_ms: Some(500),
+        ..Default::default()
+    };
+    let mut m = Machine::new(MachineConfig::default(), limits, 0);
+    assert_eq!(m.next_due(), None);
+    m.apply(100, Cmd::Enqueue(msg(1)));
+    assert_eq!(m.next_due(), Some(600));
+    m.apply(
+        200,
+        Cmd::Attach(Attach {
+            key: 1,
+            node: "a".into(),
+            priority: 0,
+            prefetch: 0,
+            no_ack: false,
+            exclusive: false,
+            timeout_ms: Some(50),
+        }),
+    );
+    assert_eq!(
+        m.next_due(),
+        Some(250),
+        "the delivery's timeout, at 200 + 50"
+    );
+}
+
+#[test]
 fn the_release_cursor_is_the_oldest_entry_still_referenced() {
     let mut m = machine();
     m.apply(1, attach(1, "a", 1));
@@ -279,7 +341,9 @@ fn a_snapshot_carries_the_version_and_a_newer_one_is_refused() {
 
 /// A random command over a few consumers and nodes; seqs name recent messages.
 fn arb_cmd() -> impl Strategy<Value = Cmd> {
-    let key = 0u64..4;
+    // Consumers attach as 0-5, gets hold under 3-5: some keys collide, which the machine
+    // must survive.
+    let key = 0u64..6;
     let node = prop_oneof![Just("a".to_string()), Just("b".to_string())];
     let seqs = prop::collection::vec(0u64..24, 0..4);
     prop_oneof![
@@ -308,7 +372,8 @@ fn arb_cmd() -> impl Strategy<Value = Cmd> {
         1 => (key.clone(), seqs).prop_map(|(consumer, seqs)| Cmd::Discard { consumer, seqs }),
         1 => key.clone().prop_map(|consumer| Cmd::Cancel { consumer }),
         1 => key.prop_map(|consumer| Cmd::Down { consumer }),
-        1 => node.prop_map(|node| Cmd::NodeDown { node }),
+        1 => node.clone().prop_map(|node| Cmd::NodeDown { node }),
+        1 => (3u64..6, node, any::<bool>()).prop_map(|(key, node, ack)| Cmd::Get { key, node, ack }),
         1 => Just(Cmd::Purge),
         1 => (prop::option::of(0u64..6)).prop_map(|max_length| Cmd::SetLimits(Limits {
             max_length,
