@@ -13,7 +13,9 @@
 //!   connection's output);
 //! - the time is the entry's timestamp, given to [`Machine::apply`];
 //! - messages are references to the log entries that hold their bodies ([`MsgRef`]), so the
-//!   machine never pages: the Raft log is the queue's log.
+//!   machine never pages: the Raft log is the queue's log;
+//! - retry back-off ([`Backoff`]) holds a returned message until a due time kept in the state,
+//!   so a new leader holds it until the same time (no node-local retry store).
 //!
 //! Beside the core, the machine keeps what a classic queue's host keeps outside it: who holds
 //! each delivery (checkouts, by consumer), the node each consumer's connection is on, and how
@@ -90,10 +92,12 @@ pub enum Cmd {
         seqs: Vec<u64>,
     },
     /// Back to the queue (basic.reject/nack with requeue, basic.recover): redelivered, its
-    /// delivery count one more.
+    /// delivery count one more; held back first when the queue's retry back-off applies to
+    /// `kind`.
     Return {
         consumer: u64,
         seqs: Vec<u64>,
+        kind: ReturnKind,
     },
     /// Rejected without requeue: dead-lettered.
     Discard {
@@ -122,6 +126,8 @@ pub enum Cmd {
     },
     Purge,
     SetLimits(Limits),
+    /// The retry back-off in force changed (a policy).
+    SetRetry(Option<Backoff>),
     /// The time passes (the leader proposes it, as `rabbit_fifo`'s ticks): message deadlines
     /// and consumer timeouts are checked against the entry's timestamp.
     Tick,
@@ -159,6 +165,55 @@ pub enum Out {
     Purged(u32),
 }
 
+/// Why a delivery came back, which decides whether the retry back-off holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReturnKind {
+    /// basic.reject with requeue: a failed delivery (`x-delayed-retry-type` `failed`).
+    Rejected,
+    /// basic.nack with requeue (`returned`).
+    Nacked,
+    /// Not a processing outcome (basic.recover): never held back.
+    Released,
+}
+
+/// Retry with back-off (`x-delayed-retry-*`, as `broker/src/queue/args.rs`'s `Retry`): attempt
+/// `n` waits `min * n`, or `min * multiplier^(n-1)`, capped by `max` and by 2^32-1 ms. The due
+/// times are in the state, so a new leader holds the same messages back until the same times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub on_reject: bool,
+    pub on_nack: bool,
+    pub min_ms: u64,
+    pub max_ms: Option<u64>,
+    pub multiplier: Option<u64>,
+}
+
+impl Backoff {
+    pub fn delay_ms(&self, attempt: u64) -> u64 {
+        let n = attempt.max(1);
+        let d = match self.multiplier {
+            None => self.min_ms.saturating_mul(n),
+            Some(m) => {
+                let exp = u32::try_from(n - 1).unwrap_or(u32::MAX);
+                self.min_ms.saturating_mul(m.saturating_pow(exp))
+            }
+        };
+        d.min(self.max_ms.unwrap_or(u64::MAX))
+            .min(u64::from(u32::MAX))
+    }
+
+    fn applies(&self, kind: ReturnKind) -> bool {
+        match kind {
+            ReturnKind::Rejected => self.on_reject,
+            ReturnKind::Nacked => self.on_nack,
+            ReturnKind::Released => false,
+        }
+    }
+}
+
+/// Returned messages held back by the retry back-off, by (due time, seq).
+type Delayed = BTreeMap<(u64, u64), Entry<MsgRef>>;
+
 /// A message basic.get took.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Got {
@@ -177,6 +232,7 @@ pub struct MachineConfig {
     /// `x-delivery-limit`: a message returned more often than this is dead-lettered
     /// (`delivery_limit`).
     pub delivery_limit: Option<u32>,
+    pub retry: Option<Backoff>,
 }
 
 /// A delivery not yet settled, and when it was made (the entry's timestamp).
@@ -206,6 +262,9 @@ pub struct Machine {
     version: u32,
     core: State<u64, MsgRef>,
     delivery_limit: Option<u32>,
+    retry: Option<Backoff>,
+    /// Returns held back until their due time.
+    delayed: Delayed,
     holders: BTreeMap<u64, Holder>,
     /// Deliveries not yet settled, by consumer, then seq.
     checkouts: Checkouts,
@@ -281,6 +340,8 @@ impl Machine {
             version: MACHINE_VERSION,
             core: State::new(core, limits, now),
             delivery_limit: config.delivery_limit,
+            retry: config.retry,
+            delayed: BTreeMap::new(),
             holders: BTreeMap::new(),
             checkouts: BTreeMap::new(),
         }
@@ -294,6 +355,8 @@ impl Machine {
             holders,
             checkouts,
             delivery_limit,
+            retry,
+            delayed,
             ..
         } = self;
         // The core's host over the machine's side, made for each step that needs it.
@@ -354,9 +417,16 @@ impl Machine {
                 core.discard(done, true, &mut host!());
                 forget_if_done(holders, checkouts, consumer);
             }
-            Cmd::Return { consumer, seqs } => {
+            Cmd::Return {
+                consumer,
+                seqs,
+                kind,
+            } => {
                 let back = take(checkouts, consumer, &seqs);
-                return_all(core, *delivery_limit, back, &mut host!());
+                let hold = retry
+                    .filter(|r| r.applies(kind))
+                    .map(|r| (r, &mut *delayed));
+                return_all(core, *delivery_limit, hold, back, &mut host!());
                 forget_if_done(holders, checkouts, consumer);
             }
             Cmd::Cancel { consumer } => {
@@ -435,7 +505,14 @@ impl Machine {
                 out.push(Out::Purged(n));
             }
             Cmd::SetLimits(l) => core.set_limits(l),
+            Cmd::SetRetry(r) => *retry = r,
             Cmd::Tick => {
+                // Held-back returns that are due go back to the queue's tail, redelivered.
+                while let Some(entry) = delayed.first_entry().filter(|e| e.key().0 <= now) {
+                    let e = entry.remove();
+                    let seq = core.next_seq();
+                    core.publish_as(seq, e.msg, true, &mut host!());
+                }
                 core.expire(now, &mut host!());
                 let late: Vec<u64> = checkouts
                     .iter()
@@ -486,7 +563,8 @@ impl Machine {
     }
 
     /// The earliest time a [`Cmd::Tick`] has something to do (a ready message's deadline, a
-    /// held delivery's consumer timeout); `None`: none pending. The leader proposes a tick then.
+    /// held delivery's consumer timeout, a held-back return's due time); `None`: none pending.
+    /// The leader proposes a tick then.
     pub fn next_due(&self) -> Option<u64> {
         let deadlines = self
             .core
@@ -497,7 +575,8 @@ impl Machine {
             let t = self.holders.get(c).and_then(|h| h.timeout_ms)?;
             held.values().map(|h| h.at.saturating_add(t)).min()
         });
-        deadlines.chain(timeouts).min()
+        let retries = self.delayed.keys().next().map(|k| k.0);
+        deadlines.chain(timeouts).chain(retries).min()
     }
 
     /// The lowest log index a message still in the queue (ready or held) refers to: the log
@@ -509,11 +588,20 @@ impl Machine {
             .checkouts
             .values()
             .flat_map(|m| m.values().map(|h| &h.entry));
-        ready.chain(held).map(|e| e.msg.index).min()
+        ready
+            .chain(held)
+            .chain(self.delayed.values())
+            .map(|e| e.msg.index)
+            .min()
     }
 
     pub fn ready_len(&self) -> usize {
         self.core.ready_len()
+    }
+
+    /// Returns held back by the retry back-off (not counted as ready, as RabbitMQ 4.3).
+    pub fn delayed_len(&self) -> usize {
+        self.delayed.len()
     }
 
     /// Deliveries not yet settled.
@@ -556,7 +644,7 @@ impl Machine {
             .checkouts
             .values()
             .flat_map(|m| m.values().map(|h| &h.entry));
-        for e in ready.chain(held) {
+        for e in ready.chain(held).chain(self.delayed.values()) {
             if !seen.insert(e.seq) {
                 return Err(format!("seq {} is in two places", e.seq));
             }
@@ -607,6 +695,7 @@ fn forget_if_done(holders: &mut BTreeMap<u64, Holder>, checkouts: &Checkouts, co
 fn return_all(
     core: &mut State<u64, MsgRef>,
     limit: Option<u32>,
+    hold: Option<(Backoff, &mut Delayed)>,
     back: Vec<(Option<u64>, Entry<MsgRef>)>,
     host: &mut Apply<'_>,
 ) {
@@ -622,8 +711,20 @@ fn return_all(
     if !dead.is_empty() {
         core.dead_letter(dead, Reason::DeliveryLimit, host);
     }
-    if !requeue.is_empty() {
-        core.requeue(requeue, host);
+    if requeue.is_empty() {
+        return;
+    }
+    match hold {
+        // Settled here (its consumer's credit comes back), held until due.
+        Some((backoff, delayed)) => {
+            let now = host.now;
+            for (_, e) in &requeue {
+                let due = now.saturating_add(backoff.delay_ms(u64::from(e.msg.delivery_count)));
+                delayed.insert((due, e.seq), e.clone());
+            }
+            core.settle(requeue, true, host);
+        }
+        None => core.requeue(requeue, host),
     }
 }
 
@@ -657,5 +758,5 @@ fn down(
         let (_, auto_delete_now) = core.remove_consumer(consumer, &mut host);
         host.out.push(Out::Detached { auto_delete_now });
     }
-    return_all(core, limit, held, &mut host);
+    return_all(core, limit, None, held, &mut host);
 }

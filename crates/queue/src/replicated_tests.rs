@@ -6,7 +6,9 @@
 
 use proptest::prelude::*;
 
-use crate::replicated::{Attach, Cmd, Machine, MachineConfig, MsgRef, Out, MACHINE_VERSION};
+use crate::replicated::{
+    Attach, Backoff, Cmd, Machine, MachineConfig, MsgRef, Out, ReturnKind, MACHINE_VERSION,
+};
 use crate::{Limits, Reason};
 
 fn msg(index: u64) -> MsgRef {
@@ -177,6 +179,7 @@ fn a_message_returned_past_the_delivery_limit_is_dead_lettered() {
         Cmd::Return {
             consumer: 1,
             seqs: vec![0],
+            kind: ReturnKind::Rejected,
         },
     );
     assert_eq!(
@@ -189,6 +192,7 @@ fn a_message_returned_past_the_delivery_limit_is_dead_lettered() {
         Cmd::Return {
             consumer: 1,
             seqs: vec![0],
+            kind: ReturnKind::Rejected,
         },
     );
     assert!(matches!(
@@ -311,6 +315,86 @@ fn next_due_is_the_earliest_deadline_or_timeout() {
 }
 
 #[test]
+fn a_rejected_delivery_is_held_back_until_due_then_back_at_the_tail() {
+    let config = MachineConfig {
+        retry: Some(Backoff {
+            on_reject: true,
+            on_nack: false,
+            min_ms: 1_000,
+            max_ms: None,
+            multiplier: None,
+        }),
+        ..Default::default()
+    };
+    let mut m = Machine::new(config, Limits::default(), 0);
+    m.apply(0, attach(1, "a", 1));
+    m.apply(0, Cmd::Enqueue(msg(1)));
+    m.apply(0, Cmd::Enqueue(msg(2)));
+    let out = m.apply(
+        100,
+        Cmd::Return {
+            consumer: 1,
+            seqs: vec![0],
+            kind: ReturnKind::Rejected,
+        },
+    );
+    // Its credit came back: the next message goes out while the first waits.
+    assert_eq!(deliveries(&out), [(1, 1, false, 0)]);
+    assert_eq!((m.delayed_len(), m.ready_len()), (1, 0));
+    assert_eq!(m.next_due(), Some(1_100), "attempt 1 waits min x 1");
+    assert!(m.apply(1_099, Cmd::Tick).is_empty());
+    m.apply(
+        1_100,
+        Cmd::Settle {
+            consumer: 1,
+            seqs: vec![1],
+        },
+    );
+    let out = m.apply(1_100, Cmd::Tick);
+    assert_eq!(
+        deliveries(&out),
+        [(1, 2, true, 1)],
+        "back at the tail (a new seq), redelivered, counted"
+    );
+    // A nack is not a failed delivery under `failed`-only retry: back at once.
+    let out = m.apply(
+        1_200,
+        Cmd::Return {
+            consumer: 1,
+            seqs: vec![2],
+            kind: ReturnKind::Nacked,
+        },
+    );
+    assert_eq!(deliveries(&out), [(1, 2, true, 2)]);
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn backoff_is_linear_or_exponential_and_capped() {
+    let linear = Backoff {
+        on_reject: true,
+        on_nack: true,
+        min_ms: 1_000,
+        max_ms: Some(2_500),
+        multiplier: None,
+    };
+    let d: Vec<u64> = (1..=4).map(|n| linear.delay_ms(n)).collect();
+    assert_eq!(d, [1_000, 2_000, 2_500, 2_500]);
+    let exp = Backoff {
+        multiplier: Some(3),
+        max_ms: None,
+        ..linear
+    };
+    let d: Vec<u64> = (1..=3).map(|n| exp.delay_ms(n)).collect();
+    assert_eq!(d, [1_000, 3_000, 9_000]);
+    assert_eq!(
+        exp.delay_ms(100),
+        u64::from(u32::MAX),
+        "never past 2^32-1 ms"
+    );
+}
+
+#[test]
 fn the_release_cursor_is_the_oldest_entry_still_referenced() {
     let mut m = machine();
     m.apply(1, attach(1, "a", 1));
@@ -368,7 +452,21 @@ fn arb_cmd() -> impl Strategy<Value = Cmd> {
             })
         ),
         3 => (key.clone(), seqs.clone()).prop_map(|(consumer, seqs)| Cmd::Settle { consumer, seqs }),
-        2 => (key.clone(), seqs.clone()).prop_map(|(consumer, seqs)| Cmd::Return { consumer, seqs }),
+        2 => (key.clone(), seqs.clone(), prop_oneof![
+            Just(ReturnKind::Rejected),
+            Just(ReturnKind::Nacked),
+            Just(ReturnKind::Released)
+        ])
+            .prop_map(|(consumer, seqs, kind)| Cmd::Return { consumer, seqs, kind }),
+        1 => prop::option::of((any::<bool>(), 1u64..30)).prop_map(|r| Cmd::SetRetry(r.map(
+            |(on_nack, min_ms)| Backoff {
+                on_reject: true,
+                on_nack,
+                min_ms,
+                max_ms: Some(60),
+                multiplier: None,
+            }
+        ))),
         1 => (key.clone(), seqs).prop_map(|(consumer, seqs)| Cmd::Discard { consumer, seqs }),
         1 => key.clone().prop_map(|consumer| Cmd::Cancel { consumer }),
         1 => key.prop_map(|consumer| Cmd::Down { consumer }),
@@ -386,7 +484,14 @@ fn arb_cmd() -> impl Strategy<Value = Cmd> {
 fn new_machine() -> Machine {
     let config = MachineConfig {
         max_priority: Some(2),
-        delivery_limit: Some(2),
+        delivery_limit: Some(3),
+        retry: Some(Backoff {
+            on_reject: true,
+            on_nack: false,
+            min_ms: 15,
+            max_ms: Some(40),
+            multiplier: Some(2),
+        }),
         ..Default::default()
     };
     let limits = Limits {
