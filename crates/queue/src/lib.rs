@@ -67,6 +67,7 @@ pub mod testing;
 
 /// Messages that exist only in the log, after those in memory (single-lane queues).
 #[derive(Debug, Clone, Copy, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 struct Tail {
     count: usize,
     bytes: u64,
@@ -74,6 +75,7 @@ struct Tail {
 
 /// One queue.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct State<C, M> {
     config: Config,
     limits: Limits,
@@ -96,6 +98,7 @@ pub struct State<C, M> {
     may_expire: bool,
     tail: Option<Tail>,
     /// Page-in buffer, kept to reuse its allocation.
+    #[cfg_attr(feature = "serde", serde(skip, default = "Vec::new"))]
     scratch: Vec<Entry<M>>,
 }
 

@@ -40,6 +40,7 @@ pub const MACHINE_VERSION: u32 = 1;
 
 /// What the machine keeps of a message: where its body is, and what the queue's semantics need.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MsgRef {
     /// The index of the log entry that carries the body.
     pub index: u64,
@@ -66,6 +67,7 @@ impl Payload for MsgRef {
 
 /// A consumer attaching through any node.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Attach {
     /// Unique in the queue (the broker makes it from its connection id and consumer tag).
     pub key: u64,
@@ -83,6 +85,7 @@ pub struct Attach {
 
 /// One command, as a log entry carries it; [`Machine::apply`] runs it.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Cmd {
     Enqueue(MsgRef),
     Attach(Attach),
@@ -135,6 +138,7 @@ pub enum Cmd {
 
 /// What an apply puts out, in order. Every member computes it; the leader acts on it.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Out {
     /// The publish took seq `seq` (confirm it once the entry is committed).
     Accepted {
@@ -167,6 +171,7 @@ pub enum Out {
 
 /// Why a delivery came back, which decides whether the retry back-off holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ReturnKind {
     /// basic.reject with requeue: a failed delivery (`x-delayed-retry-type` `failed`).
     Rejected,
@@ -180,6 +185,7 @@ pub enum ReturnKind {
 /// `n` waits `min * n`, or `min * multiplier^(n-1)`, capped by `max` and by 2^32-1 ms. The due
 /// times are in the state, so a new leader holds the same messages back until the same times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Backoff {
     pub on_reject: bool,
     pub on_nack: bool,
@@ -216,6 +222,7 @@ type Delayed = BTreeMap<(u64, u64), Entry<MsgRef>>;
 
 /// A message basic.get took.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Got {
     pub seq: u64,
     pub msg: MsgRef,
@@ -225,6 +232,7 @@ pub struct Got {
 
 /// What is fixed when a replicated queue is declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MachineConfig {
     pub max_priority: Option<u8>,
     pub single_active_consumer: bool,
@@ -237,6 +245,7 @@ pub struct MachineConfig {
 
 /// A delivery not yet settled, and when it was made (the entry's timestamp).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 struct Held {
     entry: Entry<MsgRef>,
     at: u64,
@@ -247,6 +256,7 @@ type Checkouts = BTreeMap<u64, BTreeMap<u64, Held>>;
 
 /// A consumer as the machine keeps it beside the core.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 struct Holder {
     node: String,
     no_ack: bool,
@@ -258,6 +268,7 @@ struct Holder {
 
 /// A replicated queue.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Machine {
     version: u32,
     core: State<u64, MsgRef>,
@@ -272,6 +283,7 @@ pub struct Machine {
 
 /// A machine at one entry, with its version.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Snapshot {
     pub version: u32,
     machine: Machine,

@@ -31,6 +31,7 @@ impl<T: Payload> Payload for std::sync::Arc<T> {
 
 /// What happens to a publish into a full queue (`x-overflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Overflow {
     #[default]
     DropHead,
@@ -40,6 +41,7 @@ pub enum Overflow {
 
 /// Why a message was dead-lettered, as written in `x-death`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Reason {
     Rejected,
     Expired,
@@ -62,6 +64,7 @@ impl Reason {
 /// The arguments in force that a policy may change
 /// ([`State::set_limits`](crate::State::set_limits)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Limits {
     /// `x-max-length`, `x-max-length-bytes`: limits on ready messages.
     pub max_length: Option<u64>,
@@ -73,6 +76,7 @@ pub struct Limits {
 
 /// What is fixed when the queue is declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Config {
     /// `x-max-priority`: priority levels above 0. A priority queue keeps everything in memory.
     pub max_priority: Option<u8>,
@@ -100,6 +104,7 @@ impl Default for Config {
 
 /// A message in the queue, with its position, so a requeued message goes back where it was.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Entry<M> {
     pub seq: u64,
     pub msg: M,
@@ -114,6 +119,7 @@ pub struct Entry<M> {
 /// A consumer as the queue sees it; `handle` is the host's and passed back in
 /// [`Host::offer`](crate::Host::offer).
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Consumer<C> {
     /// Unique among this queue's consumers; names it in
     /// [`State::remove_consumer`](crate::State::remove_consumer).
@@ -154,6 +160,7 @@ pub enum Published {
 
 /// Why a consumer was not added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ConsumeRefused {
     Deleted,
     /// The queue has an exclusive consumer, or this one asked to be exclusive and there are
