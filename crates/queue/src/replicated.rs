@@ -146,8 +146,12 @@ pub enum Out {
     },
     /// The queue is full and refuses publishes (nack).
     Rejected,
+    /// `delivery` numbers the deliveries made to this consumer (0, 1, ...): its node sees a
+    /// gap, and asks the leader for [`Machine::held_since`], when a leader lost a delivery it
+    /// had committed but not yet sent.
     Deliver {
         consumer: u64,
+        delivery: u64,
         seq: u64,
         msg: MsgRef,
         redelivered: bool,
@@ -220,6 +224,15 @@ impl Backoff {
 /// Returned messages held back by the retry back-off, by (due time, seq).
 type Delayed = BTreeMap<(u64, u64), Entry<MsgRef>>;
 
+/// A delivery sent again ([`Machine::held_since`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resend {
+    pub delivery: u64,
+    pub seq: u64,
+    pub msg: MsgRef,
+    pub redelivered: bool,
+}
+
 /// A message basic.get took.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -249,6 +262,8 @@ pub struct MachineConfig {
 struct Held {
     entry: Entry<MsgRef>,
     at: u64,
+    /// Its number among the deliveries made to this consumer (or under this get key).
+    delivery: u64,
 }
 
 /// Deliveries not yet settled, by consumer, then seq.
@@ -264,6 +279,8 @@ struct Holder {
     cancelled: bool,
     /// A delivery held longer than this (ms) times the consumer out.
     timeout_ms: Option<u64>,
+    /// Deliveries made to it so far: the next one's number.
+    next_delivery: u64,
 }
 
 /// A replicated queue.
@@ -292,7 +309,7 @@ pub struct Snapshot {
 /// The host a machine's core runs against: answers from the machine and the entry only.
 struct Apply<'a> {
     now: u64,
-    holders: &'a BTreeMap<u64, Holder>,
+    holders: &'a mut BTreeMap<u64, Holder>,
     checkouts: &'a mut Checkouts,
     out: &'a mut Vec<Out>,
 }
@@ -300,11 +317,14 @@ struct Apply<'a> {
 impl Host<u64, MsgRef> for Apply<'_> {
     fn offer(&mut self, consumer: &u64, entry: &Entry<MsgRef>) -> Offer {
         // The core offers only to consumers with credit; a cancelled one is not in its list.
-        let Some(h) = self.holders.get(consumer) else {
+        let Some(h) = self.holders.get_mut(consumer) else {
             return Offer::Refused;
         };
+        let delivery = h.next_delivery;
+        h.next_delivery += 1;
         self.out.push(Out::Deliver {
             consumer: *consumer,
+            delivery,
             seq: entry.seq,
             msg: entry.msg.clone(),
             redelivered: entry.redelivered,
@@ -313,6 +333,7 @@ impl Host<u64, MsgRef> for Apply<'_> {
             let held = Held {
                 entry: entry.clone(),
                 at: self.now,
+                delivery,
             };
             self.checkouts
                 .entry(*consumer)
@@ -376,7 +397,7 @@ impl Machine {
             () => {
                 Apply {
                     now,
-                    holders: &*holders,
+                    holders: &mut *holders,
                     checkouts: &mut *checkouts,
                     out: &mut out,
                 }
@@ -414,6 +435,7 @@ impl Machine {
                         no_ack: a.no_ack,
                         cancelled: false,
                         timeout_ms: a.timeout_ms,
+                        next_delivery: 0,
                     };
                     holders.insert(a.key, holder);
                     core.dispatch(&mut host!());
@@ -467,13 +489,20 @@ impl Machine {
                     if ack {
                         // Held as a cancelled consumer's delivery: settled, returned, or back
                         // when the channel or its node goes down.
-                        holders.entry(key).or_insert(Holder {
+                        let h = holders.entry(key).or_insert(Holder {
                             node,
                             no_ack: false,
                             cancelled: true,
                             timeout_ms: None,
+                            next_delivery: 0,
                         });
-                        let held = Held { entry, at: now };
+                        let delivery = h.next_delivery;
+                        h.next_delivery += 1;
+                        let held = Held {
+                            entry,
+                            at: now,
+                            delivery,
+                        };
                         checkouts
                             .entry(key)
                             .or_default()
@@ -619,6 +648,27 @@ impl Machine {
     /// Deliveries not yet settled.
     pub fn checked_out(&self) -> usize {
         self.checkouts.values().map(BTreeMap::len).sum()
+    }
+
+    /// What `consumer` holds that was delivered after its delivery number `after` (all it holds
+    /// with `None`), in delivery order: what a new leader sends again when the consumer's node
+    /// saw a gap. Reads only: resending changes nothing in the state.
+    pub fn held_since(&self, consumer: u64, after: Option<u64>) -> Vec<Resend> {
+        let mut v: Vec<Resend> = self
+            .checkouts
+            .get(&consumer)
+            .into_iter()
+            .flat_map(|m| m.values())
+            .filter(|h| after.is_none_or(|a| h.delivery > a))
+            .map(|h| Resend {
+                delivery: h.delivery,
+                seq: h.entry.seq,
+                msg: h.entry.msg.clone(),
+                redelivered: h.entry.redelivered,
+            })
+            .collect();
+        v.sort_by_key(|r| r.delivery);
+        v
     }
 
     /// The seqs `consumer` holds, in order.

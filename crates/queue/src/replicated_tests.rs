@@ -42,6 +42,7 @@ fn deliveries(out: &[Out]) -> Vec<(u64, u64, bool, u32)> {
                 seq,
                 msg,
                 redelivered,
+                ..
             } => Some((*consumer, *seq, *redelivered, msg.delivery_count)),
             _ => None,
         })
@@ -395,6 +396,38 @@ fn backoff_is_linear_or_exponential_and_capped() {
 }
 
 #[test]
+fn deliveries_are_numbered_per_consumer_and_what_it_holds_can_be_sent_again() {
+    let mut m = machine();
+    m.apply(1, attach(1, "a", 0));
+    let mut numbers = Vec::new();
+    for i in 0..4 {
+        for o in m.apply(2, Cmd::Enqueue(msg(i))) {
+            if let Out::Deliver { delivery, seq, .. } = o {
+                numbers.push((delivery, seq));
+            }
+        }
+    }
+    assert_eq!(numbers, [(0, 0), (1, 1), (2, 2), (3, 3)]);
+    m.apply(
+        3,
+        Cmd::Settle {
+            consumer: 1,
+            seqs: vec![0],
+        },
+    );
+    // The consumer's node last saw delivery 1: the new leader sends 2 and 3 again.
+    let before = m.fingerprint();
+    let again: Vec<(u64, u64)> = m
+        .held_since(1, Some(1))
+        .iter()
+        .map(|r| (r.delivery, r.seq))
+        .collect();
+    assert_eq!(again, [(2, 2), (3, 3)]);
+    assert_eq!(m.held_since(1, None).len(), 3);
+    assert_eq!(m.fingerprint(), before, "sending again changes nothing");
+}
+
+#[test]
 fn the_release_cursor_is_the_oldest_entry_still_referenced() {
     let mut m = machine();
     m.apply(1, attach(1, "a", 1));
@@ -526,6 +559,7 @@ proptest! {
         let (mut a, mut b) = (new_machine(), new_machine());
         let mut restored: Option<Machine> = None;
         let mut delivered = std::collections::BTreeSet::new();
+        let mut numbered = std::collections::BTreeMap::<u64, u64>::new();
         for (i, cmd) in cmds.into_iter().enumerate() {
             let now = 10 * i as u64;
             if i == cut {
@@ -536,10 +570,21 @@ proptest! {
             prop_assert_eq!(&out_a, &out_b);
             prop_assert_eq!(a.fingerprint(), b.fingerprint());
             if let Some(r) = restored.as_mut() {
-                prop_assert_eq!(&r.apply(now, cmd), &out_a);
+                prop_assert_eq!(&r.apply(now, cmd.clone()), &out_a);
                 prop_assert_eq!(r.fingerprint(), a.fingerprint());
             }
             a.check_invariants().map_err(TestCaseError::fail)?;
+            // A key attached anew is a new consumer: its numbering starts again.
+            if let (Cmd::Attach(at), Some(Out::Attached(Ok(())))) = (&cmd, out_a.first()) {
+                numbered.insert(at.key, 0);
+            }
+            for o in &out_a {
+                if let Out::Deliver { consumer, delivery, .. } = o {
+                    let next = numbered.entry(*consumer).or_insert(0);
+                    prop_assert_eq!(*delivery, *next, "consumer {}'s deliveries are numbered in order", consumer);
+                    *next += 1;
+                }
+            }
             for (_, seq, redelivered, _) in deliveries(&out_a) {
                 if !delivered.insert(seq) {
                     prop_assert!(redelivered, "seq {} delivered again unflagged", seq);
