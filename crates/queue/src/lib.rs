@@ -57,10 +57,6 @@ pub use types::{
 #[allow(clippy::unwrap_used)]
 mod tests;
 
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod replicated_tests;
-
 #[cfg(any(test, feature = "testing"))]
 #[allow(clippy::unwrap_used)]
 pub mod testing;

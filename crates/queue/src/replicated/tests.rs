@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 
-use crate::replicated::{
+use super::{
     Attach, Backoff, Cmd, Machine, MachineConfig, MsgRef, Out, ReturnKind, MACHINE_VERSION,
 };
 use crate::{Limits, Reason};
