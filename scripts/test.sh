@@ -6,7 +6,8 @@
 # Between 1 and 2, a bounded fuzzing run of the protocol decoders and the queue state machine
 # (scripts/fuzz.sh), the benchmark page renderer's own test (bench/test_report.py: a fixture,
 # no load, no timing), and the structure checker (scripts/check_structure.py: no file over 800
-# lines; no import cycle among the broker's parts, nor among the modules of queue, store, mgmt).
+# lines; no import cycle among the broker's parts, nor among the modules of queue, store, mgmt),
+# and the docs' link checker (scripts/check_links.py: every relative link and anchor resolves).
 # CARGO_TARGET_DIR is honoured. Exits non-zero if anything fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -51,6 +52,12 @@ echo "== scripts/check_structure.py (file sizes; the broker's layers; import cyc
 python3 scripts/test_check_structure.py
 python3 scripts/check_structure.py --crate crates/queue --crate crates/store --crate crates/mgmt
 python3 scripts/check_structure.py --layers --crate crates/broker
+
+# The docs' relative links (README.md, docs/**/*.md, examples/**/*.md): every path exists and
+# every #anchor into a Markdown page names one of its headings. The checker is tested first.
+echo "== scripts/check_links.py (relative links of README.md and docs/ resolve)"
+python3 scripts/test_check_links.py
+python3 scripts/check_links.py
 
 export WARREN_BIN="$TARGET_DIR/release/warren"
 echo "== interop: python (pika)"
