@@ -98,7 +98,8 @@ pub struct Args {
     /// Use existing exchange and queues when they exist instead of declaring them.
     #[arg(short = 'p', long = "predeclared")]
     pub predeclared: bool,
-    /// Quorum queues: x-queue-type=quorum, durable, not auto-delete (PerfTest's -qq).
+    /// Quorum queues: x-queue-type=quorum, durable, not auto-delete (PerfTest's -qq); needs
+    /// --queue or --queue-pattern (a broker names classic queues only).
     #[arg(long = "quorum-queue")]
     pub quorum_queue: bool,
     /// End the run when consumers have been idle for 1 s (empty or idle; both mean idle here).
