@@ -38,7 +38,7 @@ cargo build --release --locked -p warren
 echo "== cargo test"
 cargo test --release --locked --workspace
 
-echo "== fuzz (scripts/fuzz.sh: every target, ${FUZZ_SECONDS:-30} s each; skipped without nightly + cargo-fuzz)"
+echo "== fuzz (scripts/fuzz.sh: every target, ${FUZZ_SECONDS:-30} s each; installs nightly and cargo-fuzz if missing, fails if it cannot)"
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}" scripts/fuzz.sh
 
 echo "== bench/test_report.py (the benchmark page renderer on a fixture)"
