@@ -33,6 +33,10 @@ if ! command -v chromedriver >/dev/null 2>&1; then
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium-driver; } >/dev/null 2>&1 \
     || echo "test.sh: could not install chromium-driver; the management UI test will be skipped" >&2
 fi
+# The fuzz step needs nightly and cargo-fuzz: installed now if missing (crates.io), so that a
+# failed install stops the run at once rather than after the cargo tests.
+echo "== fuzz setup (scripts/fuzz.sh --setup: nightly and cargo-fuzz)"
+scripts/fuzz.sh --setup
 echo "== cargo build (release)"
 cargo build --release --locked -p warren
 echo "== cargo test"
