@@ -133,8 +133,9 @@ pub fn validate(a: Args, command_line: String) -> Result<Options, String> {
         ));
     }
     // PerfTest sends 12 bytes when asked for fewer; a run that silently measures another size
-    // than the one asked for is worse than a clear refusal.
-    if a.size < crate::body::HEADER_BYTES {
+    // than the one asked for is worse than a clear refusal. 0, PerfTest's default, still means
+    // the smallest body, so PerfTest command lines that spell it out keep working.
+    if a.size != 0 && a.size < crate::body::HEADER_BYTES {
         return Err(format!(
             "--size {} is below the minimum of {} bytes: every message carries a 4-byte sequence number and an 8-byte send timestamp",
             a.size,
@@ -252,7 +253,7 @@ pub fn validate(a: Args, command_line: String) -> Result<Options, String> {
         exchange: a.exchange,
         exchange_type: a.exchange_type,
         topology,
-        body_size: a.size,
+        body_size: a.size.max(crate::body::HEADER_BYTES),
         rate,
         persistent,
         mandatory,
@@ -438,7 +439,7 @@ mod tests {
             e.contains("--size 5 is below the minimum of 12 bytes"),
             "{e}"
         );
-        assert!(err(&["-s", "0"]).contains("minimum of 12"));
+        assert!(err(&["-s", "11"]).contains("minimum of 12"));
         let e = err(&["-qq"]);
         assert!(
             e.contains("--quorum-queue (-qq) needs a named queue"),
@@ -459,6 +460,14 @@ mod tests {
         assert_eq!(
             opts(&["-s", "13"]).expect("13 bytes").scenario.body_size,
             13
+        );
+        // PerfTest's default, spelled out: the smallest body.
+        assert_eq!(
+            opts(&["-s", "0"])
+                .expect("0: the smallest")
+                .scenario
+                .body_size,
+            12
         );
         assert!(opts(&["-qq", "-u", "q"]).is_ok());
         assert!(opts(&["-qq", "-qp", "q-%d", "-qpf", "1", "-qpt", "2"]).is_ok());
