@@ -6,7 +6,8 @@
 # Between 1 and 2, a bounded fuzzing run of the protocol decoders and the queue state machine
 # (scripts/fuzz.sh), the benchmark page renderer's own test (bench/test_report.py: a fixture,
 # no load, no timing), and the structure checker (scripts/check_structure.py: no file over 800
-# lines; no import cycle among the broker's parts, nor among the modules of queue, store, mgmt).
+# lines; no import cycle among the broker's parts, nor among the modules of queue, store, mgmt),
+# and the docs' link checker (scripts/check_links.py: every relative link and anchor resolves).
 # CARGO_TARGET_DIR is honoured. Exits non-zero if anything fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,12 +33,16 @@ if ! command -v chromedriver >/dev/null 2>&1; then
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium-driver; } >/dev/null 2>&1 \
     || echo "test.sh: could not install chromium-driver; the management UI test will be skipped" >&2
 fi
+# The fuzz step needs nightly and cargo-fuzz: installed now if missing (crates.io), so that a
+# failed install stops the run at once rather than after the cargo tests.
+echo "== fuzz setup (scripts/fuzz.sh --setup: nightly and cargo-fuzz)"
+scripts/fuzz.sh --setup
 echo "== cargo build (release)"
 cargo build --release --locked -p warren
 echo "== cargo test"
 cargo test --release --locked --workspace
 
-echo "== fuzz (scripts/fuzz.sh: every target, ${FUZZ_SECONDS:-30} s each; skipped without nightly + cargo-fuzz)"
+echo "== fuzz (scripts/fuzz.sh: every target, ${FUZZ_SECONDS:-30} s each; installs nightly and cargo-fuzz if missing, fails if it cannot)"
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}" scripts/fuzz.sh
 
 echo "== bench/test_report.py (the benchmark page renderer on a fixture)"
@@ -51,6 +56,12 @@ echo "== scripts/check_structure.py (file sizes; the broker's layers; import cyc
 python3 scripts/test_check_structure.py
 python3 scripts/check_structure.py --crate crates/queue --crate crates/store --crate crates/mgmt
 python3 scripts/check_structure.py --layers --crate crates/broker
+
+# The docs' relative links (README.md, docs/**/*.md, examples/**/*.md): every path exists and
+# every #anchor into a Markdown page names one of its headings. The checker is tested first.
+echo "== scripts/check_links.py (relative links of README.md and docs/ resolve)"
+python3 scripts/test_check_links.py
+python3 scripts/check_links.py
 
 export WARREN_BIN="$TARGET_DIR/release/warren"
 echo "== interop: python (pika)"

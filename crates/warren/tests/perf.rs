@@ -287,6 +287,12 @@ fn bad_flags_exit_2_with_a_clear_error() {
         (&["-a", "-A", "5"][..], "autoack"),
         (&["-x", "0", "-y", "0"][..], "nothing to do"),
         (&["-h", "http://localhost"][..], "amqp://"),
+        // Refused by validation, before any connection is tried.
+        (&["-qq"][..], "--quorum-queue (-qq) needs a named queue"),
+        (
+            &["-s", "5"][..],
+            "--size 5 is below the minimum of 12 bytes",
+        ),
     ] {
         let out = perf(args);
         let err = String::from_utf8_lossy(&out.stderr);

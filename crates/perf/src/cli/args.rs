@@ -31,7 +31,8 @@ pub struct Args {
     /// Routing key [default: a random UUID, or the queue name with --queue-pattern].
     #[arg(short = 'k', long = "routing-key", allow_hyphen_values = true)]
     pub routing_key: Option<String>,
-    /// Message size in bytes (minimum 12: sequence number and send timestamp).
+    /// Message size in bytes (minimum 12: sequence number and send timestamp; 0, PerfTest's
+    /// default, means 12).
     #[arg(short = 's', long = "size", default_value_t = 12)]
     pub size: usize,
     /// Rate limit of each producer, msg/s [default: no limit].
@@ -98,7 +99,8 @@ pub struct Args {
     /// Use existing exchange and queues when they exist instead of declaring them.
     #[arg(short = 'p', long = "predeclared")]
     pub predeclared: bool,
-    /// Quorum queues: x-queue-type=quorum, durable, not auto-delete (PerfTest's -qq).
+    /// Quorum queues: x-queue-type=quorum, durable, not auto-delete (PerfTest's -qq); needs
+    /// --queue or --queue-pattern (a broker names classic queues only).
     #[arg(long = "quorum-queue")]
     pub quorum_queue: bool,
     /// End the run when consumers have been idle for 1 s (empty or idle; both mean idle here).
