@@ -211,7 +211,7 @@ class Receiver:
         """Connects, consumes and sweeps the table until stopped; reconnects over the URIs when
         the connection drops (the table keeps its hosts meanwhile, and they age out as usual)."""
         index = 0
-        last_count = -1
+        last_count, last_count_at = -1, float("-inf")
         while not self.stop.is_set():
             got = rsysmon.connect(self.uris, start=index, stop=self.stop,
                                   name=f"rsysmon-receiver {self.args.shard if self.args.shard is not None else ''}".strip())
@@ -228,10 +228,11 @@ class Receiver:
                 while not self.stop.is_set():
                     conn.process_data_events(time_limit=0.25)
                     self.log_sweep(self.table.sweep())
+                    # Past 20 hosts joins are not logged one by one: the count, at most every 10 s.
                     n = len(self.table.hosts)
-                    if n != last_count and n > 20:
+                    if n != last_count and n > 20 and time.monotonic() - last_count_at >= 10:
                         log.info("%d live hosts", n)
-                    last_count = n
+                        last_count, last_count_at = n, time.monotonic()
                 self.connected = False
                 conn.close()
                 return
