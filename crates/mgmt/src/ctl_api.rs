@@ -233,11 +233,13 @@ async fn status(State(b): B) -> ApiResult {
     if running {
         listeners.push(
             json!({"interface": b.config.amqp_bind.to_string(), "port": b.config.amqp_port,
-            "protocol": "amqp", "purpose": "AMQP 0-9-1 and AMQP 1.0"}),
+            "protocol": "amqp", "purpose": "AMQP 0-9-1"}),
         );
         if let Some(tls) = &b.config.tls {
-            listeners.push(json!({"interface": tls.bind.unwrap_or(b.config.amqp_bind).to_string(),
-                "port": tls.port, "protocol": "amqp/ssl", "purpose": "AMQP 0-9-1 and AMQP 1.0 over TLS"}));
+            listeners.push(
+                json!({"interface": tls.bind.unwrap_or(b.config.amqp_bind).to_string(),
+                "port": tls.port, "protocol": "amqp/ssl", "purpose": "AMQP 0-9-1 over TLS"}),
+            );
         }
     }
     listeners.push(

@@ -183,16 +183,16 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async move {
         let addr = std::net::SocketAddr::new(config.amqp_bind, config.amqp_port);
+        // Every socket is bound first, so a port in use fails at once; "listening" is said only
+        // once the data directory is open and everything serves.
         let listener = warren_broker::app::listen(addr).with_context(|| format!("cannot listen for AMQP on {addr}"))?;
-        tracing::info!(%addr, data_dir = %config.data_dir.display(), version = env!("CARGO_PKG_VERSION"), "warren listening for AMQP 0-9-1");
         // AMQPS when a certificate is configured: a bad file fails startup with its name.
         let tls = match &config.tls {
             Some(t) => {
                 let acceptor = warren_broker::tls::acceptor(t).map_err(anyhow::Error::msg)?;
                 let addr = std::net::SocketAddr::new(t.bind.unwrap_or(config.amqp_bind), t.port);
                 let l = warren_broker::app::listen(addr).with_context(|| format!("cannot listen for AMQPS on {addr}"))?;
-                tracing::info!(%addr, verify = ?t.verify, "warren listening for AMQP 0-9-1 over TLS");
-                Some((l, acceptor))
+                Some((l, acceptor, addr, t.verify))
             }
             None => None,
         };
@@ -201,6 +201,8 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen for HTTP on {http_addr}"))?;
         let definitions = config.definitions_file.clone();
+        // The data directory exists (its lock is held): logged absolute, so it can be found.
+        let data_dir = std::fs::canonicalize(&config.data_dir).unwrap_or_else(|_| config.data_dir.clone());
         let broker = Broker::new(config).context("cannot open the data directory")?;
         if broker.config.cluster.is_some() {
             warren_broker::cluster::Cluster::start(&broker).await?;
@@ -215,13 +217,15 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             tracing::info!(file = %path.display(), "definitions loaded");
         }
         let (tx, rx) = tokio::sync::watch::channel(false);
-        tracing::info!(addr = %http_addr, "management API listening");
         let api = tokio::spawn(warren_mgmt::serve(broker.clone(), http, rx.clone()));
-        let tls_server = tls.map(|(l, a)| {
+        let tls_server = tls.map(|(l, a, addr, verify)| {
+            tracing::info!(%addr, ?verify, "warren listening for AMQP 0-9-1 over TLS");
             tokio::spawn(warren_broker::tls::serve(broker.clone(), l, a, rx.clone()))
         });
+        tracing::info!(url = %format!("http://{http_addr}/"), "management UI and HTTP API listening");
         // The management API's rates are sampled for as long as the AMQP server runs.
         let sampler = tokio::spawn(warren_mgmt::run_sampler(broker.clone()));
+        tracing::info!(%addr, data_dir = %data_dir.display(), version = env!("CARGO_PKG_VERSION"), "warren listening for AMQP 0-9-1");
         let server = tokio::spawn(warren_broker::app::serve(broker.clone(), listener, rx));
         let reloader = tokio::spawn(reload_on_sighup(broker.clone(), config_file));
         wait_for_signal().await;

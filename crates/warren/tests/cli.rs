@@ -255,6 +255,44 @@ fn serves_amqp_and_stops_cleanly_on_sigterm() {
         err.contains("shutting down") && err.contains("stopped"),
         "{err}"
     );
+    // "Listening" is said once the data directory is open, with its absolute path and the UI's
+    // address.
+    let recovered = err.find("vhost recovered").expect("vhost recovered logged");
+    let listening = err
+        .find("warren listening for AMQP 0-9-1")
+        .expect("listening logged");
+    assert!(recovered < listening, "{err}");
+    let abs = std::fs::canonicalize(&data).expect("data dir");
+    assert!(err.contains(&abs.display().to_string()), "{err}");
+    assert!(
+        err.contains("management UI and HTTP API listening"),
+        "{err}"
+    );
+    assert!(err.contains("url=http://127.0.0.1:"), "{err}");
+}
+
+/// A port taken for HTTP fails startup with a clear error, and nothing claims to be listening.
+#[test]
+fn http_port_in_use_fails_before_anything_says_listening() {
+    let held = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let http = held.local_addr().expect("addr").port();
+    let dir = tempdir();
+    let out = bin()
+        .args([
+            "server",
+            "--amqp-port",
+            &free_port().to_string(),
+            "--http-port",
+            &http.to_string(),
+            "--data-dir",
+        ])
+        .arg(dir.join("d"))
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot listen for HTTP"), "{err}");
+    assert!(!err.contains("listening"), "{err}");
 }
 
 /// A broker whose stderr can no longer be written (its log reader went away, a full disk) keeps

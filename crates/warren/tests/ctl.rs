@@ -719,6 +719,11 @@ fn status_environment_and_memory_watermark() {
             "Interface: 127.0.0.1, port: {}, protocol: http, purpose: HTTP API\n",
             b.http
         ),
+        // What Warren serves there: AMQP 0-9-1 only (RabbitMQ's line adds AMQP 1.0).
+        &format!(
+            "Interface: 127.0.0.1, port: {}, protocol: amqp, purpose: AMQP 0-9-1\n",
+            b.amqp
+        ),
     ] {
         assert!(status.contains(line), "{line:?} missing from:\n{status}");
     }
