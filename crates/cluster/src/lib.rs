@@ -84,6 +84,8 @@ struct Inner {
     reach: Reach,
     status_tx: watch::Sender<Status>,
     log: LogReader,
+    /// Held while this node, as leader, makes a membership change (`serve_membership`).
+    changing: tokio::sync::Mutex<()>,
 }
 
 impl Meta {
@@ -155,6 +157,7 @@ impl Meta {
                 reach,
                 status_tx,
                 log,
+                changing: tokio::sync::Mutex::new(()),
             }),
         };
         let now = meta.status();

@@ -75,7 +75,9 @@ impl Meta {
             match self.join_via(&seed).await {
                 Ok(()) => return Ok(()),
                 Err(e) => {
-                    tracing::warn!(seed = %addr, error = %e, "joining the cluster failed");
+                    // Routine while the nodes of a new cluster boot together (a seed in no
+                    // cluster yet): the caller retries, and says so if it goes on.
+                    tracing::debug!(seed = %addr, error = %e, "joining through this seed failed");
                     last = e;
                 }
             }
@@ -137,6 +139,9 @@ impl Meta {
 
     pub(crate) async fn serve_membership(&self, change: Change) -> Reply {
         let inner = &self.inner;
+        // One change at a time: openraft refuses (and logs an ERROR for) a change proposed while
+        // another is uncommitted, which nodes booting together hit when they join at once.
+        let _one = inner.changing.lock().await;
         let (leader, membership) = {
             let m = inner.metrics.borrow();
             (m.current_leader, m.membership_config.clone())

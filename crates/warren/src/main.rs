@@ -153,7 +153,9 @@ fn main() -> std::process::ExitCode {
         .log_internal_errors(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WARREN_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
+                // openraft warns of what is routine for it (a vote or membership message
+                // overtaken by a newer one, which it ignores): its errors only, unless asked.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=error")),
         )
         .init();
     let result = match cli.command {

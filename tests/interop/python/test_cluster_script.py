@@ -1,19 +1,25 @@
 """scripts/cluster.sh as a new user meets it: a node that does not come up fails the start
 (exit 1, with that node's log tail) instead of printing "cluster up"; stop signals only pids
-that are still the cluster's nodes; and a real 3-node cluster starts and stops. Waits are
-bounded only as hang guards."""
+that are still the cluster's nodes; and a real 3-node cluster starts, with no WARN or ERROR
+line in its nodes' logs, and stops. Waits are bounded only as hang guards."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import random
+import re
 import signal
 import stat
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 import pytest
+
+from helpers import wait_until
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..")
 SCRIPT = os.path.join(ROOT, "scripts", "cluster.sh")
@@ -25,6 +31,16 @@ def run(cmd: str, data: str, binary: str, base: int) -> subprocess.CompletedProc
     env = dict(os.environ, WARREN_BIN=binary, BASE=str(base))
     return subprocess.run(["bash", SCRIPT, cmd, data], env=env, capture_output=True, text=True,
                           timeout=HANG_GUARD)
+
+
+def running_nodes(base: int) -> int:
+    req = urllib.request.Request(f"http://127.0.0.1:{base + 10001}/api/nodes")
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return sum(1 for n in json.load(r) if n.get("running"))
+    except OSError:
+        return 0
 
 
 def free_base() -> int:
@@ -73,6 +89,13 @@ def test_a_real_cluster_starts_and_stops():
             assert r.returncode == 0, (r.stdout, r.stderr)
             assert "cluster up" in r.stdout, r.stdout
             pids = [int(open(os.path.join(data, f"n{i}.pid")).read()) for i in (1, 2, 3)]
+            # Once all three run as one cluster, a healthy start has logged no WARN or ERROR
+            # line (openraft's routine messages and the joiners' retries are below that).
+            wait_until(lambda: running_nodes(base) == 3, timeout=60)
+            for i in (1, 2, 3):
+                with open(os.path.join(data, f"n{i}.log"), encoding="utf-8", errors="replace") as f:
+                    bad = [line for line in f if re.search(r"Z\s+(WARN|ERROR) ", line)]
+                assert not bad, f"node {i}: " + "".join(bad[:5])
         finally:
             s = run("stop", data, BIN, base)
         assert s.returncode == 0, s.stderr
