@@ -11,6 +11,7 @@ import os
 import random
 import re
 import signal
+import socket
 import stat
 import subprocess
 import tempfile
@@ -44,8 +45,24 @@ def running_nodes(base: int) -> int:
 
 
 def free_base() -> int:
-    # BASE moves every port by BASE-5680: AMQP BASE+1.., HTTP BASE+10001.., links BASE+20001..
-    return random.randrange(30000, 40000)
+    """A BASE whose nine ports are free now. BASE moves every port by BASE-5680: AMQP BASE+1..,
+    HTTP BASE+10001.., links BASE+20001... All stay below Linux's ephemeral range (32768 on),
+    where other tests' outgoing connections take ports at random."""
+    for _ in range(50):
+        base = random.randrange(6000, 12700)
+        ports = [base + off + i for off in (0, 10000, 20000) for i in (1, 2, 3)]
+        if all(port_free(p) for p in ports):
+            return base
+    raise RuntimeError("no free BASE for a cluster's nine ports")
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
 
 
 def test_a_node_that_does_not_come_up_fails_the_start_with_its_log():
