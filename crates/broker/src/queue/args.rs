@@ -60,20 +60,18 @@ pub struct Retry {
     pub multiplier: Option<u64>,
 }
 
-/// Longest single delay: what fits a u32 of milliseconds (about 49.7 days), as LavinMQ caps it.
-const RETRY_CAP_MS: u64 = u32::MAX as u64;
-
 impl Retry {
+    /// The delay of attempt `n`: the queue core's formula (`warren_queue::replicated::Backoff`,
+    /// which a replicated queue keeps in its state), capped at 2^32-1 ms as LavinMQ caps it.
     pub fn delay_ms(&self, attempt: u64) -> u64 {
-        let n = attempt.max(1);
-        let d = match self.multiplier {
-            None => self.min_ms.saturating_mul(n),
-            Some(m) => {
-                let exp = u32::try_from(n - 1).unwrap_or(u32::MAX);
-                self.min_ms.saturating_mul(m.saturating_pow(exp))
-            }
-        };
-        d.min(self.max_ms.unwrap_or(u64::MAX)).min(RETRY_CAP_MS)
+        warren_queue::replicated::Backoff {
+            on_reject: true,
+            on_nack: true,
+            min_ms: self.min_ms,
+            max_ms: self.max_ms,
+            multiplier: self.multiplier,
+        }
+        .delay_ms(attempt)
     }
 
     /// Whether a requeue by `basic.reject` (`failed`) or `basic.nack` is delayed.
