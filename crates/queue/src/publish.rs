@@ -10,7 +10,14 @@ impl<C, M: Payload> State<C, M> {
     /// this message to its log (a persistent message in a durable queue), so it is handed over
     /// as [`Effect::Append`] and its leaving as [`Effect::Forget`].
     pub fn publish(&mut self, msg: M, logged: bool, host: &mut impl Host<C, M>) -> Published {
-        self.publish_entry(msg, logged, false, host)
+        self.publish_entry(msg, logged, false, true, host)
+    }
+
+    /// A message that was in the queue comes back at its tail (a retry after its back-off),
+    /// marked redelivered. As a requeue, it is never refused by the reject overflow modes (the
+    /// queue stays over); under drop-head the head makes room.
+    pub fn requeue_at_tail(&mut self, msg: M, host: &mut impl Host<C, M>) -> Published {
+        self.publish_entry(msg, false, true, false, host)
     }
 
     /// [`State::publish`] for a replicated host, which numbers messages itself (its log's ids,
@@ -25,7 +32,7 @@ impl<C, M: Payload> State<C, M> {
         host: &mut impl Host<C, M>,
     ) -> Published {
         self.next_seq = self.next_seq.max(seq);
-        self.publish_entry(msg, true, redelivered, host)
+        self.publish_entry(msg, true, redelivered, true, host)
     }
 
     fn publish_entry(
@@ -33,6 +40,7 @@ impl<C, M: Payload> State<C, M> {
         msg: M,
         logged: bool,
         redelivered: bool,
+        refuse_when_full: bool,
         host: &mut impl Host<C, M>,
     ) -> Published {
         if self.deleted {
@@ -40,7 +48,10 @@ impl<C, M: Payload> State<C, M> {
         }
         let limits = self.limits;
         let size = msg.body_len();
-        if limits.overflow != Overflow::DropHead && self.is_full(&limits, Some(size)) {
+        if refuse_when_full
+            && limits.overflow != Overflow::DropHead
+            && self.is_full(&limits, Some(size))
+        {
             if limits.overflow == Overflow::RejectPublishDlx {
                 host.effect(Effect::DeadLetter(msg, Reason::MaxLen));
             }

@@ -347,8 +347,8 @@ impl Machine {
                 // Held-back returns that are due go back to the queue's tail, redelivered.
                 while let Some(entry) = delayed.first_entry().filter(|e| e.key().0 <= now) {
                     let e = entry.remove();
-                    let seq = core.next_seq();
-                    core.publish_as(seq, e.msg, true, &mut host!());
+                    // Never refused: it was in the queue already (a full queue stays over).
+                    core.requeue_at_tail(e.msg, &mut host!());
                 }
                 core.expire(now, &mut host!());
                 let late: Vec<u64> = checkouts

@@ -370,6 +370,51 @@ fn a_rejected_delivery_is_held_back_until_due_then_back_at_the_tail() {
     m.check_invariants().unwrap();
 }
 
+/// A held-back return that comes due while the queue is full under reject-publish comes back
+/// all the same, as a requeue does: it was in the queue, so refusing it would lose it.
+#[test]
+fn a_due_return_comes_back_to_a_full_reject_publish_queue() {
+    let config = MachineConfig {
+        retry: Some(Backoff {
+            on_reject: true,
+            on_nack: true,
+            min_ms: 10,
+            max_ms: None,
+            multiplier: None,
+        }),
+        ..Default::default()
+    };
+    let limits = Limits {
+        max_length: Some(1),
+        overflow: crate::Overflow::RejectPublish,
+        ..Default::default()
+    };
+    let mut m = Machine::new(config, limits, 0);
+    m.apply(0, attach(1, "a", 1));
+    m.apply(0, Cmd::Enqueue(msg(1)));
+    m.apply(
+        1,
+        Cmd::Return {
+            consumer: 1,
+            seqs: vec![0],
+            kind: ReturnKind::Rejected,
+        },
+    );
+    m.apply(2, Cmd::Cancel { consumer: 1 });
+    assert_eq!(
+        m.apply(3, Cmd::Enqueue(msg(2)))[0],
+        Out::Accepted { seq: 1 }
+    );
+    assert_eq!(m.apply(3, Cmd::Enqueue(msg(3))), [Out::Rejected], "full");
+    m.apply(20, Cmd::Tick);
+    assert_eq!(
+        (m.ready_len(), m.delayed_len()),
+        (2, 0),
+        "back, over the limit"
+    );
+    m.check_invariants().unwrap();
+}
+
 #[test]
 fn backoff_is_linear_or_exponential_and_capped() {
     let linear = Backoff {
