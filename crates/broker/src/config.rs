@@ -41,6 +41,11 @@ pub struct Config {
     /// consumer out, unless the consumer or its queue sets its own (docs/consumer-timeout.md).
     /// 0 disables it.
     pub consumer_timeout: u64,
+    /// A quorum queue declared on a node outside a cluster runs as a Raft group of one member
+    /// applying the replicated queue machine (`replicated/`, docs/design/replicated-queues.md),
+    /// rather than as a classic queue. Off by default while that work is under way: with it,
+    /// at-least-once dead-lettering is at-most-once and `x-expires` does not apply.
+    pub quorum_queues_on_machine: bool,
 }
 
 /// `[cluster]`: the inter-node link and how this node finds its cluster.
@@ -275,6 +280,7 @@ impl Default for Config {
             node_name: full_node_name("warren"),
             cluster: None,
             consumer_timeout: limits::CONSUMER_TIMEOUT_MS,
+            quorum_queues_on_machine: false,
         }
     }
 }

@@ -41,6 +41,7 @@ pub mod outbox;
 pub mod persist;
 pub mod policy;
 pub mod queue;
+pub mod replicated;
 pub mod server;
 pub mod tls;
 pub mod tracking;

@@ -1,9 +1,9 @@
 //! Publishing a queue's dead letters, once its lock is released: the copy each message leaves as
 //! (`dead_letter::dead_lettered`), routed through the owner (the vhost) to its targets.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use super::{dead_letter, DeadRoute, Queue, QueueArgs, Reason};
+use super::{dead_letter, DeadRoute, Queue, QueueArgs, QueueOwner, Reason};
 use crate::message::Message;
 
 impl Queue {
@@ -28,31 +28,50 @@ impl Queue {
     }
 
     pub(super) fn publish_dead(&self, dead: Vec<(Arc<Message>, Reason)>) {
-        let args = self.args();
-        let Some(owner) = self.owner.upgrade() else {
-            return;
-        };
-        let now_s = crate::clock::unix_s();
-        let mut targets = Vec::new();
-        for (msg, reason) in dead {
-            let Some((m, cc)) = self.dead_copy(&args, &msg, reason, now_s) else {
+        route_dead_at_most_once(&self.owner, &self.name, &self.args(), dead);
+    }
+}
+
+/// Routes the dead letters of queue `name` (its arguments `args`) through `owner`, without
+/// waiting for their targets (at-most-once): a missing dead-letter exchange drops them, as in
+/// RabbitMQ.
+pub fn route_dead_at_most_once(
+    owner: &Weak<dyn QueueOwner>,
+    name: &str,
+    args: &QueueArgs,
+    dead: Vec<(Arc<Message>, Reason)>,
+) {
+    let Some(dlx) = args.dead_letter_exchange.as_deref() else {
+        return;
+    };
+    let Some(owner) = owner.upgrade() else {
+        return;
+    };
+    let now_s = crate::clock::unix_s();
+    let mut targets = Vec::new();
+    for (msg, reason) in dead {
+        let (m, cc) = dead_letter::dead_lettered(
+            &msg,
+            name,
+            reason,
+            dlx,
+            args.dead_letter_routing_key.as_deref(),
+            now_s,
+        );
+        targets.clear();
+        match owner.route_dead_letter(&m, &cc, &mut targets) {
+            // A missing dead-letter exchange drops the message, as in RabbitMQ.
+            DeadRoute::NoExchange => continue,
+            DeadRoute::Delay(delay) => {
+                owner.clone().hold_dead_letter(&m, delay, None);
                 continue;
-            };
-            targets.clear();
-            match owner.route_dead_letter(&m, &cc, &mut targets) {
-                // A missing dead-letter exchange drops the message, as in RabbitMQ.
-                DeadRoute::NoExchange => continue,
-                DeadRoute::Delay(delay) => {
-                    owner.clone().hold_dead_letter(&m, delay, None);
-                    continue;
-                }
-                DeadRoute::Routed => {}
             }
-            dead_letter::drop_cycles(&m.properties, &mut targets, |q| q.name());
-            let m = Arc::new(m);
-            for q in targets.drain(..) {
-                q.publish(m.clone(), None);
-            }
+            DeadRoute::Routed => {}
+        }
+        dead_letter::drop_cycles(&m.properties, &mut targets, |q| q.name());
+        let m = Arc::new(m);
+        for q in targets.drain(..) {
+            q.publish(m.clone(), None);
         }
     }
 }

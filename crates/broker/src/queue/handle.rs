@@ -137,6 +137,10 @@ pub trait QueueKind: Send + Sync + std::fmt::Debug + 'static {
     fn group(&self) -> Option<(u64, Vec<String>)> {
         None
     }
+    /// The id its definition is recorded under, for a kind whose data lives on this node.
+    fn store_id(&self) -> Option<u64> {
+        None
+    }
     /// For [`QueueRef::downcast`].
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
@@ -263,7 +267,7 @@ impl QueueRef {
         match self {
             QueueRef::Local(q) => q.store_id,
             QueueRef::Stream(s) => Some(s.store_id),
-            QueueRef::Other(_) => None,
+            QueueRef::Other(q) => q.store_id(),
         }
     }
 

@@ -47,6 +47,7 @@ use parking_lot::Mutex;
 use warren_protocol::{ByteString, FieldTable};
 use warren_queue::{Effect, Host, PagedIn};
 
+pub use dead_publish::route_dead_at_most_once;
 pub use args::{display_value, type_name, Overflow, QueueArgs};
 pub use fan_out::{fan_out, ConfirmTo, FannedOut};
 pub use handle::{Counts, DeliverySink, Offer, QueueKind, QueueRef};
@@ -418,7 +419,7 @@ pub struct RemovedConsumer {
 }
 
 /// The state machine's view of the arguments in force.
-fn core_limits(a: &QueueArgs) -> warren_queue::Limits {
+pub(crate) fn core_limits(a: &QueueArgs) -> warren_queue::Limits {
     warren_queue::Limits {
         max_length: a.max_length,
         max_length_bytes: a.max_length_bytes,

@@ -120,6 +120,9 @@ pub struct VHost {
 pub struct Storage {
     pub dir: PathBuf,
     pub persister: Arc<Persister>,
+    /// Set (to this node's name): quorum queues declared outside a cluster run on the
+    /// replicated queue machine, a group of one member (`Config::quorum_queues_on_machine`).
+    pub quorum_on_machine: Option<String>,
 }
 
 /// The pseudo-queue RPC clients consume from for direct reply-to.

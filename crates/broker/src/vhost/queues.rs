@@ -242,6 +242,16 @@ impl VHost {
             tracing::info!(vhost = %self.name, queue = spec.name, "stream declared");
             return Ok(q);
         }
+        if let Some(q) = self.open_on_machine(&name, &options, None) {
+            defs.queues.insert(name, q.clone());
+            if let Err(e) = self.changed(&mut defs, Self::queue_def(&q).into_iter().collect()) {
+                q.mark_deleted();
+                return Err(e);
+            }
+            self.churn.queue_created.fetch_add(1, Relaxed);
+            tracing::info!(vhost = %self.name, queue = spec.name, "quorum queue declared (a group of one member)");
+            return Ok(q);
+        }
         let durable_id = (spec.durable && !spec.exclusive).then(|| {
             at.filter(|a| !a.local)
                 .map_or_else(rand::random::<u64>, |a| a.index)

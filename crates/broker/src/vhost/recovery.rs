@@ -173,6 +173,13 @@ impl VHost {
             self.publish_snapshot(&defs);
             return Ok(n);
         }
+        let name: Arc<str> = (&*d.queue).into();
+        if let Some(q) = self.open_on_machine(&name, &opts, Some(id)) {
+            let mut defs = self.defs.lock();
+            defs.queues.insert(name, q);
+            self.publish_snapshot(&defs);
+            return Ok(0);
+        }
         let backing = match self.backing(Some(id)) {
             Some(Ok(b)) => Some(b),
             Some(Err(e)) => {
@@ -199,6 +206,38 @@ impl VHost {
         defs.queues.insert(name, q);
         self.publish_snapshot(&defs);
         Ok(n)
+    }
+
+    /// A quorum queue outside a cluster, on the replicated queue machine (a group of one member
+    /// under its queue directory's `group/`) when this node runs them so: a new one (`id`
+    /// none), or a recovered one whose group is there. One recovered with a classic log stays
+    /// a classic queue, so that switching the setting loses nothing.
+    pub(super) fn open_on_machine(
+        self: &Arc<Self>,
+        name: &Arc<str>,
+        opts: &QueueOptions,
+        id: Option<u64>,
+    ) -> Option<QueueRef> {
+        let storage = self.storage.as_ref()?;
+        let me = storage.quorum_on_machine.clone()?;
+        if self.cluster.is_some() || !crate::queue::args::is_quorum(&opts.arguments) {
+            return None;
+        }
+        let id = id.unwrap_or_else(rand::random::<u64>);
+        let dir = storage.dir.join("queues").join(format!("{id:016x}"));
+        if dir.exists() && !dir.join("group").exists() {
+            return None;
+        }
+        let owner: std::sync::Weak<dyn crate::queue::QueueOwner> = Arc::downgrade(self) as _;
+        Some(QueueRef::Other(crate::replicated::ReplicatedQueue::open(
+            name.clone(),
+            self.name.clone(),
+            opts.clone(),
+            id,
+            dir.join("group"),
+            owner,
+            me,
+        )))
     }
 
     /// Deletes queue log directories that no durable queue owns (left by non-durable state or

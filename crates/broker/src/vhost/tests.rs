@@ -69,6 +69,7 @@ fn storage(test: &str) -> Storage {
     Storage {
         dir,
         persister: Persister::start(),
+        quorum_on_machine: None,
     }
 }
 
@@ -253,6 +254,7 @@ async fn a_single_node_applies_its_change_at_once_and_journals_it() {
         Storage {
             dir: dir.clone(),
             persister: persister.clone(),
+            quorum_on_machine: None,
         },
     )
     .unwrap();

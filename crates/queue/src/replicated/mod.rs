@@ -420,6 +420,12 @@ impl Machine {
     /// may be truncated below it once a snapshot covers it (`rabbit_fifo`'s release cursor).
     /// `None`: the queue references no entry.
     pub fn release_cursor(&self) -> Option<u64> {
+        self.refs().map(|(_, m)| m.index).min()
+    }
+
+    /// Every message still in the queue (ready, held, or held back by the retry back-off), by
+    /// seq, in no particular order: what a snapshot must be able to read the bodies of.
+    pub fn refs(&self) -> impl Iterator<Item = (u64, &MsgRef)> {
         let ready = self.core.ready.iter().flat_map(|l| l.iter());
         let held = self
             .checkouts
@@ -428,8 +434,7 @@ impl Machine {
         ready
             .chain(held)
             .chain(self.delayed.values())
-            .map(|e| e.msg.index)
-            .min()
+            .map(|e| (e.seq, &e.msg))
     }
 
     pub fn ready_len(&self) -> usize {

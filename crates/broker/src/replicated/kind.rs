@@ -1,0 +1,195 @@
+//! A replicated queue as the queue layer dispatches to it ([`QueueKind`]): publishes and
+//! settlements become operations proposed to its group; counts are read from this member's
+//! machine.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use warren_queue::replicated::{Cmd, Out, ReturnKind};
+
+use super::ReplicatedQueue;
+use crate::confirm::ConfirmHandle;
+use crate::error::AmqpResult;
+use crate::message::Message;
+use crate::queue::{
+    Consumer, Enqueued, QueueArgs, QueueKind, QueueOptions, QueueRef, QueuedMessage, Settled,
+};
+
+impl ReplicatedQueue {
+    /// Settlements by machine key, in order, as one command each.
+    fn settlements(
+        &self,
+        msgs: &mut dyn Iterator<Item = Settled>,
+        cmd: impl Fn(u64, Vec<u64>) -> Cmd,
+    ) {
+        let mut by: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for (key, m) in msgs {
+            by.entry(self.machine_key(key)).or_default().push(m.seq);
+        }
+        for (consumer, seqs) in by {
+            self.push_cmd(cmd(consumer, seqs), None);
+        }
+    }
+}
+
+impl QueueKind for ReplicatedQueue {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+    fn vhost(&self) -> &Arc<str> {
+        &self.vhost
+    }
+    fn options(&self) -> &QueueOptions {
+        &self.options
+    }
+    fn type_name(&self) -> &'static str {
+        "quorum"
+    }
+    fn home(&self) -> Option<String> {
+        None
+    }
+    fn resolved(self: Arc<Self>) -> AmqpResult<QueueRef> {
+        Ok(QueueRef::Other(self))
+    }
+    fn args(&self) -> arc_swap::Guard<Arc<QueueArgs>> {
+        ReplicatedQueue::args(self)
+    }
+    /// A policy changed the limits: every member applies them at the same entry.
+    fn set_effective_args(&self, a: QueueArgs) {
+        self.push_cmd(Cmd::SetLimits(crate::queue::core_limits(&a)), None);
+        self.args.store(Arc::new(a));
+    }
+    fn describe(&self) -> String {
+        ReplicatedQueue::describe(self)
+    }
+    fn publish(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) -> Enqueued {
+        if self.is_deleted() {
+            return Enqueued::Rejected;
+        }
+        self.push_publish(msg, confirm);
+        Enqueued::Accepted
+    }
+    fn pressured(&self) -> bool {
+        ReplicatedQueue::pressured(self)
+    }
+    fn stall(&self, max: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(ReplicatedQueue::stall(self, max))
+    }
+    fn get(
+        self: Arc<Self>,
+        ack_mode: bool,
+        take: &mut dyn FnMut(&QueuedMessage, u32),
+    ) -> AmqpResult<bool> {
+        let key = self.machine_key(None);
+        let outs = self.call(Cmd::Get {
+            key,
+            node: self.me.clone(),
+            ack: ack_mode,
+        })?;
+        let Some(got) = outs.into_iter().find_map(|o| match o {
+            Out::Got(g) => g,
+            _ => None,
+        }) else {
+            return Ok(false);
+        };
+        let msg = {
+            let log = self.sm.log.get();
+            let mut st = self.sm.state.lock();
+            st.bodies.get(got.seq, &got.msg, log)
+        };
+        let Some(msg) = msg else {
+            tracing::error!(queue = %self.name, vhost = %self.vhost, seq = got.seq, "a message's body is missing from the queue's log; it is dropped");
+            if ack_mode {
+                self.push_cmd(
+                    Cmd::Discard {
+                        consumer: key,
+                        seqs: vec![got.seq],
+                    },
+                    None,
+                );
+            }
+            return Ok(false);
+        };
+        let qm = QueuedMessage {
+            seq: got.seq,
+            msg: Arc::new(crate::message::with_delivery_count(
+                &msg,
+                u64::from(got.msg.delivery_count),
+            )),
+            redelivered: got.redelivered,
+            expires_at_ms: None,
+            logged: true,
+        };
+        take(&qm, got.remaining);
+        Ok(true)
+    }
+    fn settle(&self, msgs: &mut dyn Iterator<Item = Settled>) {
+        self.settlements(msgs, |consumer, seqs| Cmd::Settle { consumer, seqs });
+    }
+    fn discard(&self, msgs: &mut dyn Iterator<Item = Settled>) {
+        self.settlements(msgs, |consumer, seqs| Cmd::Discard { consumer, seqs });
+    }
+    /// Back to the queue, redelivered: basic.reject or basic.nack with requeue, basic.recover,
+    /// or a closed channel's deliveries (delayed retries are the channel's for now).
+    fn requeue(&self, msgs: &mut dyn Iterator<Item = Settled>) {
+        self.settlements(msgs, |consumer, seqs| Cmd::Return {
+            consumer,
+            seqs,
+            kind: ReturnKind::Released,
+        });
+    }
+    fn add_consumer(
+        self: Arc<Self>,
+        c: Arc<Consumer>,
+        on_added: &mut dyn FnMut(),
+    ) -> AmqpResult<()> {
+        self.attach(c, on_added)
+    }
+    fn remove_consumer(&self, c: &Arc<Consumer>) {
+        self.detach(c)
+    }
+    fn message_count(&self) -> u32 {
+        let st = self.sm.state.lock();
+        (st.machine.ready_len() + st.machine.delayed_len()) as u32
+    }
+    fn unacked_count(&self) -> u32 {
+        self.sm.state.lock().machine.checked_out() as u32
+    }
+    fn consumer_count(&self) -> u32 {
+        self.sm.state.lock().machine.consumer_count() as u32
+    }
+    fn consumers(&self) -> Vec<Arc<Consumer>> {
+        self.consumers.lock().values().map(|l| l.c.clone()).collect()
+    }
+    fn purge(&self) -> u32 {
+        match self.call(Cmd::Purge) {
+            Ok(outs) => outs
+                .into_iter()
+                .find_map(|o| match o {
+                    Out::Purged(n) => Some(n),
+                    _ => None,
+                })
+                .unwrap_or(0),
+            Err(e) => {
+                tracing::warn!(queue = %self.name, vhost = %self.vhost, error = %e.text, "purge not applied");
+                0
+            }
+        }
+    }
+    fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>) {
+        ReplicatedQueue::mark_deleted(self)
+    }
+    fn is_deleted(&self) -> bool {
+        ReplicatedQueue::is_deleted(self)
+    }
+    fn store_id(&self) -> Option<u64> {
+        Some(self.store_id)
+    }
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}

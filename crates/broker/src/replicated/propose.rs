@@ -1,0 +1,229 @@
+//! Proposing: what this node's channels ask of the queue waits in [`Pending`] until the
+//! proposing loop takes it as one entry; a few entries are in flight at once (each a group
+//! commit), and each is finished once applied: publishes confirmed or refused, callers
+//! answered. The loop also proposes the passing of time (`Cmd::Tick`) when the machine has
+//! something due, as `rabbit_fifo`'s leader does.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use warren_queue::replicated::{Cmd, Out};
+
+use super::entry::{self, Builder, MAX_SLOTS};
+use super::ReplicatedQueue;
+use crate::confirm::ConfirmHandle;
+use crate::message::Message;
+
+/// Publishes proposed in one entry at most, and their bytes.
+const BATCH_MSGS: usize = 2048;
+const BATCH_BYTES: usize = 1 << 20;
+/// Entries in flight at once.
+const PIPELINE: usize = 4;
+/// Publishes waiting for the group beyond which publishers stall.
+const PRESSURE_MSGS: usize = 16_384;
+const PRESSURE_BYTES: usize = 16 << 20;
+/// How often the loop looks whether the machine has something due.
+const TICK_CHECK: Duration = Duration::from_millis(100);
+
+/// One operation waiting to be proposed, and who waits for its answer.
+enum Waiting {
+    Publish {
+        msg: Arc<Message>,
+        confirm: Option<Arc<ConfirmHandle>>,
+        size: usize,
+    },
+    Cmd {
+        cmd: Cmd,
+        reply: Option<tokio::sync::oneshot::Sender<Vec<Out>>>,
+    },
+}
+
+#[derive(Default)]
+pub struct Pending {
+    ops: VecDeque<Waiting>,
+}
+
+/// An entry in flight: its operations' waiters, in order.
+struct Proposed {
+    ops: Vec<Waiting>,
+}
+
+fn size_of(m: &Message) -> usize {
+    m.body.len() + m.properties.len() + 64
+}
+
+impl ReplicatedQueue {
+    pub(super) fn push_cmd(
+        &self,
+        cmd: Cmd,
+        reply: Option<tokio::sync::oneshot::Sender<Vec<Out>>>,
+    ) {
+        self.pending.lock().ops.push_back(Waiting::Cmd { cmd, reply });
+        self.wake.notify_one();
+    }
+
+    /// A publish; its confirm completes once its entry is applied.
+    pub(super) fn push_publish(&self, msg: Arc<Message>, confirm: Option<&Arc<ConfirmHandle>>) {
+        let size = size_of(&msg);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.in_flight_bytes.fetch_add(size, Ordering::Relaxed);
+        self.pending.lock().ops.push_back(Waiting::Publish {
+            msg,
+            confirm: confirm.cloned(),
+            size,
+        });
+        self.wake.notify_one();
+    }
+
+    /// Publishes wait for the group beyond what it keeps up with.
+    pub(super) fn pressured(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) >= PRESSURE_MSGS
+            || self.in_flight_bytes.load(Ordering::Relaxed) >= PRESSURE_BYTES
+    }
+
+    pub(super) async fn stall(&self, max: Duration) {
+        crate::flow::wait_relief(&self.relieved, || self.pressured(), max).await
+    }
+
+    /// The next entry: the operations waiting, up to a batch's bounds.
+    fn take_entry(&self) -> Option<(Vec<u8>, Proposed)> {
+        let mut p = self.pending.lock();
+        if p.ops.is_empty() {
+            return None;
+        }
+        let mut b = Builder::new(crate::clock::unix_ms());
+        let mut ops = Vec::new();
+        let (mut msgs, mut bytes) = (0, 0);
+        while let Some(w) = p.ops.front() {
+            if let Waiting::Publish { size, .. } = w {
+                if msgs > 0 && (msgs == BATCH_MSGS.min(MAX_SLOTS) || bytes + size > BATCH_BYTES) {
+                    break;
+                }
+                msgs += 1;
+                bytes += size;
+            }
+            let Some(w) = p.ops.pop_front() else { break };
+            match &w {
+                Waiting::Publish { msg, .. } => b.publish(msg),
+                Waiting::Cmd { cmd, .. } => b.cmd(cmd),
+            }
+            ops.push(w);
+        }
+        Some((b.finish(), Proposed { ops }))
+    }
+
+    /// Proposes what waits, a few entries in flight, until stopped or deleted.
+    pub(super) async fn propose_loop(
+        self: Arc<Self>,
+        meta: warren_cluster::Meta,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        type Fut = std::pin::Pin<
+            Box<
+                dyn std::future::Future<Output = Result<Vec<u8>, warren_cluster::ProposeError>>
+                    + Send,
+            >,
+        >;
+        let mut in_flight: VecDeque<(Fut, Proposed)> = VecDeque::new();
+        let mut tick = tokio::time::interval(TICK_CHECK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            while in_flight.len() < PIPELINE {
+                let Some((cmd, proposed)) = self.take_entry() else {
+                    break;
+                };
+                let fut: Fut = match meta.submit(cmd.clone()).await {
+                    Some(f) => Box::pin(f),
+                    None => {
+                        let m = meta.clone();
+                        Box::pin(async move { m.propose(cmd).await })
+                    }
+                };
+                in_flight.push_back((fut, proposed));
+            }
+            let room = in_flight.len() < PIPELINE;
+            tokio::select! {
+                r = async { in_flight.front_mut().expect("checked").0.as_mut().await }, if !in_flight.is_empty() => {
+                    if let Some((_, p)) = in_flight.pop_front() {
+                        self.finish(p, r);
+                    }
+                }
+                _ = self.wake.notified(), if room => {}
+                _ = tick.tick() => self.tick_if_due(),
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+        // Stopped: what is still waiting is refused, so no publisher waits for ever.
+        for (_, p) in in_flight.drain(..) {
+            self.finish(p, Err(warren_cluster::ProposeError::Unavailable("the queue stopped".into())));
+        }
+        let rest: Vec<Waiting> = self.pending.lock().ops.drain(..).collect();
+        self.finish(
+            Proposed { ops: rest },
+            Err(warren_cluster::ProposeError::Unavailable("the queue stopped".into())),
+        );
+    }
+
+    /// Proposes a tick when the machine has something due (a deadline, a held-back return,
+    /// a consumer timeout).
+    fn tick_if_due(&self) {
+        let due = self.sm.state.lock().machine.next_due();
+        if due.is_some_and(|d| d <= crate::clock::unix_ms()) {
+            let ticking = self
+                .pending
+                .lock()
+                .ops
+                .iter()
+                .any(|w| matches!(w, Waiting::Cmd { cmd: Cmd::Tick, .. }));
+            if !ticking {
+                self.push_cmd(Cmd::Tick, None);
+            }
+        }
+    }
+
+    /// Answers an entry's waiters from its apply's reply; without one (not committed in time,
+    /// the queue stopped) publishes are nacked and callers get no answer.
+    fn finish(&self, p: Proposed, r: Result<Vec<u8>, warren_cluster::ProposeError>) {
+        let failed = r.is_err();
+        let mut replies = match r {
+            Ok(b) => entry::decode_reply(&b).unwrap_or_default(),
+            Err(e) => {
+                if !p.ops.is_empty() && !self.is_deleted() {
+                    tracing::warn!(queue = %self.name, vhost = %self.vhost, error = %e, "a replicated queue entry was not applied; its publishes are nacked");
+                }
+                Vec::new()
+            }
+        }
+        .into_iter();
+        let (mut n, mut bytes) = (0, 0);
+        let mut confirms = Vec::new();
+        for w in p.ops {
+            let outs = replies.next().unwrap_or_default();
+            match w {
+                Waiting::Publish { confirm, size, .. } => {
+                    n += 1;
+                    bytes += size;
+                    if let Some(h) = confirm {
+                        let ok = outs.iter().any(|o| matches!(o, Out::Accepted { .. }));
+                        confirms.push((h, ok));
+                    }
+                }
+                Waiting::Cmd { reply, .. } => {
+                    // Unanswered, a caller says the group did not answer.
+                    if let Some(tx) = reply.filter(|_| !failed) {
+                        let _ = tx.send(outs);
+                    }
+                }
+            }
+        }
+        crate::confirm::complete_all(confirms);
+        let was = self.pressured();
+        self.in_flight.fetch_sub(n, Ordering::Relaxed);
+        self.in_flight_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        if was && !self.pressured() {
+            self.relieved.notify_waiters();
+        }
+    }
+}

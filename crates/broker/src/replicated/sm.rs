@@ -1,0 +1,302 @@
+//! The group's state machine on one member ([`GroupSm`]): applies each committed entry's
+//! operations to the [`Machine`] at the entry's timestamp, keeps the bodies it decoded, hands
+//! the leader what it must act on, and takes and restores snapshots.
+//!
+//! Apply reads nothing but the machine and the entry; what it does outside (deliveries, dead
+//! letters) happens only where the queue leads, after the machine's state is final for the
+//! entry, so every member's machine is the same whoever acts.
+
+use std::sync::{Arc, OnceLock, Weak};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use parking_lot::Mutex;
+use warren_queue::replicated::{Cmd, Machine, MachineConfig, Out, Snapshot};
+
+use super::bodies::Bodies;
+use super::entry::{self, Op};
+use super::ReplicatedQueue;
+use crate::message::Message;
+
+/// A snapshot: `[SNAPSHOT_MAGIC][machine version u32][len u32][bincode machine snapshot][n u32]`,
+/// then
+/// `n` bodies `[log place u64][len u32][stored message]`.
+const SNAPSHOT_MAGIC: &[u8; 4] = b"WRQ1";
+/// A snapshot carries the bodies of the messages still in the queue (the log before it may be
+/// purged), so one is taken only while they are few: a long backlog keeps its log, which holds
+/// its bodies, until it drains.
+const SNAPSHOT_MAX_MSGS: usize = 20_000;
+const SNAPSHOT_MAX_BYTES: u64 = 16 << 20;
+
+/// What the leader does after an apply, the bodies already read.
+pub enum Act {
+    Deliver {
+        consumer: u64,
+        seq: u64,
+        msg: Arc<Message>,
+        redelivered: bool,
+    },
+    DeadLetter(Arc<Message>, warren_queue::Reason),
+    /// A delivery whose body could not be read (the log lost it): dropped with an error.
+    Lost { consumer: u64, seq: u64 },
+}
+
+pub struct State {
+    pub machine: Machine,
+    pub bodies: Bodies,
+    /// The index of the entry applied last.
+    pub applied: u64,
+}
+
+pub struct GroupSm {
+    pub state: Mutex<State>,
+    /// What a fresh machine starts with (the declared arguments), on every member alike.
+    fresh: (MachineConfig, warren_queue::Limits),
+    pub queue: OnceLock<Weak<ReplicatedQueue>>,
+    pub log: OnceLock<warren_cluster::LogReader>,
+}
+
+impl GroupSm {
+    pub fn new(config: MachineConfig, limits: warren_queue::Limits) -> GroupSm {
+        GroupSm {
+            state: Mutex::new(State {
+                machine: Machine::new(config, limits, 0),
+                bodies: Bodies::default(),
+                applied: 0,
+            }),
+            fresh: (config, limits),
+            queue: OnceLock::new(),
+            log: OnceLock::new(),
+        }
+    }
+
+    fn queue(&self) -> Option<Arc<ReplicatedQueue>> {
+        self.queue.get().and_then(Weak::upgrade)
+    }
+}
+
+/// The body a delivery or dead letter needs, as the consumer sees it: quorum queue deliveries
+/// carry `x-delivery-count`, as RabbitMQ 3.10's do.
+fn body(
+    bodies: &mut Bodies,
+    log: Option<&warren_cluster::LogReader>,
+    seq: u64,
+    r: &warren_queue::replicated::MsgRef,
+) -> Option<Arc<Message>> {
+    let m = bodies.get(seq, r, log)?;
+    Some(Arc::new(crate::message::with_delivery_count(
+        &m,
+        u64::from(r.delivery_count),
+    )))
+}
+
+impl warren_cluster::StateMachine for GroupSm {
+    fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
+        let q = self.queue();
+        let acting = q.as_ref().is_some_and(|q| q.leads());
+        let e = match entry::decode(Bytes::copy_from_slice(command)) {
+            Ok(e) => e,
+            Err(why) => {
+                let name = q.as_ref().map(|q| q.name.clone());
+                tracing::error!(queue = ?name, index, error = %why, "a replicated queue entry cannot be applied; skipped");
+                self.state.lock().applied = index;
+                return entry::encode_reply(&[]);
+            }
+        };
+        let log = self.log.get();
+        let mut replies = Vec::with_capacity(e.ops.len());
+        let mut acts = Vec::new();
+        let mut st = self.state.lock();
+        let State {
+            machine, bodies, ..
+        } = &mut *st;
+        let mut slot = 0;
+        for op in e.ops {
+            let (outs, settled) = match op {
+                Op::Publish(data) => {
+                    let at = entry::msg_index(index, slot);
+                    slot += 1;
+                    let Some((m, _)) = crate::persist::decode_message(&data) else {
+                        replies.push(vec![Out::Rejected]);
+                        continue;
+                    };
+                    let r = warren_queue::replicated::MsgRef {
+                        index: at,
+                        size: m.body.len() as u64,
+                        priority: m.priority,
+                        expiration_ms: m.expiration_ms,
+                        delivery_count: 0,
+                    };
+                    let outs = machine.apply(e.ts, Cmd::Enqueue(r));
+                    if let Some(Out::Accepted { seq }) = outs.first() {
+                        bodies.insert(*seq, Arc::new(m));
+                    }
+                    (outs, Vec::new())
+                }
+                Op::Cmd(c) => {
+                    let settled = match &c {
+                        Cmd::Settle { seqs, .. } | Cmd::Discard { seqs, .. } => seqs.clone(),
+                        _ => Vec::new(),
+                    };
+                    let purge = matches!(c, Cmd::Purge);
+                    let outs = machine.apply(e.ts, c);
+                    if purge {
+                        bodies.clear();
+                    }
+                    (outs, settled)
+                }
+            };
+            let mut reply = Vec::new();
+            for o in outs {
+                if entry::answers(&o) {
+                    reply.push(o);
+                    continue;
+                }
+                if !acting {
+                    continue;
+                }
+                match o {
+                    Out::Deliver {
+                        consumer,
+                        seq,
+                        msg,
+                        redelivered,
+                        ..
+                    } => acts.push(match body(bodies, log, seq, &msg) {
+                        Some(msg) => Act::Deliver {
+                            consumer,
+                            seq,
+                            msg,
+                            redelivered,
+                        },
+                        None => Act::Lost { consumer, seq },
+                    }),
+                    Out::DeadLetter(r, reason) => {
+                        // A dead letter has no seq any more: its body is read by place.
+                        if let Some(m) = bodies
+                            .stored(r.index, log)
+                            .and_then(|b| crate::persist::decode_message(&b))
+                        {
+                            acts.push(Act::DeadLetter(Arc::new(m.0), reason));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            for seq in settled {
+                bodies.remove(seq, None);
+            }
+            replies.push(reply);
+        }
+        st.applied = index;
+        drop(st);
+        if let Some(q) = q.filter(|_| !acts.is_empty()) {
+            q.act(acts);
+        }
+        entry::encode_reply(&replies)
+    }
+
+    // Never called: `snapshot_point` always names a point.
+    fn snapshot(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    /// The machine now, with the bodies of the messages still in it, while they are few
+    /// (`SNAPSHOT_MAX_*`); else none (the log keeps the bodies until the backlog drains).
+    fn snapshot_point(&self) -> warren_cluster::SnapshotPoint {
+        let log = self.log.get();
+        let mut st = self.state.lock();
+        let State {
+            machine,
+            bodies,
+            applied,
+        } = &mut *st;
+        let n = machine.ready_len() + machine.checked_out() + machine.delayed_len();
+        if n > SNAPSHOT_MAX_MSGS {
+            return warren_cluster::SnapshotPoint::Unchanged;
+        }
+        let refs: Vec<(u64, warren_queue::replicated::MsgRef)> =
+            machine.refs().map(|(s, r)| (s, r.clone())).collect();
+        if refs.iter().map(|(_, r)| r.size).sum::<u64>() > SNAPSHOT_MAX_BYTES {
+            return warren_cluster::SnapshotPoint::Unchanged;
+        }
+        let Ok(m) = bincode::serialize(&machine.snapshot()) else {
+            return warren_cluster::SnapshotPoint::Unchanged;
+        };
+        let mut b = BytesMut::with_capacity(m.len() + 64);
+        b.put_slice(SNAPSHOT_MAGIC);
+        b.put_u32(machine.version());
+        b.put_u32(m.len() as u32);
+        b.put_slice(&m);
+        b.put_u32(refs.len() as u32);
+        for (seq, r) in &refs {
+            let Some(msg) = bodies.get(*seq, r, log) else {
+                // A body the log no longer has: a snapshot without it would lose it for good.
+                tracing::error!(seq, place = r.index, "a replicated queue message's body is missing; no snapshot taken");
+                return warren_cluster::SnapshotPoint::Unchanged;
+            };
+            b.put_u64(r.index);
+            let at = b.len();
+            b.put_u32(0);
+            crate::persist::encode_message_into(&mut b, &msg, None);
+            let len = (b.len() - at - 4) as u32;
+            b[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        }
+        warren_cluster::SnapshotPoint::At(*applied, b.to_vec())
+    }
+
+    fn restore(&self, index: Option<u64>, snapshot: &[u8]) {
+        let (config, limits) = self.fresh;
+        let mut st = State {
+            machine: Machine::new(config, limits, 0),
+            bodies: Bodies::default(),
+            applied: index.unwrap_or(0),
+        };
+        match decode_snapshot(snapshot, &mut st) {
+            Ok(()) => {}
+            Err(why) => {
+                let name = self.queue().map(|q| q.name.clone());
+                tracing::error!(queue = ?name, error = %why, "a replicated queue snapshot cannot be restored");
+            }
+        }
+        *self.state.lock() = st;
+    }
+}
+
+fn decode_snapshot(snapshot: &[u8], st: &mut State) -> Result<(), String> {
+    if snapshot.is_empty() {
+        return Ok(());
+    }
+    let mut b = Bytes::copy_from_slice(snapshot);
+    if b.remaining() < 12 || &b[..4] != SNAPSHOT_MAGIC {
+        return Err("not a replicated queue snapshot".into());
+    }
+    b.advance(4);
+    // Refused before decoding: a newer machine's encoding may differ.
+    let version = b.get_u32();
+    if version > warren_queue::replicated::MACHINE_VERSION {
+        return Err(format!(
+            "a snapshot of queue machine version {version} is newer than this release's {}",
+            warren_queue::replicated::MACHINE_VERSION
+        ));
+    }
+    let len = b.get_u32() as usize;
+    if b.remaining() < len + 4 {
+        return Err("a cut snapshot".into());
+    }
+    let s: Snapshot = bincode::deserialize(&b.split_to(len))
+        .map_err(|e| format!("an undecodable machine: {e}"))?;
+    st.machine = Machine::restore(s)?;
+    let n = b.get_u32();
+    for _ in 0..n {
+        if b.remaining() < 12 {
+            return Err("a cut snapshot".into());
+        }
+        let at = b.get_u64();
+        let len = b.get_u32() as usize;
+        if b.remaining() < len {
+            return Err("a cut snapshot".into());
+        }
+        st.bodies.pin(at, b.split_to(len));
+    }
+    Ok(())
+}
