@@ -141,7 +141,9 @@ def amqp_url():
     if not binary:
         yield _external_url()
         return
-    w = WarrenProcess(binary)
+    # WARREN_SESSION_CONFIG: TOML for the session broker (e.g. to run the suite with a setting
+    # that is off by default).
+    w = WarrenProcess(binary, config=os.environ.get("WARREN_SESSION_CONFIG"))
     w.start()
     _SESSION["http_port"] = w.http_port
     try:
