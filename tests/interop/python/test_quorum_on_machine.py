@@ -249,3 +249,37 @@ def test_a_quorum_queue_made_before_the_setting_keeps_its_messages():
             safe_close(c)
     finally:
         n.cleanup()
+
+
+def test_at_least_once_dead_letters_wait_for_a_route_through_a_kill_9(node):
+    q, dlx, dlq = uname("qm"), uname("dlx"), uname("dlq")
+    c = connect(node)
+    ch = c.channel()
+    ch.exchange_declare(dlx, "direct", durable=True)
+    ch.queue_declare(q, durable=True, arguments={**QUORUM, "x-delivery-limit": 0,
+                                                 "x-dead-letter-exchange": dlx,
+                                                 "x-dead-letter-routing-key": "dead",
+                                                 "x-dead-letter-strategy": "at-least-once",
+                                                 "x-overflow": "reject-publish"})
+    publish_confirmed(node, q, [b"kept"])
+    ch.basic_qos(prefetch_count=1)
+    (m, _, _), = take(ch, q, 1)
+    # Returned past the limit: dead-lettered, but nothing is bound to the dead-letter exchange
+    # yet, so the group keeps it (not lost, as at-most-once would).
+    ch.basic_reject(m.delivery_tag, requeue=True)
+    time.sleep(1.5)
+    node.kill9()
+    node.start()
+    c2 = connect(node)
+    try:
+        ch2 = c2.channel()
+        ch2.queue_declare(dlq, durable=True)
+        ch2.queue_bind(dlq, dlx, "dead")
+        # Sent again (every second) once it has a route.
+        wait_until(lambda: ch2.queue_declare(dlq, passive=True).method.message_count == 1, 10)
+        _, props, body = ch2.basic_get(dlq, auto_ack=True)
+        assert body == b"kept"
+        assert props.headers["x-death"][0]["reason"] == "delivery_limit"
+        assert ch2.queue_declare(q, passive=True).method.message_count == 0
+    finally:
+        safe_close(c2)

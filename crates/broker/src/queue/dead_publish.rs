@@ -75,3 +75,56 @@ pub fn route_dead_at_most_once(
         }
     }
 }
+
+/// Routes a dead letter kept for at-least-once dead-lettering (its copy `m` and extra routing
+/// keys `cc`) through `owner`, and calls `done` once: `true` when every target queue has it
+/// (on disk where it must be), or when it is dropped for good (every target a cycle); `false`
+/// when it should be sent again later (unroutable, its exchange gone, a target refused it).
+pub fn route_dead_kept(
+    owner: &Arc<dyn QueueOwner>,
+    m: &Arc<Message>,
+    cc: &[warren_protocol::ByteString],
+    done: impl FnOnce(bool) + Send + 'static,
+) {
+    let mut targets = Vec::new();
+    match owner.route_dead_letter(m, cc, &mut targets) {
+        DeadRoute::Routed if !targets.is_empty() => {}
+        // To a delayed exchange: done once its store holds it (on disk for a persistent
+        // message in a durable store).
+        DeadRoute::Delay(delay) => {
+            let h = crate::confirm::ConfirmHandle::then(done);
+            match owner.clone().hold_dead_letter(m, delay, Some(&h)) {
+                None => {
+                    h.done(false);
+                }
+                Some(false) => {
+                    h.done(true);
+                }
+                Some(true) => {}
+            }
+            return;
+        }
+        // Unroutable (or the exchange is gone): kept, and tried again.
+        _ => return done(false),
+    }
+    dead_letter::drop_cycles(&m.properties, &mut targets, |q| q.name());
+    if targets.is_empty() {
+        // Every target was a cycle: dropped, as RabbitMQ drops it.
+        return done(true);
+    }
+    let waits = targets.iter().filter(|q| q.stores(m)).count();
+    if waits == 0 {
+        for q in targets.drain(..) {
+            q.publish(m.clone(), None);
+        }
+        return done(true);
+    }
+    let h = crate::confirm::ConfirmHandle::then_n(waits, done);
+    for q in targets.drain(..) {
+        let c = q.stores(m).then_some(&h);
+        // Refused (full) or gone meanwhile: sent again, routed afresh.
+        if q.publish(m.clone(), c) != super::Enqueued::Accepted && c.is_some() {
+            h.done(false);
+        }
+    }
+}

@@ -38,6 +38,7 @@ use parking_lot::Mutex;
 use warren_queue::replicated::{Cmd, MachineConfig, Out, ReturnKind};
 
 use crate::error::{AmqpError, AmqpResult};
+use crate::message::Message;
 use crate::queue::{Consumer, QueueArgs, QueueOptions, QueueOwner, QueueRef, QueuedMessage};
 
 pub use propose::Pending;
@@ -75,6 +76,8 @@ pub struct ReplicatedQueue {
     /// This node leads the group: it acts on what applies put out.
     leading: AtomicBool,
     consumers: Mutex<HashMap<u64, Local>>,
+    /// Kept dead letters (at-least-once) on their way to their targets, by log place.
+    dead_sending: Mutex<std::collections::HashSet<u64>>,
     pending: Mutex<Pending>,
     wake: tokio::sync::Notify,
     /// Publishes proposed and not yet answered, and their bytes (publishers stall past a bound).
@@ -105,6 +108,7 @@ fn machine_config(a: &QueueArgs) -> MachineConfig {
             .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
         // Delayed retries stay with the channel's retry store for now (`channel/basic.rs`).
         retry: None,
+        keep_dead_letters: a.dead_letter_at_least_once(),
     }
 }
 
@@ -164,6 +168,7 @@ impl ReplicatedQueue {
             meta: std::sync::OnceLock::new(),
             leading: AtomicBool::new(false),
             consumers: Mutex::new(HashMap::new()),
+            dead_sending: Mutex::new(std::collections::HashSet::new()),
             pending: Mutex::new(Pending::default()),
             wake: tokio::sync::Notify::new(),
             in_flight: AtomicUsize::new(0),
@@ -309,7 +314,7 @@ impl ReplicatedQueue {
                         None => back.push((consumer, seq)),
                     }
                 }
-                Act::DeadLetter(m, reason) => {
+                Act::DeadLetter(m, reason, None) => {
                     crate::queue::route_dead_at_most_once(
                         &self.owner,
                         &self.name,
@@ -317,6 +322,7 @@ impl ReplicatedQueue {
                         vec![(m, reason)],
                     );
                 }
+                Act::DeadLetter(m, reason, Some(place)) => self.send_kept(place, &m, reason),
                 Act::Lost { consumer, seq } => {
                     tracing::error!(queue = %self.name, vhost = %self.vhost, seq, "a delivery's body is missing from the queue's log; it is dropped");
                     self.push_cmd(
@@ -339,6 +345,68 @@ impl ReplicatedQueue {
                 },
                 None,
             );
+        }
+    }
+
+    /// Routes a kept dead letter (at-least-once) unless it is on its way already; once its
+    /// targets have it, the group forgets it; else it is sent again later
+    /// ([`ReplicatedQueue::resend_kept`]).
+    fn send_kept(&self, place: u64, msg: &Message, reason: warren_queue::Reason) {
+        if !self.dead_sending.lock().insert(place) {
+            return;
+        }
+        let args = self.args();
+        let (Some(owner), Some(dlx)) = (self.owner.upgrade(), args.dead_letter_exchange.as_deref())
+        else {
+            // No dead-letter exchange any more (a policy went): dropped, as then.
+            self.push_cmd(Cmd::DeadDone { places: vec![place] }, None);
+            return;
+        };
+        let (m, cc) = crate::queue::dead_letter::dead_lettered(
+            msg,
+            &self.name,
+            reason,
+            dlx,
+            args.dead_letter_routing_key.as_deref(),
+            crate::clock::unix_s(),
+        );
+        let me = self.me_ref.clone();
+        crate::queue::route_dead_kept(&owner, &Arc::new(m), &cc, move |ok| {
+            let Some(q) = me.upgrade() else { return };
+            if ok {
+                // Stays "on its way" until the group has forgotten it.
+                q.push_cmd(Cmd::DeadDone { places: vec![place] }, None);
+            } else {
+                q.dead_sending.lock().remove(&place);
+            }
+        });
+    }
+
+    /// Sends again the kept dead letters not on their way: unroutable or refused before, or
+    /// left by an earlier leader (or an earlier run of this node).
+    fn resend_kept(&self) {
+        let log = self.sm.log.get();
+        let todo: Vec<(u64, Message, warren_queue::Reason)> = {
+            let mut st = self.sm.state.lock();
+            let sm::State {
+                machine, bodies, ..
+            } = &mut *st;
+            let mut sending = self.dead_sending.lock();
+            // Those the group has forgotten are done.
+            let kept: std::collections::HashSet<u64> =
+                machine.kept_dead().map(|(r, _)| r.index).collect();
+            sending.retain(|p| kept.contains(p));
+            machine
+                .kept_dead()
+                .filter(|(r, _)| !sending.contains(&r.index))
+                .filter_map(|(r, reason)| {
+                    let b = bodies.stored(r.index, log)?;
+                    Some((r.index, crate::persist::decode_message(&b)?.0, reason))
+                })
+                .collect()
+        };
+        for (place, m, reason) in todo {
+            self.send_kept(place, &m, reason);
         }
     }
 

@@ -26,6 +26,8 @@ const PRESSURE_MSGS: usize = 16_384;
 const PRESSURE_BYTES: usize = 16 << 20;
 /// How often the loop looks whether the machine has something due.
 const TICK_CHECK: Duration = Duration::from_millis(100);
+/// Kept dead letters that could not be routed are sent again every this many checks (1 s).
+const DEAD_LETTER_RETRY: u32 = 10;
 
 /// One operation waiting to be proposed, and who waits for its answer.
 enum Waiting {
@@ -129,6 +131,7 @@ impl ReplicatedQueue {
         let mut in_flight: VecDeque<(Fut, Proposed)> = VecDeque::new();
         let mut tick = tokio::time::interval(TICK_CHECK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticks = 0u32;
         loop {
             while in_flight.len() < PIPELINE {
                 let Some((cmd, proposed)) = self.take_entry() else {
@@ -151,7 +154,15 @@ impl ReplicatedQueue {
                     }
                 }
                 _ = self.wake.notified(), if room => {}
-                _ = tick.tick() => self.tick_if_due(),
+                _ = tick.tick() => {
+                    self.tick_if_due();
+                    // Kept dead letters not on their way: at once on taking over, then each
+                    // `DEAD_LETTER_RETRY`.
+                    if ticks % DEAD_LETTER_RETRY == 0 {
+                        self.resend_kept();
+                    }
+                    ticks = ticks.wrapping_add(1);
+                }
                 _ = stop.wait_for(|s| *s) => break,
             }
         }

@@ -35,7 +35,9 @@ pub enum Act {
         msg: Arc<Message>,
         redelivered: bool,
     },
-    DeadLetter(Arc<Message>, warren_queue::Reason),
+    /// A dead letter; with its log place when the group keeps it until routed
+    /// (at-least-once).
+    DeadLetter(Arc<Message>, warren_queue::Reason, Option<u64>),
     /// A delivery whose body could not be read (the log lost it): dropped with an error.
     Lost { consumer: u64, seq: u64 },
 }
@@ -103,6 +105,7 @@ impl warren_cluster::StateMachine for GroupSm {
             }
         };
         let log = self.log.get();
+        let keep_dead = self.fresh.0.keep_dead_letters;
         let mut replies = Vec::with_capacity(e.ops.len());
         let mut acts = Vec::new();
         let mut st = self.state.lock();
@@ -176,7 +179,8 @@ impl warren_cluster::StateMachine for GroupSm {
                             .stored(r.index, log)
                             .and_then(|b| crate::persist::decode_message(&b))
                         {
-                            acts.push(Act::DeadLetter(Arc::new(m.0), reason));
+                            let kept = keep_dead.then_some(r.index);
+                            acts.push(Act::DeadLetter(Arc::new(m.0), reason, kept));
                         }
                     }
                     _ => {}

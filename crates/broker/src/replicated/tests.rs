@@ -55,10 +55,11 @@ impl Sink {
     }
 }
 
-/// The vhost: dead letters are recorded.
+/// The vhost: dead letters are recorded, and routed to `target` when there is one.
 #[derive(Default)]
 struct Owner {
     dead: Mutex<Vec<Bytes>>,
+    target: Mutex<Option<QueueRef>>,
 }
 
 impl QueueOwner for Owner {
@@ -66,9 +67,10 @@ impl QueueOwner for Owner {
         &self,
         m: &Message,
         _extra_keys: &[ByteString],
-        _out: &mut Vec<QueueRef>,
+        out: &mut Vec<QueueRef>,
     ) -> DeadRoute {
         self.dead.lock().push(m.body.clone());
+        out.extend(self.target.lock().clone());
         DeadRoute::Routed
     }
     fn hold_dead_letter(
@@ -325,6 +327,52 @@ async fn after_more_entries_than_a_snapshot_takes_a_restart_still_has_the_backlo
         .expect("get")
     {}
     assert_eq!(got, [Bytes::from_static(b"kept-1"), Bytes::from_static(b"kept-2")]);
+    q.close().await;
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_dead_letters_stay_in_the_group_until_a_target_has_them() {
+    let d = dir("dead-kept");
+    let owner = Arc::new(Owner::default());
+    let mut args = FieldTable::default();
+    args.insert("x-delivery-limit", FieldValue::I32(0));
+    args.insert("x-dead-letter-exchange", FieldValue::LongStr(Bytes::from_static(b"dlx")));
+    args.insert("x-dead-letter-strategy", FieldValue::LongStr(Bytes::from_static(b"at-least-once")));
+    args.insert("x-overflow", FieldValue::LongStr(Bytes::from_static(b"reject-publish")));
+    let q = open(&d, args.clone(), &owner);
+    assert_eq!(publish_confirmed(&q, &["m"]).await, 1);
+    let sink = Arc::new(Sink::default());
+    let c = consumer(&q, &sink, 6, 1);
+    wait(|| sink.got.lock().len() == 1).await;
+    let m = sink.got.lock()[0].clone();
+    q.requeue(&mut settle(&q, &c, &m));
+    // Unroutable: tried, and kept (tried again each second).
+    wait(|| owner.dead.lock().len() >= 2).await;
+    assert_eq!(q.sm.state.lock().machine.kept_dead().count(), 1);
+    // Kept through a restart.
+    q.close().await;
+    drop(q);
+    let q = open(&d, args, &owner);
+    wait(|| owner.dead.lock().len() >= 3).await;
+    assert_eq!(q.sm.state.lock().machine.kept_dead().count(), 1);
+    // A target appears: it gets the dead letter, and the group forgets it.
+    let dlq = Queue::new(
+        "dlq".into(),
+        "/".into(),
+        QueueOptions {
+            durable: false,
+            exclusive_owner: None,
+            auto_delete: false,
+            args: QueueArgs::default(),
+            arguments: FieldTable::default(),
+        },
+        Weak::<Owner>::new(),
+    );
+    *owner.target.lock() = Some(QueueRef::Local(dlq.clone()));
+    wait(|| dlq.message_count() == 1).await;
+    wait(|| q.sm.state.lock().machine.kept_dead().count() == 0).await;
+    assert_eq!(dlq.message_count(), 1);
     q.close().await;
     let _ = std::fs::remove_dir_all(&d);
 }

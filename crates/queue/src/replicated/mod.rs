@@ -89,6 +89,11 @@ pub struct Machine {
     retry: Option<Backoff>,
     /// Returns held back until their due time.
     delayed: Delayed,
+    /// At-least-once dead-lettering (`x-dead-letter-strategy`): dead letters stay in the state
+    /// until the leader has routed them and their targets have them ([`Cmd::DeadDone`]), so a
+    /// new leader routes again what the old one had not finished.
+    keep_dead: bool,
+    kept: Kept,
     holders: BTreeMap<u64, Holder>,
     /// Deliveries not yet settled, by consumer, then seq.
     checkouts: Checkouts,
@@ -108,7 +113,12 @@ struct Apply<'a> {
     holders: &'a mut BTreeMap<u64, Holder>,
     checkouts: &'a mut Checkouts,
     out: &'a mut Vec<Out>,
+    /// At-least-once dead-lettering: dead letters are kept here until routed.
+    kept: Option<&'a mut Kept>,
 }
+
+/// Dead letters kept until their targets have them (at-least-once), by log place.
+type Kept = BTreeMap<u64, (MsgRef, Reason)>;
 
 impl Host<u64, MsgRef> for Apply<'_> {
     fn offer(&mut self, consumer: &u64, entry: &Entry<MsgRef>) -> Offer {
@@ -150,6 +160,9 @@ impl Host<u64, MsgRef> for Apply<'_> {
     fn effect(&mut self, effect: Effect<'_, MsgRef>) {
         // The log is the group's Raft log: nothing to append or forget here.
         if let Effect::DeadLetter(m, reason) = effect {
+            if let Some(kept) = self.kept.as_deref_mut() {
+                kept.insert(m.index, (m.clone(), reason));
+            }
             self.out.push(Out::DeadLetter(m, reason));
         }
     }
@@ -171,6 +184,8 @@ impl Machine {
             delivery_limit: config.delivery_limit,
             retry: config.retry,
             delayed: BTreeMap::new(),
+            keep_dead: config.keep_dead_letters,
+            kept: BTreeMap::new(),
             holders: BTreeMap::new(),
             checkouts: BTreeMap::new(),
         }
@@ -186,6 +201,8 @@ impl Machine {
             delivery_limit,
             retry,
             delayed,
+            keep_dead,
+            kept,
             ..
         } = self;
         // The core's host over the machine's side, made for each step that needs it.
@@ -196,6 +213,7 @@ impl Machine {
                     holders: &mut *holders,
                     checkouts: &mut *checkouts,
                     out: &mut out,
+                    kept: if *keep_dead { Some(&mut *kept) } else { None },
                 }
             };
         }
@@ -317,6 +335,7 @@ impl Machine {
                     consumer,
                     now,
                     &mut out,
+                    if *keep_dead { Some(&mut *kept) } else { None },
                 );
             }
             Cmd::NodeDown { node } => {
@@ -334,6 +353,7 @@ impl Machine {
                         consumer,
                         now,
                         &mut out,
+                        if *keep_dead { Some(&mut *kept) } else { None },
                     );
                 }
             }
@@ -343,6 +363,11 @@ impl Machine {
             }
             Cmd::SetLimits(l) => core.set_limits(l),
             Cmd::SetRetry(r) => *retry = r,
+            Cmd::DeadDone { places } => {
+                for p in places {
+                    kept.remove(&p);
+                }
+            }
             Cmd::Tick => {
                 // Held-back returns that are due go back to the queue's tail, redelivered.
                 while let Some(entry) = delayed.first_entry().filter(|e| e.key().0 <= now) {
@@ -369,6 +394,7 @@ impl Machine {
                         consumer,
                         now,
                         &mut out,
+                        if *keep_dead { Some(&mut *kept) } else { None },
                     );
                 }
             }
@@ -435,6 +461,13 @@ impl Machine {
             .chain(held)
             .chain(self.delayed.values())
             .map(|e| (e.seq, &e.msg))
+            // A kept dead letter has no seq any more: named by its place.
+            .chain(self.kept.values().map(|(m, _)| (m.index, m)))
+    }
+
+    /// The dead letters kept until routed (at-least-once), by log place.
+    pub fn kept_dead(&self) -> impl Iterator<Item = (&MsgRef, Reason)> {
+        self.kept.values().map(|(m, r)| (m, *r))
     }
 
     pub fn ready_len(&self) -> usize {
@@ -601,6 +634,7 @@ fn down(
     consumer: u64,
     now: u64,
     out: &mut Vec<Out>,
+    kept: Option<&mut Kept>,
 ) {
     let Some(h) = holders.remove(&consumer) else {
         return;
@@ -616,6 +650,7 @@ fn down(
         holders,
         checkouts,
         out,
+        kept,
     };
     if !h.cancelled {
         let (_, auto_delete_now) = core.remove_consumer(consumer, &mut host);

@@ -501,6 +501,34 @@ fn a_snapshot_carries_the_version_and_a_newer_one_is_refused() {
     assert!(e.contains("newer than this release"), "{e}");
 }
 
+#[test]
+fn at_least_once_dead_letters_stay_until_done() {
+    let config = MachineConfig {
+        delivery_limit: Some(0),
+        keep_dead_letters: true,
+        ..Default::default()
+    };
+    let mut m = Machine::new(config, Limits::default(), 0);
+    m.apply(1, attach(1, "a", 1));
+    m.apply(2, Cmd::Enqueue(msg(10)));
+    let out = m.apply(
+        3,
+        Cmd::Return {
+            consumer: 1,
+            seqs: vec![0],
+            kind: ReturnKind::Rejected,
+        },
+    );
+    assert!(out.iter().any(|o| matches!(o, Out::DeadLetter(r, Reason::DeliveryLimit) if r.index == 10)));
+    // Kept: its body must stay (the release cursor says so) until its targets have it.
+    assert_eq!(m.kept_dead().count(), 1);
+    assert_eq!(m.release_cursor(), Some(10));
+    assert_eq!(m.ready_len(), 0);
+    m.apply(4, Cmd::DeadDone { places: vec![10] });
+    assert_eq!(m.kept_dead().count(), 0);
+    assert_eq!(m.release_cursor(), None);
+}
+
 /// A random command over a few consumers and nodes; seqs name recent messages.
 fn arb_cmd() -> impl Strategy<Value = Cmd> {
     // Consumers attach as 0-5, gets hold under 3-5: some keys collide, which the machine
@@ -556,6 +584,7 @@ fn arb_cmd() -> impl Strategy<Value = Cmd> {
             ..Default::default()
         })),
         2 => Just(Cmd::Tick),
+        1 => prop::collection::vec(0u64..1000, 0..3).prop_map(|places| Cmd::DeadDone { places }),
     ]
 }
 
@@ -582,6 +611,7 @@ fn new_machine() -> Machine {
             max_ms: Some(40),
             multiplier: Some(2),
         }),
+        keep_dead_letters: true,
         ..Default::default()
     };
     let limits = Limits {

@@ -98,6 +98,10 @@ pub enum Cmd {
     SetLimits(Limits),
     /// The retry back-off in force changed (a policy).
     SetRetry(Option<Backoff>),
+    /// Kept dead letters (at-least-once) that their targets now have, by log place: forgotten.
+    DeadDone {
+        places: Vec<u64>,
+    },
     /// The time passes (the leader proposes it, as `rabbit_fifo`'s ticks): message deadlines
     /// and consumer timeouts are checked against the entry's timestamp.
     Tick,
@@ -218,4 +222,7 @@ pub struct MachineConfig {
     /// (`delivery_limit`).
     pub delivery_limit: Option<u32>,
     pub retry: Option<Backoff>,
+    /// At-least-once dead-lettering: dead letters stay in the state until
+    /// [`Cmd::DeadDone`].
+    pub keep_dead_letters: bool,
 }

@@ -20,7 +20,7 @@ use super::{LogPos, LogTail, Replicator};
 use crate::confirm::ConfirmHandle;
 use crate::message::Message;
 use crate::queue::{
-    dead_letter, DeadRoute, Enqueued, LeaderCtx, LeaderHook, LeaderIo, Pending, Queue,
+    Enqueued, LeaderCtx, LeaderHook, LeaderIo, Pending, Queue,
     QueuedMessage, Reason,
 };
 
@@ -311,53 +311,8 @@ pub(super) fn send_dead_kept(q: &Queue, r: &Arc<Replicator>) {
     let Some(owner) = q.owner() else {
         return;
     };
-    let mut targets = Vec::new();
     for (id, m, cc) in r.dead_to_send() {
-        targets.clear();
-        match owner.route_dead_letter(&m, &cc, &mut targets) {
-            DeadRoute::Routed if !targets.is_empty() => {}
-            // To a delayed exchange: settled once its store holds it (on disk for a
-            // persistent message in a durable store).
-            DeadRoute::Delay(delay) => {
-                let rr = r.clone();
-                let done = ConfirmHandle::then(move |ok| rr.dead_done(id, ok));
-                match owner.clone().hold_dead_letter(&m, delay, Some(&done)) {
-                    None => r.dead_unsent(id),
-                    Some(false) => {
-                        done.done(true);
-                    }
-                    Some(true) => {}
-                }
-                continue;
-            }
-            // Unroutable (or the exchange is gone): kept, and tried again.
-            _ => {
-                r.dead_unsent(id);
-                continue;
-            }
-        }
-        dead_letter::drop_cycles(&m.properties, &mut targets, |q| q.name());
-        if targets.is_empty() {
-            // Every target was a cycle: dropped, as RabbitMQ drops it.
-            r.dead_done(id, true);
-            continue;
-        }
-        let waits = targets.iter().filter(|q| q.stores(&m)).count();
-        if waits == 0 {
-            for q in targets.drain(..) {
-                q.publish(m.clone(), None);
-            }
-            r.dead_done(id, true);
-            continue;
-        }
         let rr = r.clone();
-        let done = ConfirmHandle::then_n(waits, move |ok| rr.dead_done(id, ok));
-        for q in targets.drain(..) {
-            let h = q.stores(&m).then_some(&done);
-            // Refused (full) or gone meanwhile: sent again, routed afresh.
-            if q.publish(m.clone(), h) != Enqueued::Accepted && h.is_some() {
-                done.done(false);
-            }
-        }
+        crate::queue::route_dead_kept(&owner, &m, &cc, move |ok| rr.dead_done(id, ok));
     }
 }
