@@ -13,6 +13,8 @@
 #        and warren-base: a second Warren build, WARREN_BASE_BIN, for an A/B of two builds in
 #        one interleaved run; bench/ab_summary.py reads its ratios),
 #        WARREN_BIN (default $CARGO_TARGET_DIR or target/release/warren, built if missing),
+#        WARREN_ARGS, WARREN_BASE_ARGS (extra `warren server` flags for each, e.g. an A/B of
+#        one build with two configurations: "--config some.toml"),
 #        SWEEP (1: also S4 at each of SWEEP_RATES, every tool against every broker: sweep.tsv),
 #        SWEEP_RATES (1000,5000,10000,20000,40000,80000,unlimited), SWEEP_ROUNDS (1)
 #
@@ -107,7 +109,7 @@ stop_warren() {
 }
 trap 'stop_warren; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
-"$WORK/warren" server --amqp-port "$PORT" --http-port "$HPORT" --data-dir "$WORK/data" >>"$OUT/warren.log" 2>&1 9>&- &
+"$WORK/warren" server --amqp-port "$PORT" --http-port "$HPORT" --data-dir "$WORK/data" ${WARREN_ARGS:-} >>"$OUT/warren.log" 2>&1 9>&- &
 WPID=$!
 for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
 kill -0 "$WPID" 2>/dev/null || die "Warren did not start: $(tail -n 3 "$OUT/warren.log")"
@@ -120,7 +122,7 @@ if [[ " $BROKERS " == *" warren-base "* ]]; then
   BPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   BHPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   B_URI="amqp://guest:guest@127.0.0.1:$BPORT/%2f"
-  "$WORK/warren-base" server --amqp-port "$BPORT" --http-port "$BHPORT" --data-dir "$WORK/data-base" >>"$OUT/warren-base.log" 2>&1 9>&- &
+  "$WORK/warren-base" server --amqp-port "$BPORT" --http-port "$BHPORT" --data-dir "$WORK/data-base" ${WARREN_BASE_ARGS:-} >>"$OUT/warren-base.log" 2>&1 9>&- &
   BPID=$!
   for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$BPORT") 2>/dev/null && break; sleep 0.1; done
   kill -0 "$BPID" 2>/dev/null || die "the base Warren did not start: $(tail -n 3 "$OUT/warren-base.log")"

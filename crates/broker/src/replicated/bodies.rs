@@ -85,6 +85,22 @@ impl Bodies {
             .map(|(m, _)| Arc::new(m))
     }
 
+    /// The stored form of message `seq` at `r`: re-encoded from memory, else from a snapshot
+    /// or the log.
+    pub fn stored_or_cached(
+        &mut self,
+        seq: u64,
+        r: &MsgRef,
+        log: Option<&warren_cluster::LogReader>,
+    ) -> Option<Bytes> {
+        if let Some(m) = self.cache.get(&seq) {
+            let mut b = bytes::BytesMut::new();
+            crate::persist::encode_message_into(&mut b, m, None);
+            return Some(b.freeze());
+        }
+        self.stored(r.index, log)
+    }
+
     /// The stored form of the message at log place `at`.
     pub fn stored(&mut self, at: u64, log: Option<&warren_cluster::LogReader>) -> Option<Bytes> {
         if let Some(b) = self.pinned.get(&at) {

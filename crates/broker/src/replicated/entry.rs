@@ -127,14 +127,22 @@ pub fn decode(mut b: Bytes) -> Result<Entry, String> {
 }
 
 /// What an apply answers its proposer: per operation, the outputs that answer it (a publish's
-/// `Accepted`/`Rejected`, an attach's, a get's, a purge's). Deliveries and dead letters are
-/// not in it: the member acts on those itself.
-pub fn encode_reply(outs: &[Vec<Out>]) -> Vec<u8> {
-    bincode::serialize(outs).unwrap_or_default()
+/// `Accepted`/`Rejected`, an attach's, a get's, a purge's), and the stored bodies of the
+/// messages gets took, by seq (the proposer may be a node without the log). Deliveries and
+/// dead letters are not in it: the leader acts on those itself.
+pub struct Reply {
+    pub outs: Vec<Vec<Out>>,
+    pub got: Vec<(u64, Vec<u8>)>,
 }
 
-pub fn decode_reply(b: &[u8]) -> Option<Vec<Vec<Out>>> {
-    bincode::deserialize(b).ok()
+pub fn encode_reply(outs: &[Vec<Out>], got: &[(u64, Bytes)]) -> Vec<u8> {
+    let got: Vec<(u64, &[u8])> = got.iter().map(|(s, b)| (*s, &b[..])).collect();
+    bincode::serialize(&(outs, got)).unwrap_or_default()
+}
+
+pub fn decode_reply(b: &[u8]) -> Option<Reply> {
+    let (outs, got) = bincode::deserialize(b).ok()?;
+    Some(Reply { outs, got })
 }
 
 /// Whether an output answers the operation's proposer (else the member acts on it).

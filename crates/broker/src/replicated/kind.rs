@@ -85,22 +85,23 @@ impl QueueKind for ReplicatedQueue {
         take: &mut dyn FnMut(&QueuedMessage, u32),
     ) -> AmqpResult<bool> {
         let key = self.machine_key(None);
-        let outs = self.call(Cmd::Get {
+        let answer = self.call(Cmd::Get {
             key,
             node: self.me.clone(),
             ack: ack_mode,
         })?;
-        let Some(got) = outs.into_iter().find_map(|o| match o {
+        let Some(got) = answer.outs.into_iter().find_map(|o| match o {
             Out::Got(g) => g,
             _ => None,
         }) else {
             return Ok(false);
         };
-        let msg = {
-            let log = self.sm.log.get();
-            let mut st = self.sm.state.lock();
-            st.bodies.get(got.seq, &got.msg, log)
-        };
+        let msg = answer
+            .got
+            .into_iter()
+            .find(|(seq, _)| *seq == got.seq)
+            .and_then(|(_, b)| crate::persist::decode_message(&bytes::Bytes::from(b)))
+            .map(|(m, _)| m);
         let Some(msg) = msg else {
             tracing::error!(queue = %self.name, vhost = %self.vhost, seq = got.seq, "a message's body is missing from the queue's log; it is dropped");
             if ack_mode {
@@ -167,7 +168,8 @@ impl QueueKind for ReplicatedQueue {
     }
     fn purge(&self) -> u32 {
         match self.call(Cmd::Purge) {
-            Ok(outs) => outs
+            Ok(a) => a
+                .outs
                 .into_iter()
                 .find_map(|o| match o {
                     Out::Purged(n) => Some(n),

@@ -21,8 +21,10 @@
 //! `kind.rs` is the queue as the queue layer dispatches to it.
 
 mod bodies;
+mod consumers;
 mod entry;
 mod kind;
+pub mod net;
 mod propose;
 mod sm;
 #[cfg(test)]
@@ -35,14 +37,14 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use warren_queue::replicated::{Cmd, MachineConfig, Out, ReturnKind};
+use warren_queue::replicated::{Cmd, MachineConfig};
 
 use crate::error::{AmqpError, AmqpResult};
-use crate::message::Message;
-use crate::queue::{Consumer, QueueArgs, QueueOptions, QueueOwner, QueueRef, QueuedMessage};
+use crate::queue::{Consumer, QueueArgs, QueueOptions, QueueOwner, QueuedMessage};
 
+pub use net::GroupNet;
 pub use propose::Pending;
-use sm::{Act, GroupSm};
+use sm::GroupSm;
 
 /// How long a caller waits for the group (an attach, a get, a purge) before giving up.
 const WAIT: Duration = Duration::from_secs(15);
@@ -54,6 +56,9 @@ struct Local {
     /// straight to it. Until then they wait in `early`, so none precedes the consume-ok.
     attached: bool,
     early: Vec<QueuedMessage>,
+    /// The number of the next delivery it has not had: one below it is a copy a new leader
+    /// sent again, and is dropped.
+    next: u64,
 }
 
 /// A replicated queue as this node runs it.
@@ -68,6 +73,9 @@ pub struct ReplicatedQueue {
     dir: PathBuf,
     /// This node's name, as consumers' attaches name it.
     me: String,
+    group: u64,
+    members: parking_lot::RwLock<Vec<String>>,
+    net: Arc<dyn GroupNet>,
     /// Machine keys of this process's consumers: `epoch ^ key` (a broker consumer key is
     /// unique in the process only; the machine's outlive it).
     epoch: u64,
@@ -75,6 +83,8 @@ pub struct ReplicatedQueue {
     meta: std::sync::OnceLock<warren_cluster::Meta>,
     /// This node leads the group: it acts on what applies put out.
     leading: AtomicBool,
+    /// The member that leads, as this node last heard.
+    leader: parking_lot::RwLock<Option<String>>,
     consumers: Mutex<HashMap<u64, Local>>,
     /// Kept dead letters (at-least-once) on their way to their targets, by log place.
     dead_sending: Mutex<std::collections::HashSet<u64>>,
@@ -112,35 +122,41 @@ fn machine_config(a: &QueueArgs) -> MachineConfig {
     }
 }
 
-/// A group of one member reaches no other node.
-struct NoPeers;
+/// Where a replicated queue lives: its group, its members, and how it reaches them.
+pub struct Placement {
+    /// The group's id, the same on every node.
+    pub group: u64,
+    /// Its members, the first bootstrapping the group.
+    pub members: Vec<String>,
+    /// This node's name.
+    pub me: String,
+    pub net: Arc<dyn GroupNet>,
+}
 
-impl warren_cluster::Transport for NoPeers {
-    fn call(
-        &self,
-        to: &warren_cluster::Node,
-        _request: Vec<u8>,
-    ) -> std::pin::Pin<
-        Box<
-            dyn std::future::Future<Output = Result<Vec<u8>, warren_cluster::TransportError>>
-                + Send,
-        >,
-    > {
-        let to = to.name.clone();
-        Box::pin(async move {
-            Err(warren_cluster::TransportError::Unreachable(
-                to,
-                "a single node's queue group has no peers".into(),
-            ))
-        })
+impl Placement {
+    /// A single node's queue: a group of one member.
+    pub fn alone(group: u64, me: String) -> Placement {
+        Placement {
+            group,
+            members: vec![me.clone()],
+            me,
+            net: Arc::new(net::Alone),
+        }
     }
 }
 
+/// How this node proposes: as a member, through its group; or through another node that is one.
+#[derive(Clone)]
+pub(super) enum Via {
+    Member(warren_cluster::Meta),
+    Forward,
+}
+
 impl ReplicatedQueue {
-    /// Opens (or creates) the queue's group of one member under `dir`, in the background:
-    /// its state is restored from the last snapshot and the log after it; then it leads, and
-    /// what it proposed before (consumers of an earlier run of this node) is taken back first.
-    #[allow(clippy::too_many_arguments)]
+    /// The queue as this node runs it: a member opens (or creates) its group under `dir` in
+    /// the background (its state restored from the last snapshot and the log after it; the
+    /// first member bootstraps a new group); any node then proposes what its channels ask, and
+    /// the node that leads acts on what applies put out.
     pub fn open(
         name: Arc<str>,
         vhost: Arc<str>,
@@ -148,7 +164,7 @@ impl ReplicatedQueue {
         store_id: u64,
         dir: PathBuf,
         owner: Weak<dyn QueueOwner>,
-        me: String,
+        at: Placement,
     ) -> Arc<ReplicatedQueue> {
         let sm = Arc::new(GroupSm::new(
             machine_config(&options.args),
@@ -162,11 +178,15 @@ impl ReplicatedQueue {
             owner,
             store_id,
             dir,
-            me,
+            me: at.me,
+            group: at.group,
+            members: parking_lot::RwLock::new(at.members),
+            net: at.net,
             epoch: rand::random::<u64>() & !0xFFFF_FFFF,
             sm,
             meta: std::sync::OnceLock::new(),
             leading: AtomicBool::new(false),
+            leader: parking_lot::RwLock::new(None),
             consumers: Mutex::new(HashMap::new()),
             dead_sending: Mutex::new(std::collections::HashSet::new()),
             pending: Mutex::new(Pending::default()),
@@ -196,9 +216,32 @@ impl ReplicatedQueue {
         self.me_ref.upgrade()
     }
 
-    /// Opens the group, bootstraps it if new, waits to lead, then proposes until stopped.
+    /// Its members now.
+    pub fn members(&self) -> Vec<String> {
+        self.members.read().clone()
+    }
+
+    /// The group's id.
+    pub fn group(&self) -> u64 {
+        self.group
+    }
+
+    /// The member that leads, as this node last heard.
+    pub fn leader(&self) -> Option<String> {
+        self.leader.read().clone()
+    }
+
+    pub(super) fn is_member(&self) -> bool {
+        self.members.read().iter().any(|m| *m == self.me)
+    }
+
     async fn run(self: Arc<Self>) {
-        self.clone().serve().await;
+        if self.is_member() {
+            self.clone().serve().await;
+        } else {
+            let stop = self.stop.subscribe();
+            self.clone().propose_loop(Via::Forward, stop).await;
+        }
         self.stopped.send_replace(true);
     }
 
@@ -209,23 +252,38 @@ impl ReplicatedQueue {
         let _ = s.wait_for(|s| *s).await;
     }
 
+    /// A member: opens the group, bootstraps it if new and this is its first member, follows
+    /// who leads, and proposes until stopped.
     async fn serve(self: Arc<Self>) {
+        let single = self.members.read().len() == 1;
         let me = warren_cluster::Node {
             name: self.me.clone(),
-            addr: String::new(),
+            addr: self.net.addr_of(&self.me).unwrap_or_default(),
         };
-        let meta = match warren_cluster::Meta::open(
-            &self.dir,
-            me,
-            self.sm.clone(),
-            Arc::new(NoPeers),
+        let config = if single {
             warren_cluster::MetaConfig {
                 election_timeout_min_ms: 150,
                 election_timeout_max_ms: 300,
                 heartbeat_ms: 50,
                 propose_timeout: Duration::from_secs(10),
                 snapshot_after: 1024,
-            },
+            }
+        } else {
+            // Failover in 1-2 s: a queue's leader is what publishers and consumers wait for.
+            warren_cluster::MetaConfig {
+                election_timeout_min_ms: 600,
+                election_timeout_max_ms: 1200,
+                heartbeat_ms: 150,
+                propose_timeout: Duration::from_secs(5),
+                snapshot_after: 1024,
+            }
+        };
+        let meta = match warren_cluster::Meta::open(
+            &self.dir,
+            me,
+            self.sm.clone(),
+            self.net.transport(self.group),
+            config,
         )
         .await
         {
@@ -236,39 +294,69 @@ impl ReplicatedQueue {
             }
         };
         let _ = self.sm.log.set(meta.log().clone());
-        if !meta.is_initialized() {
-            if let Err(e) = meta.initialize().await {
+        self.net.register(self.group, Some(meta.clone()));
+        let first = self.members.read().first().cloned();
+        if first.as_deref() == Some(self.me.as_str()) && !meta.is_initialized() {
+            let nodes: Vec<warren_cluster::Node> = self
+                .members()
+                .into_iter()
+                .map(|name| warren_cluster::Node {
+                    addr: self.net.addr_of(&name).unwrap_or_default(),
+                    name,
+                })
+                .collect();
+            if let Err(e) = meta.initialize_with(nodes).await {
                 tracing::error!(queue = %self.name, vhost = %self.vhost, error = %e, "cannot start the queue's group");
-                return;
             }
         }
         let _ = self.meta.set(meta.clone());
+        let stop = self.stop.subscribe();
+        tokio::spawn(self.clone().follow(meta.clone(), stop.clone()));
+        self.clone()
+            .propose_loop(Via::Member(meta.clone()), stop)
+            .await;
+        self.leading.store(false, Ordering::Release);
+        self.net.register(self.group, None);
+        meta.shutdown().await;
+        if self.deleted.load(Ordering::Acquire) {
+            // `queues/<id>/group`: the queue's directory goes with it.
+            let _ = std::fs::remove_dir_all(self.dir.parent().unwrap_or(&self.dir));
+        }
+    }
+
+    /// Follows who leads the group. On taking over, this node sends every consumer what it
+    /// holds (its node drops what it has had) and routes the kept dead letters: what the old
+    /// leader committed but had not sent yet reaches its consumer, and no consumer is cancelled.
+    async fn follow(
+        self: Arc<Self>,
+        meta: warren_cluster::Meta,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
         let mut status = meta.watch();
-        let mut stop = self.stop.subscribe();
         loop {
-            let leads = {
+            let (leads, leader) = {
                 let s = status.borrow_and_update();
-                s.leader == Some(s.id)
+                let leader = s.leader.and_then(|id| {
+                    s.members
+                        .iter()
+                        .find(|m| m.id == id)
+                        .map(|m| m.node.name.clone())
+                });
+                (s.leader == Some(s.id), leader)
             };
-            if leads {
-                break;
+            *self.leader.write() = leader;
+            let was = self.leading.swap(leads, Ordering::AcqRel);
+            if leads && !was {
+                tracing::info!(queue = %self.name, vhost = %self.vhost, "this node leads the replicated queue");
+                self.take_over();
             }
             let stopped = tokio::select! {
                 r = status.changed() => r.is_err(),
                 _ = stop.wait_for(|s| *s) => true,
             };
             if stopped {
-                meta.shutdown().await;
                 return;
             }
-        }
-        self.leading.store(true, Ordering::Release);
-        self.clone().propose_loop(meta.clone(), stop.clone()).await;
-        self.leading.store(false, Ordering::Release);
-        meta.shutdown().await;
-        if self.deleted.load(Ordering::Acquire) {
-            // `queues/<id>/group`: the queue's directory goes with it.
-            let _ = std::fs::remove_dir_all(self.dir.parent().unwrap_or(&self.dir));
         }
     }
 
@@ -282,137 +370,9 @@ impl ReplicatedQueue {
         self.epoch ^ key.map_or(0xFFFF_FFFF, |k| k & 0x7FFF_FFFF)
     }
 
-    /// Acts on what an apply put out, as the leader: hands deliveries to consumers' channels
-    /// and routes dead letters.
-    fn act(&self, acts: Vec<Act>) {
-        let Some(me) = self.arc() else { return };
-        let mut back: Vec<(u64, u64)> = Vec::new();
-        let mut consumers = self.consumers.lock();
-        for a in acts {
-            match a {
-                Act::Deliver {
-                    consumer,
-                    seq,
-                    msg,
-                    redelivered,
-                } => {
-                    let qm = QueuedMessage {
-                        seq,
-                        msg,
-                        redelivered,
-                        expires_at_ms: None,
-                        logged: true,
-                    };
-                    match consumers.get_mut(&consumer) {
-                        Some(l) if !l.attached => l.early.push(qm),
-                        Some(l) => {
-                            if !l.c.sink.push(&l.c, QueueRef::Other(me.clone()), &qm) {
-                                back.push((consumer, seq));
-                            }
-                        }
-                        // Cancelled meanwhile: back to the queue.
-                        None => back.push((consumer, seq)),
-                    }
-                }
-                Act::DeadLetter(m, reason, None) => {
-                    crate::queue::route_dead_at_most_once(
-                        &self.owner,
-                        &self.name,
-                        &self.args(),
-                        vec![(m, reason)],
-                    );
-                }
-                Act::DeadLetter(m, reason, Some(place)) => self.send_kept(place, &m, reason),
-                Act::Lost { consumer, seq } => {
-                    tracing::error!(queue = %self.name, vhost = %self.vhost, seq, "a delivery's body is missing from the queue's log; it is dropped");
-                    self.push_cmd(
-                        Cmd::Discard {
-                            consumer,
-                            seqs: vec![seq],
-                        },
-                        None,
-                    );
-                }
-            }
-        }
-        drop(consumers);
-        for (consumer, seq) in back {
-            self.push_cmd(
-                Cmd::Return {
-                    consumer,
-                    seqs: vec![seq],
-                    kind: ReturnKind::Released,
-                },
-                None,
-            );
-        }
-    }
-
-    /// Routes a kept dead letter (at-least-once) unless it is on its way already; once its
-    /// targets have it, the group forgets it; else it is sent again later
-    /// ([`ReplicatedQueue::resend_kept`]).
-    fn send_kept(&self, place: u64, msg: &Message, reason: warren_queue::Reason) {
-        if !self.dead_sending.lock().insert(place) {
-            return;
-        }
-        let args = self.args();
-        let (Some(owner), Some(dlx)) = (self.owner.upgrade(), args.dead_letter_exchange.as_deref())
-        else {
-            // No dead-letter exchange any more (a policy went): dropped, as then.
-            self.push_cmd(Cmd::DeadDone { places: vec![place] }, None);
-            return;
-        };
-        let (m, cc) = crate::queue::dead_letter::dead_lettered(
-            msg,
-            &self.name,
-            reason,
-            dlx,
-            args.dead_letter_routing_key.as_deref(),
-            crate::clock::unix_s(),
-        );
-        let me = self.me_ref.clone();
-        crate::queue::route_dead_kept(&owner, &Arc::new(m), &cc, move |ok| {
-            let Some(q) = me.upgrade() else { return };
-            if ok {
-                // Stays "on its way" until the group has forgotten it.
-                q.push_cmd(Cmd::DeadDone { places: vec![place] }, None);
-            } else {
-                q.dead_sending.lock().remove(&place);
-            }
-        });
-    }
-
-    /// Sends again the kept dead letters not on their way: unroutable or refused before, or
-    /// left by an earlier leader (or an earlier run of this node).
-    fn resend_kept(&self) {
-        let log = self.sm.log.get();
-        let todo: Vec<(u64, Message, warren_queue::Reason)> = {
-            let mut st = self.sm.state.lock();
-            let sm::State {
-                machine, bodies, ..
-            } = &mut *st;
-            let mut sending = self.dead_sending.lock();
-            // Those the group has forgotten are done.
-            let kept: std::collections::HashSet<u64> =
-                machine.kept_dead().map(|(r, _)| r.index).collect();
-            sending.retain(|p| kept.contains(p));
-            machine
-                .kept_dead()
-                .filter(|(r, _)| !sending.contains(&r.index))
-                .filter_map(|(r, reason)| {
-                    let b = bodies.stored(r.index, log)?;
-                    Some((r.index, crate::persist::decode_message(&b)?.0, reason))
-                })
-                .collect()
-        };
-        for (place, m, reason) in todo {
-            self.send_kept(place, &m, reason);
-        }
-    }
-
     /// Proposes `cmd` and waits for its answer, from a synchronous caller (a channel's
     /// consume, get or purge).
-    fn call(&self, cmd: Cmd) -> AmqpResult<Vec<Out>> {
+    fn call(&self, cmd: Cmd) -> AmqpResult<propose::Answer> {
         if self.is_deleted() {
             return Err(AmqpError::not_found(format!("no {}", self.describe())));
         }
@@ -456,89 +416,5 @@ impl ReplicatedQueue {
         let _ = self.stop.send(true);
         self.wake.notify_one();
         (ready, consumers)
-    }
-
-    /// Takes `c` on: attached through the group; `on_added` (the consume-ok) runs before any
-    /// delivery reaches it.
-    pub fn attach(&self, c: Arc<Consumer>, on_added: &mut dyn FnMut()) -> AmqpResult<()> {
-        let key = self.machine_key(Some(c.key));
-        let attach = warren_queue::replicated::Attach {
-            key,
-            node: self.me.clone(),
-            priority: c.priority,
-            prefetch: u32::from(c.prefetch),
-            no_ack: c.no_ack,
-            exclusive: c.exclusive,
-            // Consumer timeouts stay with the channel (`channel/expiry.rs`) for now.
-            timeout_ms: None,
-        };
-        self.consumers.lock().insert(
-            key,
-            Local {
-                c: c.clone(),
-                attached: false,
-                early: Vec::new(),
-            },
-        );
-        let answer = self.call(Cmd::Attach(attach));
-        let refused = match answer {
-            Ok(outs) => outs.into_iter().find_map(|o| match o {
-                Out::Attached(r) => Some(r),
-                _ => None,
-            }),
-            Err(e) => {
-                self.consumers.lock().remove(&key);
-                return Err(e);
-            }
-        };
-        match refused {
-            Some(Ok(())) => {}
-            Some(Err(warren_queue::ConsumeRefused::Exclusive)) => {
-                self.consumers.lock().remove(&key);
-                return Err(AmqpError::access_refused(format!(
-                    "{} in exclusive use",
-                    self.describe()
-                )));
-            }
-            _ => {
-                self.consumers.lock().remove(&key);
-                return Err(AmqpError::not_found(format!("no {}", self.describe())));
-            }
-        }
-        on_added();
-        let me = self.arc();
-        let mut back = Vec::new();
-        let mut consumers = self.consumers.lock();
-        if let Some(l) = consumers.get_mut(&key) {
-            l.attached = true;
-            for qm in std::mem::take(&mut l.early) {
-                let pushed = me
-                    .as_ref()
-                    .is_some_and(|me| l.c.sink.push(&l.c, QueueRef::Other(me.clone()), &qm));
-                if !pushed {
-                    back.push(qm.seq);
-                }
-            }
-        }
-        drop(consumers);
-        if !back.is_empty() {
-            self.push_cmd(
-                Cmd::Return {
-                    consumer: key,
-                    seqs: back,
-                    kind: ReturnKind::Released,
-                },
-                None,
-            );
-        }
-        Ok(())
-    }
-
-    /// `c` stops receiving; what it holds stays with its channel, which settles or returns it.
-    pub fn detach(&self, c: &Arc<Consumer>) {
-        let key = self.machine_key(Some(c.key));
-        if self.consumers.lock().remove(&key).is_some() {
-            self.push_cmd(Cmd::Cancel { consumer: key }, None);
-        }
     }
 }

@@ -38,8 +38,15 @@ enum Waiting {
     },
     Cmd {
         cmd: Cmd,
-        reply: Option<tokio::sync::oneshot::Sender<Vec<Out>>>,
+        reply: Option<tokio::sync::oneshot::Sender<Answer>>,
     },
+}
+
+/// A command's answer: the outputs that answer it, and the stored bodies of what gets in its
+/// entry took, by seq.
+pub(super) struct Answer {
+    pub outs: Vec<Out>,
+    pub got: Vec<(u64, Vec<u8>)>,
 }
 
 #[derive(Default)]
@@ -57,11 +64,7 @@ fn size_of(m: &Message) -> usize {
 }
 
 impl ReplicatedQueue {
-    pub(super) fn push_cmd(
-        &self,
-        cmd: Cmd,
-        reply: Option<tokio::sync::oneshot::Sender<Vec<Out>>>,
-    ) {
+    pub(super) fn push_cmd(&self, cmd: Cmd, reply: Option<tokio::sync::oneshot::Sender<Answer>>) {
         self.pending.lock().ops.push_back(Waiting::Cmd { cmd, reply });
         self.wake.notify_one();
     }
@@ -119,7 +122,7 @@ impl ReplicatedQueue {
     /// Proposes what waits, a few entries in flight, until stopped or deleted.
     pub(super) async fn propose_loop(
         self: Arc<Self>,
-        meta: warren_cluster::Meta,
+        via: super::Via,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
         type Fut = std::pin::Pin<
@@ -137,11 +140,22 @@ impl ReplicatedQueue {
                 let Some((cmd, proposed)) = self.take_entry() else {
                     break;
                 };
-                let fut: Fut = match meta.submit(cmd.clone()).await {
-                    Some(f) => Box::pin(f),
-                    None => {
-                        let m = meta.clone();
-                        Box::pin(async move { m.propose(cmd).await })
+                let fut: Fut = match &via {
+                    super::Via::Member(meta) => match meta.submit(cmd.clone()).await {
+                        Some(f) => Box::pin(f),
+                        // Not the leader: through whoever leads.
+                        None => {
+                            let m = meta.clone();
+                            Box::pin(async move { m.propose(cmd).await })
+                        }
+                    },
+                    super::Via::Forward => {
+                        let (net, group, members) = (self.net.clone(), self.group, self.members());
+                        Box::pin(async move {
+                            net.forward(group, members, cmd)
+                                .await
+                                .map_err(warren_cluster::ProposeError::Unavailable)
+                        })
                     }
                 };
                 in_flight.push_back((fut, proposed));
@@ -180,6 +194,9 @@ impl ReplicatedQueue {
     /// Proposes a tick when the machine has something due (a deadline, a held-back return,
     /// a consumer timeout).
     fn tick_if_due(&self) {
+        if !self.leads() {
+            return;
+        }
         let due = self.sm.state.lock().machine.next_due();
         if due.is_some_and(|d| d <= crate::clock::unix_ms()) {
             let ticking = self
@@ -198,16 +215,17 @@ impl ReplicatedQueue {
     /// the queue stopped) publishes are nacked and callers get no answer.
     fn finish(&self, p: Proposed, r: Result<Vec<u8>, warren_cluster::ProposeError>) {
         let failed = r.is_err();
-        let mut replies = match r {
-            Ok(b) => entry::decode_reply(&b).unwrap_or_default(),
+        let reply = match r {
+            Ok(b) => entry::decode_reply(&b),
             Err(e) => {
                 if !p.ops.is_empty() && !self.is_deleted() {
                     tracing::warn!(queue = %self.name, vhost = %self.vhost, error = %e, "a replicated queue entry was not applied; its publishes are nacked");
                 }
-                Vec::new()
+                None
             }
-        }
-        .into_iter();
+        };
+        let (outs, got) = reply.map_or_else(Default::default, |r| (r.outs, r.got));
+        let mut replies = outs.into_iter();
         let (mut n, mut bytes) = (0, 0);
         let mut confirms = Vec::new();
         for w in p.ops {
@@ -224,7 +242,10 @@ impl ReplicatedQueue {
                 Waiting::Cmd { reply, .. } => {
                     // Unanswered, a caller says the group did not answer.
                     if let Some(tx) = reply.filter(|_| !failed) {
-                        let _ = tx.send(outs);
+                        let _ = tx.send(Answer {
+                            outs,
+                            got: got.clone(),
+                        });
                     }
                 }
             }

@@ -14,6 +14,7 @@ use warren_queue::replicated::{Cmd, Machine, MachineConfig, Out, Snapshot};
 
 use super::bodies::Bodies;
 use super::entry::{self, Op};
+use super::net::Delivery;
 use super::ReplicatedQueue;
 use crate::message::Message;
 
@@ -29,12 +30,8 @@ const SNAPSHOT_MAX_BYTES: u64 = 16 << 20;
 
 /// What the leader does after an apply, the bodies already read.
 pub enum Act {
-    Deliver {
-        consumer: u64,
-        seq: u64,
-        msg: Arc<Message>,
-        redelivered: bool,
-    },
+    /// To the consumer's node.
+    Deliver { node: String, d: Delivery },
     /// A dead letter; with its log place when the group keeps it until routed
     /// (at-least-once).
     DeadLetter(Arc<Message>, warren_queue::Reason, Option<u64>),
@@ -78,7 +75,7 @@ impl GroupSm {
 
 /// The body a delivery or dead letter needs, as the consumer sees it: quorum queue deliveries
 /// carry `x-delivery-count`, as RabbitMQ 3.10's do.
-fn body(
+pub fn body(
     bodies: &mut Bodies,
     log: Option<&warren_cluster::LogReader>,
     seq: u64,
@@ -101,12 +98,13 @@ impl warren_cluster::StateMachine for GroupSm {
                 let name = q.as_ref().map(|q| q.name.clone());
                 tracing::error!(queue = ?name, index, error = %why, "a replicated queue entry cannot be applied; skipped");
                 self.state.lock().applied = index;
-                return entry::encode_reply(&[]);
+                return entry::encode_reply(&[], &[]);
             }
         };
         let log = self.log.get();
         let keep_dead = self.fresh.0.keep_dead_letters;
         let mut replies = Vec::with_capacity(e.ops.len());
+        let mut got = Vec::new();
         let mut acts = Vec::new();
         let mut st = self.state.lock();
         let State {
@@ -151,6 +149,12 @@ impl warren_cluster::StateMachine for GroupSm {
             let mut reply = Vec::new();
             for o in outs {
                 if entry::answers(&o) {
+                    // A get's proposer may be a node without the log: the body goes with it.
+                    if let Out::Got(Some(g)) = &o {
+                        if let Some(b) = bodies.stored_or_cached(g.seq, &g.msg, log) {
+                            got.push((g.seq, b));
+                        }
+                    }
                     reply.push(o);
                     continue;
                 }
@@ -160,19 +164,26 @@ impl warren_cluster::StateMachine for GroupSm {
                 match o {
                     Out::Deliver {
                         consumer,
+                        delivery,
                         seq,
                         msg,
                         redelivered,
-                        ..
-                    } => acts.push(match body(bodies, log, seq, &msg) {
-                        Some(msg) => Act::Deliver {
-                            consumer,
-                            seq,
-                            msg,
-                            redelivered,
-                        },
-                        None => Act::Lost { consumer, seq },
-                    }),
+                    } => {
+                        let node = machine.consumer_node(consumer).unwrap_or_default();
+                        acts.push(match body(bodies, log, seq, &msg) {
+                            Some(msg) => Act::Deliver {
+                                node: node.to_string(),
+                                d: Delivery {
+                                    consumer,
+                                    delivery,
+                                    seq,
+                                    redelivered,
+                                    msg,
+                                },
+                            },
+                            None => Act::Lost { consumer, seq },
+                        })
+                    }
                     Out::DeadLetter(r, reason) => {
                         // A dead letter has no seq any more: its body is read by place.
                         if let Some(m) = bodies
@@ -196,7 +207,7 @@ impl warren_cluster::StateMachine for GroupSm {
         if let Some(q) = q.filter(|_| !acts.is_empty()) {
             q.act(acts);
         }
-        entry::encode_reply(&replies)
+        entry::encode_reply(&replies, &got)
     }
 
     // Never called: `snapshot_point` always names a point.

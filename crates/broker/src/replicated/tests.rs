@@ -108,7 +108,7 @@ fn open(d: &std::path::Path, args: FieldTable, owner: &Arc<Owner>) -> Arc<Replic
         1,
         d.join("group"),
         owner,
-        "warren@test".into(),
+        super::Placement::alone(1, "warren@test".into()),
     )
 }
 

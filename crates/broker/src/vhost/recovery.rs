@@ -236,7 +236,7 @@ impl VHost {
             id,
             dir.join("group"),
             owner,
-            me,
+            crate::replicated::Placement::alone(id, me),
         )))
     }
 

@@ -470,6 +470,19 @@ impl Machine {
         self.kept.values().map(|(m, r)| (m, *r))
     }
 
+    /// The node a consumer (or a get key) is on.
+    pub fn consumer_node(&self, consumer: u64) -> Option<&str> {
+        self.holders.get(&consumer).map(|h| h.node.as_str())
+    }
+
+    /// The consumers that may receive, with their nodes.
+    pub fn attached(&self) -> impl Iterator<Item = (u64, &str)> {
+        self.holders
+            .iter()
+            .filter(|(_, h)| !h.cancelled)
+            .map(|(k, h)| (*k, h.node.as_str()))
+    }
+
     pub fn ready_len(&self) -> usize {
         self.core.ready_len()
     }

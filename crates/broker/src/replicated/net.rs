@@ -1,0 +1,87 @@
+//! What a replicated queue needs of the nodes around it, as an interface its layer defines
+//! ([`GroupNet`]): the Raft transport among its members, proposing through a member from a
+//! node that is none, handing a delivery to a consumer on another node, and asking a member for
+//! the queue's counts. A single node's group of one has no peers ([`Alone`]); a cluster's
+//! (`cluster/rq.rs`) goes over the inter-node links.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::message::Message;
+
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// A delivery for a consumer on another node.
+pub struct Delivery {
+    pub consumer: u64,
+    /// Its number among the consumer's deliveries: the consumer's node drops one it has had
+    /// (a new leader sends again everything the consumer holds).
+    pub delivery: u64,
+    pub seq: u64,
+    pub redelivered: bool,
+    pub msg: Arc<Message>,
+}
+
+/// The queue's figures as a member reports them: ready, unacked, consumers.
+pub type Counts = (u32, u32, u32);
+
+pub trait GroupNet: Send + Sync + 'static {
+    /// The Raft transport among the members of `group`.
+    fn transport(&self, group: u64) -> Arc<dyn warren_cluster::Transport>;
+    /// A node's address on that transport.
+    fn addr_of(&self, node: &str) -> Option<String>;
+    /// This member's group, opened (`Some`) or closed: Raft messages for `group` reach it.
+    fn register(&self, group: u64, meta: Option<warren_cluster::Meta>);
+    /// Proposes `entry` through one of `members` (this node is none of them): the apply's
+    /// reply.
+    fn forward(&self, group: u64, members: Vec<String>, entry: Vec<u8>)
+        -> BoxFuture<Result<Vec<u8>, String>>;
+    /// Hands `d` to its consumer on `node`.
+    fn deliver(&self, node: &str, group: u64, d: Delivery);
+    /// Asks one of `members` for the queue's counts.
+    fn counts(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<Counts>>;
+}
+
+/// A group of one member: nothing to reach.
+pub struct Alone;
+
+impl warren_cluster::Transport for Alone {
+    fn call(
+        &self,
+        to: &warren_cluster::Node,
+        _request: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, warren_cluster::TransportError>> {
+        let to = to.name.clone();
+        Box::pin(async move {
+            Err(warren_cluster::TransportError::Unreachable(
+                to,
+                "a single node's queue group has no peers".into(),
+            ))
+        })
+    }
+}
+
+impl GroupNet for Alone {
+    fn transport(&self, _group: u64) -> Arc<dyn warren_cluster::Transport> {
+        Arc::new(Alone)
+    }
+    fn addr_of(&self, _node: &str) -> Option<String> {
+        Some(String::new())
+    }
+    fn register(&self, _group: u64, _meta: Option<warren_cluster::Meta>) {}
+    fn forward(
+        &self,
+        _group: u64,
+        _members: Vec<String>,
+        _entry: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, String>> {
+        Box::pin(async { Err("a single node's queue has no other member".to_string()) })
+    }
+    fn deliver(&self, node: &str, _group: u64, d: Delivery) {
+        tracing::debug!(node, consumer = d.consumer, "a delivery for another node, alone: dropped");
+    }
+    fn counts(&self, _group: u64, _members: Vec<String>) -> BoxFuture<Option<Counts>> {
+        Box::pin(async { None })
+    }
+}
