@@ -84,9 +84,12 @@ class ClusterNode:
         return params(self.url, **overrides)
 
     def command(self, peers: list[str]) -> list[str]:
-        return [BIN, "server", "--node-name", self.name, "--data-dir", self.data_dir,
-                "--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port),
-                "--cluster-listen", self.link_addr, "--cluster-peers", ",".join(peers)]
+        cmd = [BIN, "server", "--node-name", self.name, "--data-dir", self.data_dir,
+               "--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port),
+               "--cluster-listen", self.link_addr, "--cluster-peers", ",".join(peers)]
+        if self.cluster.config_path is not None:
+            cmd += ["--config", self.cluster.config_path]
+        return cmd
 
     def start(self, peers: list[str] | None = None) -> None:
         assert not self.running, f"{self.name} is already running"
@@ -170,9 +173,18 @@ class ClusterNode:
 
 
 class Cluster:
-    def __init__(self, label: str, size: int = 3):
+    def __init__(self, label: str, size: int = 3, config: str | None = None):
+        """`config`: TOML for every node's `--config`; by default WARREN_CLUSTER_CONFIG's (to run
+        the cluster suites with a setting that is off by default), or none."""
         self.label = label
+        self.config = config if config is not None else os.environ.get("WARREN_CLUSTER_CONFIG")
         self.dir = tempfile.mkdtemp(prefix=f"warren-cluster-{label}-")
+        # Written once: nodes starting together read it while another starts.
+        self.config_path: str | None = None
+        if self.config is not None:
+            self.config_path = os.path.join(self.dir, "warren.toml")
+            with open(self.config_path, "w") as f:
+                f.write(self.config)
         self.cookie = uuid.uuid4().hex
         self.nodes = [ClusterNode(self, i + 1) for i in range(size)]
         self.extra: list[ClusterNode] = []  # nodes started by a test that are no members

@@ -39,6 +39,7 @@ impl Cluster {
             nodes: Default::default(),
             lagging: Default::default(),
             groups: Default::default(),
+            rqueues: Default::default(),
         });
         links.set_handler(Arc::new(LinkHandler(Arc::downgrade(&c))));
         broker.set_cluster(c.clone());

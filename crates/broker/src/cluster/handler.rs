@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 
 use super::link::{BoxFuture, Handler, Link};
-use super::{quorum, remote, Cluster};
+use super::{quorum, remote, rq, Cluster};
 use super::{
     APPLY_WAIT, SERVICE_APPLIED, SERVICE_MEMBER, SERVICE_NODE, SERVICE_QUEUE, SERVICE_RAFT,
 };
@@ -34,6 +34,8 @@ impl Handler for LinkHandler {
                     }
                 }
                 SERVICE_QUEUE => remote::serve_request(&c, &link, body).await,
+                rq::SERVICE_RQ_PROPOSE => rq::serve_propose(&c, body).await,
+                rq::SERVICE_RQ_COUNTS => rq::serve_counts(&c, body),
                 quorum::SERVICE_QMEMBER => quorum::serve_member_change(&c, &body).await,
                 quorum::SERVICE_QRAFT | quorum::SERVICE_QLEADER => {
                     if body.len() < 8 {
@@ -86,7 +88,11 @@ impl Handler for LinkHandler {
 
     fn message(&self, link: &Arc<Link>, kind: u8, body: Bytes) {
         if let Some(c) = self.0.upgrade() {
-            remote::on_message(&c, link, kind, body);
+            if kind == rq::K_RQ_DELIVER {
+                rq::on_deliver(&c, body);
+            } else {
+                remote::on_message(&c, link, kind, body);
+            }
         }
     }
 

@@ -20,6 +20,7 @@
 pub mod link;
 pub mod quorum;
 pub mod remote;
+pub mod rq;
 
 mod formation;
 mod handler;
@@ -108,6 +109,10 @@ pub struct Cluster {
     lagging: parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
     /// The Raft groups of the replicated queues this node is a member of, by group id.
     pub groups: parking_lot::RwLock<std::collections::HashMap<u64, warren_cluster::Meta>>,
+    /// The replicated queues on the queue machine (`rq.rs`) this node has, by group id.
+    rqueues: parking_lot::RwLock<
+        std::collections::HashMap<u64, Weak<crate::replicated::ReplicatedQueue>>,
+    >,
 }
 
 impl Cluster {

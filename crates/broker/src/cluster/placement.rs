@@ -135,6 +135,9 @@ impl ClusterNode for Cluster {
         group: u64,
         members: Vec<String>,
     ) -> QueueRef {
+        if let Some(q) = self.on_machine(&name, vhost, &options, group, &members) {
+            return q;
+        }
         QueueRef::Other(quorum::QuorumQueue::open(
             name,
             vhost.name.clone(),
@@ -157,6 +160,13 @@ impl ClusterNode for Cluster {
     }
 
     fn first_leader(&self, q: &QueueRef) -> AmqpResult<()> {
+        if let Some(r) = q.downcast::<crate::replicated::ReplicatedQueue>() {
+            let handle = tokio::runtime::Handle::current();
+            let up = tokio::task::block_in_place(|| {
+                handle.block_on(r.wait_leader(quorum::FIRST_LEADER_WAIT))
+            });
+            return if up { Ok(()) } else { Err(r.unavailable()) };
+        }
         let Some(r) = q.quorum() else { return Ok(()) };
         let handle = tokio::runtime::Handle::current();
         let r = r.clone();
@@ -168,5 +178,50 @@ impl ClusterNode for Cluster {
         } else {
             Err(r.unavailable())
         }
+    }
+}
+
+impl Cluster {
+    /// A quorum queue on the replicated queue machine (`replicated/`), when this node runs them
+    /// so (`quorum_queues_on_machine`): its group under `quorum/<group>/group`. A queue whose
+    /// group was written by the earlier format (`quorum/<group>` without `group/`) stays on it,
+    /// so that switching the setting loses nothing; so do mirrored classic queues.
+    fn on_machine(
+        self: &Arc<Self>,
+        name: &Arc<str>,
+        vhost: &Arc<VHost>,
+        options: &QueueOptions,
+        group: u64,
+        members: &[String],
+    ) -> Option<QueueRef> {
+        let b = self.broker()?;
+        if !b.config.quorum_queues_on_machine
+            || !crate::queue::args::is_quorum(&options.arguments)
+        {
+            return None;
+        }
+        let dir = b.config.data_dir.join("quorum").join(format!("{group:016x}"));
+        if dir.exists() && !dir.join("group").exists() {
+            return None;
+        }
+        let owner: std::sync::Weak<dyn crate::queue::QueueOwner> = Arc::downgrade(vhost) as _;
+        let q = crate::replicated::ReplicatedQueue::open(
+            name.clone(),
+            vhost.name.clone(),
+            options.clone(),
+            None,
+            dir.join("group"),
+            owner,
+            crate::replicated::Placement {
+                group,
+                members: members.to_vec(),
+                me: self.me.clone(),
+                net: Arc::new(super::rq::ClusterNet {
+                    c: Arc::downgrade(self),
+                }),
+            },
+        );
+        self.register_rqueue(&q);
+        Some(QueueRef::Other(q))
     }
 }

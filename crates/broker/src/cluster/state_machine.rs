@@ -66,6 +66,13 @@ fn apply(b: &Arc<Broker>, op: DefOp, at: Applying) -> DefReply {
             members,
         } => {
             let q = b.vhost(&vhost).and_then(|v| v.queue(&queue));
+            if let Some(q) = q
+                .as_ref()
+                .and_then(|q| q.downcast::<crate::replicated::ReplicatedQueue>())
+            {
+                q.set_members(members);
+                return DefReply::Ok;
+            }
             match q.as_ref().and_then(|q| q.quorum()) {
                 Some(q) => {
                     q.set_members(members);

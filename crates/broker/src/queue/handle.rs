@@ -141,6 +141,14 @@ pub trait QueueKind: Send + Sync + std::fmt::Debug + 'static {
     fn store_id(&self) -> Option<u64> {
         None
     }
+    /// A replicated queue's leader, as this node knows it.
+    fn leader(&self) -> Option<String> {
+        None
+    }
+    /// A classic queue replicated by an `ha-mode` policy (RabbitMQ's mirrored queue).
+    fn mirrored(&self) -> bool {
+        false
+    }
     /// For [`QueueRef::downcast`].
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
@@ -229,6 +237,22 @@ impl QueueRef {
     }
 
     /// See [`QueueKind::group`].
+    /// See [`QueueKind::leader`].
+    pub fn leader(&self) -> Option<String> {
+        match self {
+            QueueRef::Other(q) => q.leader(),
+            _ => None,
+        }
+    }
+
+    /// See [`QueueKind::mirrored`].
+    pub fn mirrored(&self) -> bool {
+        match self {
+            QueueRef::Other(q) => q.mirrored(),
+            _ => false,
+        }
+    }
+
     pub fn group(&self) -> Option<(u64, Vec<String>)> {
         match self {
             QueueRef::Other(q) => q.group(),

@@ -1,5 +1,5 @@
 //! The bodies of a replicated queue's messages, which stay in the group's log: the machine holds
-//! only references ([`MsgRef`]: the log place of each body). A member keeps the messages it
+//! only references ([`MsgRef`]: the log place of each body). The leader keeps the messages it
 //! decoded as it applied them, up to [`CACHE_BYTES`], and reads the others back from the log,
 //! an entry at a time (a backlog is read back in order, so the entry read last serves the next
 //! messages too). A snapshot carries the bodies the queue still needs, since the log before it
@@ -17,7 +17,7 @@ use crate::message::Message;
 /// Decoded messages kept in memory, by seq. Past this, the oldest go first (a backlog's head,
 /// read back from the log when its turn comes; and messages that left the queue by expiry or
 /// a limit, which nothing settles).
-const CACHE_BYTES: usize = 64 << 20;
+const CACHE_BYTES: usize = 16 << 20;
 
 #[derive(Default)]
 pub struct Bodies {
@@ -63,6 +63,11 @@ impl Bodies {
         self.cache.clear();
         self.bytes = 0;
         self.last = None;
+    }
+
+    /// The bodies the snapshot just taken holds, by log place, in place of the earlier ones.
+    pub fn repin(&mut self, pinned: HashMap<u64, Bytes>) {
+        self.pinned = pinned;
     }
 
     /// A snapshot's bodies, by log place.

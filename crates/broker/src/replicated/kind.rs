@@ -49,8 +49,9 @@ impl QueueKind for ReplicatedQueue {
     fn type_name(&self) -> &'static str {
         "quorum"
     }
+    /// Its leader's node, when that is another.
     fn home(&self) -> Option<String> {
-        None
+        self.leader().filter(|l| *l != self.me)
     }
     fn resolved(self: Arc<Self>) -> AmqpResult<QueueRef> {
         Ok(QueueRef::Other(self))
@@ -154,14 +155,13 @@ impl QueueKind for ReplicatedQueue {
         self.detach(c)
     }
     fn message_count(&self) -> u32 {
-        let st = self.sm.state.lock();
-        (st.machine.ready_len() + st.machine.delayed_len()) as u32
+        self.counts().0
     }
     fn unacked_count(&self) -> u32 {
-        self.sm.state.lock().machine.checked_out() as u32
+        self.counts().1
     }
     fn consumer_count(&self) -> u32 {
-        self.sm.state.lock().machine.consumer_count() as u32
+        self.counts().2
     }
     fn consumers(&self) -> Vec<Arc<Consumer>> {
         self.consumers.lock().values().map(|l| l.c.clone()).collect()
@@ -188,8 +188,20 @@ impl QueueKind for ReplicatedQueue {
     fn is_deleted(&self) -> bool {
         ReplicatedQueue::is_deleted(self)
     }
+    fn touch(&self) {
+        ReplicatedQueue::touch(self)
+    }
+    fn lease_expired(&self, now: u64) -> bool {
+        ReplicatedQueue::lease_expired(self, now)
+    }
     fn store_id(&self) -> Option<u64> {
-        Some(self.store_id)
+        self.store_id
+    }
+    fn group(&self) -> Option<(u64, Vec<String>)> {
+        Some((self.group, self.members()))
+    }
+    fn leader(&self) -> Option<String> {
+        ReplicatedQueue::leader(self)
     }
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self

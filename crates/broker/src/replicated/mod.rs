@@ -48,6 +48,8 @@ use sm::GroupSm;
 
 /// How long a caller waits for the group (an attach, a get, a purge) before giving up.
 const WAIT: Duration = Duration::from_secs(15);
+/// How often a node that is no member asks who leads.
+const LEADER_POLL: Duration = Duration::from_secs(1);
 
 /// A consumer on this node, as the queue's leader hands it deliveries.
 struct Local {
@@ -68,8 +70,9 @@ pub struct ReplicatedQueue {
     pub options: QueueOptions,
     args: arc_swap::ArcSwap<QueueArgs>,
     owner: Weak<dyn QueueOwner>,
-    /// The id the definitions record it under; its group lives in `dir`.
-    store_id: u64,
+    /// The id a single node's definitions record it under (a cluster's are in the metadata
+    /// group); its group lives in `dir`.
+    store_id: Option<u64>,
     dir: PathBuf,
     /// This node's name, as consumers' attaches name it.
     me: String,
@@ -83,8 +86,14 @@ pub struct ReplicatedQueue {
     meta: std::sync::OnceLock<warren_cluster::Meta>,
     /// This node leads the group: it acts on what applies put out.
     leading: AtomicBool,
+    /// When the queue was last used (an attach or a get applied, a redeclare here, this node
+    /// taking over), on the monotonic clock: `x-expires` counts from it, on the leader.
+    last_used: std::sync::atomic::AtomicU64,
     /// The member that leads, as this node last heard.
     leader: parking_lot::RwLock<Option<String>>,
+    leader_known: tokio::sync::Notify,
+    /// A node that is no member: the counts a member gave last, and when.
+    counts: Mutex<Option<(std::time::Instant, net::Counts)>>,
     consumers: Mutex<HashMap<u64, Local>>,
     /// Kept dead letters (at-least-once) on their way to their targets, by log place.
     dead_sending: Mutex<std::collections::HashSet<u64>>,
@@ -96,6 +105,8 @@ pub struct ReplicatedQueue {
     relieved: tokio::sync::Notify,
     deleted: AtomicBool,
     stop: tokio::sync::watch::Sender<bool>,
+    /// Stops this node's current role (member or not): replaced for each role.
+    role: Mutex<tokio::sync::watch::Sender<bool>>,
     /// Set once the group has stopped (after a stop).
     stopped: tokio::sync::watch::Sender<bool>,
     me_ref: Weak<ReplicatedQueue>,
@@ -161,7 +172,7 @@ impl ReplicatedQueue {
         name: Arc<str>,
         vhost: Arc<str>,
         options: QueueOptions,
-        store_id: u64,
+        store_id: Option<u64>,
         dir: PathBuf,
         owner: Weak<dyn QueueOwner>,
         at: Placement,
@@ -186,7 +197,10 @@ impl ReplicatedQueue {
             sm,
             meta: std::sync::OnceLock::new(),
             leading: AtomicBool::new(false),
+            last_used: std::sync::atomic::AtomicU64::new(crate::clock::now_ms()),
             leader: parking_lot::RwLock::new(None),
+            leader_known: tokio::sync::Notify::new(),
+            counts: Mutex::new(None),
             consumers: Mutex::new(HashMap::new()),
             dead_sending: Mutex::new(std::collections::HashSet::new()),
             pending: Mutex::new(Pending::default()),
@@ -196,6 +210,7 @@ impl ReplicatedQueue {
             relieved: tokio::sync::Notify::new(),
             deleted: AtomicBool::new(false),
             stop: tokio::sync::watch::channel(false).0,
+            role: Mutex::new(tokio::sync::watch::channel(false).0),
             stopped: tokio::sync::watch::channel(false).0,
             me_ref: me_ref.clone(),
         });
@@ -231,30 +246,122 @@ impl ReplicatedQueue {
         self.leader.read().clone()
     }
 
+    /// Waits until a member knows its leader (a fresh declare waits for the first election);
+    /// at once on a node that is no member.
+    pub async fn wait_leader(&self, max: Duration) -> bool {
+        if !self.is_member() {
+            return true;
+        }
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            let known = self.leader_known.notified();
+            if self.leader.read().is_some() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, known).await.is_err() {
+                return self.leader.read().is_some();
+            }
+        }
+    }
+
+    /// No leader: the answer to what needs one.
+    pub fn unavailable(&self) -> AmqpError {
+        AmqpError::not_found(format!(
+            "{} has no leader: a majority of its members ({}) is down, or an election is under way",
+            self.describe(),
+            self.members().join(", ")
+        ))
+    }
+
+    /// Ready, unacked and consumers as this member's machine has them.
+    pub fn local_counts(&self) -> net::Counts {
+        let st = self.sm.state.lock();
+        let m = &st.machine;
+        (
+            (m.ready_len() + m.delayed_len()) as u32,
+            m.checked_out() as u32,
+            m.consumer_count() as u32,
+        )
+    }
+
+    /// The counts: this member's, or (no member) a member's, asked at most every second.
+    pub fn counts(&self) -> net::Counts {
+        if self.is_member() {
+            return self.local_counts();
+        }
+        if let Some((at, c)) = *self.counts.lock() {
+            if at.elapsed() < Duration::from_secs(1) {
+                return c;
+            }
+        }
+        let (net, group, members) = (self.net.clone(), self.group, self.members());
+        let got = tokio::runtime::Handle::try_current().ok().and_then(|h| {
+            tokio::task::block_in_place(|| h.block_on(net.counts(group, members)))
+        });
+        let c = got.unwrap_or_default();
+        *self.counts.lock() = Some((std::time::Instant::now(), c));
+        c
+    }
+
     pub(super) fn is_member(&self) -> bool {
         self.members.read().iter().any(|m| *m == self.me)
     }
 
+    /// This node's roles, one after the other: a member's (`serve`) or a proposer's through
+    /// the members, until the queue is stopped or deleted; a change of members switches roles.
     async fn run(self: Arc<Self>) {
-        if self.is_member() {
-            self.clone().serve().await;
-        } else {
-            let stop = self.stop.subscribe();
-            self.clone().propose_loop(Via::Forward, stop).await;
+        loop {
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            *self.role.lock() = tx;
+            if *self.stop.borrow() {
+                break;
+            }
+            let member = self.is_member();
+            if member {
+                self.clone().serve(rx).await;
+            } else {
+                tokio::spawn(self.clone().poll_leader(rx.clone()));
+                self.clone().propose_loop(Via::Forward, rx).await;
+            }
+            if *self.stop.borrow() {
+                break;
+            }
+            if member && !self.is_member() {
+                // No longer a member: its copy goes.
+                tracing::info!(queue = %self.name, vhost = %self.vhost, "this node left the queue's group");
+                self.sm.reset();
+                let _ = std::fs::remove_dir_all(self.dir.parent().unwrap_or(&self.dir));
+            }
         }
+        self.fail_pending();
         self.stopped.send_replace(true);
     }
 
     /// Stops the group (its state stays on disk) and waits until it has.
     pub async fn close(&self) {
-        let _ = self.stop.send(true);
+        self.stop_all();
         let mut s = self.stopped.subscribe();
         let _ = s.wait_for(|s| *s).await;
     }
 
+    fn stop_all(&self) {
+        let _ = self.stop.send(true);
+        let _ = self.role.lock().send(true);
+    }
+
+    /// The members changed (a committed metadata entry, on every node): a node that joins the
+    /// group starts a member's role, one that leaves stops it and drops its copy.
+    pub fn set_members(&self, members: Vec<String>) {
+        let was = self.is_member();
+        *self.members.write() = members;
+        if was != self.is_member() && !self.is_deleted() {
+            let _ = self.role.lock().send(true);
+        }
+    }
+
     /// A member: opens the group, bootstraps it if new and this is its first member, follows
     /// who leads, and proposes until stopped.
-    async fn serve(self: Arc<Self>) {
+    async fn serve(self: Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
         let single = self.members.read().len() == 1;
         let me = warren_cluster::Node {
             name: self.me.clone(),
@@ -297,12 +404,14 @@ impl ReplicatedQueue {
         self.net.register(self.group, Some(meta.clone()));
         let first = self.members.read().first().cloned();
         if first.as_deref() == Some(self.me.as_str()) && !meta.is_initialized() {
+            // A member whose address is not known yet is left out (as the metadata group's
+            // own bootstrap does); the group can add it later.
             let nodes: Vec<warren_cluster::Node> = self
                 .members()
                 .into_iter()
-                .map(|name| warren_cluster::Node {
-                    addr: self.net.addr_of(&name).unwrap_or_default(),
-                    name,
+                .filter_map(|name| {
+                    let addr = self.net.addr_of(&name)?;
+                    Some(warren_cluster::Node { name, addr })
                 })
                 .collect();
             if let Err(e) = meta.initialize_with(nodes).await {
@@ -310,7 +419,6 @@ impl ReplicatedQueue {
             }
         }
         let _ = self.meta.set(meta.clone());
-        let stop = self.stop.subscribe();
         tokio::spawn(self.clone().follow(meta.clone(), stop.clone()));
         self.clone()
             .propose_loop(Via::Member(meta.clone()), stop)
@@ -321,6 +429,21 @@ impl ReplicatedQueue {
         if self.deleted.load(Ordering::Acquire) {
             // `queues/<id>/group`: the queue's directory goes with it.
             let _ = std::fs::remove_dir_all(self.dir.parent().unwrap_or(&self.dir));
+        }
+    }
+
+    /// A node that is no member asks the members who leads, every `LEADER_POLL`.
+    async fn poll_leader(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            let leader = self.net.leader_of(self.group, self.members()).await;
+            if leader.is_some() {
+                self.leader_known.notify_waiters();
+            }
+            *self.leader.write() = leader;
+            tokio::select! {
+                _ = tokio::time::sleep(LEADER_POLL) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
         }
     }
 
@@ -344,9 +467,13 @@ impl ReplicatedQueue {
                 });
                 (s.leader == Some(s.id), leader)
             };
+            if leader.is_some() {
+                self.leader_known.notify_waiters();
+            }
             *self.leader.write() = leader;
             let was = self.leading.swap(leads, Ordering::AcqRel);
             if leads && !was {
+                self.touch();
                 tracing::info!(queue = %self.name, vhost = %self.vhost, "this node leads the replicated queue");
                 self.take_over();
             }
@@ -358,6 +485,23 @@ impl ReplicatedQueue {
                 return;
             }
         }
+    }
+
+    /// The queue was used now (see `last_used`).
+    pub fn touch(&self) {
+        self.last_used
+            .store(crate::clock::now_ms(), Ordering::Relaxed);
+    }
+
+    /// An `x-expires` queue unused for its lease, as its leader sees it: no consumers, no get
+    /// and no redeclare since.
+    pub fn lease_expired(&self, now: u64) -> bool {
+        let Some(ms) = self.args().expires_ms else {
+            return false;
+        };
+        self.leads()
+            && self.local_counts().2 == 0
+            && now.saturating_sub(self.last_used.load(Ordering::Relaxed)) >= ms
     }
 
     /// Whether this node acts on what applies put out.
@@ -413,7 +557,7 @@ impl ReplicatedQueue {
             .drain()
             .map(|(_, l)| l.c)
             .collect();
-        let _ = self.stop.send(true);
+        self.stop_all();
         self.wake.notify_one();
         (ready, consumers)
     }

@@ -41,6 +41,8 @@ pub trait GroupNet: Send + Sync + 'static {
     fn deliver(&self, node: &str, group: u64, d: Delivery);
     /// Asks one of `members` for the queue's counts.
     fn counts(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<Counts>>;
+    /// Asks the members who leads.
+    fn leader_of(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<String>>;
 }
 
 /// A group of one member: nothing to reach.
@@ -82,6 +84,9 @@ impl GroupNet for Alone {
         tracing::debug!(node, consumer = d.consumer, "a delivery for another node, alone: dropped");
     }
     fn counts(&self, _group: u64, _members: Vec<String>) -> BoxFuture<Option<Counts>> {
+        Box::pin(async { None })
+    }
+    fn leader_of(&self, _group: u64, _members: Vec<String>) -> BoxFuture<Option<String>> {
         Box::pin(async { None })
     }
 }

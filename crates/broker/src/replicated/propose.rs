@@ -180,10 +180,15 @@ impl ReplicatedQueue {
                 _ = stop.wait_for(|s| *s) => break,
             }
         }
-        // Stopped: what is still waiting is refused, so no publisher waits for ever.
+        // Stopped (or this node's role changed): entries in flight have no known outcome, so
+        // their publishes are nacked; what waits stays for the next role.
         for (_, p) in in_flight.drain(..) {
             self.finish(p, Err(warren_cluster::ProposeError::Unavailable("the queue stopped".into())));
         }
+    }
+
+    /// The queue stopped: what still waits is refused, so no publisher waits for ever.
+    pub(super) fn fail_pending(&self) {
         let rest: Vec<Waiting> = self.pending.lock().ops.drain(..).collect();
         self.finish(
             Proposed { ops: rest },

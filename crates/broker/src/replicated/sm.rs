@@ -68,6 +68,16 @@ impl GroupSm {
         }
     }
 
+    /// Back to a fresh machine (this node left the group).
+    pub fn reset(&self) {
+        let (config, limits) = self.fresh;
+        *self.state.lock() = State {
+            machine: Machine::new(config, limits, 0),
+            bodies: Bodies::default(),
+            applied: 0,
+        };
+    }
+
     fn queue(&self) -> Option<Arc<ReplicatedQueue>> {
         self.queue.get().and_then(Weak::upgrade)
     }
@@ -128,12 +138,19 @@ impl warren_cluster::StateMachine for GroupSm {
                         delivery_count: 0,
                     };
                     let outs = machine.apply(e.ts, Cmd::Enqueue(r));
-                    if let Some(Out::Accepted { seq }) = outs.first() {
+                    // Only the leader delivers: a follower reads bodies back from its log if
+                    // it takes over.
+                    if let (true, Some(Out::Accepted { seq })) = (acting, outs.first()) {
                         bodies.insert(*seq, Arc::new(m));
                     }
                     (outs, Vec::new())
                 }
                 Op::Cmd(c) => {
+                    if matches!(c, Cmd::Attach(_) | Cmd::Get { .. }) {
+                        if let Some(q) = q.as_ref() {
+                            q.touch();
+                        }
+                    }
                     let settled = match &c {
                         Cmd::Settle { seqs, .. } | Cmd::Discard { seqs, .. } => seqs.clone(),
                         _ => Vec::new(),
@@ -243,19 +260,21 @@ impl warren_cluster::StateMachine for GroupSm {
         b.put_u32(m.len() as u32);
         b.put_slice(&m);
         b.put_u32(refs.len() as u32);
+        // The log before this point may be purged: the bodies still needed are kept here from
+        // now on too (and only those: the previous snapshot's that left are dropped).
+        let mut pinned = std::collections::HashMap::with_capacity(refs.len());
         for (seq, r) in &refs {
-            let Some(msg) = bodies.get(*seq, r, log) else {
+            let Some(stored) = bodies.stored_or_cached(*seq, r, log) else {
                 // A body the log no longer has: a snapshot without it would lose it for good.
                 tracing::error!(seq, place = r.index, "a replicated queue message's body is missing; no snapshot taken");
                 return warren_cluster::SnapshotPoint::Unchanged;
             };
             b.put_u64(r.index);
-            let at = b.len();
-            b.put_u32(0);
-            crate::persist::encode_message_into(&mut b, &msg, None);
-            let len = (b.len() - at - 4) as u32;
-            b[at..at + 4].copy_from_slice(&len.to_be_bytes());
+            b.put_u32(stored.len() as u32);
+            b.put_slice(&stored);
+            pinned.insert(r.index, stored);
         }
+        bodies.repin(pinned);
         warren_cluster::SnapshotPoint::At(*applied, b.to_vec())
     }
 

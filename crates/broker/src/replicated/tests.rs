@@ -105,7 +105,7 @@ fn open(d: &std::path::Path, args: FieldTable, owner: &Arc<Owner>) -> Arc<Replic
         "q".into(),
         "/".into(),
         options,
-        1,
+        Some(1),
         d.join("group"),
         owner,
         super::Placement::alone(1, "warren@test".into()),

@@ -233,7 +233,7 @@ impl VHost {
             name.clone(),
             self.name.clone(),
             opts.clone(),
-            id,
+            Some(id),
             dir.join("group"),
             owner,
             crate::replicated::Placement::alone(id, me),

@@ -31,15 +31,14 @@ fn queue_json(b: &Broker, q: &QueueRef) -> Value {
         "type": q.type_name(), "node": q.home().unwrap_or_else(|| b.config.node_name.clone()),
         "message_stats": crate::stats_api::queue_message_stats(b, q),
     });
-    if let Some(r) = q.quorum() {
+    if let Some((_, members)) = q.group() {
         // RabbitMQ's quorum queue fields: its leader, its members, the members running.
-        let members = r.members();
         let online: Vec<&String> = members
             .iter()
             .filter(|m| warren_broker::cluster::Cluster::of(b).is_some_and(|c| c.running(m)))
             .collect();
-        let leader = r.leader();
-        if r.mirrored() {
+        let leader = q.leader();
+        if q.mirrored() {
             // A mirrored classic queue, as RabbitMQ 3.10 lists one.
             let mirrors: Vec<&String> = members
                 .iter()

@@ -171,6 +171,12 @@ impl QueueKind for QuorumQueue {
     fn group(&self) -> Option<(u64, Vec<String>)> {
         Some((self.group, self.members()))
     }
+    fn leader(&self) -> Option<String> {
+        QuorumQueue::leader(self)
+    }
+    fn mirrored(&self) -> bool {
+        QuorumQueue::mirrored(self)
+    }
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use super::{change_group, QuorumQueue, Replica, SERVICE_QMEMBER};
 use crate::cluster::Cluster;
-use crate::cluster::ClusterQueue;
 use crate::definitions::op::DefOp;
 
 impl QuorumQueue {
@@ -66,7 +65,8 @@ impl Cluster {
             .vhost(vhost)
             .and_then(|v| v.queue(queue))
             .ok_or_else(|| MgmtError::NotFound(format!("no queue '{queue}' in vhost '{vhost}'")))?;
-        let q = q.quorum().ok_or_else(|| {
+        // A replicated queue of either kind (`quorum/` or `replicated/`).
+        let (group, mut members) = q.group().ok_or_else(|| {
             MgmtError::BadRequest(format!(
                 "queue '{queue}' in vhost '{vhost}' is not a quorum queue"
             ))
@@ -76,7 +76,6 @@ impl Cluster {
                 "{node} is not a member of the cluster"
             )));
         }
-        let mut members = q.members();
         let present = members.iter().any(|m| m == node);
         if add == present {
             return Ok(());
@@ -98,11 +97,11 @@ impl Cluster {
             members.push(node.to_string());
             self.propose_mgmt(set(members.clone())).await?;
         }
-        let mut body = q.group.to_be_bytes().to_vec();
+        let mut body = group.to_be_bytes().to_vec();
         body.push(if add { 1 } else { 2 });
         body.extend_from_slice(node.as_bytes());
         let local = if old.contains(&self.me) {
-            self.groups.read().get(&q.group).cloned()
+            self.groups.read().get(&group).cloned()
         } else {
             None
         };

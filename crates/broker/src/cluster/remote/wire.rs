@@ -35,7 +35,7 @@ const PRE_MAX: usize = 16;
 /// copy, then the four variable ones. Every `put_*` of `BytesMut` is a bounds check and a call
 /// to `memcpy`; writing each field on its own made encoding a forwarded message cost more
 /// instructions than routing it (callgrind).
-pub(super) fn put_message(b: &mut BytesMut, pre: &[u8], m: &Message) {
+pub(crate) fn put_message(b: &mut BytesMut, pre: &[u8], m: &Message) {
     let mut head = [0u8; PRE_MAX + MESSAGE_HEAD];
     let n = pre.len();
     head[..n].copy_from_slice(pre);
@@ -61,7 +61,7 @@ pub(super) fn put_message(b: &mut BytesMut, pre: &[u8], m: &Message) {
     }
 }
 
-pub(super) fn get_message(b: &mut Bytes) -> Option<Message> {
+pub(crate) fn get_message(b: &mut Bytes) -> Option<Message> {
     if b.len() < MESSAGE_HEAD {
         return None;
     }

@@ -1,0 +1,243 @@
+//! Replicated queues on the queue machine (`replicated/`) in a cluster: their [`GroupNet`]
+//! over the inter-node links, and what a node serves for them.
+//!
+//! - Raft messages travel as `quorum::SERVICE_QRAFT`, led by the group id, to the member's
+//!   group registered in `Cluster::groups` (as the earlier replicated queues' do).
+//! - A node that is no member proposes through one ([`SERVICE_RQ_PROPOSE`]): the member
+//!   proposes the entry to its group (forwarded to the leader) and answers the apply's reply.
+//! - The leader hands a delivery to a consumer on another node as a one-way [`K_RQ_DELIVER`]
+//!   frame; that node's queue hands it to the consumer's channel, dropping one it has had.
+//! - A node that is no member asks one for the queue's counts ([`SERVICE_RQ_COUNTS`]).
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes};
+
+use super::Cluster;
+use crate::replicated::net::{BoxFuture, Counts, Delivery};
+use crate::replicated::{GroupNet, ReplicatedQueue};
+
+/// Propose an entry to a group through this member: `[group u64][entry]` -> the apply's reply.
+pub const SERVICE_RQ_PROPOSE: u8 = 9;
+/// A group's counts as this member has them: `[group u64]` -> `[ready u32][unacked u32]
+/// [consumers u32]`.
+pub const SERVICE_RQ_COUNTS: u8 = 10;
+/// A delivery to a consumer on the receiving node: `[group u64][consumer u64][delivery u64]
+/// [seq u64][redelivered u8]` then the message.
+pub const K_RQ_DELIVER: u8 = 24;
+
+/// How long a forwarded proposal may take (a member waits for its group's commit).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(8);
+
+pub struct ClusterNet {
+    pub(super) c: Weak<Cluster>,
+}
+
+impl GroupNet for ClusterNet {
+    fn transport(&self, group: u64) -> Arc<dyn warren_cluster::Transport> {
+        match self.c.upgrade() {
+            Some(c) => Arc::new(super::LinkTransport {
+                links: c.links.clone(),
+                service: super::quorum::SERVICE_QRAFT,
+                group: Some(group),
+            }),
+            None => Arc::new(crate::replicated::net::Alone),
+        }
+    }
+
+    fn addr_of(&self, node: &str) -> Option<String> {
+        self.c.upgrade()?.addr_of(node)
+    }
+
+    fn register(&self, group: u64, meta: Option<warren_cluster::Meta>) {
+        let Some(c) = self.c.upgrade() else { return };
+        match meta {
+            Some(m) => {
+                c.groups.write().insert(group, m);
+            }
+            None => {
+                c.groups.write().remove(&group);
+            }
+        }
+    }
+
+    fn forward(
+        &self,
+        group: u64,
+        members: Vec<String>,
+        entry: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, String>> {
+        let c = self.c.clone();
+        Box::pin(async move {
+            let c = c.upgrade().ok_or("node stopping")?;
+            let mut body = Vec::with_capacity(8 + entry.len());
+            body.extend_from_slice(&group.to_be_bytes());
+            body.extend_from_slice(&entry);
+            let mut last = String::from("no member reachable");
+            // Each member in turn: any of them forwards to the leader.
+            for m in members {
+                let Some(addr) = c.addr_of(&m) else { continue };
+                match c
+                    .links
+                    .call(&addr, SERVICE_RQ_PROPOSE, &body, FORWARD_TIMEOUT)
+                    .await
+                {
+                    Ok(r) => return Ok(r.to_vec()),
+                    Err(e) => last = format!("{m}: {e}"),
+                }
+            }
+            Err(last)
+        })
+    }
+
+    fn deliver(&self, node: &str, group: u64, d: Delivery) {
+        let Some(c) = self.c.upgrade() else { return };
+        let Some(addr) = c.addr_of(node) else { return };
+        let send = move |l: &super::link::Link| {
+            l.send(K_RQ_DELIVER, |b| {
+                b.put_u64(group);
+                let mut pre = [0u8; 16];
+                pre[..8].copy_from_slice(&d.consumer.to_be_bytes());
+                pre[8..].copy_from_slice(&d.delivery.to_be_bytes());
+                b.put_slice(&pre);
+                let mut pre = [0u8; 9];
+                pre[..8].copy_from_slice(&d.seq.to_be_bytes());
+                pre[8] = d.redelivered as u8;
+                super::remote::put_message(b, &pre, &d.msg);
+            })
+        };
+        match c.links.get(&addr) {
+            Some(l) => send(&l),
+            // No link now: dialed; a delivery lost on the way is sent again by the next leader
+            // (what a consumer holds), or stays held until its node is back.
+            None => {
+                let links = c.links.clone();
+                tokio::spawn(async move {
+                    if let Ok(l) = links.link(&addr).await {
+                        send(&l);
+                    }
+                });
+            }
+        }
+    }
+
+    fn leader_of(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<String>> {
+        self.leader_of_impl(group, members)
+    }
+
+    fn counts(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<Counts>> {
+        let c = self.c.clone();
+        Box::pin(async move {
+            let c = c.upgrade()?;
+            for m in members {
+                let Some(addr) = c.addr_of(&m) else { continue };
+                let body = group.to_be_bytes();
+                let Ok(mut r) = c
+                    .links
+                    .call(&addr, SERVICE_RQ_COUNTS, &body, Duration::from_secs(2))
+                    .await
+                else {
+                    continue;
+                };
+                if r.remaining() >= 12 {
+                    return Some((r.get_u32(), r.get_u32(), r.get_u32()));
+                }
+            }
+            None
+        })
+    }
+}
+
+impl ClusterNet {
+    fn leader_of_impl(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<String>> {
+        let c = self.c.clone();
+        Box::pin(async move {
+            let c = c.upgrade()?;
+            for m in members {
+                let Some(addr) = c.addr_of(&m) else { continue };
+                let body = group.to_be_bytes();
+                let Ok(r) = c
+                    .links
+                    .call(&addr, super::quorum::SERVICE_QLEADER, &body, Duration::from_secs(2))
+                    .await
+                else {
+                    continue;
+                };
+                if !r.is_empty() {
+                    return Some(String::from_utf8_lossy(&r).into_owned());
+                }
+            }
+            None
+        })
+    }
+}
+
+impl Cluster {
+    /// The replicated queue of `group` on this node.
+    fn rqueue(&self, group: u64) -> Option<Arc<ReplicatedQueue>> {
+        self.rqueues.read().get(&group).and_then(Weak::upgrade)
+    }
+
+    pub(super) fn register_rqueue(&self, q: &Arc<ReplicatedQueue>) {
+        let mut r = self.rqueues.write();
+        r.retain(|_, w| w.strong_count() > 0);
+        r.insert(q.group(), Arc::downgrade(q));
+    }
+}
+
+fn group_of(body: &mut Bytes) -> Result<u64, String> {
+    if body.remaining() < 8 {
+        return Err("short request".into());
+    }
+    Ok(body.get_u64())
+}
+
+/// A member's side of [`SERVICE_RQ_PROPOSE`].
+pub async fn serve_propose(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, String> {
+    let group = group_of(&mut body)?;
+    let meta = c.groups.read().get(&group).cloned();
+    let meta = meta.ok_or_else(|| format!("not a member of queue group {group:016x}"))?;
+    meta.propose(body.to_vec())
+        .await
+        .map(Bytes::from)
+        .map_err(|e| e.to_string())
+}
+
+/// A member's side of [`SERVICE_RQ_COUNTS`].
+pub fn serve_counts(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, String> {
+    let group = group_of(&mut body)?;
+    let q = c
+        .rqueue(group)
+        .ok_or_else(|| format!("no queue group {group:016x} here"))?;
+    let (ready, unacked, consumers) = q.local_counts();
+    let mut b = Vec::with_capacity(12);
+    b.extend_from_slice(&ready.to_be_bytes());
+    b.extend_from_slice(&unacked.to_be_bytes());
+    b.extend_from_slice(&consumers.to_be_bytes());
+    Ok(Bytes::from(b))
+}
+
+/// A [`K_RQ_DELIVER`] frame: handed to the consumer here.
+pub fn on_deliver(c: &Arc<Cluster>, mut body: Bytes) {
+    if body.remaining() < 8 + 16 + 9 {
+        return;
+    }
+    let group = body.get_u64();
+    let consumer = body.get_u64();
+    let delivery = body.get_u64();
+    let seq = body.get_u64();
+    let redelivered = body.get_u8() == 1;
+    let Some(msg) = super::remote::get_message(&mut body) else {
+        return;
+    };
+    if let Some(q) = c.rqueue(group) {
+        q.deliver_local(Delivery {
+            consumer,
+            delivery,
+            seq,
+            redelivered,
+            msg: Arc::new(msg),
+        });
+    }
+}

@@ -1,0 +1,169 @@
+"""A quorum queue on the replicated queue machine in a 3-node cluster (`quorum_queues_on_machine`):
+its consumers and their checked-out deliveries are part of the state every member applies, so a
+failover is one a consumer never notices (issue 31, item 2).
+
+* A consumer on a follower keeps consuming through the leader's kill -9: no basic.cancel, and
+  deliveries resume from the new leader within 5 s.
+* Deliveries the old leader made, held unacked through the failover, are acked afterwards
+  through the new leader: they are not delivered again, and the queue ends empty.
+* Every confirmed message is delivered; one delivered again is flagged redelivered.
+
+Warren only (WARREN_BIN): starts its own cluster with the setting on, and kills its nodes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pika
+import pytest
+
+from cluster_harness import (Cluster, _LOGS, _mark_logs, _node_logs, needs_warren_bin,  # noqa: F401
+                             PERSISTENT, q)
+from helpers import safe_close, uname, wait_until
+
+pytestmark = needs_warren_bin
+
+QUORUM = {"x-queue-type": "quorum"}
+RESUME_WITHIN = 5.0
+
+
+@pytest.fixture(scope="module")
+def machine():
+    c = Cluster("machine", config="quorum_queues_on_machine = true\n")
+    _LOGS.clusters.append(c)
+    try:
+        c.start()
+        c.mark_logs()
+        yield c
+    finally:
+        c.stop()
+        _LOGS.clusters.remove(c)
+
+
+def leader_of(node, qn: str) -> str | None:
+    st, body = node.api("GET", f"/api/queues/%2F/{q(qn)}")
+    return body.get("leader") if st == 200 and isinstance(body, dict) else None
+
+
+def publish_confirmed(node, qn: str, bodies: list[bytes], timeout: float = 30.0) -> None:
+    """Publishes each body until the broker confirms it (a nack or a lost connection during a
+    failover is retried: the message may then arrive twice, flagged redelivered or not)."""
+    deadline = time.monotonic() + timeout
+    pending = list(bodies)
+    while pending:
+        assert time.monotonic() < deadline, f"{len(pending)} publishes not confirmed in {timeout}s"
+        try:
+            conn = pika.BlockingConnection(node.params())
+            ch = conn.channel()
+            ch.confirm_delivery()
+            while pending:
+                ch.basic_publish("", qn, pending[0], PERSISTENT)
+                pending.pop(0)
+            safe_close(conn)
+        except (pika.exceptions.AMQPError, OSError):
+            time.sleep(0.2)
+
+
+class Consumer(threading.Thread):
+    """A manual-ack consumer on its own connection: records each delivery (body, redelivered,
+    time), acks at once except the first `hold` deliveries, which it acks when told; records a
+    server basic.cancel."""
+
+    def __init__(self, node, qn: str, hold: int = 0):
+        super().__init__(daemon=True)
+        self.node, self.qn, self.hold = node, qn, hold
+        self.got: list[tuple[bytes, bool, float]] = []
+        self.held: list[int] = []
+        self.cancelled = False
+        self.ack_held = threading.Event()
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        try:
+            conn = pika.BlockingConnection(self.node.params(heartbeat=0))
+            ch = conn.channel()
+            ch.basic_qos(prefetch_count=20)
+            ch.add_on_cancel_callback(lambda _frame: setattr(self, "cancelled", True))
+
+            def on_message(chan, method, props, body):
+                self.got.append((body, method.redelivered, time.monotonic()))
+                if len(self.held) < self.hold and not method.redelivered:
+                    self.held.append(method.delivery_tag)
+                else:
+                    chan.basic_ack(method.delivery_tag)
+
+            ch.basic_consume(self.qn, on_message)
+            self.ready.set()
+            acked_held = False
+            while not self.stop.is_set():
+                conn.process_data_events(time_limit=0.1)
+                if self.ack_held.is_set() and not acked_held:
+                    for tag in self.held:
+                        ch.basic_ack(tag)
+                    acked_held = True
+            safe_close(conn)
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            self.error = e
+            self.ready.set()
+
+
+def test_a_consumer_on_a_follower_keeps_consuming_through_the_leaders_kill_9(machine):
+    a, b, c = machine.nodes
+    qn = uname("qq-failover")
+    conn = pika.BlockingConnection(a.params())
+    conn.channel().queue_declare(qn, durable=True, arguments=QUORUM)
+    safe_close(conn)
+    wait_until(lambda: all(leader_of(n, qn) == a.name for n in machine.nodes), timeout=15,
+               what="every node to name the declaring node the leader")
+    consumer = Consumer(b, qn, hold=5)
+    consumer.start()
+    assert consumer.ready.wait(15) and consumer.error is None, consumer.error
+    first = [b"m%03d" % i for i in range(100)]
+    publish_confirmed(c, qn, first)
+    wait_until(lambda: len(consumer.got) >= 100, timeout=20, what="the first 100 deliveries")
+    assert [g[0] for g in consumer.got[:100]] == first
+    assert len(consumer.held) == 5
+
+    a.kill9()
+    killed = time.monotonic()
+    try:
+        second = [b"n%03d" % i for i in range(100)]
+        publish_confirmed(c, qn, second, timeout=60)
+        wait_until(lambda: {g[0] for g in consumer.got} >= set(second), timeout=30,
+                   what="every message published after the failover")
+        resumed = min(t for body, _, t in consumer.got if body in set(second))
+        assert resumed - killed < RESUME_WITHIN + 5, f"deliveries resumed {resumed - killed:.1f}s after the kill"
+        # The held deliveries the old leader made are acked through the new one.
+        consumer.ack_held.set()
+        wait_until(lambda: all(leader_of(n, qn) in (b.name, c.name) for n in (b, c)), timeout=20,
+                   what="a new leader")
+        def settled():
+            st, v = b.api("GET", f"/api/queues/%2F/{q(qn)}")
+            return st == 200 and v.get("messages") == 0
+        wait_until(settled, timeout=20, what="the queue to be empty once the held deliveries are acked")
+        time.sleep(1)
+        assert not consumer.cancelled, "the consumer was cancelled by the failover"
+        assert consumer.error is None, consumer.error
+        bodies = [g[0] for g in consumer.got]
+        assert set(bodies) == set(first) | set(second)
+        # Every delivery after a message's first is flagged redelivered; the held ones were
+        # acked, not delivered again.
+        seen: set[bytes] = set()
+        for body, redelivered, _ in consumer.got:
+            if body in seen:
+                assert redelivered, f"{body!r} delivered again unflagged"
+            seen.add(body)
+        held_bodies = set(first[:5])
+        again = [body for body in bodies if body in held_bodies]
+        assert len(again) == 5, f"held deliveries came back after their acks: {again}"
+        assert resumed - killed < RESUME_WITHIN, f"deliveries resumed {resumed - killed:.1f}s after the kill"
+    finally:
+        consumer.stop.set()
+        consumer.join(10)
+        if not a.running:
+            a.start()
+            a.wait_ready()
