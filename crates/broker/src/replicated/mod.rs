@@ -345,8 +345,10 @@ impl ReplicatedQueue {
     }
 
     fn stop_all(&self) {
-        let _ = self.stop.send(true);
-        let _ = self.role.lock().send(true);
+        // `send_replace`: the flag is read, not awaited (`send` keeps no value without a
+        // receiver).
+        self.stop.send_replace(true);
+        self.role.lock().send_replace(true);
     }
 
     /// The members changed (a committed metadata entry, on every node): a node that joins the
@@ -355,7 +357,7 @@ impl ReplicatedQueue {
         let was = self.is_member();
         *self.members.write() = members;
         if was != self.is_member() && !self.is_deleted() {
-            let _ = self.role.lock().send(true);
+            self.role.lock().send_replace(true);
         }
     }
 

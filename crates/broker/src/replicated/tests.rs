@@ -251,6 +251,7 @@ async fn a_restart_keeps_the_queue_and_returns_what_a_gone_consumer_held() {
     // The node restarts: its consumer is gone, and what it held is back, redelivered.
     let q = open(&d, FieldTable::default(), &owner);
     wait(|| q.message_count() == 4 && q.unacked_count() == 0).await;
+
     let sink = Arc::new(Sink::default());
     let _c = consumer(&q, &sink, 4, 0);
     wait(|| sink.got.lock().len() == 4).await;
