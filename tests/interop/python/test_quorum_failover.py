@@ -7,6 +7,8 @@ failover is one a consumer never notices (issue 31, item 2).
 * Deliveries the old leader made, held unacked through the failover, are acked afterwards
   through the new leader: they are not delivered again, and the queue ends empty.
 * Every confirmed message is delivered; one delivered again is flagged redelivered.
+* What a consumer on a node that dies (and stays down) held goes back to the queue, and a
+  consumer elsewhere gets it, redelivered.
 
 Warren only (WARREN_BIN): starts its own cluster with the setting on, and kills its nodes.
 """
@@ -111,6 +113,7 @@ class Consumer(threading.Thread):
             self.ready.set()
 
 
+@pytest.mark.timeout(120)
 def test_a_consumer_on_a_follower_keeps_consuming_through_the_leaders_kill_9(machine):
     a, b, c = machine.nodes
     qn = uname("qq-failover")
@@ -167,3 +170,36 @@ def test_a_consumer_on_a_follower_keeps_consuming_through_the_leaders_kill_9(mac
         if not a.running:
             a.start()
             a.wait_ready()
+
+
+@pytest.mark.timeout(120)
+def test_what_a_dead_nodes_consumer_held_goes_to_another_consumer(machine):
+    a, b, c = machine.nodes
+    qn = uname("qq-node-down")
+    conn = pika.BlockingConnection(a.params())
+    conn.channel().queue_declare(qn, durable=True, arguments=QUORUM)
+    safe_close(conn)
+    wait_until(lambda: leader_of(a, qn) == a.name, timeout=15, what="a leader")
+    holder = Consumer(c, qn, hold=1000)
+    holder.start()
+    assert holder.ready.wait(15) and holder.error is None, holder.error
+    held = [b"h%d" % i for i in range(5)]
+    publish_confirmed(a, qn, held)
+    wait_until(lambda: len(holder.got) == 5, timeout=15, what="the holder's five deliveries")
+    other = Consumer(b, qn)
+    other.start()
+    assert other.ready.wait(15) and other.error is None, other.error
+    c.kill9()
+    try:
+        # The leader finds c unreachable and, after a while, returns what c's consumer held.
+        wait_until(lambda: {g[0] for g in other.got} >= set(held), timeout=40,
+                   what="the dead node's held messages at the other consumer")
+        assert all(r for body, r, _ in other.got if body in set(held)), other.got
+        assert not other.cancelled
+    finally:
+        holder.stop.set()
+        other.stop.set()
+        other.join(10)
+        if not c.running:
+            c.start()
+            c.wait_ready()

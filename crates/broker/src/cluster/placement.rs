@@ -195,12 +195,15 @@ impl Cluster {
         members: &[String],
     ) -> Option<QueueRef> {
         let b = self.broker()?;
-        if !b.config.quorum_queues_on_machine
-            || !crate::queue::args::is_quorum(&options.arguments)
+        if !b.config.quorum_queues_on_machine || !crate::queue::args::is_quorum(&options.arguments)
         {
             return None;
         }
-        let dir = b.config.data_dir.join("quorum").join(format!("{group:016x}"));
+        let dir = b
+            .config
+            .data_dir
+            .join("quorum")
+            .join(format!("{group:016x}"));
         if dir.exists() && !dir.join("group").exists() {
             return None;
         }

@@ -126,6 +126,10 @@ impl GroupNet for ClusterNet {
         self.leader_of_impl(group, members)
     }
 
+    fn node_up(&self, node: &str) -> bool {
+        self.c.upgrade().is_some_and(|c| c.running(node))
+    }
+
     fn counts(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<Counts>> {
         let c = self.c.clone();
         Box::pin(async move {
@@ -159,7 +163,12 @@ impl ClusterNet {
                 let body = group.to_be_bytes();
                 let Ok(r) = c
                     .links
-                    .call(&addr, super::quorum::SERVICE_QLEADER, &body, Duration::from_secs(2))
+                    .call(
+                        &addr,
+                        super::quorum::SERVICE_QLEADER,
+                        &body,
+                        Duration::from_secs(2),
+                    )
                     .await
                 else {
                     continue;

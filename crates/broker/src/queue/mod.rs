@@ -47,8 +47,8 @@ use parking_lot::Mutex;
 use warren_protocol::{ByteString, FieldTable};
 use warren_queue::{Effect, Host, PagedIn};
 
-pub use dead_publish::{route_dead_at_most_once, route_dead_kept};
 pub use args::{display_value, type_name, Overflow, QueueArgs};
+pub use dead_publish::{route_dead_at_most_once, route_dead_kept};
 pub use fan_out::{fan_out, ConfirmTo, FannedOut};
 pub use handle::{Counts, DeliverySink, Offer, QueueKind, QueueRef};
 pub use leader::{LeaderCtx, LeaderHook, LeaderIo, Pending};

@@ -219,7 +219,12 @@ impl ReplicatedQueue {
         let (Some(owner), Some(dlx)) = (self.owner.upgrade(), args.dead_letter_exchange.as_deref())
         else {
             // No dead-letter exchange any more (a policy went): dropped, as then.
-            self.push_cmd(Cmd::DeadDone { places: vec![place] }, None);
+            self.push_cmd(
+                Cmd::DeadDone {
+                    places: vec![place],
+                },
+                None,
+            );
             return;
         };
         let (m, cc) = crate::queue::dead_letter::dead_lettered(
@@ -235,7 +240,12 @@ impl ReplicatedQueue {
             let Some(q) = me.upgrade() else { return };
             if ok {
                 // Stays "on its way" until the group has forgotten it.
-                q.push_cmd(Cmd::DeadDone { places: vec![place] }, None);
+                q.push_cmd(
+                    Cmd::DeadDone {
+                        places: vec![place],
+                    },
+                    None,
+                );
             } else {
                 q.dead_sending.lock().remove(&place);
             }

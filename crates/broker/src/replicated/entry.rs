@@ -99,7 +99,9 @@ pub fn decode(mut b: Bytes) -> Result<Entry, String> {
     }
     let v = b.get_u8();
     if v != ENTRY_V1 {
-        return Err(format!("an entry of unknown format {v:#04x} (a newer release's?)"));
+        return Err(format!(
+            "an entry of unknown format {v:#04x} (a newer release's?)"
+        ));
     }
     let ts = b.get_u64();
     let n = b.get_u32() as usize;
@@ -166,8 +168,8 @@ mod tests {
 
     fn message(body: &'static [u8]) -> crate::message::Message {
         crate::message::Message {
-            exchange: "x".try_into().unwrap(),
-            routing_key: "k".try_into().unwrap(),
+            exchange: "x".into(),
+            routing_key: "k".into(),
             properties: warren_protocol::properties::BasicProperties::default().to_bytes(),
             body: Bytes::from_static(body),
             persistent: true,
@@ -214,7 +216,10 @@ mod tests {
         assert!(cut.err().unwrap().contains("cut short"));
         let mut newer = whole.clone();
         newer[0] = 0xC2;
-        assert!(decode(Bytes::from(newer)).err().unwrap().contains("unknown format"));
+        assert!(decode(Bytes::from(newer))
+            .err()
+            .unwrap()
+            .contains("unknown format"));
     }
 
     #[test]

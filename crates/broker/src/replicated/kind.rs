@@ -164,7 +164,11 @@ impl QueueKind for ReplicatedQueue {
         self.counts().2
     }
     fn consumers(&self) -> Vec<Arc<Consumer>> {
-        self.consumers.lock().values().map(|l| l.c.clone()).collect()
+        self.consumers
+            .lock()
+            .values()
+            .map(|l| l.c.clone())
+            .collect()
     }
     fn purge(&self) -> u32 {
         match self.call(Cmd::Purge) {

@@ -217,12 +217,7 @@ impl ReplicatedQueue {
         let _ = q.sm.queue.set(Arc::downgrade(&q));
         // Consumers this node had attached before it restarted are gone: what they held goes
         // back before anything else this run proposes.
-        q.push_cmd(
-            Cmd::NodeDown {
-                node: q.me.clone(),
-            },
-            None,
-        );
+        q.push_cmd(Cmd::NodeDown { node: q.me.clone() }, None);
         tokio::spawn(q.clone().run());
         q
     }
@@ -295,16 +290,16 @@ impl ReplicatedQueue {
             }
         }
         let (net, group, members) = (self.net.clone(), self.group, self.members());
-        let got = tokio::runtime::Handle::try_current().ok().and_then(|h| {
-            tokio::task::block_in_place(|| h.block_on(net.counts(group, members)))
-        });
+        let got = tokio::runtime::Handle::try_current()
+            .ok()
+            .and_then(|h| tokio::task::block_in_place(|| h.block_on(net.counts(group, members))));
         let c = got.unwrap_or_default();
         *self.counts.lock() = Some((std::time::Instant::now(), c));
         c
     }
 
     pub(super) fn is_member(&self) -> bool {
-        self.members.read().iter().any(|m| *m == self.me)
+        self.members.read().contains(&self.me)
     }
 
     /// This node's roles, one after the other: a member's (`serve`) or a proposer's through
@@ -553,12 +548,7 @@ impl ReplicatedQueue {
     pub fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>) {
         let ready = self.sm.state.lock().machine.ready_len() as u32;
         self.deleted.store(true, Ordering::Release);
-        let consumers = self
-            .consumers
-            .lock()
-            .drain()
-            .map(|(_, l)| l.c)
-            .collect();
+        let consumers = self.consumers.lock().drain().map(|(_, l)| l.c).collect();
         self.stop_all();
         self.wake.notify_one();
         (ready, consumers)

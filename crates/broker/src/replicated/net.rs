@@ -35,14 +35,20 @@ pub trait GroupNet: Send + Sync + 'static {
     fn register(&self, group: u64, meta: Option<warren_cluster::Meta>);
     /// Proposes `entry` through one of `members` (this node is none of them): the apply's
     /// reply.
-    fn forward(&self, group: u64, members: Vec<String>, entry: Vec<u8>)
-        -> BoxFuture<Result<Vec<u8>, String>>;
+    fn forward(
+        &self,
+        group: u64,
+        members: Vec<String>,
+        entry: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, String>>;
     /// Hands `d` to its consumer on `node`.
     fn deliver(&self, node: &str, group: u64, d: Delivery);
     /// Asks one of `members` for the queue's counts.
     fn counts(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<Counts>>;
     /// Asks the members who leads.
     fn leader_of(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<String>>;
+    /// Whether `node` is reachable now (its link is up).
+    fn node_up(&self, node: &str) -> bool;
 }
 
 /// A group of one member: nothing to reach.
@@ -81,12 +87,19 @@ impl GroupNet for Alone {
         Box::pin(async { Err("a single node's queue has no other member".to_string()) })
     }
     fn deliver(&self, node: &str, _group: u64, d: Delivery) {
-        tracing::debug!(node, consumer = d.consumer, "a delivery for another node, alone: dropped");
+        tracing::debug!(
+            node,
+            consumer = d.consumer,
+            "a delivery for another node, alone: dropped"
+        );
     }
     fn counts(&self, _group: u64, _members: Vec<String>) -> BoxFuture<Option<Counts>> {
         Box::pin(async { None })
     }
     fn leader_of(&self, _group: u64, _members: Vec<String>) -> BoxFuture<Option<String>> {
         Box::pin(async { None })
+    }
+    fn node_up(&self, _node: &str) -> bool {
+        true
     }
 }

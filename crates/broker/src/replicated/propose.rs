@@ -28,6 +28,8 @@ const PRESSURE_BYTES: usize = 16 << 20;
 const TICK_CHECK: Duration = Duration::from_millis(100);
 /// Kept dead letters that could not be routed are sent again every this many checks (1 s).
 const DEAD_LETTER_RETRY: u32 = 10;
+/// A consumers' node unreachable this long is down (see `down_unreachable`).
+const NODE_DOWN_AFTER: Duration = Duration::from_secs(10);
 
 /// One operation waiting to be proposed, and who waits for its answer.
 enum Waiting {
@@ -65,7 +67,10 @@ fn size_of(m: &Message) -> usize {
 
 impl ReplicatedQueue {
     pub(super) fn push_cmd(&self, cmd: Cmd, reply: Option<tokio::sync::oneshot::Sender<Answer>>) {
-        self.pending.lock().ops.push_back(Waiting::Cmd { cmd, reply });
+        self.pending
+            .lock()
+            .ops
+            .push_back(Waiting::Cmd { cmd, reply });
         self.wake.notify_one();
     }
 
@@ -135,6 +140,9 @@ impl ReplicatedQueue {
         let mut tick = tokio::time::interval(TICK_CHECK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ticks = 0u32;
+        // Consumers' nodes found unreachable, and since when.
+        let mut unreachable: std::collections::HashMap<String, std::time::Instant> =
+            Default::default();
         loop {
             while in_flight.len() < PIPELINE {
                 let Some((cmd, proposed)) = self.take_entry() else {
@@ -172,8 +180,9 @@ impl ReplicatedQueue {
                     self.tick_if_due();
                     // Kept dead letters not on their way: at once on taking over, then each
                     // `DEAD_LETTER_RETRY`.
-                    if ticks % DEAD_LETTER_RETRY == 0 {
+                    if ticks.is_multiple_of(DEAD_LETTER_RETRY) {
                         self.resend_kept();
+                        self.down_unreachable(&mut unreachable);
                     }
                     ticks = ticks.wrapping_add(1);
                 }
@@ -183,7 +192,12 @@ impl ReplicatedQueue {
         // Stopped (or this node's role changed): entries in flight have no known outcome, so
         // their publishes are nacked; what waits stays for the next role.
         for (_, p) in in_flight.drain(..) {
-            self.finish(p, Err(warren_cluster::ProposeError::Unavailable("the queue stopped".into())));
+            self.finish(
+                p,
+                Err(warren_cluster::ProposeError::Unavailable(
+                    "the queue stopped".into(),
+                )),
+            );
         }
     }
 
@@ -192,7 +206,9 @@ impl ReplicatedQueue {
         let rest: Vec<Waiting> = self.pending.lock().ops.drain(..).collect();
         self.finish(
             Proposed { ops: rest },
-            Err(warren_cluster::ProposeError::Unavailable("the queue stopped".into())),
+            Err(warren_cluster::ProposeError::Unavailable(
+                "the queue stopped".into(),
+            )),
         );
     }
 
@@ -212,6 +228,42 @@ impl ReplicatedQueue {
                 .any(|w| matches!(w, Waiting::Cmd { cmd: Cmd::Tick, .. }));
             if !ticking {
                 self.push_cmd(Cmd::Tick, None);
+            }
+        }
+    }
+
+    /// As the leader: a node holding consumers that has been unreachable for `NODE_DOWN_AFTER`
+    /// is down (`Cmd::NodeDown`): what its consumers hold goes back to the queue, as RabbitMQ's
+    /// quorum queue returns a lost node's checked-out messages.
+    fn down_unreachable(
+        &self,
+        unreachable: &mut std::collections::HashMap<String, std::time::Instant>,
+    ) {
+        if !self.leads() {
+            unreachable.clear();
+            return;
+        }
+        let nodes: std::collections::BTreeSet<String> = {
+            let st = self.sm.state.lock();
+            st.machine
+                .attached()
+                .map(|(_, n)| n.to_string())
+                .filter(|n| *n != self.me)
+                .collect()
+        };
+        unreachable.retain(|n, _| nodes.contains(n));
+        for n in nodes {
+            if self.net.node_up(&n) {
+                unreachable.remove(&n);
+                continue;
+            }
+            let since = *unreachable
+                .entry(n.clone())
+                .or_insert_with(std::time::Instant::now);
+            if since.elapsed() >= NODE_DOWN_AFTER {
+                tracing::info!(queue = %self.name, vhost = %self.vhost, node = %n, "a node with consumers is unreachable: what they hold goes back to the queue");
+                unreachable.remove(&n);
+                self.push_cmd(Cmd::NodeDown { node: n }, None);
             }
         }
     }

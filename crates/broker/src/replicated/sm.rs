@@ -266,7 +266,11 @@ impl warren_cluster::StateMachine for GroupSm {
         for (seq, r) in &refs {
             let Some(stored) = bodies.stored_or_cached(*seq, r, log) else {
                 // A body the log no longer has: a snapshot without it would lose it for good.
-                tracing::error!(seq, place = r.index, "a replicated queue message's body is missing; no snapshot taken");
+                tracing::error!(
+                    seq,
+                    place = r.index,
+                    "a replicated queue message's body is missing; no snapshot taken"
+                );
                 return warren_cluster::SnapshotPoint::Unchanged;
             };
             b.put_u64(r.index);

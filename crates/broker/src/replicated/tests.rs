@@ -92,7 +92,10 @@ fn dir(test: &str) -> std::path::PathBuf {
 
 fn open(d: &std::path::Path, args: FieldTable, owner: &Arc<Owner>) -> Arc<ReplicatedQueue> {
     let mut args = args;
-    args.insert("x-queue-type", FieldValue::LongStr(Bytes::from_static(b"quorum")));
+    args.insert(
+        "x-queue-type",
+        FieldValue::LongStr(Bytes::from_static(b"quorum")),
+    );
     let options = QueueOptions {
         durable: true,
         exclusive_owner: None,
@@ -173,7 +176,11 @@ fn consumer(q: &Arc<ReplicatedQueue>, sink: &Arc<Sink>, key: u64, prefetch: u16)
     c
 }
 
-fn settle(q: &ReplicatedQueue, c: &Consumer, m: &QueuedMessage) -> impl Iterator<Item = crate::queue::Settled> {
+fn settle(
+    q: &ReplicatedQueue,
+    c: &Consumer,
+    m: &QueuedMessage,
+) -> impl Iterator<Item = crate::queue::Settled> {
     let _ = q;
     std::iter::once((Some(c.key), m.clone()))
 }
@@ -228,7 +235,10 @@ async fn basic_get_takes_in_order_and_purge_empties() {
     assert!(took);
     assert_eq!(got, [(Bytes::from_static(b"1"), 2)]);
     assert_eq!(q.purge(), 2);
-    let empty = q.clone().get(false, &mut |_, _| panic!("nothing to get")).expect("get");
+    let empty = q
+        .clone()
+        .get(false, &mut |_, _| panic!("nothing to get"))
+        .expect("get");
     assert!(!empty);
     q.close().await;
     let _ = std::fs::remove_dir_all(&d);
@@ -259,7 +269,12 @@ async fn a_restart_keeps_the_queue_and_returns_what_a_gone_consumer_held() {
         .got
         .lock()
         .iter()
-        .map(|m| (String::from_utf8_lossy(&m.msg.body).into_owned(), m.redelivered))
+        .map(|m| {
+            (
+                String::from_utf8_lossy(&m.msg.body).into_owned(),
+                m.redelivered,
+            )
+        })
         .collect();
     // "2" and "3" were held (the ack of "1" made room for "3"): back, redelivered; "4" and
     // "5" were never delivered.
@@ -267,7 +282,12 @@ async fn a_restart_keeps_the_queue_and_returns_what_a_gone_consumer_held() {
     sorted.sort();
     assert_eq!(
         sorted,
-        [("2".into(), true), ("3".into(), true), ("4".into(), false), ("5".into(), false)],
+        [
+            ("2".into(), true),
+            ("3".into(), true),
+            ("4".into(), false),
+            ("5".into(), false)
+        ],
         "{got:?}"
     );
     q.close().await;
@@ -280,7 +300,10 @@ async fn past_the_delivery_limit_a_message_is_dead_lettered() {
     let owner = Arc::new(Owner::default());
     let mut args = FieldTable::default();
     args.insert("x-delivery-limit", FieldValue::I32(1));
-    args.insert("x-dead-letter-exchange", FieldValue::LongStr(Bytes::from_static(b"dlx")));
+    args.insert(
+        "x-dead-letter-exchange",
+        FieldValue::LongStr(Bytes::from_static(b"dlx")),
+    );
     let q = open(&d, args, &owner);
     assert_eq!(publish_confirmed(&q, &["m"]).await, 1);
     let sink = Arc::new(Sink::default());
@@ -327,7 +350,10 @@ async fn after_more_entries_than_a_snapshot_takes_a_restart_still_has_the_backlo
         .get(false, &mut |m, _| got.push(m.msg.body.clone()))
         .expect("get")
     {}
-    assert_eq!(got, [Bytes::from_static(b"kept-1"), Bytes::from_static(b"kept-2")]);
+    assert_eq!(
+        got,
+        [Bytes::from_static(b"kept-1"), Bytes::from_static(b"kept-2")]
+    );
     q.close().await;
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -338,9 +364,18 @@ async fn at_least_once_dead_letters_stay_in_the_group_until_a_target_has_them() 
     let owner = Arc::new(Owner::default());
     let mut args = FieldTable::default();
     args.insert("x-delivery-limit", FieldValue::I32(0));
-    args.insert("x-dead-letter-exchange", FieldValue::LongStr(Bytes::from_static(b"dlx")));
-    args.insert("x-dead-letter-strategy", FieldValue::LongStr(Bytes::from_static(b"at-least-once")));
-    args.insert("x-overflow", FieldValue::LongStr(Bytes::from_static(b"reject-publish")));
+    args.insert(
+        "x-dead-letter-exchange",
+        FieldValue::LongStr(Bytes::from_static(b"dlx")),
+    );
+    args.insert(
+        "x-dead-letter-strategy",
+        FieldValue::LongStr(Bytes::from_static(b"at-least-once")),
+    );
+    args.insert(
+        "x-overflow",
+        FieldValue::LongStr(Bytes::from_static(b"reject-publish")),
+    );
     let q = open(&d, args.clone(), &owner);
     assert_eq!(publish_confirmed(&q, &["m"]).await, 1);
     let sink = Arc::new(Sink::default());

@@ -638,7 +638,9 @@ fn return_all(
 }
 
 /// A consumer whose channel, connection or node is gone: removed, and what it held goes
-/// back to the queue.
+/// back to the queue. (The machine's parts are passed apart: `apply` holds them borrowed
+/// apart.)
+#[allow(clippy::too_many_arguments)]
 fn down(
     core: &mut State<u64, MsgRef>,
     holders: &mut BTreeMap<u64, Holder>,

@@ -519,7 +519,9 @@ fn at_least_once_dead_letters_stay_until_done() {
             kind: ReturnKind::Rejected,
         },
     );
-    assert!(out.iter().any(|o| matches!(o, Out::DeadLetter(r, Reason::DeliveryLimit) if r.index == 10)));
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, Out::DeadLetter(r, Reason::DeliveryLimit) if r.index == 10)));
     // Kept: its body must stay (the release cursor says so) until its targets have it.
     assert_eq!(m.kept_dead().count(), 1);
     assert_eq!(m.release_cursor(), Some(10));

@@ -20,8 +20,7 @@ use super::{LogPos, LogTail, Replicator};
 use crate::confirm::ConfirmHandle;
 use crate::message::Message;
 use crate::queue::{
-    Enqueued, LeaderCtx, LeaderHook, LeaderIo, Pending, Queue,
-    QueuedMessage, Reason,
+    Enqueued, LeaderCtx, LeaderHook, LeaderIo, Pending, Queue, QueuedMessage, Reason,
 };
 
 /// The leader's side that needs no queue lock.
