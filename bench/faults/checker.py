@@ -241,7 +241,8 @@ class Node:
             f"data_dir = {q(str(self.data_dir))}\n"
             f"amqp_port = {self.amqp_port}\n"
             f"http_port = {self.http_port}\n"
-            f"[cluster]\n"
+            + ("quorum_queues_on_machine = true\n" if self.run.args.machine else "")
+            + f"[cluster]\n"
             f"listen = {q(f'127.0.0.1:{self.listen_port}')}\n"
             f"advertise = {q(self.adv_addr)}\n"
             f"peers = [{', '.join(q(p) for p in peers)}]\n"
@@ -1484,7 +1485,7 @@ async def main_async(args) -> int:
     result: dict = {"seed": args.seed, "short": bool(args.short), "duration": args.duration,
                     "torn": f"{args.torn_mode}/{args.torn_files}",
                     "batch": args.batch, "started": datetime.datetime.now().isoformat(timespec="seconds"),
-                    "dir": str(run.dir), "kinds": args.kinds}
+                    "dir": str(run.dir), "kinds": args.kinds, "machine": bool(args.machine)}
     wall0 = time.monotonic()
     code = 0
     try:
@@ -1513,6 +1514,12 @@ async def run_and_report(run: "Run", args, result: dict, wall0: float) -> int:
                                 f"and never delivered again")
             if counts["violations"]:
                 failures.append(f"{counts['violations']} redeliveries not flagged redelivered")
+            # Nothing deletes the queue during a run: a server basic.cancel is a failover's.
+            cancels = sum(c["server_cancels"] for c in getattr(run, "clients", {}).get("consumers", []))
+            counts["server_cancels"] = cancels
+            if args.machine and cancels:
+                failures.append(f"{cancels} consumers cancelled by the server (a failover must not, "
+                                f"on the replicated machine)")
             if not run.drain.get("complete"):
                 failures.append("the queue was not drained" + (f" ({run.drain['skipped']}): the lost count "
                                                                f"includes what it still holds"
@@ -1610,6 +1617,9 @@ def parse_args(argv=None):
     p.add_argument("--keep", action="store_true", help="keep the run dir even when the run passes")
     p.add_argument("--tmp-root", default=None)
     p.add_argument("--bin", default=DEFAULT_BIN)
+    p.add_argument("--machine", action="store_true",
+                   help="quorum queues on the replicated queue machine (quorum_queues_on_machine): "
+                        "a consumer cancelled by the server fails the run")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if args.short:

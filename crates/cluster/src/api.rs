@@ -145,6 +145,17 @@ pub struct Status {
     pub membership_index: Option<u64>,
 }
 
+impl Status {
+    /// The name of the member that leads, if there is one and it is in the membership.
+    pub fn leader_name(&self) -> Option<&str> {
+        let id = self.leader?;
+        self.members
+            .iter()
+            .find(|m| m.id == id)
+            .map(|m| m.node.name.as_str())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Member {
     pub id: NodeId,

@@ -269,8 +269,8 @@ def _mark_logs():
     yield
 
 
-def _cluster(label: str):
-    c = Cluster(label)
+def _cluster(label: str, config: str | None = None):
+    c = Cluster(label, config=config)
     _LOGS.clusters.append(c)
     try:
         c.start()

@@ -21,7 +21,7 @@ import time
 import pika
 import pytest
 
-from cluster_harness import (Cluster, _LOGS, _mark_logs, _node_logs, needs_warren_bin,  # noqa: F401
+from cluster_harness import (_cluster, _mark_logs, _node_logs, needs_warren_bin,  # noqa: F401
                              PERSISTENT, q)
 from helpers import safe_close, uname, wait_until
 
@@ -33,15 +33,7 @@ RESUME_WITHIN = 5.0
 
 @pytest.fixture(scope="module")
 def machine():
-    c = Cluster("machine", config="quorum_queues_on_machine = true\n")
-    _LOGS.clusters.append(c)
-    try:
-        c.start()
-        c.mark_logs()
-        yield c
-    finally:
-        c.stop()
-        _LOGS.clusters.remove(c)
+    yield from _cluster("machine", config="quorum_queues_on_machine = true\n")
 
 
 def leader_of(node, qn: str) -> str | None:

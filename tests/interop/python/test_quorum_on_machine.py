@@ -87,6 +87,14 @@ def take(ch, queue: str, n: int, timeout: float = 10.0) -> list:
     return got
 
 
+def declare_dead_lettering(ch, q: str, dlq: str, args: dict) -> None:
+    """Quorum queue `q` with `args`, dead-lettering to queue `dlq` (declared) through the
+    default exchange."""
+    ch.queue_declare(dlq)
+    ch.queue_declare(q, durable=True, arguments={**QUORUM, **args, "x-dead-letter-exchange": "",
+                                                 "x-dead-letter-routing-key": dlq})
+
+
 def test_confirms_order_prefetch_and_the_api_type(node):
     q = uname("qm")
     c = connect(node)
@@ -121,10 +129,7 @@ def test_requeue_redelivers_with_a_count_and_the_limit_dead_letters(node):
     c = connect(node)
     try:
         ch = c.channel()
-        ch.queue_declare(dlq)
-        ch.queue_declare(q, durable=True, arguments={**QUORUM, "x-delivery-limit": 1,
-                                                     "x-dead-letter-exchange": "",
-                                                     "x-dead-letter-routing-key": dlq})
+        declare_dead_lettering(ch, q, dlq, {"x-delivery-limit": 1})
         publish_confirmed(node, q, [b"once"])
         ch.basic_qos(prefetch_count=1)
         (m1, p1, _), = take(ch, q, 1)
@@ -150,10 +155,7 @@ def test_message_ttl_expires_through_ticks_and_dead_letters(node):
     c = connect(node)
     try:
         ch = c.channel()
-        ch.queue_declare(dlq)
-        ch.queue_declare(q, durable=True, arguments={**QUORUM, "x-message-ttl": 300,
-                                                     "x-dead-letter-exchange": "",
-                                                     "x-dead-letter-routing-key": dlq})
+        declare_dead_lettering(ch, q, dlq, {"x-message-ttl": 300})
         publish_confirmed(node, q, [b"short-lived"])
         wait_until(lambda: ch.queue_declare(dlq, passive=True).method.message_count == 1, 10)
         assert ch.queue_declare(q, passive=True).method.message_count == 0

@@ -123,7 +123,9 @@ impl GroupNet for ClusterNet {
     }
 
     fn leader_of(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<String>> {
-        self.leader_of_impl(group, members)
+        self.ask_members(super::quorum::SERVICE_QLEADER, group, members, |r| {
+            (!r.is_empty()).then(|| String::from_utf8_lossy(&r).into_owned())
+        })
     }
 
     fn node_up(&self, node: &str) -> bool {
@@ -131,50 +133,36 @@ impl GroupNet for ClusterNet {
     }
 
     fn counts(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<Counts>> {
-        let c = self.c.clone();
-        Box::pin(async move {
-            let c = c.upgrade()?;
-            for m in members {
-                let Some(addr) = c.addr_of(&m) else { continue };
-                let body = group.to_be_bytes();
-                let Ok(mut r) = c
-                    .links
-                    .call(&addr, SERVICE_RQ_COUNTS, &body, Duration::from_secs(2))
-                    .await
-                else {
-                    continue;
-                };
-                if r.remaining() >= 12 {
-                    return Some((r.get_u32(), r.get_u32(), r.get_u32()));
-                }
-            }
-            None
+        self.ask_members(SERVICE_RQ_COUNTS, group, members, |mut r| {
+            (r.remaining() >= 12).then(|| (r.get_u32(), r.get_u32(), r.get_u32()))
         })
     }
 }
 
 impl ClusterNet {
-    fn leader_of_impl(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<String>> {
+    /// Asks `service` of each of `members` in turn, with the group as the request, until one
+    /// answers what `take` accepts.
+    fn ask_members<T: Send + 'static>(
+        &self,
+        service: u8,
+        group: u64,
+        members: Vec<String>,
+        take: fn(Bytes) -> Option<T>,
+    ) -> BoxFuture<Option<T>> {
         let c = self.c.clone();
         Box::pin(async move {
             let c = c.upgrade()?;
             for m in members {
                 let Some(addr) = c.addr_of(&m) else { continue };
                 let body = group.to_be_bytes();
-                let Ok(r) = c
+                if let Ok(r) = c
                     .links
-                    .call(
-                        &addr,
-                        super::quorum::SERVICE_QLEADER,
-                        &body,
-                        Duration::from_secs(2),
-                    )
+                    .call(&addr, service, &body, Duration::from_secs(2))
                     .await
-                else {
-                    continue;
-                };
-                if !r.is_empty() {
-                    return Some(String::from_utf8_lossy(&r).into_owned());
+                {
+                    if let Some(t) = take(r) {
+                        return Some(t);
+                    }
                 }
             }
             None

@@ -456,13 +456,7 @@ impl ReplicatedQueue {
         loop {
             let (leads, leader) = {
                 let s = status.borrow_and_update();
-                let leader = s.leader.and_then(|id| {
-                    s.members
-                        .iter()
-                        .find(|m| m.id == id)
-                        .map(|m| m.node.name.clone())
-                });
-                (s.leader == Some(s.id), leader)
+                (s.leader == Some(s.id), s.leader_name().map(String::from))
             };
             if leader.is_some() {
                 self.leader_known.notify_waiters();

@@ -49,7 +49,7 @@ pub struct State {
 pub struct GroupSm {
     pub state: Mutex<State>,
     /// What a fresh machine starts with (the declared arguments), on every member alike.
-    fresh: (MachineConfig, warren_queue::Limits),
+    pub(super) fresh: (MachineConfig, warren_queue::Limits),
     pub queue: OnceLock<Weak<ReplicatedQueue>>,
     pub log: OnceLock<warren_cluster::LogReader>,
 }

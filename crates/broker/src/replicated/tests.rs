@@ -412,3 +412,67 @@ async fn at_least_once_dead_letters_stay_in_the_group_until_a_target_has_them() 
     q.close().await;
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Item 4's replay: the group's whole log, applied on a fresh member, gives the same machine
+/// as the live one (apply reads nothing but the machine and the entry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaying_the_groups_log_on_a_fresh_member_gives_the_same_machine() {
+    let d = dir("replay");
+    let owner = Arc::new(Owner::default());
+    let mut args = FieldTable::default();
+    args.insert("x-delivery-limit", FieldValue::I32(2));
+    args.insert("x-message-ttl", FieldValue::I32(60_000));
+    args.insert(
+        "x-dead-letter-exchange",
+        FieldValue::LongStr(Bytes::from_static(b"dlx")),
+    );
+    let q = open(&d, args, &owner);
+    let bodies: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
+    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+    assert_eq!(publish_confirmed(&q, &refs).await, 40);
+    let sink = Arc::new(Sink::default());
+    let c = consumer(&q, &sink, 7, 5);
+    // Ack some, requeue some (three times over the limit for one), get one, purge the rest.
+    let mut handled = 0;
+    while handled < 20 {
+        wait(|| sink.got.lock().len() > handled).await;
+        let m = sink.got.lock()[handled].clone();
+        if handled % 3 == 0 {
+            q.requeue(&mut settle(&q, &c, &m));
+        } else {
+            q.settle(&mut settle(&q, &c, &m));
+        }
+        handled += 1;
+    }
+    q.detach(&c);
+    let mut got = None;
+    q.clone()
+        .get(true, &mut |m, _| got = Some(m.clone()))
+        .expect("get");
+    assert!(got.is_some());
+    q.purge();
+    let (live, applied, config) = {
+        let st = q.sm.state.lock();
+        (st.machine.fingerprint(), st.applied, q.sm.fresh)
+    };
+    assert!(applied >= 5, "entries applied: {applied}");
+    let log = q.sm.log.get().expect("the group's log").clone();
+    let fresh = super::sm::GroupSm::new(config.0, config.1);
+    let mut at = 1;
+    while at <= applied {
+        let read = log.read(at, 1 << 20).expect("the log reads back");
+        assert!(!read.is_empty(), "entry {at} is in the log");
+        for (index, cmd) in read {
+            if index > applied {
+                break;
+            }
+            if let Some(cmd) = cmd {
+                warren_cluster::StateMachine::apply(&fresh, index, &cmd);
+            }
+            at = index + 1;
+        }
+    }
+    assert_eq!(fresh.state.lock().machine.fingerprint(), live);
+    q.close().await;
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -356,12 +356,7 @@ impl QuorumQueue {
 
     /// The group's leader as this member's Raft sees it (answers [`SERVICE_QLEADER`]).
     pub fn raft_leader(meta: &warren_cluster::Meta) -> Option<String> {
-        let s = meta.status();
-        let id = s.leader?;
-        s.members
-            .iter()
-            .find(|m| m.id == id)
-            .map(|m| m.node.name.clone())
+        meta.status().leader_name().map(String::from)
     }
 
     pub fn args(&self) -> arc_swap::Guard<Arc<QueueArgs>> {

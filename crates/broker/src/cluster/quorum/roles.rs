@@ -96,13 +96,7 @@ impl QuorumQueue {
         loop {
             let (leader, me) = {
                 let s = status.borrow_and_update();
-                let leader = s.leader.and_then(|id| {
-                    s.members
-                        .iter()
-                        .find(|m| m.id == id)
-                        .map(|m| m.node.name.clone())
-                });
-                (leader, s.me.name.clone())
+                (s.leader_name().map(String::from), s.me.name.clone())
             };
             self.follow(leader, &me);
             tokio::select! {
