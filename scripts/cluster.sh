@@ -7,7 +7,8 @@
 #   scripts/cluster.sh stop [DIR]
 # start exits 1, with the failing node's log tail, when a node does not come up; stop signals
 # only pids that are still the cluster's nodes.
-# WARREN_BIN picks the binary (default target/release/warren); BASE moves every port by BASE-5680.
+# WARREN_BIN picks the binary (default target/release/warren); BASE moves every port by BASE-5680;
+# WARREN_ARGS adds `warren server` flags to every node (e.g. "--config FILE").
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${WARREN_BIN:-$ROOT/target/release/warren}"
@@ -23,7 +24,7 @@ case "${1:-}" in
       WARREN_COOKIE="$COOKIE" nohup "$BIN" server --node-name "warren$i@localhost" \
         --data-dir "$DIR/n$i" --amqp-port $((BASE + i)) --http-port $((BASE + 10000 + i)) \
         --cluster-listen "127.0.0.1:$((BASE + 20000 + i))" --cluster-peers "$peers" \
-        >"$DIR/n$i.log" 2>&1 &
+        ${WARREN_ARGS:-} >"$DIR/n$i.log" 2>&1 &
       echo $! >"$DIR/n$i.pid"
     done
     # Each node must answer its HTTP API; one that exits, or does not answer within 60 s, fails

@@ -285,3 +285,48 @@ def test_at_least_once_dead_letters_wait_for_a_route_through_a_kill_9(node):
         assert ch2.queue_declare(q, passive=True).method.message_count == 0
     finally:
         safe_close(c2)
+
+
+def test_delayed_retries_are_held_in_the_group_through_a_kill_9(node):
+    """x-delayed-retry-*: the due time of a returned message is in the group's state, so a
+    restart (kill -9) holds it until the same time; a nack under type `failed` is not held."""
+    q, q2 = uname("qm"), uname("qm")
+    c = connect(node)
+    ch = c.channel()
+    ch.queue_declare(q, durable=True, arguments={**QUORUM, "x-delayed-retry-type": "all",
+                                                 "x-delayed-retry-min": 3000})
+    ch.queue_declare(q2, durable=True, arguments={**QUORUM, "x-delayed-retry-type": "failed",
+                                                  "x-delayed-retry-min": 60000})
+    publish_confirmed(node, q, [b"job"])
+    publish_confirmed(node, q2, [b"other"])
+    # A nack is a return: under `failed`, back at once.
+    m, _, _ = ch.basic_get(q2, auto_ack=False)
+    ch.basic_nack(m.delivery_tag, requeue=True)
+    m, props, body = ch.basic_get(q2, auto_ack=True)
+    assert body == b"other" and m.redelivered and props.headers["x-delivery-count"] == 1
+    m, _, _ = ch.basic_get(q, auto_ack=False)
+    nacked = time.monotonic()
+    ch.basic_nack(m.delivery_tag, requeue=True)
+    time.sleep(0.5)
+    # Held back, it is not in the queue meanwhile.
+    assert ch.queue_declare(q, passive=True).method.message_count == 0
+    assert ch.basic_get(q, auto_ack=True)[0] is None
+    node.kill9()
+    node.start()
+    c2 = connect(node)
+    try:
+        ch2 = c2.channel()
+        got = None
+        deadline = time.monotonic() + 20
+        while got is None and time.monotonic() < deadline:
+            m, props, body = ch2.basic_get(q, auto_ack=True)
+            if m is not None:
+                got = (time.monotonic(), m, props, body)
+            else:
+                time.sleep(0.05)
+        assert got is not None, "the retried message did not come back after the restart"
+        at, m, props, body = got
+        assert body == b"job" and m.redelivered and props.headers["x-delivery-count"] == 1
+        assert at - nacked >= 2.9, f"back {at - nacked:.2f}s after the nack, before its 3 s delay"
+    finally:
+        safe_close(c2)

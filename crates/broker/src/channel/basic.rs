@@ -224,6 +224,9 @@ impl Channel {
             }
         }
         if let (Settle::Requeue, None, Some((vhost, failed))) = (how, &self.tx, retry) {
+            if taken.iter().any(|u| u.queue.holds_retries()) {
+                taken = requeue_held(taken, failed);
+            }
             if taken.iter().any(|u| u.queue.args().retry.is_some()) {
                 taken = retry_later(taken, vhost, failed);
             }
@@ -278,6 +281,22 @@ impl Channel {
             q.dispatch();
         }
     }
+}
+
+/// Requeues the deliveries of queues that hold their delayed retries themselves (a replicated
+/// queue on the machine keeps their due times in its state), saying whether they failed
+/// (basic.reject) or were returned (basic.nack); returns the others.
+fn requeue_held(taken: Vec<Unacked>, failed: bool) -> Vec<Unacked> {
+    let (held, rest): (Vec<Unacked>, Vec<Unacked>) =
+        taken.into_iter().partition(|u| u.queue.holds_retries());
+    let mut held = held.into_iter().peekable();
+    while let Some(first) = held.next() {
+        let q = first.queue.clone();
+        let run = std::iter::once(first)
+            .chain(std::iter::from_fn(|| held.next_if(|u| u.queue.ptr_eq(&q))));
+        q.requeue_failed(run.map(|u| (u.consumer.map(|c| c.key), u.msg)), failed);
+    }
+    rest
 }
 
 /// Hands the requeued deliveries of queues with `x-delayed-retry-*` to their retry stores and

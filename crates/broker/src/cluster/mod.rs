@@ -167,7 +167,11 @@ impl warren_cluster::Transport for LinkTransport {
                 .await
                 .map(|b| b.to_vec())
                 .map_err(|e| match e {
-                    link::LinkError::Timeout(_) => warren_cluster::TransportError::Timeout,
+                    // Ambiguous: the request may have been served (a proposal forwarded to a
+                    // leader that died after appending it must not be retried elsewhere).
+                    link::LinkError::Timeout(_) | link::LinkError::Lost(_) => {
+                        warren_cluster::TransportError::Timeout
+                    }
                     e => warren_cluster::TransportError::Unreachable(addr, e.to_string()),
                 })
         })

@@ -75,7 +75,9 @@ impl GroupNet for ClusterNet {
             body.extend_from_slice(&group.to_be_bytes());
             body.extend_from_slice(&entry);
             let mut last = String::from("no member reachable");
-            // Each member in turn: any of them forwards to the leader.
+            // Each member in turn (any of them forwards to the leader), but only while the
+            // request certainly reached none: one that may have been proposed is not sent
+            // again (it would be applied twice).
             for m in members {
                 let Some(addr) = c.addr_of(&m) else { continue };
                 match c
@@ -84,7 +86,8 @@ impl GroupNet for ClusterNet {
                     .await
                 {
                     Ok(r) => return Ok(r.to_vec()),
-                    Err(e) => last = format!("{m}: {e}"),
+                    Err(e @ super::link::LinkError::Unreachable(..)) => last = format!("{m}: {e}"),
+                    Err(e) => return Err(format!("{m}: {e}")),
                 }
             }
             Err(last)

@@ -101,6 +101,17 @@ pub trait QueueKind: Send + Sync + std::fmt::Debug + 'static {
     fn settle(&self, msgs: &mut dyn Iterator<Item = Settled>);
     fn discard(&self, msgs: &mut dyn Iterator<Item = Settled>);
     fn requeue(&self, msgs: &mut dyn Iterator<Item = Settled>);
+    /// A kind that holds its delayed retries (`x-delayed-retry-*`) itself: a basic.reject
+    /// (`failed`) or basic.nack with requeue comes to [`QueueKind::requeue_failed`], not to the
+    /// vhost's retry store.
+    fn holds_retries(&self) -> bool {
+        false
+    }
+    /// Requeued by basic.reject (`failed`) or basic.nack, for a kind that
+    /// [holds its retries](QueueKind::holds_retries).
+    fn requeue_failed(&self, msgs: &mut dyn Iterator<Item = Settled>, _failed: bool) {
+        self.requeue(msgs)
+    }
     fn dispatch(&self) {}
     fn add_consumer(
         self: Arc<Self>,
@@ -430,6 +441,22 @@ impl QueueRef {
             QueueRef::Local(q) => q.discard(msgs, dispatch),
             QueueRef::Stream(q) => q.settle(msgs),
             QueueRef::Other(q) => q.discard(&mut msgs.into_iter()),
+        }
+    }
+
+    /// See [`QueueKind::holds_retries`].
+    pub fn holds_retries(&self) -> bool {
+        match self {
+            QueueRef::Other(q) => q.holds_retries(),
+            _ => false,
+        }
+    }
+
+    /// See [`QueueKind::requeue_failed`].
+    pub fn requeue_failed(&self, msgs: impl IntoIterator<Item = Settled>, failed: bool) {
+        match self {
+            QueueRef::Other(q) => q.requeue_failed(&mut msgs.into_iter(), failed),
+            _ => self.requeue(msgs),
         }
     }
 

@@ -62,6 +62,10 @@ impl QueueKind for ReplicatedQueue {
     /// A policy changed the limits: every member applies them at the same entry.
     fn set_effective_args(&self, a: QueueArgs) {
         self.push_cmd(Cmd::SetLimits(crate::queue::core_limits(&a)), None);
+        let retry = super::backoff(&a);
+        if retry != super::backoff(&self.args()) {
+            self.push_cmd(Cmd::SetRetry(retry), None);
+        }
         self.args.store(Arc::new(a));
     }
     fn describe(&self) -> String {
@@ -135,13 +139,30 @@ impl QueueKind for ReplicatedQueue {
     fn discard(&self, msgs: &mut dyn Iterator<Item = Settled>) {
         self.settlements(msgs, |consumer, seqs| Cmd::Discard { consumer, seqs });
     }
-    /// Back to the queue, redelivered: basic.reject or basic.nack with requeue, basic.recover,
-    /// or a closed channel's deliveries (delayed retries are the channel's for now).
+    /// Back to the queue, redelivered: basic.recover, or a closed channel's deliveries (never
+    /// held back by the retry back-off).
     fn requeue(&self, msgs: &mut dyn Iterator<Item = Settled>) {
         self.settlements(msgs, |consumer, seqs| Cmd::Return {
             consumer,
             seqs,
             kind: ReturnKind::Released,
+        });
+    }
+    fn holds_retries(&self) -> bool {
+        true
+    }
+    /// basic.reject (`failed`) or basic.nack with requeue: the machine holds it back when the
+    /// queue's retry back-off applies to that kind.
+    fn requeue_failed(&self, msgs: &mut dyn Iterator<Item = Settled>, failed: bool) {
+        let kind = if failed {
+            ReturnKind::Rejected
+        } else {
+            ReturnKind::Nacked
+        };
+        self.settlements(msgs, |consumer, seqs| Cmd::Return {
+            consumer,
+            seqs,
+            kind,
         });
     }
     fn add_consumer(
@@ -154,6 +175,8 @@ impl QueueKind for ReplicatedQueue {
     fn remove_consumer(&self, c: &Arc<Consumer>) {
         self.detach(c)
     }
+    /// Ready messages: one held back by the retry back-off is not in the queue meanwhile (as
+    /// with a classic queue's retry store, and RabbitMQ 4.3's delayed retries).
     fn message_count(&self) -> u32 {
         self.counts().0
     }

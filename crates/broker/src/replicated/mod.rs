@@ -127,10 +127,23 @@ fn machine_config(a: &QueueArgs) -> MachineConfig {
         delivery_limit: a
             .delivery_limit
             .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
-        // Delayed retries stay with the channel's retry store for now (`channel/basic.rs`).
-        retry: None,
+        retry: backoff(a),
         keep_dead_letters: a.dead_letter_at_least_once(),
     }
+}
+
+/// The retry back-off (`x-delayed-retry-*`, a queue argument or a policy's) in the machine's
+/// terms: its due times are in the state, so a new leader (or a restarted node) holds a
+/// returned message until the same time.
+pub(super) fn backoff(a: &QueueArgs) -> Option<warren_queue::replicated::Backoff> {
+    use crate::queue::args::RetryOn;
+    a.retry.map(|r| warren_queue::replicated::Backoff {
+        on_reject: matches!(r.on, RetryOn::All | RetryOn::Failed),
+        on_nack: matches!(r.on, RetryOn::All | RetryOn::Returned),
+        min_ms: r.min_ms,
+        max_ms: r.max_ms,
+        multiplier: r.multiplier,
+    })
 }
 
 /// Where a replicated queue lives: its group, its members, and how it reaches them.
@@ -273,7 +286,7 @@ impl ReplicatedQueue {
         let st = self.sm.state.lock();
         let m = &st.machine;
         (
-            (m.ready_len() + m.delayed_len()) as u32,
+            m.ready_len() as u32,
             m.checked_out() as u32,
             m.consumer_count() as u32,
         )

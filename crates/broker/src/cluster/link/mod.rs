@@ -70,6 +70,9 @@ pub enum LinkError {
     Timeout(String),
     #[error("node at {0}: {1}")]
     Remote(String, String),
+    /// The link closed while the request was out: it may or may not have been served.
+    #[error("node at {0}: the link closed before it answered")]
+    Lost(String),
 }
 
 /// Frames waiting for the writer, in two lanes: control (Raft, requests, replies, acks,
@@ -171,10 +174,8 @@ impl Link {
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(Ok(b))) => Ok(b),
             Ok(Ok(Err(text))) => Err(LinkError::Remote(self.peer_addr.clone(), text)),
-            Ok(Err(_)) => Err(LinkError::Unreachable(
-                self.peer_addr.clone(),
-                "link closed".into(),
-            )),
+            // Closed with the request out (`close` drops its sender): it may have been served.
+            Ok(Err(_)) => Err(LinkError::Lost(self.peer_addr.clone())),
             Err(_) => {
                 self.pending.lock().remove(&id);
                 Err(LinkError::Timeout(self.peer_addr.clone()))
@@ -186,9 +187,8 @@ impl Link {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        for (_, tx) in self.pending.lock().drain() {
-            let _ = tx.send(Err("link closed".into()));
-        }
+        // Dropped, not answered: each waiting request fails as `LinkError::Lost`.
+        self.pending.lock().clear();
         self.wake_writer.notify_one();
         self.closed_notify.notify_waiters();
     }
@@ -360,10 +360,11 @@ mod tests {
             body: Bytes,
         ) -> BoxFuture<Result<Bytes, String>> {
             Box::pin(async move {
-                if service == 9 {
-                    Err("refused".into())
-                } else {
-                    Ok(body)
+                match service {
+                    9 => Err("refused".into()),
+                    // Never answered (a node that dies with the request in hand).
+                    8 => std::future::pending().await,
+                    _ => Ok(body),
                 }
             })
         }
@@ -474,5 +475,27 @@ mod tests {
             let r = c.await.expect("join").expect("call");
             assert_eq!(&r[..], &(i as u32).to_be_bytes());
         }
+    }
+
+    /// A request out when its link closes may have been served: `Lost`, which a Raft forward
+    /// does not retry elsewhere; a node that cannot be reached at all is `Unreachable`.
+    #[tokio::test]
+    async fn a_request_out_when_the_link_closes_is_lost_not_unreachable() {
+        let (a, _) = node("a", b"secret").await;
+        let (_b, b_addr) = node("b", b"secret").await;
+        let link = a.link(&b_addr).await.expect("link");
+        let out = {
+            let link = link.clone();
+            tokio::spawn(async move { link.call(8, b"x", Duration::from_secs(10)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        link.close();
+        let r = out.await.expect("join");
+        assert!(matches!(r, Err(LinkError::Lost(_))), "{r:?}");
+        let gone = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let gone_addr = gone.local_addr().expect("addr").to_string();
+        drop(gone);
+        let r = a.call(&gone_addr, 1, b"x", Duration::from_secs(2)).await;
+        assert!(matches!(r, Err(LinkError::Unreachable(..))), "{r:?}");
     }
 }
