@@ -3,6 +3,7 @@
 //! drops one it has had; a dead letter is routed through the vhost, and kept in the group
 //! until its targets have it when the queue dead-letters at least once.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use warren_queue::replicated::{Cmd, Out, ReturnKind};
@@ -17,6 +18,7 @@ use crate::queue::{Consumer, QueueRef, QueuedMessage};
 impl ReplicatedQueue {
     /// Acts on what an apply put out, as the leader.
     pub(super) fn act(&self, acts: Vec<Act>) {
+        let _order = self.send_order.lock();
         for a in acts {
             match a {
                 Act::Deliver { node, d } => self.hand(&node, d),
@@ -54,10 +56,18 @@ impl ReplicatedQueue {
 
     /// Taking over as leader: every consumer gets again what it holds (its node drops what it
     /// has had), and kept dead letters are routed.
+    ///
+    /// Ordered before every delivery this node makes as leader: it takes `send_order` (which
+    /// `act` takes to send) before it starts acting, so a new delivery never reaches a
+    /// consumer's node ahead of the older ones sent again here (the node would drop those as
+    /// had, by number, and they would stay held and never delivered).
     pub(super) fn take_over(&self) {
+        let _order = self.send_order.lock();
         let log = self.sm.log.get();
         let resend: Vec<(String, Delivery)> = {
             let mut st = self.sm.state.lock();
+            // Applies from here on act; what was applied before is in the machine's holds.
+            self.leading.store(true, Ordering::Release);
             let sm::State {
                 machine, bodies, ..
             } = &mut *st;

@@ -95,6 +95,8 @@ pub struct ReplicatedQueue {
     /// A node that is no member: the counts a member gave last, and when.
     counts: Mutex<Option<(std::time::Instant, net::Counts)>>,
     consumers: Mutex<HashMap<u64, Local>>,
+    /// Held while this node sends deliveries as leader (`act`, `take_over`): see `take_over`.
+    send_order: Mutex<()>,
     /// Kept dead letters (at-least-once) on their way to their targets, by log place.
     dead_sending: Mutex<std::collections::HashSet<u64>>,
     pending: Mutex<Pending>,
@@ -215,6 +217,7 @@ impl ReplicatedQueue {
             leader_known: tokio::sync::Notify::new(),
             counts: Mutex::new(None),
             consumers: Mutex::new(HashMap::new()),
+            send_order: Mutex::new(()),
             dead_sending: Mutex::new(std::collections::HashSet::new()),
             pending: Mutex::new(Pending::default()),
             wake: tokio::sync::Notify::new(),
@@ -475,11 +478,14 @@ impl ReplicatedQueue {
                 self.leader_known.notify_waiters();
             }
             *self.leader.write() = leader;
-            let was = self.leading.swap(leads, Ordering::AcqRel);
+            let was = self.leads();
             if leads && !was {
                 self.touch();
                 tracing::info!(queue = %self.name, vhost = %self.vhost, "this node leads the replicated queue");
+                // Sets `leading` itself, in order with the applies.
                 self.take_over();
+            } else if !leads {
+                self.leading.store(false, Ordering::Release);
             }
             let stopped = tokio::select! {
                 r = status.changed() => r.is_err(),

@@ -101,7 +101,6 @@ pub fn body(
 impl warren_cluster::StateMachine for GroupSm {
     fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
         let q = self.queue();
-        let acting = q.as_ref().is_some_and(|q| q.leads());
         let e = match entry::decode(Bytes::copy_from_slice(command)) {
             Ok(e) => e,
             Err(why) => {
@@ -117,6 +116,9 @@ impl warren_cluster::StateMachine for GroupSm {
         let mut got = Vec::new();
         let mut acts = Vec::new();
         let mut st = self.state.lock();
+        // Read under the machine's lock: `take_over` sets it under the same lock, so an entry
+        // is either acted on or in the holds it sends again.
+        let acting = q.as_ref().is_some_and(|q| q.leads());
         let State {
             machine, bodies, ..
         } = &mut *st;
