@@ -285,9 +285,18 @@ impl ReplicatedQueue {
         let mut replies = outs.into_iter();
         let (mut n, mut bytes) = (0, 0);
         let mut confirms = Vec::new();
+        let mut again = Vec::new();
         for w in p.ops {
             let outs = replies.next().unwrap_or_default();
             match w {
+                // Without an answer the entry may or may not have been applied. A command no
+                // caller waits for (a settle, return, discard, cancel, down, tick, ...) does the
+                // same applied twice, so it is proposed again: an ack lost with a dying leader
+                // would leave its message held for good. A publish is not (it would be
+                // enqueued twice): it is nacked, and its publisher decides.
+                Waiting::Cmd { cmd, reply: None } if failed => {
+                    again.push(Waiting::Cmd { cmd, reply: None })
+                }
                 Waiting::Publish { confirm, size, .. } => {
                     n += 1;
                     bytes += size;
@@ -306,6 +315,14 @@ impl ReplicatedQueue {
                     }
                 }
             }
+        }
+        if !again.is_empty() {
+            let mut pending = self.pending.lock();
+            for w in again.into_iter().rev() {
+                pending.ops.push_front(w);
+            }
+            drop(pending);
+            self.wake.notify_one();
         }
         crate::confirm::complete_all(confirms);
         let was = self.pressured();
