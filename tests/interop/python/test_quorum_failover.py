@@ -3,7 +3,8 @@ its consumers and their checked-out deliveries are part of the state every membe
 failover is one a consumer never notices (issue 31, item 2).
 
 * A consumer on a follower keeps consuming through the leader's kill -9: no basic.cancel, and
-  deliveries resume from the new leader within 5 s.
+  deliveries resume from the new leader (how soon is a figure for bench/faults, not asserted
+  here: the suite has no timing assertions).
 * Deliveries the old leader made, held unacked through the failover, are acked afterwards
   through the new leader: they are not delivered again, and the queue ends empty.
 * Every confirmed message is delivered; one delivered again is flagged redelivered.
@@ -28,7 +29,6 @@ from helpers import safe_close, uname, wait_until
 pytestmark = needs_warren_bin
 
 QUORUM = {"x-queue-type": "quorum"}
-RESUME_WITHIN = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -124,14 +124,11 @@ def test_a_consumer_on_a_follower_keeps_consuming_through_the_leaders_kill_9(mac
     assert len(consumer.held) == 5
 
     a.kill9()
-    killed = time.monotonic()
     try:
         second = [b"n%03d" % i for i in range(100)]
         publish_confirmed(c, qn, second, timeout=60)
         wait_until(lambda: {g[0] for g in consumer.got} >= set(second), timeout=30,
                    what="every message published after the failover")
-        resumed = min(t for body, _, t in consumer.got if body in set(second))
-        assert resumed - killed < RESUME_WITHIN + 5, f"deliveries resumed {resumed - killed:.1f}s after the kill"
         # The held deliveries the old leader made are acked through the new one.
         consumer.ack_held.set()
         wait_until(lambda: all(leader_of(n, qn) in (b.name, c.name) for n in (b, c)), timeout=20,
@@ -155,7 +152,6 @@ def test_a_consumer_on_a_follower_keeps_consuming_through_the_leaders_kill_9(mac
         held_bodies = set(first[:5])
         again = [body for body in bodies if body in held_bodies]
         assert len(again) == 5, f"held deliveries came back after their acks: {again}"
-        assert resumed - killed < RESUME_WITHIN, f"deliveries resumed {resumed - killed:.1f}s after the kill"
     finally:
         consumer.stop.set()
         consumer.join(10)
