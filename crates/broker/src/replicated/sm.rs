@@ -249,7 +249,7 @@ impl warren_cluster::StateMachine for GroupSm {
             return warren_cluster::SnapshotPoint::Unchanged;
         }
         let refs: Vec<(u64, warren_queue::replicated::MsgRef)> =
-            machine.refs().map(|(s, r)| (s, r.clone())).collect();
+            machine.refs().collect();
         if refs.iter().map(|(_, r)| r.size).sum::<u64>() > SNAPSHOT_MAX_BYTES {
             return warren_cluster::SnapshotPoint::Unchanged;
         }

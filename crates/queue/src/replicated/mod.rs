@@ -29,6 +29,7 @@
 //! `types.rs` holds the vocabulary (messages, commands, outputs, the back-off, the
 //! configuration), re-exported here; this file holds the machine and its apply.
 
+mod paged;
 mod types;
 
 #[cfg(test)]
@@ -36,6 +37,8 @@ mod types;
 mod tests;
 
 use std::collections::BTreeMap;
+
+use paged::Paged;
 
 pub use types::{Attach, Backoff, Cmd, Got, MachineConfig, MsgRef, Out, Resend, ReturnKind};
 
@@ -97,6 +100,8 @@ pub struct Machine {
     holders: BTreeMap<u64, Holder>,
     /// Deliveries not yet settled, by consumer, then seq.
     checkouts: Checkouts,
+    /// The core's tail: ready messages past [`paged::PAGE_AT`] of a single-lane queue, compact.
+    paged: Paged,
 }
 
 /// A machine at one entry, with its version.
@@ -115,6 +120,7 @@ struct Apply<'a> {
     out: &'a mut Vec<Out>,
     /// At-least-once dead-lettering: dead letters are kept here until routed.
     kept: Option<&'a mut Kept>,
+    paged: &'a mut Paged,
 }
 
 /// Dead letters kept until their targets have them (at-least-once), by log place.
@@ -148,34 +154,46 @@ impl Host<u64, MsgRef> for Apply<'_> {
         }
         Offer::Taken
     }
-    fn page_in(&mut self, _remaining: usize, _out: &mut Vec<Entry<MsgRef>>) -> PagedIn {
-        PagedIn::default()
+    fn page_in(&mut self, remaining: usize, out: &mut Vec<Entry<MsgRef>>) -> PagedIn {
+        let (records, bytes) = self.paged.page_in(remaining, out);
+        PagedIn { records, bytes }
     }
     fn can_page(&mut self) -> bool {
-        false
+        true
     }
     fn now(&mut self) -> u64 {
         self.now
     }
     fn effect(&mut self, effect: Effect<'_, MsgRef>) {
-        // The log is the group's Raft log: nothing to append or forget here.
-        if let Effect::DeadLetter(m, reason) = effect {
-            if let Some(kept) = self.kept.as_deref_mut() {
-                kept.insert(m.index, (m.clone(), reason));
+        // The log is the group's Raft log: nothing to write or forget there. Paged messages
+        // are kept compact in the state.
+        match effect {
+            Effect::DeadLetter(m, reason) => {
+                if let Some(kept) = self.kept.as_deref_mut() {
+                    kept.insert(m.index, (m.clone(), reason));
+                }
+                self.out.push(Out::DeadLetter(m, reason));
             }
-            self.out.push(Out::DeadLetter(m, reason));
+            Effect::Append { entry, paged: true } => self.paged.push(entry),
+            Effect::ForgetTail { .. } => self.paged.clear(),
+            Effect::Append { paged: false, .. } | Effect::PageOut { .. } | Effect::Forget { .. } => {}
         }
     }
 }
 
 impl Machine {
     pub fn new(config: MachineConfig, limits: Limits, now: u64) -> Machine {
+        Machine::build(config, limits, now, paged::PAGE_AT)
+    }
+
+    fn build(config: MachineConfig, limits: Limits, now: u64, page_at: usize) -> Machine {
         let core = Config {
             max_priority: config.max_priority,
             single_active_consumer: config.single_active_consumer,
             auto_delete: config.auto_delete,
-            // References are small: everything stays in memory, the bodies in the log.
-            page_out_msgs: usize::MAX,
+            // Bodies are in the log; past PAGE_AT ready messages, the references are kept
+            // compact (`paged.rs`). Deterministic: the count is the state's.
+            page_out_msgs: page_at,
             page_out_bytes: u64::MAX,
         };
         Machine {
@@ -188,7 +206,14 @@ impl Machine {
             kept: BTreeMap::new(),
             holders: BTreeMap::new(),
             checkouts: BTreeMap::new(),
+            paged: Paged::default(),
         }
+    }
+
+    /// A machine that pages past `page_at` ready messages (tests page after a few).
+    #[cfg(test)]
+    fn paging_at(config: MachineConfig, limits: Limits, page_at: usize) -> Machine {
+        Machine::build(config, limits, 0, page_at)
     }
 
     /// Applies one entry's command at the entry's timestamp `now`; what it puts out, in order.
@@ -203,6 +228,7 @@ impl Machine {
             delayed,
             keep_dead,
             kept,
+            paged,
             ..
         } = self;
         // The core's host over the machine's side, made for each step that needs it.
@@ -214,6 +240,7 @@ impl Machine {
                     checkouts: &mut *checkouts,
                     out: &mut out,
                     kept: if *keep_dead { Some(&mut *kept) } else { None },
+                    paged: &mut *paged,
                 }
             };
         }
@@ -327,16 +354,7 @@ impl Machine {
                 out.push(Out::Got(answer));
             }
             Cmd::Down { consumer } => {
-                down(
-                    core,
-                    holders,
-                    checkouts,
-                    *delivery_limit,
-                    consumer,
-                    now,
-                    &mut out,
-                    if *keep_dead { Some(&mut *kept) } else { None },
-                );
+                down(core, *delivery_limit, consumer, &mut host!());
             }
             Cmd::NodeDown { node } => {
                 let gone: Vec<u64> = holders
@@ -345,16 +363,7 @@ impl Machine {
                     .map(|(k, _)| *k)
                     .collect();
                 for consumer in gone {
-                    down(
-                        core,
-                        holders,
-                        checkouts,
-                        *delivery_limit,
-                        consumer,
-                        now,
-                        &mut out,
-                        if *keep_dead { Some(&mut *kept) } else { None },
-                    );
+                    down(core, *delivery_limit, consumer, &mut host!());
                 }
             }
             Cmd::Purge => {
@@ -386,16 +395,7 @@ impl Machine {
                     .collect();
                 for consumer in late {
                     out.push(Out::TimedOut { consumer });
-                    down(
-                        core,
-                        holders,
-                        checkouts,
-                        *delivery_limit,
-                        consumer,
-                        now,
-                        &mut out,
-                        if *keep_dead { Some(&mut *kept) } else { None },
-                    );
+                    down(core, *delivery_limit, consumer, &mut host!());
                 }
             }
         }
@@ -446,12 +446,19 @@ impl Machine {
     /// may be truncated below it once a snapshot covers it (`rabbit_fifo`'s release cursor).
     /// `None`: the queue references no entry.
     pub fn release_cursor(&self) -> Option<u64> {
-        self.refs().map(|(_, m)| m.index).min()
+        let in_full = self.in_full().map(|(_, m)| m.index);
+        in_full.chain(self.paged.first_place()).min()
     }
 
     /// Every message still in the queue (ready, held, or held back by the retry back-off), by
     /// seq, in no particular order: what a snapshot must be able to read the bodies of.
-    pub fn refs(&self) -> impl Iterator<Item = (u64, &MsgRef)> {
+    pub fn refs(&self) -> impl Iterator<Item = (u64, MsgRef)> + '_ {
+        let in_full = self.in_full().map(|(s, m)| (s, m.clone()));
+        in_full.chain(self.paged.iter().map(|e| (e.seq, e.msg)))
+    }
+
+    /// [`Machine::refs`] but the paged ones.
+    fn in_full(&self) -> impl Iterator<Item = (u64, &MsgRef)> {
         let ready = self.core.ready.iter().flat_map(|l| l.iter());
         let held = self
             .checkouts
@@ -553,10 +560,20 @@ impl Machine {
             .checkouts
             .values()
             .flat_map(|m| m.values().map(|h| &h.entry));
-        for e in ready.chain(held).chain(self.delayed.values()) {
-            if !seen.insert(e.seq) {
-                return Err(format!("seq {} is in two places", e.seq));
+        let seqs = ready.chain(held).chain(self.delayed.values()).map(|e| e.seq);
+        for seq in seqs.chain(self.paged.iter().map(|e| e.seq)) {
+            if !seen.insert(seq) {
+                return Err(format!("seq {seq} is in two places"));
             }
+        }
+        let in_memory: usize = self.core.ready.iter().map(|l| l.len()).sum();
+        if in_memory + self.paged.len() != self.core.ready_len() {
+            return Err(format!(
+                "{} ready in memory and {} paged, the core counts {}",
+                in_memory,
+                self.paged.len(),
+                self.core.ready_len()
+            ));
         }
         for c in self.core.consumers() {
             let held = self.checkouts.get(&c.key).map_or(0, BTreeMap::len);
@@ -638,38 +655,21 @@ fn return_all(
 }
 
 /// A consumer whose channel, connection or node is gone: removed, and what it held goes
-/// back to the queue. (The machine's parts are passed apart: `apply` holds them borrowed
-/// apart.)
-#[allow(clippy::too_many_arguments)]
-fn down(
-    core: &mut State<u64, MsgRef>,
-    holders: &mut BTreeMap<u64, Holder>,
-    checkouts: &mut Checkouts,
-    limit: Option<u32>,
-    consumer: u64,
-    now: u64,
-    out: &mut Vec<Out>,
-    kept: Option<&mut Kept>,
-) {
-    let Some(h) = holders.remove(&consumer) else {
+/// back to the queue.
+fn down(core: &mut State<u64, MsgRef>, limit: Option<u32>, consumer: u64, host: &mut Apply<'_>) {
+    let Some(h) = host.holders.remove(&consumer) else {
         return;
     };
-    let held: Vec<(Option<u64>, Entry<MsgRef>)> = checkouts
+    let held: Vec<(Option<u64>, Entry<MsgRef>)> = host
+        .checkouts
         .remove(&consumer)
         .unwrap_or_default()
         .into_values()
         .map(|h| (Some(consumer), h.entry))
         .collect();
-    let mut host = Apply {
-        now,
-        holders,
-        checkouts,
-        out,
-        kept,
-    };
     if !h.cancelled {
-        let (_, auto_delete_now) = core.remove_consumer(consumer, &mut host);
+        let (_, auto_delete_now) = core.remove_consumer(consumer, host);
         host.out.push(Out::Detached { auto_delete_now });
     }
-    return_all(core, limit, None, held, &mut host);
+    return_all(core, limit, None, held, host);
 }
