@@ -10,6 +10,9 @@ failover is one a consumer never notices (issue 31, item 2).
 * Every confirmed message is delivered; one delivered again is flagged redelivered.
 * What a consumer on a node that dies (and stays down) held goes back to the queue, and a
   consumer elsewhere gets it, redelivered.
+* A consumer timeout is the queue's (in the replicated state): a consumer on another node that
+  holds a delivery too long is cancelled by its channel when the queue tells it, also when the
+  leader that made the delivery died meanwhile, and what it held goes to another consumer.
 
 Warren only (WARREN_BIN): starts its own cluster with the setting on, and kills its nodes.
 """
@@ -65,9 +68,9 @@ class Consumer(threading.Thread):
     time), acks at once except the first `hold` deliveries, which it acks when told; records a
     server basic.cancel."""
 
-    def __init__(self, node, qn: str, hold: int = 0):
+    def __init__(self, node, qn: str, hold: int = 0, arguments: dict | None = None):
         super().__init__(daemon=True)
-        self.node, self.qn, self.hold = node, qn, hold
+        self.node, self.qn, self.hold, self.arguments = node, qn, hold, arguments
         self.got: list[tuple[bytes, bool, float]] = []
         self.held: list[int] = []
         self.cancelled = False
@@ -90,7 +93,7 @@ class Consumer(threading.Thread):
                 else:
                     chan.basic_ack(method.delivery_tag)
 
-            ch.basic_consume(self.qn, on_message)
+            ch.basic_consume(self.qn, on_message, arguments=self.arguments)
             self.ready.set()
             acked_held = False
             while not self.stop.is_set():
@@ -191,3 +194,38 @@ def test_what_a_dead_nodes_consumer_held_goes_to_another_consumer(machine):
         if not c.running:
             c.start()
             c.wait_ready()
+
+
+@pytest.mark.timeout(120)
+def test_the_queue_times_out_a_consumer_on_another_node_across_a_failover(machine):
+    a, b, c = machine.nodes
+    qn = uname("qq-timeout")
+    conn = pika.BlockingConnection(a.params())
+    conn.channel().queue_declare(qn, durable=True, arguments=QUORUM)
+    safe_close(conn)
+    wait_until(lambda: all(leader_of(n, qn) == a.name for n in machine.nodes), timeout=15,
+               what="every node to name the declaring node the leader")
+    holder = Consumer(c, qn, hold=1, arguments={"x-consumer-timeout": 4000})
+    holder.start()
+    assert holder.ready.wait(15) and holder.error is None, holder.error
+    publish_confirmed(b, qn, [b"slow"])
+    wait_until(lambda: len(holder.got) == 1, timeout=15, what="the holder's delivery")
+    # The leader that made the delivery dies; the new one times the holder out.
+    a.kill9()
+    other = None
+    try:
+        wait_until(lambda: holder.cancelled, timeout=30, what="basic.cancel for the holder")
+        other = Consumer(b, qn)
+        other.start()
+        assert other.ready.wait(15) and other.error is None, other.error
+        wait_until(lambda: other.got, timeout=15, what="the held message at another consumer")
+        assert other.got[0][:2] == (b"slow", True)
+        assert not other.cancelled and holder.error is None
+    finally:
+        holder.stop.set()
+        if other:
+            other.stop.set()
+            other.join(10)
+        if not a.running:
+            a.start()
+            a.wait_ready()

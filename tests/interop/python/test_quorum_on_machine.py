@@ -330,3 +330,44 @@ def test_delayed_retries_are_held_in_the_group_through_a_kill_9(node):
         assert at - nacked >= 2.9, f"back {at - nacked:.2f}s after the nack, before its 3 s delay"
     finally:
         safe_close(c2)
+
+
+def props(priority=None) -> pika.BasicProperties:
+    return pika.BasicProperties(delivery_mode=2, priority=priority)
+
+
+def test_priorities_are_strict_levels_up_to_31_and_survive_a_kill_9(node):
+    """RabbitMQ 4.3's quorum queue priorities on the machine: `x-max-priority` (refused by
+    3.10's quorum queues) makes strict levels, capped at 31; a message above the top counts as
+    the top, one without a priority as 0; within a level, first in first out. The levels are
+    in the replicated state: a restart replays them."""
+    q, fifo = uname("qm-prio"), uname("qm-fifo")
+    c = connect(node)
+    try:
+        ch = c.channel()
+        ch.queue_declare(q, durable=True, arguments={**QUORUM, "x-max-priority": 100})
+        ch.queue_declare(fifo, durable=True, arguments=QUORUM)
+        sent = [(b"none", None), (b"p5", 5), (b"p31", 31), (b"p200", 200), (b"p0", 0),
+                (b"p30", 30), (b"p5b", 5)]
+        for queue in (q, fifo):
+            cc = connect(node)
+            ch2 = cc.channel()
+            ch2.confirm_delivery()
+            for body, p in sent:
+                ch2.basic_publish("", queue, body, props(p), mandatory=True)
+            safe_close(cc)
+    finally:
+        safe_close(c)
+    node.kill9()
+    node.start()
+    c = connect(node)
+    try:
+        ch = c.channel()
+        got = [ch.basic_get(q, auto_ack=True)[2] for _ in sent]
+        # 31 and 200 share the top level (31), in publish order; then 30, 5, 5, then 0 and none.
+        assert got == [b"p31", b"p200", b"p30", b"p5", b"p5b", b"none", b"p0"]
+        # Without x-max-priority a quorum queue is first in first out (as in RabbitMQ 3.10).
+        assert [ch.basic_get(fifo, auto_ack=True)[2] for _ in sent] == [b for b, _ in sent]
+        assert api(node, f"queues/%2F/{q}")["arguments"]["x-max-priority"] == 100
+    finally:
+        safe_close(c)

@@ -166,6 +166,16 @@ impl Channel {
                 }
             },
         };
+        // A queue that times its consumers takes the timeout in force now.
+        let timeout_ms = if q.times_consumers() {
+            crate::consumer_timeout::effective(
+                timeout_ms,
+                q.args().consumer_timeout_ms,
+                self.default_consumer_timeout,
+            )
+        } else {
+            timeout_ms
+        };
         let consumer = Arc::new(Consumer {
             key: crate::queue::consumer_key(),
             tag: tag.clone(),

@@ -233,4 +233,10 @@ impl DeliverySink for ChannelShared {
             }),
         );
     }
+    fn timed_out(&self, c: &Arc<Consumer>, timeout_ms: u64) {
+        let mut d = self.deliveries.lock();
+        if !d.closed {
+            d.timed_out_by_queue.push((c.key, timeout_ms));
+        }
+    }
 }

@@ -39,12 +39,24 @@ impl Channel {
         let mut gets: Vec<u64> = Vec::new();
         let taken: Vec<Unacked> = {
             let mut d = self.shared.deliveries.lock();
-            if d.unacked.is_empty() {
+            // Consumers their queue timed out (what they held is back in it already).
+            for (key, t) in std::mem::take(&mut d.timed_out_by_queue) {
+                if let Some(c) = self.consumers.values().find(|c| c.key == key) {
+                    if !expired.iter().any(|(x, ..)| x.key == key) {
+                        expired.push((c.clone(), t, false));
+                    }
+                }
+            }
+            if d.unacked.is_empty() && expired.is_empty() {
                 return Ok(None);
             }
             // A consumer's timeout is resolved once per check, not per delivery.
             let mut timeouts: ahash::AHashMap<u64, Option<u64>> = ahash::AHashMap::new();
             for u in &d.unacked {
+                // Its queue times its consumers (and tells the channel, above).
+                if u.consumer.is_some() && u.queue.times_consumers() {
+                    continue;
+                }
                 let t = match &u.consumer {
                     Some(c) => *timeouts.entry(c.key).or_insert_with(|| {
                         timeout::effective(c.timeout_ms, c.queue.args().consumer_timeout_ms, global)
@@ -128,6 +140,11 @@ impl Channel {
         if !gets.is_empty() {
             tracing::info!(conn, channel = self.id(), vhost = %vhost.name, requeued = gets.len(), "basic.get deliveries timed out: requeued");
         }
+        // What a queue that times its consumers took back is in it already.
+        let taken = taken
+            .into_iter()
+            .filter(|u| !(u.consumer.is_some() && u.queue.times_consumers()))
+            .collect();
         finish(taken, Settle::Requeue);
         if self.shared.capped() {
             self.kick_consumers();
@@ -152,7 +169,16 @@ impl Channel {
             return;
         };
         let (now, global) = (timeout::now_ms(), self.default_consumer_timeout);
-        let extend = |u: &mut Unacked| {
+        // Deliveries of queues that time their consumers: the queue extends them.
+        let mut by_queue: Vec<(crate::queue::QueueRef, u64, Vec<u64>)> = Vec::new();
+        let mut extend = |u: &mut Unacked| {
+            if let Some(c) = u.consumer.as_ref().filter(|_| u.queue.times_consumers()) {
+                match by_queue.iter_mut().find(|(_, k, _)| *k == c.key) {
+                    Some((_, _, seqs)) => seqs.push(u.msg.seq),
+                    None => by_queue.push((u.queue.clone(), c.key, vec![u.msg.seq])),
+                }
+                return;
+            }
             let t = match &u.consumer {
                 Some(c) => {
                     timeout::effective(c.timeout_ms, c.queue.args().consumer_timeout_ms, global)
@@ -165,12 +191,16 @@ impl Channel {
         };
         let mut d = self.shared.deliveries.lock();
         match lease.target {
-            LeaseTarget::All => d.unacked.iter_mut().for_each(extend),
+            LeaseTarget::All => d.unacked.iter_mut().for_each(&mut extend),
             LeaseTarget::Tag(tag) => {
                 if let Ok(i) = d.unacked.binary_search_by_key(&tag, |u| u.tag) {
                     extend(&mut d.unacked[i]);
                 }
             }
+        }
+        drop(d);
+        for (q, key, seqs) in by_queue {
+            q.extend_lease(key, seqs, lease.extend_ms);
         }
     }
 }

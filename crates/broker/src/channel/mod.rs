@@ -74,6 +74,9 @@ struct Deliveries {
     /// Tags a consumer timeout took back: a late ack, nack or reject of one is ignored (as in
     /// RabbitMQ 4.3), not a 406. Bounded by `limits::RECLAIMED_TAGS_MAX`, oldest forgotten.
     reclaimed: BTreeSet<u64>,
+    /// Consumers (by key) their queue timed out, with the timeout: handled at the next
+    /// consumer timeout check (`expiry.rs`).
+    timed_out_by_queue: Vec<(u64, u64)>,
 }
 
 pub struct ChannelShared {

@@ -90,6 +90,8 @@ impl Handler for LinkHandler {
         if let Some(c) = self.0.upgrade() {
             if kind == rq::K_RQ_DELIVER {
                 rq::on_deliver(&c, body);
+            } else if kind == rq::K_RQ_TIMEDOUT {
+                rq::on_timed_out(&c, body);
             } else {
                 remote::on_message(&c, link, kind, body);
             }

@@ -87,6 +87,10 @@ impl Cluster {
 /// What a vhost of this node asks of the cluster: placement, members, and the handles of the
 /// queues that live or are led elsewhere (`vhost::ClusterNode`).
 impl ClusterNode for Cluster {
+    fn quorum_on_machine(&self) -> bool {
+        self.broker()
+            .is_some_and(|b| b.config.quorum_queues_on_machine)
+    }
     fn me(&self) -> &str {
         &self.me
     }

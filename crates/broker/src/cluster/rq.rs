@@ -26,6 +26,9 @@ pub const SERVICE_RQ_COUNTS: u8 = 10;
 /// A delivery to a consumer on the receiving node: `[group u64][consumer u64][delivery u64]
 /// [seq u64][redelivered u8]` then the message.
 pub const K_RQ_DELIVER: u8 = 24;
+/// The machine timed out a consumer on the receiving node: `[group u64][consumer u64]
+/// [timeout ms u64]`.
+pub const K_RQ_TIMEDOUT: u8 = 25;
 
 /// How long a forwarded proposal may take (a member waits for its group's commit).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(8);
@@ -114,6 +117,31 @@ impl GroupNet for ClusterNet {
             Some(l) => send(&l),
             // No link now: dialed; a delivery lost on the way is sent again by the next leader
             // (what a consumer holds), or stays held until its node is back.
+            None => {
+                let links = c.links.clone();
+                tokio::spawn(async move {
+                    if let Ok(l) = links.link(&addr).await {
+                        send(&l);
+                    }
+                });
+            }
+        }
+    }
+
+    fn timed_out(&self, node: &str, group: u64, consumer: u64, timeout_ms: u64) {
+        let Some(c) = self.c.upgrade() else { return };
+        let Some(addr) = c.addr_of(node) else { return };
+        let send = move |l: &super::link::Link| {
+            l.send(K_RQ_TIMEDOUT, |b| {
+                b.put_u64(group);
+                b.put_u64(consumer);
+                b.put_u64(timeout_ms);
+            })
+        };
+        match c.links.get(&addr) {
+            Some(l) => send(&l),
+            // No link now: dialed. Lost on the way (the node unreachable), the consumer stays
+            // attached on its node while the machine has it down, as after a partition.
             None => {
                 let links = c.links.clone();
                 tokio::spawn(async move {
@@ -216,6 +244,17 @@ pub fn serve_counts(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, String> 
     b.extend_from_slice(&unacked.to_be_bytes());
     b.extend_from_slice(&consumers.to_be_bytes());
     Ok(Bytes::from(b))
+}
+
+/// A [`K_RQ_TIMEDOUT`] frame: the consumer's channel here is told.
+pub fn on_timed_out(c: &Arc<Cluster>, mut body: Bytes) {
+    if body.remaining() < 24 {
+        return;
+    }
+    let (group, consumer, timeout_ms) = (body.get_u64(), body.get_u64(), body.get_u64());
+    if let Some(q) = c.rqueue(group) {
+        q.timed_out_local(consumer, timeout_ms);
+    }
 }
 
 /// A [`K_RQ_DELIVER`] frame: handed to the consumer here.

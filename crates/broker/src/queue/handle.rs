@@ -59,6 +59,10 @@ pub trait DeliverySink: Send + Sync {
     }
     /// The broker cancelled `c` (its queue was deleted): tell the client (basic.cancel).
     fn cancelled(&self, c: &Consumer);
+    /// `c`'s queue timed it out (a queue that [times its consumers](QueueKind::times_consumers)
+    /// did, after `timeout_ms`): what it held is back in the queue already; its channel
+    /// cancels it, or closes, as for a timeout of its own.
+    fn timed_out(&self, _c: &Arc<Consumer>, _timeout_ms: u64) {}
     /// A delivery from queue `q`, already counted against the consumer's credit where it runs
     /// (another node): taken whatever the channel's limits; false if the channel is closing.
     fn push(&self, _c: &Arc<Consumer>, _q: QueueRef, _m: &QueuedMessage) -> bool {
@@ -160,6 +164,15 @@ pub trait QueueKind: Send + Sync + std::fmt::Debug + 'static {
     fn mirrored(&self) -> bool {
         false
     }
+    /// It times its consumers out itself (the timeout is in its state, as a replicated
+    /// queue's): its consumers' channels do not, and tell it of a lease extension instead
+    /// ([`QueueKind::extend_lease`]).
+    fn times_consumers(&self) -> bool {
+        false
+    }
+    /// Consumer `consumer` (its [`Consumer::key`]) asks for more time on `seqs`: each times
+    /// out `extend_ms` from now (its timeout when `None`), never sooner than it would.
+    fn extend_lease(&self, _consumer: u64, _seqs: Vec<u64>, _extend_ms: Option<u64>) {}
     /// For [`QueueRef::downcast`].
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
@@ -261,6 +274,21 @@ impl QueueRef {
         match self {
             QueueRef::Other(q) => q.mirrored(),
             _ => false,
+        }
+    }
+
+    /// See [`QueueKind::times_consumers`].
+    pub fn times_consumers(&self) -> bool {
+        match self {
+            QueueRef::Other(q) => q.times_consumers(),
+            _ => false,
+        }
+    }
+
+    /// See [`QueueKind::extend_lease`].
+    pub fn extend_lease(&self, consumer: u64, seqs: Vec<u64>, extend_ms: Option<u64>) {
+        if let QueueRef::Other(q) = self {
+            q.extend_lease(consumer, seqs, extend_ms);
         }
     }
 

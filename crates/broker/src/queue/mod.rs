@@ -89,7 +89,10 @@ pub struct Consumer {
     /// Set when the broker cancelled it (queue deleted) or the client did.
     pub cancelled: AtomicBool,
     /// `x-consumer-timeout` from basic.consume, in ms (0 and absent: the queue's or the
-    /// broker's applies). Checked by the consumer's channel, not by the queue.
+    /// broker's applies). Checked by the consumer's channel, not by the queue; for a queue
+    /// that [times its consumers](QueueKind::times_consumers), the timeout in force (the
+    /// consumer's, else the queue's, else the broker's), resolved at basic.consume and checked
+    /// by the queue.
     pub timeout_ms: Option<u64>,
 }
 

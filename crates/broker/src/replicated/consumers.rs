@@ -31,6 +31,17 @@ impl ReplicatedQueue {
                     );
                 }
                 Act::DeadLetter(m, reason, Some(place)) => self.send_kept(place, &m, reason),
+                Act::TimedOut {
+                    node,
+                    consumer,
+                    timeout_ms,
+                } => {
+                    if node == self.me {
+                        self.timed_out_local(consumer, timeout_ms);
+                    } else {
+                        self.net.timed_out(&node, self.group, consumer, timeout_ms);
+                    }
+                }
                 Act::Lost { consumer, seq } => {
                     tracing::error!(queue = %self.name, vhost = %self.vhost, seq, "a delivery's body is missing from the queue's log; it is dropped");
                     self.push_cmd(
@@ -95,6 +106,15 @@ impl ReplicatedQueue {
         self.resend_kept();
     }
 
+    /// The machine timed out a consumer on this node: its channel cancels it (or closes).
+    pub fn timed_out_local(&self, consumer: u64, timeout_ms: u64) {
+        let Some(l) = self.consumers.lock().remove(&consumer) else {
+            return;
+        };
+        tracing::debug!(queue = %self.name, vhost = %self.vhost, consumer_tag = %l.c.tag, timeout_ms, "the queue timed a consumer out");
+        l.c.sink.timed_out(&l.c, timeout_ms);
+    }
+
     /// A delivery for a consumer on this node (from the leader here, or over a link).
     pub fn deliver_local(&self, d: Delivery) {
         let Some(me) = self.arc() else { return };
@@ -145,8 +165,8 @@ impl ReplicatedQueue {
             prefetch: u32::from(c.prefetch),
             no_ack: c.no_ack,
             exclusive: c.exclusive,
-            // Consumer timeouts stay with the channel (`channel/expiry.rs`) for now.
-            timeout_ms: None,
+            // Resolved by the channel at basic.consume; the machine times it out.
+            timeout_ms: c.timeout_ms,
         };
         self.consumers.lock().insert(
             key,

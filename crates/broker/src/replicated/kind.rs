@@ -230,6 +230,21 @@ impl QueueKind for ReplicatedQueue {
     fn leader(&self) -> Option<String> {
         ReplicatedQueue::leader(self)
     }
+    /// Consumer timeouts are in the machine: held deliveries carry when they were made.
+    fn times_consumers(&self) -> bool {
+        true
+    }
+    fn extend_lease(&self, consumer: u64, seqs: Vec<u64>, extend_ms: Option<u64>) {
+        let consumer = self.machine_key(Some(consumer));
+        self.push_cmd(
+            Cmd::Lease {
+                consumer,
+                seqs,
+                extend_ms,
+            },
+            None,
+        );
+    }
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }

@@ -120,10 +120,14 @@ impl std::fmt::Debug for ReplicatedQueue {
     }
 }
 
+/// Priority levels a replicated queue may have, as RabbitMQ 4.3's quorum queues: 0 to 31.
+pub const MAX_PRIORITY: u8 = 31;
+
 /// The machine a quorum queue's declared arguments make.
 fn machine_config(a: &QueueArgs) -> MachineConfig {
     MachineConfig {
-        max_priority: a.max_priority,
+        // Strict levels, as a classic priority queue's; a message above the top counts as it.
+        max_priority: a.max_priority.map(|p| p.min(MAX_PRIORITY)),
         single_active_consumer: a.single_active_consumer,
         auto_delete: false,
         delivery_limit: a

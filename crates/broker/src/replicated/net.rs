@@ -43,6 +43,8 @@ pub trait GroupNet: Send + Sync + 'static {
     ) -> BoxFuture<Result<Vec<u8>, String>>;
     /// Hands `d` to its consumer on `node`.
     fn deliver(&self, node: &str, group: u64, d: Delivery);
+    /// Tells `consumer` on `node` that the machine timed it out after `timeout_ms`.
+    fn timed_out(&self, node: &str, group: u64, consumer: u64, timeout_ms: u64);
     /// Asks one of `members` for the queue's counts.
     fn counts(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<Counts>>;
     /// Asks the members who leads.
@@ -92,6 +94,9 @@ impl GroupNet for Alone {
             consumer = d.consumer,
             "a delivery for another node, alone: dropped"
         );
+    }
+    fn timed_out(&self, node: &str, _group: u64, consumer: u64, _timeout_ms: u64) {
+        tracing::debug!(node, consumer, "a timeout for another node, alone: dropped");
     }
     fn counts(&self, _group: u64, _members: Vec<String>) -> BoxFuture<Option<Counts>> {
         Box::pin(async { None })

@@ -37,6 +37,12 @@ pub enum Act {
     DeadLetter(Arc<Message>, warren_queue::Reason, Option<u64>),
     /// A delivery whose body could not be read (the log lost it): dropped with an error.
     Lost { consumer: u64, seq: u64 },
+    /// The machine timed out a consumer on `node`: its channel is told.
+    TimedOut {
+        node: String,
+        consumer: u64,
+        timeout_ms: u64,
+    },
 }
 
 pub struct State {
@@ -203,6 +209,15 @@ impl warren_cluster::StateMachine for GroupSm {
                             None => Act::Lost { consumer, seq },
                         })
                     }
+                    Out::TimedOut {
+                        consumer,
+                        node,
+                        timeout_ms,
+                    } => acts.push(Act::TimedOut {
+                        node,
+                        consumer,
+                        timeout_ms,
+                    }),
                     Out::DeadLetter(r, reason) => {
                         // A dead letter has no seq any more: its body is read by place.
                         if let Some(m) = bodies

@@ -162,6 +162,10 @@ pub struct QueueSpec<'a> {
 pub trait ClusterNode: Proposer {
     /// This node's name.
     fn me(&self) -> &str;
+    /// Quorum queues run on the replicated queue machine (`quorum_queues_on_machine`).
+    fn quorum_on_machine(&self) -> bool {
+        false
+    }
     /// The node a new queue lives on, by RabbitMQ's locator (`None`: this node).
     fn place(&self, locator: Option<&str>) -> String;
     /// A new queue's members, `home` (its first leader) first, if it is replicated: a quorum

@@ -385,17 +385,39 @@ impl Machine {
                     core.requeue_at_tail(e.msg, &mut host!());
                 }
                 core.expire(now, &mut host!());
-                let late: Vec<u64> = checkouts
+                let late: Vec<(u64, String, u64)> = checkouts
                     .iter()
-                    .filter(|(c, held)| {
-                        let t = holders.get(c).and_then(|h| h.timeout_ms);
-                        t.is_some_and(|t| held.values().any(|h| h.at.saturating_add(t) <= now))
+                    .filter_map(|(c, held)| {
+                        let h = holders.get(c)?;
+                        let t = h.timeout_ms?;
+                        let late = held.values().any(|d| d.at.saturating_add(t) <= now);
+                        late.then(|| (*c, h.node.clone(), t))
                     })
-                    .map(|(c, _)| *c)
                     .collect();
-                for consumer in late {
-                    out.push(Out::TimedOut { consumer });
+                for (consumer, node, timeout_ms) in late {
+                    out.push(Out::TimedOut {
+                        consumer,
+                        node,
+                        timeout_ms,
+                    });
                     down(core, *delivery_limit, consumer, &mut host!());
+                }
+            }
+            Cmd::Lease {
+                consumer,
+                seqs,
+                extend_ms,
+            } => {
+                let t = holders.get(&consumer).and_then(|h| h.timeout_ms);
+                if let (Some(t), Some(held)) = (t, checkouts.get_mut(&consumer)) {
+                    // Delivered `at`, it times out at `at + t`: moved so that it does at
+                    // `now + extend`, never earlier.
+                    let wanted = now.saturating_add(extend_ms.unwrap_or(t)).saturating_sub(t);
+                    for s in &seqs {
+                        if let Some(h) = held.get_mut(s) {
+                            h.at = h.at.max(wanted);
+                        }
+                    }
                 }
             }
         }

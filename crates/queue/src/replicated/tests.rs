@@ -243,7 +243,14 @@ fn a_delivery_held_past_the_consumer_timeout_times_the_consumer_out() {
     assert_eq!((m.held_by(1), m.held_by(2)), (vec![0], vec![1]));
     assert!(m.apply(109, Cmd::Tick).is_empty(), "held 99 ms: not yet");
     let out = m.apply(110, Cmd::Tick);
-    assert_eq!(out[0], Out::TimedOut { consumer: 1 });
+    assert_eq!(
+        out[0],
+        Out::TimedOut {
+            consumer: 1,
+            node: "a".into(),
+            timeout_ms: 100
+        }
+    );
     assert_eq!(
         deliveries(&out),
         [(2, 0, true, 1)],
@@ -251,6 +258,77 @@ fn a_delivery_held_past_the_consumer_timeout_times_the_consumer_out() {
     );
     assert_eq!(m.consumer_count(), 1);
     m.check_invariants().unwrap();
+}
+
+#[test]
+fn a_lease_moves_a_held_deliverys_timeout_later_never_sooner() {
+    let mut m = machine();
+    m.apply(
+        0,
+        Cmd::Attach(Attach {
+            key: 1,
+            node: "a".into(),
+            priority: 0,
+            prefetch: 0,
+            no_ack: false,
+            exclusive: false,
+            timeout_ms: Some(100),
+        }),
+    );
+    m.apply(0, Cmd::Enqueue(msg(1)));
+    m.apply(0, Cmd::Enqueue(msg(2)));
+    // At 80, seq 0 is to time out 300 from now; seq 1 is not named.
+    m.apply(
+        80,
+        Cmd::Lease {
+            consumer: 1,
+            seqs: vec![0],
+            extend_ms: Some(300),
+        },
+    );
+    // A shorter lease later does not bring it back.
+    m.apply(
+        90,
+        Cmd::Lease {
+            consumer: 1,
+            seqs: vec![0],
+            extend_ms: Some(10),
+        },
+    );
+    assert_eq!(m.next_due(), Some(100), "seq 1 still times out at 100");
+    let out = m.apply(100, Cmd::Tick);
+    assert!(
+        matches!(out.first(), Some(Out::TimedOut { consumer: 1, .. })),
+        "seq 1 was not extended: {out:?}"
+    );
+    // With only seq 0 extended, the consumer keeps it until 380.
+    let mut m = machine();
+    m.apply(
+        0,
+        Cmd::Attach(Attach {
+            key: 1,
+            node: "a".into(),
+            priority: 0,
+            prefetch: 0,
+            no_ack: false,
+            exclusive: false,
+            timeout_ms: Some(100),
+        }),
+    );
+    m.apply(0, Cmd::Enqueue(msg(1)));
+    m.apply(
+        80,
+        Cmd::Lease {
+            consumer: 1,
+            seqs: vec![0],
+            extend_ms: Some(300),
+        },
+    );
+    assert!(m.apply(379, Cmd::Tick).is_empty());
+    assert!(matches!(
+        m.apply(380, Cmd::Tick).first(),
+        Some(Out::TimedOut { consumer: 1, .. })
+    ));
 }
 
 #[test]
@@ -586,6 +664,8 @@ fn arb_cmd() -> impl Strategy<Value = Cmd> {
             ..Default::default()
         })),
         2 => Just(Cmd::Tick),
+        1 => (0u64..6, prop::collection::vec(0u64..24, 0..3), prop::option::of(1u64..80))
+            .prop_map(|(consumer, seqs, extend_ms)| Cmd::Lease { consumer, seqs, extend_ms }),
         1 => prop::collection::vec(0u64..1000, 0..3).prop_map(|places| Cmd::DeadDone { places }),
     ]
 }

@@ -105,6 +105,14 @@ pub enum Cmd {
     /// The time passes (the leader proposes it, as `rabbit_fifo`'s ticks): message deadlines
     /// and consumer timeouts are checked against the entry's timestamp.
     Tick,
+    /// A consumer asks for more time on what it holds (Warren's lease extension,
+    /// docs/consumer-timeout.md): each of `seqs` now times out `extend_ms` from the entry's
+    /// time (its consumer's timeout when `None`), never sooner than it already would.
+    Lease {
+        consumer: u64,
+        seqs: Vec<u64>,
+        extend_ms: Option<u64>,
+    },
 }
 
 /// What an apply puts out, in order. Every member computes it; the leader acts on it.
@@ -137,9 +145,12 @@ pub enum Out {
         auto_delete_now: bool,
     },
     /// A consumer held a delivery past its timeout: it is cancelled and what it held went
-    /// back (the leader tells its channel: basic.cancel, or the channel's close).
+    /// back (the leader tells its channel on `node`: basic.cancel, or the channel's close,
+    /// naming `timeout_ms`).
     TimedOut {
         consumer: u64,
+        node: String,
+        timeout_ms: u64,
     },
     Purged(u32),
 }

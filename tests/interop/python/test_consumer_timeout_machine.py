@@ -1,0 +1,163 @@
+"""Consumer timeouts of quorum queues on the replicated queue machine
+(`quorum_queues_on_machine`): the timeout is in the queue's replicated state, as RabbitMQ 4.3's
+quorum queues keep it (issue 31, item 3). Each held delivery carries when it was made; the
+leader's tick times out a consumer that held one too long, returns what it held (redelivered,
+`x-delivery-count` one more) and tells the consumer's channel, which cancels it (basic.cancel)
+or, for a client without `consumer_cancel_notify`, closes with RabbitMQ's 406. A lease
+extension through `amq.warren.lease` becomes a command of the group.
+
+The behaviour is the classic queue's (test_consumer_timeout.py), through another path: these
+tests run the same checks against quorum queues on a node with the setting on.
+
+Warren only (WARREN_BIN): starts its own broker with the setting on.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pika.exceptions
+import pytest
+
+from helpers import channel_closed, connect, pump, safe_close, settle, uname
+from test_consumer_timeout import EXPIRY_WAIT, TIMEOUT_TEXT, Watch, depth, get_redelivered
+from test_durability import BIN, Node
+from test_quorum_on_machine import on_machine
+
+pytestmark = pytest.mark.skipif(not BIN, reason="starts its own broker: Warren only (WARREN_BIN)")
+
+QUORUM = {"x-queue-type": "quorum"}
+
+
+@pytest.fixture(scope="module")
+def node():
+    n = on_machine(Node())
+    n.start()
+    yield n
+    n.cleanup()
+
+
+@pytest.fixture
+def conn(node):
+    c = pika.BlockingConnection(pika.URLParameters(node.url))
+    yield c
+    safe_close(c)
+
+
+def declare(ch, arguments=None) -> str:
+    name = uname("ctm")
+    ch.queue_declare(name, durable=True, arguments={**QUORUM, **(arguments or {})})
+    return name
+
+
+def publish(ch, queue: str, *bodies: bytes) -> None:
+    for b in bodies:
+        ch.basic_publish("", queue, b)
+
+
+def test_the_queue_times_a_consumer_out_returns_what_it_held_and_the_channel_stays(conn):
+    ch = conn.channel()
+    qn = declare(ch)
+    publish(ch, qn, b"a", b"b")
+    w = Watch(conn, qn, arguments={"x-consumer-timeout": 1000})
+    w.wait_deliveries(2)
+    w.wait_cancel()
+    assert w.ch.is_open and w.tag not in w.ch.consumer_tags
+    assert depth(ch, qn) == (2, 0)
+    m, body = get_redelivered(w.ch, qn)
+    assert body == b"a" and m.delivery_tag == 3
+    # Late settles of what the queue took back are ignored, not a 406.
+    w.ch.basic_ack(1)
+    w.ch.basic_nack(2, requeue=True)
+    w.ch.basic_ack(3)
+    assert depth(w.ch, qn) == (1, 0), "the channel stays open and the late settles changed nothing"
+    with channel_closed(406, "PRECONDITION_FAILED - unknown delivery tag 99"):
+        w.ch.basic_ack(99)
+        w.ch.queue_declare(qn, passive=True)
+
+
+def test_the_queue_argument_applies_and_the_message_counts_the_return(conn):
+    ch = conn.channel()
+    qn = declare(ch, {"x-consumer-timeout": 800})
+    publish(ch, qn, b"m")
+    w = Watch(conn, qn)
+    w.wait_deliveries(1)
+    w.wait_cancel()
+    m, props, body = ch.basic_get(qn, auto_ack=True)
+    assert body == b"m" and m.redelivered
+    # The timeout's return counts, as any return to a quorum queue.
+    assert props.headers["x-delivery-count"] == 1
+
+
+def test_a_consumer_that_acks_in_time_is_not_timed_out(conn):
+    ch = conn.channel()
+    qn = declare(ch)
+    w = Watch(conn, qn, arguments={"x-consumer-timeout": 800})
+    start = time.monotonic()
+    n = 0
+    # Past three timeouts, each delivery acked at once.
+    while time.monotonic() - start < 2.5:
+        publish(ch, qn, b"x%d" % n)
+        n += 1
+        w.wait_deliveries(n)
+        w.ch.basic_ack(w.deliveries[-1][0].delivery_tag)
+        settle(conn, 0.1)
+    settle(conn, 1.2)
+    assert w.cancelled == [] and w.tag in w.ch.consumer_tags
+    assert depth(ch, qn) == (0, 1)
+
+
+def test_a_client_without_cancel_notify_gets_the_channel_closed(node):
+    caps = {"publisher_confirms": True, "basic.nack": True, "exchange_exchange_bindings": True,
+            "connection.blocked": True, "authentication_failure_close": True}
+    c = connect(node.url, client_properties={"capabilities": caps})
+    try:
+        ch = c.channel()
+        qn = declare(ch)
+        publish(ch, qn, b"m")
+        w = Watch(c, qn, arguments={"x-consumer-timeout": 800})
+        closed = []
+        w.ch._impl.add_on_close_callback(lambda _ch, reason: closed.append(reason))
+        w.wait_deliveries(1)
+        pump(c, lambda: closed, timeout=EXPIRY_WAIT, what="channel.close from the broker")
+        assert isinstance(closed[0], pika.exceptions.ChannelClosedByBroker)
+        assert (closed[0].reply_code, closed[0].reply_text) == \
+            (406, TIMEOUT_TEXT.format(ch=w.ch.channel_number, ms=800))
+        assert w.cancelled == []
+        get_redelivered(ch, qn)
+    finally:
+        safe_close(c)
+
+
+def test_a_lease_extension_keeps_a_slow_consumer(conn):
+    ch = conn.channel()
+    slow_q = declare(ch, {"x-consumer-timeout": 1000})
+    idle_q = declare(ch, {"x-consumer-timeout": 1000})
+    publish(ch, slow_q, b"s")
+    publish(ch, idle_q, b"i")
+    slow, idle = Watch(conn, slow_q), Watch(conn, idle_q)
+    slow.wait_deliveries(1)
+    idle.wait_deliveries(1)
+    tag = slow.deliveries[0][0].delivery_tag
+    start = time.monotonic()
+    while time.monotonic() - start < EXPIRY_WAIT and (time.monotonic() - start < 2.5 or not idle.cancelled):
+        slow.ch.basic_publish("amq.warren.lease", str(tag), b"")
+        settle(conn, 0.2)
+    assert idle.cancelled == [idle.tag], "the consumer that did not extend is cancelled"
+    assert slow.cancelled == [] and slow.ch.is_open
+    slow.ch.basic_ack(tag)
+    assert depth(slow.ch, slow_q) == (0, 1)
+
+
+def test_a_lease_by_body_for_every_delivery(conn):
+    ch = conn.channel()
+    qn = declare(ch)
+    publish(ch, qn, b"1", b"2")
+    w = Watch(conn, qn, arguments={"x-consumer-timeout": 800})
+    w.wait_deliveries(2)
+    w.ch.basic_publish("amq.warren.lease", "*", b"3000")
+    settle(conn, 1.8)
+    assert w.cancelled == [], "extended past its 800 ms timeout"
+    w.wait_cancel(timeout=EXPIRY_WAIT)
+    assert depth(ch, qn) == (2, 0)
