@@ -17,16 +17,7 @@ impl Meta {
     /// applied the entry too.
     pub async fn propose(&self, command: Vec<u8>) -> Result<Vec<u8>, ProposeError> {
         let deadline = Instant::now() + self.inner.config.propose_timeout;
-        let reply = self
-            .route(&Rpc::Propose(Blob(command)), None, deadline)
-            .await
-            .map_err(|e| match e {
-                MetaError::Unavailable(m) => ProposeError::Unavailable(m),
-                e => ProposeError::Fatal(e.to_string()),
-            })?;
-        let Reply::Proposed { reply, index } = reply else {
-            return Err(ProposeError::Fatal("unexpected reply to a proposal".into()));
-        };
+        let (reply, index) = self.propose_routed(command, deadline).await?;
         self.wait_applied(index, deadline)
             .await
             .map_err(|e| match e {
@@ -35,7 +26,35 @@ impl Meta {
                     "committed at index {index} but not applied here in time: {e}"
                 )),
             })?;
-        Ok(reply.0)
+        Ok(reply)
+    }
+
+    /// [`Meta::propose`] without waiting for this node to apply the entry: the reply is the
+    /// leader's apply's, answered once the leader has applied it. For a caller that needs the
+    /// entry committed and its effect, not this node's copy up to date (a replicated queue's
+    /// member proposing for its channels: its counts may lag by the entry).
+    pub async fn propose_at_leader(&self, command: Vec<u8>) -> Result<Vec<u8>, ProposeError> {
+        let deadline = Instant::now() + self.inner.config.propose_timeout;
+        Ok(self.propose_routed(command, deadline).await?.0)
+    }
+
+    /// Proposes through whoever leads: the apply's reply and the entry's index.
+    async fn propose_routed(
+        &self,
+        command: Vec<u8>,
+        deadline: Instant,
+    ) -> Result<(Vec<u8>, u64), ProposeError> {
+        let reply = self
+            .route(&Rpc::Propose(Blob(command)), None, deadline)
+            .await
+            .map_err(|e| match e {
+                MetaError::Unavailable(m) => ProposeError::Unavailable(m),
+                e => ProposeError::Fatal(e.to_string()),
+            })?;
+        match reply {
+            Reply::Proposed { reply, index } => Ok((reply.0, index)),
+            _ => Err(ProposeError::Fatal("unexpected reply to a proposal".into())),
+        }
     }
 
     /// Submits `command` on this node when it leads, without waiting: the returned future

@@ -151,10 +151,12 @@ impl ReplicatedQueue {
                 let fut: Fut = match &via {
                     super::Via::Member(meta) => match meta.submit(cmd.clone()).await {
                         Some(f) => Box::pin(f),
-                        // Not the leader: through whoever leads.
+                        // Not the leader: through whoever leads, answered once it applied the
+                        // entry (this member's apply may come later: a confirm needs the
+                        // commit, not this copy).
                         None => {
                             let m = meta.clone();
-                            Box::pin(async move { m.propose(cmd).await })
+                            Box::pin(async move { m.propose_at_leader(cmd).await })
                         }
                     },
                     super::Via::Forward => {

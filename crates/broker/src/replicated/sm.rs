@@ -19,14 +19,13 @@ use super::ReplicatedQueue;
 use crate::message::Message;
 
 /// A snapshot: `[SNAPSHOT_MAGIC][machine version u32][len u32][bincode machine snapshot][n u32]`,
-/// then
-/// `n` bodies `[log place u64][len u32][stored message]`.
+/// then `n` bodies `[log place u64][len u32][stored message]`. Snapshots are taken at the
+/// release cursor and carry no bodies (`n` is 0); earlier ones carried the bodies of the
+/// messages in the queue, and are still read.
 const SNAPSHOT_MAGIC: &[u8; 4] = b"WRQ1";
-/// A snapshot carries the bodies of the messages still in the queue (the log before it may be
-/// purged), so one is taken only while they are few: a long backlog keeps its log, which holds
-/// its bodies, until it drains.
-const SNAPSHOT_MAX_MSGS: usize = 20_000;
-const SNAPSHOT_MAX_BYTES: u64 = 16 << 20;
+/// A candidate snapshot is kept (encoded, in memory) only for a machine of at most this many
+/// messages; a longer queue keeps its log until it is shorter.
+const CANDIDATE_MAX_MSGS: usize = 1_000_000;
 
 /// What the leader does after an apply, the bodies already read.
 pub enum Act {
@@ -50,6 +49,9 @@ pub struct State {
     pub bodies: Bodies,
     /// The index of the entry applied last.
     pub applied: u64,
+    /// The machine at an applied index, encoded as a snapshot: it becomes the group's snapshot
+    /// once every message it holds has left the queue (the release cursor passed it).
+    pub candidate: Option<(u64, Vec<u8>)>,
 }
 
 pub struct GroupSm {
@@ -67,6 +69,7 @@ impl GroupSm {
                 machine: Machine::new(config, limits, 0),
                 bodies: Bodies::default(),
                 applied: 0,
+                candidate: None,
             }),
             fresh: (config, limits),
             queue: OnceLock::new(),
@@ -81,6 +84,7 @@ impl GroupSm {
             machine: Machine::new(config, limits, 0),
             bodies: Bodies::default(),
             applied: 0,
+            candidate: None,
         };
     }
 
@@ -249,54 +253,44 @@ impl warren_cluster::StateMachine for GroupSm {
         Vec::new()
     }
 
-    /// The machine now, with the bodies of the messages still in it, while they are few
-    /// (`SNAPSHOT_MAX_*`); else none (the log keeps the bodies until the backlog drains).
+    /// A snapshot at the release cursor, as RabbitMQ's quorum queues take theirs: the machine
+    /// as it was at an earlier index, once every message it held then has left the queue, so
+    /// that the log before that index (and the bodies in it) is no longer needed, while the
+    /// bodies of the messages still in the queue stay in the log after it. Meanwhile the
+    /// machine now is kept as the next candidate.
     fn snapshot_point(&self) -> warren_cluster::SnapshotPoint {
-        let log = self.log.get();
         let mut st = self.state.lock();
         let State {
             machine,
             bodies,
             applied,
+            candidate,
         } = &mut *st;
-        let n = machine.ready_len() + machine.checked_out() + machine.delayed_len();
-        if n > SNAPSHOT_MAX_MSGS {
-            return warren_cluster::SnapshotPoint::Unchanged;
-        }
-        let refs: Vec<(u64, warren_queue::replicated::MsgRef)> =
-            machine.refs().collect();
-        if refs.iter().map(|(_, r)| r.size).sum::<u64>() > SNAPSHOT_MAX_BYTES {
-            return warren_cluster::SnapshotPoint::Unchanged;
-        }
-        let Ok(m) = bincode::serialize(&machine.snapshot()) else {
+        // The first entry a message still in the queue is in (`None`: it holds none).
+        let cursor = machine
+            .release_cursor()
+            .map(|place| entry::split_index(place).0);
+        let point = match cursor {
+            // Nothing in the queue: the machine now is a snapshot at once.
+            None => {
+                *candidate = None;
+                encode_snapshot(machine).map(|b| (*applied, b))
+            }
+            Some(first) => {
+                let passed = candidate.as_ref().is_some_and(|(at, _)| first > *at);
+                let point = if passed { candidate.take() } else { None };
+                if candidate.is_none() && machine.len() <= CANDIDATE_MAX_MSGS {
+                    *candidate = encode_snapshot(machine).map(|b| (*applied, b));
+                }
+                point
+            }
+        };
+        let Some((at, data)) = point else {
             return warren_cluster::SnapshotPoint::Unchanged;
         };
-        let mut b = BytesMut::with_capacity(m.len() + 64);
-        b.put_slice(SNAPSHOT_MAGIC);
-        b.put_u32(machine.version());
-        b.put_u32(m.len() as u32);
-        b.put_slice(&m);
-        b.put_u32(refs.len() as u32);
-        // The log before this point may be purged: the bodies still needed are kept here from
-        // now on too (and only those: the previous snapshot's that left are dropped).
-        let mut pinned = std::collections::HashMap::with_capacity(refs.len());
-        for (seq, r) in &refs {
-            let Some(stored) = bodies.stored_or_cached(*seq, r, log) else {
-                // A body the log no longer has: a snapshot without it would lose it for good.
-                tracing::error!(
-                    seq,
-                    place = r.index,
-                    "a replicated queue message's body is missing; no snapshot taken"
-                );
-                return warren_cluster::SnapshotPoint::Unchanged;
-            };
-            b.put_u64(r.index);
-            b.put_u32(stored.len() as u32);
-            b.put_slice(&stored);
-            pinned.insert(r.index, stored);
-        }
-        bodies.repin(pinned);
-        warren_cluster::SnapshotPoint::At(*applied, b.to_vec())
+        // Bodies an earlier snapshot carried belong to messages before the point: gone.
+        bodies.repin(std::collections::HashMap::new());
+        warren_cluster::SnapshotPoint::At(at, data)
     }
 
     fn restore(&self, index: Option<u64>, snapshot: &[u8]) {
@@ -305,6 +299,7 @@ impl warren_cluster::StateMachine for GroupSm {
             machine: Machine::new(config, limits, 0),
             bodies: Bodies::default(),
             applied: index.unwrap_or(0),
+            candidate: None,
         };
         match decode_snapshot(snapshot, &mut st) {
             Ok(()) => {}
@@ -315,6 +310,18 @@ impl warren_cluster::StateMachine for GroupSm {
         }
         *self.state.lock() = st;
     }
+}
+
+/// The machine as a snapshot (no bodies: they are in the log after it).
+fn encode_snapshot(machine: &Machine) -> Option<Vec<u8>> {
+    let m = bincode::serialize(&machine.snapshot()).ok()?;
+    let mut b = BytesMut::with_capacity(m.len() + 16);
+    b.put_slice(SNAPSHOT_MAGIC);
+    b.put_u32(machine.version());
+    b.put_u32(m.len() as u32);
+    b.put_slice(&m);
+    b.put_u32(0);
+    Some(b.to_vec())
 }
 
 fn decode_snapshot(snapshot: &[u8], st: &mut State) -> Result<(), String> {

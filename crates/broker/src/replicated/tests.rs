@@ -358,6 +358,72 @@ async fn after_more_entries_than_a_snapshot_takes_a_restart_still_has_the_backlo
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// `n` publishes, each taken by a get with ack and settled: about three entries each.
+async fn churn(q: &Arc<ReplicatedQueue>, n: usize) {
+    for i in 0..n {
+        let body = format!("c{i}");
+        assert_eq!(publish_confirmed(q, &[&body]).await, 1);
+        let mut got = None;
+        q.clone()
+            .get(true, &mut |m, _| {
+                if m.msg.body.starts_with(b"c") {
+                    got = Some(m.clone())
+                }
+            })
+            .expect("get");
+        if let Some(m) = got {
+            q.settle(&mut std::iter::once((None, m)));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_at_the_release_cursor_keeps_the_bodies_of_a_queue_never_empty() {
+    let d = dir("cursor");
+    let owner = Arc::new(Owner::default());
+    let q = open(&d, FieldTable::default(), &owner);
+    // "head" stays while the first snapshot point passes (the machine there holds it) ...
+    assert_eq!(publish_confirmed(&q, &["head"]).await, 1);
+    // (gets take the oldest: "head" is taken and kept aside until it is settled below)
+    let mut head = None;
+    q.clone()
+        .get(true, &mut |m, _| head = Some(m.clone()))
+        .expect("get");
+    let head = head.expect("head");
+    churn(&q, 400).await;
+    q.settle(&mut std::iter::once((None, head)));
+    // ... then leaves; "tail-1" and "tail-2" come after that point and stay: the next
+    // snapshot is the machine at the first point, and the tails' bodies stay in the log.
+    assert_eq!(publish_confirmed(&q, &["tail-1", "tail-2"]).await, 2);
+    let mut tails = Vec::new();
+    for _ in 0..2 {
+        q.clone()
+            .get(true, &mut |m, _| tails.push(m.clone()))
+            .expect("get");
+    }
+    churn(&q, 400).await;
+    wait(|| d.join("group").join("snapshot.bin").exists()).await;
+    // Returned (a closed channel's), the tails are ready again.
+    q.requeue(&mut tails.into_iter().map(|m| (None, m)));
+    wait(|| q.message_count() == 2 && q.unacked_count() == 0).await;
+    q.close().await;
+    drop(q);
+    let q = open(&d, FieldTable::default(), &owner);
+    wait(|| q.message_count() == 2).await;
+    let mut got = Vec::new();
+    while q
+        .clone()
+        .get(false, &mut |m, _| got.push(m.msg.body.clone()))
+        .expect("get")
+    {}
+    assert_eq!(
+        got,
+        [Bytes::from_static(b"tail-1"), Bytes::from_static(b"tail-2")]
+    );
+    q.close().await;
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_once_dead_letters_stay_in_the_group_until_a_target_has_them() {
     let d = dir("dead-kept");

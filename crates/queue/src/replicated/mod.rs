@@ -516,6 +516,15 @@ impl Machine {
         self.core.ready_len()
     }
 
+    /// Every message the machine references: ready, held, held back, kept dead letters.
+    pub fn len(&self) -> usize {
+        self.ready_len() + self.checked_out() + self.delayed.len() + self.kept.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Returns held back by the retry back-off (not counted as ready, as RabbitMQ 4.3).
     pub fn delayed_len(&self) -> usize {
         self.delayed.len()
