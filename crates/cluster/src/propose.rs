@@ -60,17 +60,19 @@ impl Meta {
     /// Submits `command` on this node when it leads, without waiting: the returned future
     /// resolves to the apply's reply once the entry is committed and applied here. Entries are
     /// ordered as submitted, so a caller may keep several in flight (pipelining) and still
-    /// know their order. `None` when this node does not lead (use [`Meta::propose`]).
+    /// know their order. The command back when this node does not lead (use
+    /// [`Meta::propose`]).
     pub async fn submit(
         &self,
         command: Vec<u8>,
-    ) -> Option<impl std::future::Future<Output = Result<Vec<u8>, ProposeError>>> {
+    ) -> Result<impl std::future::Future<Output = Result<Vec<u8>, ProposeError>>, Vec<u8>> {
         if !matches!(self.leader_target(), Some(Target::Local)) {
-            return None;
+            return Err(command);
         }
-        let rx = self.inner.raft.client_write_ff(Blob(command)).await.ok()?;
+        let rx = self.inner.raft.client_write_ff(Blob(command)).await;
         let t = self.inner.config.propose_timeout;
-        Some(async move {
+        Ok(async move {
+            let rx = rx.map_err(|e| ProposeError::Unavailable(e.to_string()))?;
             match tokio::time::timeout(t, rx).await {
                 Ok(Ok(Ok(resp))) => Ok(resp.data.0),
                 Ok(Ok(Err(e))) => Err(ProposeError::Unavailable(e.to_string())),

@@ -23,6 +23,9 @@ pub const SERVICE_RQ_PROPOSE: u8 = 9;
 /// A group's counts as this member has them: `[group u64]` -> `[ready u32][unacked u32]
 /// [consumers u32]`.
 pub const SERVICE_RQ_COUNTS: u8 = 10;
+/// Propose an entry through this node as the group's leader, in its sender's order:
+/// `[group u64][stream u64][seq u64][entry]` -> the apply's reply (`replicated/forward.rs`).
+pub const SERVICE_RQ_PROPOSE_AT: u8 = 11;
 /// A delivery to a consumer on the receiving node: `[group u64][consumer u64][delivery u64]
 /// [seq u64][redelivered u8]` then the message.
 pub const K_RQ_DELIVER: u8 = 24;
@@ -94,6 +97,34 @@ impl GroupNet for ClusterNet {
                 }
             }
             Err(last)
+        })
+    }
+
+    fn propose_at(
+        &self,
+        leader: &str,
+        group: u64,
+        stream: u64,
+        seq: u64,
+        entry: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, String>> {
+        let c = self.c.clone();
+        let leader = leader.to_string();
+        Box::pin(async move {
+            let c = c.upgrade().ok_or("node stopping")?;
+            let addr = c
+                .addr_of(&leader)
+                .ok_or_else(|| format!("{leader}: no address"))?;
+            let mut body = Vec::with_capacity(24 + entry.len());
+            body.extend_from_slice(&group.to_be_bytes());
+            body.extend_from_slice(&stream.to_be_bytes());
+            body.extend_from_slice(&seq.to_be_bytes());
+            body.extend_from_slice(&entry);
+            c.links
+                .call(&addr, SERVICE_RQ_PROPOSE_AT, &body, FORWARD_TIMEOUT)
+                .await
+                .map(|r| r.to_vec())
+                .map_err(|e| format!("{leader}: {e}"))
         })
     }
 
@@ -226,10 +257,26 @@ pub async fn serve_propose(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, S
     let group = group_of(&mut body)?;
     let meta = c.groups.read().get(&group).cloned();
     let meta = meta.ok_or_else(|| format!("not a member of queue group {group:016x}"))?;
-    meta.propose(body.to_vec())
+    meta.propose_at_leader(body.to_vec())
         .await
         .map(Bytes::from)
         .map_err(|e| e.to_string())
+}
+
+/// The leader's side of [`SERVICE_RQ_PROPOSE_AT`].
+pub async fn serve_propose_at(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, String> {
+    if body.remaining() < 24 {
+        return Err("short request".into());
+    }
+    let (group, stream, seq) = (body.get_u64(), body.get_u64(), body.get_u64());
+    let meta = c.groups.read().get(&group).cloned();
+    let meta = meta.ok_or_else(|| format!("not a member of queue group {group:016x}"))?;
+    let q = c
+        .rqueue(group)
+        .ok_or_else(|| format!("no queue group {group:016x} here"))?;
+    q.submit_in_order(&meta, stream, seq, body.to_vec())
+        .await
+        .map(Bytes::from)
 }
 
 /// A member's side of [`SERVICE_RQ_COUNTS`].

@@ -23,6 +23,7 @@
 mod bodies;
 mod consumers;
 mod entry;
+mod forward;
 mod kind;
 pub mod net;
 mod propose;
@@ -97,6 +98,8 @@ pub struct ReplicatedQueue {
     consumers: Mutex<HashMap<u64, Local>>,
     /// Held while this node sends deliveries as leader (`act`, `take_over`): see `take_over`.
     send_order: Mutex<()>,
+    /// As the leader: the order of the entries other members send (`forward.rs`).
+    order: forward::Order,
     /// Kept dead letters (at-least-once) on their way to their targets, by log place.
     dead_sending: Mutex<std::collections::HashSet<u64>>,
     pending: Mutex<Pending>,
@@ -222,6 +225,7 @@ impl ReplicatedQueue {
             counts: Mutex::new(None),
             consumers: Mutex::new(HashMap::new()),
             send_order: Mutex::new(()),
+            order: forward::Order::default(),
             dead_sending: Mutex::new(std::collections::HashSet::new()),
             pending: Mutex::new(Pending::default()),
             wake: tokio::sync::Notify::new(),

@@ -41,6 +41,16 @@ pub trait GroupNet: Send + Sync + 'static {
         members: Vec<String>,
         entry: Vec<u8>,
     ) -> BoxFuture<Result<Vec<u8>, String>>;
+    /// Proposes `entry` through `leader`, number `seq` of this node's `stream` (the leader
+    /// submits a stream's entries in their order): the apply's reply.
+    fn propose_at(
+        &self,
+        leader: &str,
+        group: u64,
+        stream: u64,
+        seq: u64,
+        entry: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, String>>;
     /// Hands `d` to its consumer on `node`.
     fn deliver(&self, node: &str, group: u64, d: Delivery);
     /// Tells `consumer` on `node` that the machine timed it out after `timeout_ms`.
@@ -84,6 +94,16 @@ impl GroupNet for Alone {
         &self,
         _group: u64,
         _members: Vec<String>,
+        _entry: Vec<u8>,
+    ) -> BoxFuture<Result<Vec<u8>, String>> {
+        Box::pin(async { Err("a single node's queue has no other member".to_string()) })
+    }
+    fn propose_at(
+        &self,
+        _leader: &str,
+        _group: u64,
+        _stream: u64,
+        _seq: u64,
         _entry: Vec<u8>,
     ) -> BoxFuture<Result<Vec<u8>, String>> {
         Box::pin(async { Err("a single node's queue has no other member".to_string()) })

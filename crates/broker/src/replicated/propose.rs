@@ -54,6 +54,19 @@ pub(super) struct Answer {
 #[derive(Default)]
 pub struct Pending {
     ops: VecDeque<Waiting>,
+    /// Settlements (settle, return, discard, lease): they go first into the next entry, ahead
+    /// of publishes and commands waiting before them. They name deliveries already made, so
+    /// nothing waiting before them changes what they do, and a consumer's credit comes back
+    /// one entry later rather than behind every publish queued meanwhile.
+    settles: VecDeque<Waiting>,
+}
+
+/// A settlement: its consumer's credit comes back when it is applied.
+fn settles(cmd: &Cmd) -> bool {
+    matches!(
+        cmd,
+        Cmd::Settle { .. } | Cmd::Return { .. } | Cmd::Discard { .. } | Cmd::Lease { .. }
+    )
 }
 
 /// An entry in flight: its operations' waiters, in order.
@@ -67,10 +80,14 @@ fn size_of(m: &Message) -> usize {
 
 impl ReplicatedQueue {
     pub(super) fn push_cmd(&self, cmd: Cmd, reply: Option<tokio::sync::oneshot::Sender<Answer>>) {
-        self.pending
-            .lock()
-            .ops
-            .push_back(Waiting::Cmd { cmd, reply });
+        let mut p = self.pending.lock();
+        let lane = if settles(&cmd) {
+            &mut p.settles
+        } else {
+            &mut p.ops
+        };
+        lane.push_back(Waiting::Cmd { cmd, reply });
+        drop(p);
         self.wake.notify_one();
     }
 
@@ -100,11 +117,17 @@ impl ReplicatedQueue {
     /// The next entry: the operations waiting, up to a batch's bounds.
     fn take_entry(&self) -> Option<(Vec<u8>, Proposed)> {
         let mut p = self.pending.lock();
-        if p.ops.is_empty() {
+        if p.ops.is_empty() && p.settles.is_empty() {
             return None;
         }
         let mut b = Builder::new(crate::clock::unix_ms());
         let mut ops = Vec::new();
+        for w in p.settles.drain(..) {
+            if let Waiting::Cmd { cmd, .. } = &w {
+                b.cmd(cmd);
+            }
+            ops.push(w);
+        }
         let (mut msgs, mut bytes) = (0, 0);
         while let Some(w) = p.ops.front() {
             if let Waiting::Publish { size, .. } = w {
@@ -140,6 +163,8 @@ impl ReplicatedQueue {
         let mut tick = tokio::time::interval(TICK_CHECK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ticks = 0u32;
+        // This loop's numbering of the entries it sends to another member that leads.
+        let mut stream = super::forward::Stream::new();
         // Consumers' nodes found unreachable, and since when.
         let mut unreachable: std::collections::HashMap<String, std::time::Instant> =
             Default::default();
@@ -148,18 +173,23 @@ impl ReplicatedQueue {
                 let Some((cmd, proposed)) = self.take_entry() else {
                     break;
                 };
-                let fut: Fut = match &via {
-                    super::Via::Member(meta) => match meta.submit(cmd.clone()).await {
-                        Some(f) => Box::pin(f),
-                        // Not the leader: through whoever leads, answered once it applied the
-                        // entry (this member's apply may come later: a confirm needs the
-                        // commit, not this copy).
-                        None => {
-                            let m = meta.clone();
-                            Box::pin(async move { m.propose_at_leader(cmd).await })
-                        }
+                // Not the leader: to the leader directly when this node knows it, answered
+                // once it applied the entry (this member's own apply may come later: a confirm
+                // needs the commit, not this copy).
+                let leader = self.leader().filter(|l| *l != self.me);
+                let fut: Fut = match (&via, leader) {
+                    (super::Via::Member(meta), leader) => match meta.submit(cmd).await {
+                        Ok(f) => Box::pin(f),
+                        Err(cmd) => match leader {
+                            Some(l) => self.propose_at(&l, &mut stream, cmd),
+                            None => {
+                                let m = meta.clone();
+                                Box::pin(async move { m.propose_at_leader(cmd).await })
+                            }
+                        },
                     },
-                    super::Via::Forward => {
+                    (super::Via::Forward, Some(l)) => self.propose_at(&l, &mut stream, cmd),
+                    (super::Via::Forward, None) => {
                         let (net, group, members) = (self.net.clone(), self.group, self.members());
                         Box::pin(async move {
                             net.forward(group, members, cmd)
@@ -203,9 +233,29 @@ impl ReplicatedQueue {
         }
     }
 
+    /// Sends `entry` to `leader`, the next number of `stream`.
+    fn propose_at(
+        &self,
+        leader: &str,
+        stream: &mut super::forward::Stream,
+        entry: Vec<u8>,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Vec<u8>, warren_cluster::ProposeError>> + Send>,
+    > {
+        let seq = stream.take();
+        let f = self
+            .net
+            .propose_at(leader, self.group, stream.id, seq, entry);
+        Box::pin(async move { f.await.map_err(warren_cluster::ProposeError::Unavailable) })
+    }
+
     /// The queue stopped: what still waits is refused, so no publisher waits for ever.
     pub(super) fn fail_pending(&self) {
-        let rest: Vec<Waiting> = self.pending.lock().ops.drain(..).collect();
+        let rest: Vec<Waiting> = {
+            let mut p = self.pending.lock();
+            let settles = std::mem::take(&mut p.settles);
+            settles.into_iter().chain(p.ops.drain(..)).collect()
+        };
         self.finish(
             Proposed { ops: rest },
             Err(warren_cluster::ProposeError::Unavailable(

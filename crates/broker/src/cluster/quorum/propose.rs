@@ -31,10 +31,10 @@ impl QuorumQueue {
                 };
                 self.claim(&mut batch);
                 let cmd = encode(&batch);
-                let fut: Pending = match meta.submit(cmd.clone()).await {
-                    Some(f) => Box::pin(f),
+                let fut: Pending = match meta.submit(cmd).await {
+                    Ok(f) => Box::pin(f),
                     // Not the leader (any more): through whoever leads, one at a time.
-                    None => {
+                    Err(cmd) => {
                         let m = meta.clone();
                         Box::pin(async move { m.propose(cmd).await })
                     }
