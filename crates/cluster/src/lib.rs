@@ -42,6 +42,7 @@ mod membership;
 mod network;
 mod propose;
 mod rpc;
+pub mod runtime;
 mod sm_store;
 mod types;
 
@@ -58,6 +59,7 @@ pub use crate::api::{
     StateMachine, Status, Transport, TransportError,
 };
 pub use crate::log_store::LogReader;
+pub use crate::types::is_raft_message;
 use crate::log_store::LogStore;
 use crate::network::{Network, Reach};
 use crate::sm_store::SmStore;

@@ -20,7 +20,7 @@ openraft::declare_raft_types!(
         Node = Node,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = crate::runtime::WarrenRuntime,
 );
 
 /// Opaque bytes, serialized as a hex string: serde_json would write a `Vec<u8>` as an array of
@@ -106,6 +106,14 @@ pub(crate) mod wire {
     }
 }
 
+/// Whether `request` (a [`Transport::call`](crate::Transport::call)'s) is one of Raft's own
+/// messages between members (a vote, entries, a snapshot), which Raft takes twice harmlessly,
+/// rather than a proposal or a membership change, which it would carry out twice. (bincode
+/// writes the variant's index first, as a little-endian u32.)
+pub fn is_raft_message(request: &[u8]) -> bool {
+    matches!(request.get(..4), Some([0..=2, 0, 0, 0]))
+}
+
 /// A request to another node's `Meta::handle_rpc`.
 #[derive(Serialize, Deserialize)]
 pub(crate) enum Rpc {
@@ -169,5 +177,21 @@ mod tests {
         let bin = wire::encode(&b);
         assert_eq!(bin.len(), 8 + 5, "length and the bytes, nothing more");
         assert_eq!(wire::decode::<Blob>(&bin).expect("decode"), b);
+    }
+}
+
+#[cfg(test)]
+mod raft_message_tests {
+    use super::*;
+
+    #[test]
+    fn proposals_and_membership_changes_are_not_raft_messages() {
+        let vote = wire::encode(&Rpc::Vote(VoteRequest::new(Vote::new(1, 1), None)));
+        let propose = wire::encode(&Rpc::Propose(Blob(vec![1, 2, 3])));
+        let join = wire::encode(&Rpc::Join(Node::default()));
+        assert!(is_raft_message(&vote));
+        assert!(!is_raft_message(&propose));
+        assert!(!is_raft_message(&join));
+        assert!(!is_raft_message(&[]));
     }
 }
