@@ -12,6 +12,7 @@ JOBS="${JOBS:-$(nproc)}"
 cargo build --release -q -p warren-sim --manifest-path "$ROOT/Cargo.toml"
 BIN="$ROOT/target/release/warren-sim"
 OUT="${OUT:-$(mktemp -d /tmp/warren-sim-campaign.XXXX)}"
+mkdir -p "$OUT"
 per=$(( (SEEDS + JOBS - 1) / JOBS ))
 start=$(date +%s)
 pids=()
