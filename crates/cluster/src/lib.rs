@@ -59,10 +59,10 @@ pub use crate::api::{
     StateMachine, Status, Transport, TransportError,
 };
 pub use crate::log_store::LogReader;
-pub use crate::types::is_raft_message;
 use crate::log_store::LogStore;
 use crate::network::{Network, Reach};
 use crate::sm_store::SmStore;
+pub use crate::types::is_raft_message;
 use crate::types::TypeConfig;
 
 /// Locks, ignoring poisoning: every critical section leaves its data consistent.

@@ -71,7 +71,8 @@ impl Workload {
         let ts = turmoil::elapsed().as_millis() as u64;
         let entry = bincode::serialize(&(ts, cmd)).ok()?;
         self.model.ops += 1;
-        let r = tokio::time::timeout(CALL_TIMEOUT * 2, call(&addr(&node), net::PROPOSE, &entry)).await;
+        let r =
+            tokio::time::timeout(CALL_TIMEOUT * 2, call(&addr(&node), net::PROPOSE, &entry)).await;
         match r {
             Ok(Ok(reply)) if reply.first() == Some(&1) => bincode::deserialize(&reply[1..]).ok(),
             _ => {
@@ -83,7 +84,12 @@ impl Workload {
 
     async fn held(&mut self, consumer: u64) -> Vec<(u64, u64)> {
         let node = self.node();
-        match tokio::time::timeout(CALL_TIMEOUT, call(&addr(&node), net::HELD, &consumer.to_be_bytes())).await {
+        match tokio::time::timeout(
+            CALL_TIMEOUT,
+            call(&addr(&node), net::HELD, &consumer.to_be_bytes()),
+        )
+        .await
+        {
             Ok(Ok(r)) => bincode::deserialize(&r).unwrap_or_default(),
             _ => Vec::new(),
         }
@@ -186,7 +192,12 @@ impl Workload {
 
 /// Drives the workload until `until`, then waits (faults healed by then) for the members to
 /// agree and checks the model against their state.
-pub async fn run(mut w: Workload, until: Duration, settle_by: Duration, check: std::sync::Arc<Check>) -> turmoil::Result<Model> {
+pub async fn run(
+    mut w: Workload,
+    until: Duration,
+    settle_by: Duration,
+    check: std::sync::Arc<Check>,
+) -> turmoil::Result<Model> {
     while turmoil::elapsed() < until {
         w.step().await;
         let pause = w.rng.gen_range(1..30);
@@ -207,7 +218,10 @@ pub async fn run(mut w: Workload, until: Duration, settle_by: Duration, check: s
         let mut states = Vec::new();
         for node in w.nodes.clone() {
             let r = tokio::time::timeout(CALL_TIMEOUT, call(&addr(&node), net::STATE, &[])).await;
-            let f: Option<Final> = r.ok().and_then(|r| r.ok()).and_then(|b| bincode::deserialize(&b).ok());
+            let f: Option<Final> = r
+                .ok()
+                .and_then(|r| r.ok())
+                .and_then(|b| bincode::deserialize(&b).ok());
             states.push(format!("{node}: {:?}", f.map(|f| (f.applied, f.ids.len()))));
         }
         check.violation(format!(

@@ -150,7 +150,13 @@ pub fn run(opts: &Options) -> Report {
             transport.clone(),
         );
         sim.host(name.as_str(), move || {
-            node::run(i, members.clone(), dir.clone(), check.clone(), transport.clone())
+            node::run(
+                i,
+                members.clone(),
+                dir.clone(),
+                check.clone(),
+                transport.clone(),
+            )
         });
     }
     let model = Arc::new(Mutex::new(None));
@@ -224,8 +230,14 @@ pub fn run(opts: &Options) -> Report {
         }
     }
     if std::env::var_os("WARREN_SIM_DEBUG").is_some() {
-        let running: Vec<bool> = names.iter().map(|n| sim.is_host_running(n.as_str())).collect();
-        eprintln!("end at {:?}: running {running:?}, faults still active {active:?}", sim.elapsed());
+        let running: Vec<bool> = names
+            .iter()
+            .map(|n| sim.is_host_running(n.as_str()))
+            .collect();
+        eprintln!(
+            "end at {:?}: running {running:?}, faults still active {active:?}",
+            sim.elapsed()
+        );
     }
     if let Some(e) = error {
         check.violation(format!("the simulation failed: {e}"));

@@ -43,7 +43,10 @@ fn main() {
             partitions += r.partitions;
             if !r.ok() {
                 failed += 1;
-                println!("FAIL seed {} members {}: {:?}", r.seed, r.members, r.violations);
+                println!(
+                    "FAIL seed {} members {}: {:?}",
+                    r.seed, r.members, r.violations
+                );
             } else if a.verbose {
                 println!(
                     "ok seed {} members {}: {} confirmed of {} ops ({} failed), {} crashes, {} partitions, {} applies",

@@ -194,7 +194,12 @@ async fn serve(mut s: TcpStream, meta: Meta, sm: Arc<SimSm>) -> std::io::Result<
             Err(_) => vec![0],
         },
         net::HELD => {
-            let consumer = u64::from_be_bytes(payload.get(..8).and_then(|b| b.try_into().ok()).unwrap_or_default());
+            let consumer = u64::from_be_bytes(
+                payload
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .unwrap_or_default(),
+            );
             bincode::serialize(&sm.held(consumer)).unwrap_or_default()
         }
         net::STATE => bincode::serialize(&sm.state()).unwrap_or_default(),

@@ -12,12 +12,18 @@ fn seeds_of_3_and_5_members_under_faults_lose_nothing_and_agree() {
             let r = run(&Options::new(seed, members));
             confirmed += r.confirmed;
             if !r.ok() {
-                failed.push(format!("seed {seed}, {members} members: {:?}", r.violations));
+                failed.push(format!(
+                    "seed {seed}, {members} members: {:?}",
+                    r.violations
+                ));
             }
         }
     }
     assert!(failed.is_empty(), "{failed:#?}");
-    assert!(confirmed > 100, "the workload did little: {confirmed} confirmed");
+    assert!(
+        confirmed > 100,
+        "the workload did little: {confirmed} confirmed"
+    );
 }
 
 #[test]
@@ -25,8 +31,22 @@ fn a_seed_replays_the_same_run() {
     let a = run(&Options::new(11, 3));
     let b = run(&Options::new(11, 3));
     assert_eq!(
-        (a.confirmed, a.ops, a.failed_ops, a.crashes, a.partitions, a.applies),
-        (b.confirmed, b.ops, b.failed_ops, b.crashes, b.partitions, b.applies)
+        (
+            a.confirmed,
+            a.ops,
+            a.failed_ops,
+            a.crashes,
+            a.partitions,
+            a.applies
+        ),
+        (
+            b.confirmed,
+            b.ops,
+            b.failed_ops,
+            b.crashes,
+            b.partitions,
+            b.applies
+        )
     );
     assert!(a.crashes + a.partitions > 0, "the schedule had no fault");
 }

@@ -176,7 +176,9 @@ impl Host<u64, MsgRef> for Apply<'_> {
             }
             Effect::Append { entry, paged: true } => self.paged.push(entry),
             Effect::ForgetTail { .. } => self.paged.clear(),
-            Effect::Append { paged: false, .. } | Effect::PageOut { .. } | Effect::Forget { .. } => {}
+            Effect::Append { paged: false, .. }
+            | Effect::PageOut { .. }
+            | Effect::Forget { .. } => {}
         }
     }
 }
@@ -591,7 +593,10 @@ impl Machine {
             .checkouts
             .values()
             .flat_map(|m| m.values().map(|h| &h.entry));
-        let seqs = ready.chain(held).chain(self.delayed.values()).map(|e| e.seq);
+        let seqs = ready
+            .chain(held)
+            .chain(self.delayed.values())
+            .map(|e| e.seq);
         for seq in seqs.chain(self.paged.iter().map(|e| e.seq)) {
             if !seen.insert(seq) {
                 return Err(format!("seq {seq} is in two places"));

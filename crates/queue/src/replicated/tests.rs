@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{Limits, Reason};
 
-fn msg(index: u64) -> MsgRef {
+pub(super) fn msg(index: u64) -> MsgRef {
     MsgRef {
         index,
         size: 10,
@@ -21,7 +21,7 @@ fn msg(index: u64) -> MsgRef {
     }
 }
 
-fn attach(key: u64, node: &str, prefetch: u32) -> Cmd {
+pub(super) fn attach(key: u64, node: &str, prefetch: u32) -> Cmd {
     Cmd::Attach(Attach {
         key,
         node: node.into(),
@@ -610,7 +610,7 @@ fn at_least_once_dead_letters_stay_until_done() {
 }
 
 /// A random command over a few consumers and nodes; seqs name recent messages.
-fn arb_cmd() -> impl Strategy<Value = Cmd> {
+pub(super) fn arb_cmd() -> impl Strategy<Value = Cmd> {
     // Consumers attach as 0-5, gets hold under 3-5: some keys collide, which the machine
     // must survive.
     let key = 0u64..6;
@@ -673,12 +673,12 @@ fn arb_cmd() -> impl Strategy<Value = Cmd> {
 /// A snapshot as a member receives it: encoded (bincode, as the broker's Raft snapshots) and
 /// decoded. Without the `serde` feature, as it is.
 #[cfg(feature = "serde")]
-fn through_bytes(s: crate::replicated::Snapshot) -> crate::replicated::Snapshot {
+pub(super) fn through_bytes(s: crate::replicated::Snapshot) -> crate::replicated::Snapshot {
     bincode::deserialize(&bincode::serialize(&s).unwrap()).unwrap()
 }
 
 #[cfg(not(feature = "serde"))]
-fn through_bytes(s: crate::replicated::Snapshot) -> crate::replicated::Snapshot {
+pub(super) fn through_bytes(s: crate::replicated::Snapshot) -> crate::replicated::Snapshot {
     s
 }
 
@@ -749,65 +749,4 @@ proptest! {
             }
         }
     }
-}
-
-proptest! {
-    /// Paging changes nothing anyone sees: a machine that pages its backlog after 3 ready
-    /// messages puts out exactly what one that never pages does, keeps its invariants (a seq
-    /// in one place, the core's count), and one restored from its snapshot (paged messages
-    /// included) continues the same.
-    #[test]
-    fn a_paged_backlog_puts_out_what_one_in_full_does(
-        cmds in prop::collection::vec(arb_cmd(), 1..200),
-        cut in any::<prop::sample::Index>(),
-    ) {
-        let cut = cut.index(cmds.len());
-        let config = MachineConfig {
-            delivery_limit: Some(3),
-            keep_dead_letters: true,
-            ..Default::default()
-        };
-        let mut paging = Machine::paging_at(config, Limits::default(), 3);
-        let mut full = Machine::paging_at(config, Limits::default(), usize::MAX);
-        let mut restored: Option<Machine> = None;
-        for (i, cmd) in cmds.into_iter().enumerate() {
-            let now = 10 * i as u64;
-            if i == cut {
-                restored = Some(Machine::restore(through_bytes(paging.snapshot())).unwrap());
-            }
-            let out = paging.apply(now, cmd.clone());
-            prop_assert_eq!(&out, &full.apply(now, cmd.clone()));
-            prop_assert_eq!(paging.release_cursor(), full.release_cursor());
-            prop_assert_eq!(paging.ready_len(), full.ready_len());
-            let mut refs: Vec<_> = paging.refs().collect();
-            let mut want: Vec<_> = full.refs().collect();
-            refs.sort_by_key(|(s, m)| (*s, m.index));
-            want.sort_by_key(|(s, m)| (*s, m.index));
-            prop_assert_eq!(refs, want);
-            paging.check_invariants().map_err(TestCaseError::fail)?;
-            if let Some(r) = restored.as_mut() {
-                prop_assert_eq!(&r.apply(now, cmd.clone()), &out);
-                prop_assert_eq!(r.fingerprint(), paging.fingerprint());
-            }
-        }
-    }
-}
-
-#[test]
-fn a_long_backlog_is_kept_compact_and_read_back_in_order() {
-    let mut m = Machine::paging_at(MachineConfig::default(), Limits::default(), 4);
-    // Three entries of 10 publishes each: places index<<12 | slot, as the broker numbers them.
-    for entry in 1..=3u64 {
-        for slot in 0..10 {
-            m.apply(0, Cmd::Enqueue(msg(entry << 12 | slot)));
-        }
-    }
-    assert_eq!(m.ready_len(), 30);
-    assert_eq!(m.paged.len(), 26, "past 4 in full, the rest is paged");
-    assert_eq!(m.release_cursor(), Some(1 << 12));
-    m.apply(1, attach(1, "a", 0));
-    let got: Vec<u64> = m.held_by(1);
-    assert_eq!(got, (0..30).collect::<Vec<_>>(), "every message, in order");
-    assert_eq!(m.paged.len(), 0);
-    m.check_invariants().unwrap();
 }
