@@ -169,6 +169,14 @@ impl Workload {
                 let node = self.node();
                 self.propose(Cmd::NodeDown { node }).await;
             }
+            96 => {
+                let node = self.node();
+                self.propose(Cmd::Unreachable { node }).await;
+            }
+            97 => {
+                let node = self.node();
+                self.propose(Cmd::Reachable { node }).await;
+            }
             _ => {
                 self.propose(Cmd::Tick).await;
             }

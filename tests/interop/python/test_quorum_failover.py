@@ -10,6 +10,9 @@ failover is one a consumer never notices (issue 31, item 2).
 * Every confirmed message is delivered; one delivered again is flagged redelivered.
 * What a consumer on a node that dies (and stays down) held goes back to the queue, and a
   consumer elsewhere gets it, redelivered.
+* A consumer on a node that is unreachable for longer than the leader waits (10 s; here the
+  node is paused with SIGSTOP) gives back what it held, to a consumer elsewhere, and receives
+  again once its node is back, without consuming anew and without a basic.cancel.
 * A consumer timeout is the queue's (in the replicated state): a consumer on another node that
   holds a delivery too long is cancelled by its channel when the queue tells it, also when the
   leader that made the delivery died meanwhile, and what it held goes to another consumer.
@@ -19,6 +22,7 @@ Warren only (WARREN_BIN): starts its own cluster with the setting on, and kills 
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -229,3 +233,47 @@ def test_the_queue_times_out_a_consumer_on_another_node_across_a_failover(machin
         if not a.running:
             a.start()
             a.wait_ready()
+
+
+@pytest.mark.timeout(150)
+def test_a_consumer_on_a_node_unreachable_for_a_while_receives_again_when_it_is_back(machine):
+    a, b, c = machine.nodes
+    qn = uname("qq-unreachable")
+    conn = pika.BlockingConnection(a.params())
+    conn.channel().queue_declare(qn, durable=True, arguments=QUORUM)
+    safe_close(conn)
+    wait_until(lambda: all(leader_of(n, qn) == a.name for n in machine.nodes), timeout=15,
+               what="every node to name the declaring node the leader")
+    holder = Consumer(c, qn, hold=3)
+    holder.start()
+    assert holder.ready.wait(15) and holder.error is None, holder.error
+    held = [b"h%d" % i for i in range(3)]
+    publish_confirmed(a, qn, held)
+    wait_until(lambda: len(holder.got) == 3, timeout=15, what="the holder's three deliveries")
+    other = Consumer(b, qn)
+    other.start()
+    assert other.ready.wait(15) and other.error is None, other.error
+    c.proc.send_signal(signal.SIGSTOP)
+    try:
+        # Past the leader's 10 s: what c's consumer held goes to the other one, redelivered.
+        wait_until(lambda: {g[0] for g in other.got} >= set(held), timeout=40,
+                   what="the unreachable node's held messages at the other consumer")
+        assert all(r for body, r, _ in other.got if body in set(held)), other.got
+    finally:
+        c.proc.send_signal(signal.SIGCONT)
+    try:
+        # Back: the holder receives new messages again (round robin with the other), without
+        # consuming anew.
+        before = len(holder.got)
+        after = [b"n%02d" % i for i in range(20)]
+        deadline = time.monotonic() + 40
+        while len(holder.got) == before and time.monotonic() < deadline:
+            publish_confirmed(a, qn, after)
+            time.sleep(1)
+        assert len(holder.got) > before, "the consumer on the node that came back receives nothing"
+        assert not holder.cancelled and not other.cancelled
+        assert holder.error is None and other.error is None
+    finally:
+        holder.stop.set()
+        other.stop.set()
+        other.join(10)

@@ -214,7 +214,7 @@ impl ReplicatedQueue {
                     // `DEAD_LETTER_RETRY`.
                     if ticks.is_multiple_of(DEAD_LETTER_RETRY) {
                         self.resend_kept();
-                        self.down_unreachable(&mut unreachable);
+                        self.down_unreachable(&via, &mut unreachable);
                     }
                     ticks = ticks.wrapping_add(1);
                 }
@@ -285,28 +285,52 @@ impl ReplicatedQueue {
     }
 
     /// As the leader: a node holding consumers that has been unreachable for `NODE_DOWN_AFTER`
-    /// is down (`Cmd::NodeDown`): what its consumers hold goes back to the queue, as RabbitMQ's
-    /// quorum queue returns a lost node's checked-out messages.
+    /// is suspected (`Cmd::Unreachable`): what its consumers hold goes back to the queue, as
+    /// RabbitMQ's quorum queue returns a lost node's checked-out messages, and they get nothing
+    /// until the node is reachable again (`Cmd::Reachable`): then they receive again, without
+    /// consuming anew. (A node that restarts says so itself: `Cmd::NodeDown`.)
     fn down_unreachable(
         &self,
+        via: &super::Via,
         unreachable: &mut std::collections::HashMap<String, std::time::Instant>,
     ) {
         if !self.leads() {
             unreachable.clear();
             return;
         }
-        let nodes: std::collections::BTreeSet<String> = {
+        // A member answers the group's heartbeats (a paused node keeps its links open but
+        // does not); any node, its link to this one.
+        let status = match via {
+            super::Via::Member(meta) => Some(meta.status()),
+            super::Via::Forward => None,
+        };
+        let up = |n: &str| {
+            let answers = status
+                .as_ref()
+                .and_then(|s| s.members.iter().find(|m| m.node.name == n))
+                .and_then(|m| m.reachable);
+            answers.unwrap_or(true) && self.net.node_up(n)
+        };
+        let nodes: Vec<(String, bool, bool)> = {
             let st = self.sm.state.lock();
             st.machine
-                .attached()
-                .map(|(_, n)| n.to_string())
-                .filter(|n| *n != self.me)
+                .consumer_nodes()
+                .into_iter()
+                .filter(|(n, _)| *n != self.me)
+                .map(|(n, (active, suspected))| (n.to_string(), active, suspected))
                 .collect()
         };
-        unreachable.retain(|n, _| nodes.contains(n));
-        for n in nodes {
-            if self.net.node_up(&n) {
+        unreachable.retain(|n, _| nodes.iter().any(|(m, active, _)| m == n && *active));
+        for (n, active, suspected) in nodes {
+            if up(&n) {
                 unreachable.remove(&n);
+                if suspected {
+                    tracing::info!(queue = %self.name, vhost = %self.vhost, node = %n, "a node with consumers is reachable again: they receive again");
+                    self.push_cmd(Cmd::Reachable { node: n }, None);
+                }
+                continue;
+            }
+            if !active {
                 continue;
             }
             let since = *unreachable
@@ -315,7 +339,7 @@ impl ReplicatedQueue {
             if since.elapsed() >= NODE_DOWN_AFTER {
                 tracing::info!(queue = %self.name, vhost = %self.vhost, node = %n, "a node with consumers is unreachable: what they hold goes back to the queue");
                 unreachable.remove(&n);
-                self.push_cmd(Cmd::NodeDown { node: n }, None);
+                self.push_cmd(Cmd::Unreachable { node: n }, None);
             }
         }
     }

@@ -80,6 +80,13 @@ struct Holder {
     timeout_ms: Option<u64>,
     /// Deliveries made to it so far: the next one's number.
     next_delivery: u64,
+    /// Its attach's terms, to take it on again after its node was unreachable.
+    priority: i64,
+    prefetch: u32,
+    exclusive: bool,
+    /// Its node is unreachable (`Cmd::Unreachable`): out of the core, holding nothing, until
+    /// the node is back (`Cmd::Reachable`), as `rabbit_fifo`'s suspected consumers.
+    suspected: bool,
 }
 
 /// A replicated queue.
@@ -279,6 +286,10 @@ impl Machine {
                         cancelled: false,
                         timeout_ms: a.timeout_ms,
                         next_delivery: 0,
+                        priority: a.priority,
+                        prefetch: a.prefetch,
+                        exclusive: a.exclusive,
+                        suspected: false,
                     };
                     holders.insert(a.key, holder);
                     core.dispatch(&mut host!());
@@ -338,6 +349,10 @@ impl Machine {
                             cancelled: true,
                             timeout_ms: None,
                             next_delivery: 0,
+                            priority: 0,
+                            prefetch: 0,
+                            exclusive: false,
+                            suspected: false,
                         });
                         let delivery = h.next_delivery;
                         h.next_delivery += 1;
@@ -367,6 +382,43 @@ impl Machine {
                 for consumer in gone {
                     down(core, *delivery_limit, consumer, &mut host!());
                 }
+            }
+            Cmd::Unreachable { node } => {
+                let on: Vec<u64> = holders
+                    .iter()
+                    .filter(|(_, h)| h.node == node && !h.suspected)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for consumer in on {
+                    suspect(core, *delivery_limit, consumer, &mut host!());
+                }
+            }
+            Cmd::Reachable { node } => {
+                let back: Vec<u64> = holders
+                    .iter()
+                    .filter(|(_, h)| h.node == node && h.suspected)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for key in back {
+                    let Some(h) = holders.get_mut(&key) else {
+                        continue;
+                    };
+                    h.suspected = false;
+                    let c = Consumer {
+                        key,
+                        handle: key,
+                        priority: h.priority,
+                        no_ack: h.no_ack,
+                        exclusive: h.exclusive,
+                        prefetch: h.prefetch,
+                        outstanding: 0,
+                    };
+                    // An exclusive consumer that another took the place of meanwhile is gone.
+                    if core.add_consumer(c, now).is_err() {
+                        holders.remove(&key);
+                    }
+                }
+                core.dispatch(&mut host!());
             }
             Cmd::Purge => {
                 let n = core.purge(&mut host!());
@@ -506,12 +558,25 @@ impl Machine {
         self.holders.get(&consumer).map(|h| h.node.as_str())
     }
 
-    /// The consumers that may receive, with their nodes.
+    /// The consumers that may receive, with their nodes (those whose node is unreachable
+    /// included).
     pub fn attached(&self) -> impl Iterator<Item = (u64, &str)> {
         self.holders
             .iter()
             .filter(|(_, h)| !h.cancelled)
             .map(|(k, h)| (*k, h.node.as_str()))
+    }
+
+    /// The nodes of consumers (and gets holding deliveries), each with whether it has some
+    /// that are not suspected and some that are (out of the core since it was unreachable).
+    pub fn consumer_nodes(&self) -> std::collections::BTreeMap<&str, (bool, bool)> {
+        let mut nodes = std::collections::BTreeMap::new();
+        for h in self.holders.values() {
+            let (active, suspected) = nodes.entry(h.node.as_str()).or_insert((false, false));
+            *active |= !h.suspected;
+            *suspected |= h.suspected;
+        }
+        nodes
     }
 
     pub fn ready_len(&self) -> usize {
@@ -688,6 +753,26 @@ fn return_all(
         }
         None => core.requeue(requeue, host),
     }
+}
+
+/// A consumer whose node is unreachable: out of the core (no deliveries) and what it held back
+/// in the queue, but still attached, to be taken on again when its node is back. A cancelled
+/// one (or a get key) is removed, as its node going down would.
+fn suspect(core: &mut State<u64, MsgRef>, limit: Option<u32>, consumer: u64, host: &mut Apply<'_>) {
+    match host.holders.get_mut(&consumer) {
+        Some(h) if !h.cancelled => h.suspected = true,
+        Some(_) => return down(core, limit, consumer, host),
+        None => return,
+    }
+    let held: Vec<(Option<u64>, Entry<MsgRef>)> = host
+        .checkouts
+        .remove(&consumer)
+        .unwrap_or_default()
+        .into_values()
+        .map(|h| (Some(consumer), h.entry))
+        .collect();
+    core.remove_consumer(consumer, host);
+    return_all(core, limit, None, held, host);
 }
 
 /// A consumer whose channel, connection or node is gone: removed, and what it held goes

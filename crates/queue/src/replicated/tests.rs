@@ -167,6 +167,45 @@ fn a_node_down_returns_only_its_consumers_deliveries() {
 }
 
 #[test]
+fn an_unreachable_nodes_consumers_give_back_what_they_hold_and_receive_again_when_it_is_back() {
+    let mut m = machine();
+    m.apply(1, attach(1, "a", 2));
+    m.apply(1, attach(2, "b", 1));
+    for i in 0..3 {
+        m.apply(2, Cmd::Enqueue(msg(i)));
+    }
+    assert_eq!((m.held_by(1), m.held_by(2)), (vec![0, 2], vec![1]));
+    let out = m.apply(3, Cmd::Unreachable { node: "a".into() });
+    assert!(
+        !out.iter().any(|o| matches!(o, Out::Detached { .. })),
+        "not a detach: it is still attached"
+    );
+    assert_eq!((m.ready_len(), m.held_by(1)), (2, vec![]));
+    assert_eq!(m.consumer_nodes().get("a"), Some(&(false, true)));
+    // b settles: the returned messages go to b only, redelivered.
+    let out = m.apply(
+        4,
+        Cmd::Settle {
+            consumer: 2,
+            seqs: vec![1],
+        },
+    );
+    assert_eq!(deliveries(&out), [(2, 0, true, 1)]);
+    // A second `Unreachable` changes nothing.
+    assert!(m.apply(5, Cmd::Unreachable { node: "a".into() }).is_empty());
+    // Back: consumer 1 receives again, within its prefetch, numbered after its earlier ones.
+    let out = m.apply(6, Cmd::Reachable { node: "a".into() });
+    assert_eq!(deliveries(&out), [(1, 2, true, 1)]);
+    assert!(
+        matches!(out.iter().find(|o| matches!(o, Out::Deliver { .. })), Some(Out::Deliver { delivery: 2, .. })),
+        "{out:?}"
+    );
+    assert_eq!(m.consumer_nodes().get("a"), Some(&(true, false)));
+    assert_eq!(m.consumer_count(), 2);
+    m.check_invariants().unwrap();
+}
+
+#[test]
 fn a_message_returned_past_the_delivery_limit_is_dead_lettered() {
     let config = MachineConfig {
         delivery_limit: Some(1),
@@ -657,6 +696,8 @@ pub(super) fn arb_cmd() -> impl Strategy<Value = Cmd> {
         1 => key.clone().prop_map(|consumer| Cmd::Cancel { consumer }),
         1 => key.prop_map(|consumer| Cmd::Down { consumer }),
         1 => node.clone().prop_map(|node| Cmd::NodeDown { node }),
+        1 => node.clone().prop_map(|node| Cmd::Unreachable { node }),
+        1 => node.clone().prop_map(|node| Cmd::Reachable { node }),
         1 => (3u64..6, node, any::<bool>()).prop_map(|(key, node, ack)| Cmd::Get { key, node, ack }),
         1 => Just(Cmd::Purge),
         1 => (prop::option::of(0u64..6)).prop_map(|max_length| Cmd::SetLimits(Limits {

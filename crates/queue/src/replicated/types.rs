@@ -90,8 +90,18 @@ pub enum Cmd {
     Down {
         consumer: u64,
     },
-    /// A node is gone: every consumer on it is down.
+    /// A node is gone (it restarted): every consumer on it is down.
     NodeDown {
+        node: String,
+    },
+    /// A node is unreachable: its consumers hold nothing more (what they held goes back, as
+    /// when they go down) and get no deliveries, but stay attached, as `rabbit_fifo`'s
+    /// suspected consumers.
+    Unreachable {
+        node: String,
+    },
+    /// The node is back: its suspected consumers receive again.
+    Reachable {
         node: String,
     },
     Purge,
