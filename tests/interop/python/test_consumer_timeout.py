@@ -205,15 +205,14 @@ def test_global_config_applies_when_lower_levels_are_zero():
         w.stop()
 
 
-@warren_only
-def test_client_without_cancel_notify_gets_the_channel_closed(amqp_url, res):
+def without_cancel_notify_the_channel_is_closed(url: str, declare_q) -> None:
     # pika announces consumer_cancel_notify unless told otherwise.
     caps = {"publisher_confirms": True, "basic.nack": True, "exchange_exchange_bindings": True,
             "connection.blocked": True, "authentication_failure_close": True}
-    c = connect(amqp_url, client_properties={"capabilities": caps})
+    c = connect(url, client_properties={"capabilities": caps})
     try:
         ch = c.channel()
-        qn = declare(ch, res)
+        qn = declare_q(ch, None)
         publish(ch, qn, b"m")
         w = Watch(c, qn, arguments={"x-consumer-timeout": 800})
         closed = []
@@ -230,6 +229,12 @@ def test_client_without_cancel_notify_gets_the_channel_closed(amqp_url, res):
 
 
 @warren_only
+def test_client_without_cancel_notify_gets_the_channel_closed(amqp_url, res):
+    without_cancel_notify_the_channel_is_closed(
+        amqp_url, lambda ch, args: declare(ch, res, arguments=args))
+
+
+@warren_only
 def test_unacked_basic_get_is_requeued(conn, res):
     ch = conn.channel()
     qn = declare(ch, res, arguments={"x-consumer-timeout": 800})
@@ -243,11 +248,13 @@ def test_unacked_basic_get_is_requeued(conn, res):
     assert depth(ch, qn) == (0, 0)
 
 
-@warren_only
-def test_lease_extension_keeps_a_slow_consumer(conn, res):
+def lease_keeps_a_slow_consumer(conn, declare_q) -> None:
+    """A consumer that extends its delivery's lease keeps it past twice its timeout, while one
+    that does not is cancelled. `declare_q(ch, arguments)` declares a queue and names it (shared
+    with test_consumer_timeout_machine.py)."""
     ch = conn.channel()
-    slow_q = declare(ch, res, arguments={"x-consumer-timeout": 1000})
-    idle_q = declare(ch, res, arguments={"x-consumer-timeout": 1000})
+    slow_q = declare_q(ch, {"x-consumer-timeout": 1000})
+    idle_q = declare_q(ch, {"x-consumer-timeout": 1000})
     publish(ch, slow_q, b"s")
     publish(ch, idle_q, b"i")
     slow, idle = Watch(conn, slow_q), Watch(conn, idle_q)
@@ -267,9 +274,13 @@ def test_lease_extension_keeps_a_slow_consumer(conn, res):
 
 
 @warren_only
-def test_lease_extension_by_body_for_every_delivery(conn, res):
+def test_lease_extension_keeps_a_slow_consumer(conn, res):
+    lease_keeps_a_slow_consumer(conn, lambda ch, args: declare(ch, res, arguments=args))
+
+
+def lease_by_body_for_every_delivery(conn, declare_q) -> None:
     ch = conn.channel()
-    qn = declare(ch, res)
+    qn = declare_q(ch, None)
     publish(ch, qn, b"1", b"2")
     w = Watch(conn, qn, arguments={"x-consumer-timeout": 800})
     w.wait_deliveries(2)
@@ -281,6 +292,11 @@ def test_lease_extension_by_body_for_every_delivery(conn, res):
     assert w.cancelled == [], "extended past its 800 ms timeout"
     w.wait_cancel(timeout=EXPIRY_WAIT)
     assert depth(ch, qn) == (2, 0)
+
+
+@warren_only
+def test_lease_extension_by_body_for_every_delivery(conn, res):
+    lease_by_body_for_every_delivery(conn, lambda ch, args: declare(ch, res, arguments=args))
 
 
 @warren_only

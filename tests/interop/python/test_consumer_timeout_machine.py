@@ -17,11 +17,12 @@ from __future__ import annotations
 import time
 
 import pika
-import pika.exceptions
 import pytest
 
-from helpers import channel_closed, connect, pump, safe_close, settle, uname
-from test_consumer_timeout import EXPIRY_WAIT, TIMEOUT_TEXT, Watch, depth, get_redelivered
+from helpers import channel_closed, safe_close, settle, uname
+from test_consumer_timeout import (Watch, depth, get_redelivered, lease_by_body_for_every_delivery,
+                                   lease_keeps_a_slow_consumer,
+                                   without_cancel_notify_the_channel_is_closed)
 from test_durability import BIN, Node
 from test_quorum_on_machine import on_machine
 
@@ -109,55 +110,12 @@ def test_a_consumer_that_acks_in_time_is_not_timed_out(conn):
 
 
 def test_a_client_without_cancel_notify_gets_the_channel_closed(node):
-    caps = {"publisher_confirms": True, "basic.nack": True, "exchange_exchange_bindings": True,
-            "connection.blocked": True, "authentication_failure_close": True}
-    c = connect(node.url, client_properties={"capabilities": caps})
-    try:
-        ch = c.channel()
-        qn = declare(ch)
-        publish(ch, qn, b"m")
-        w = Watch(c, qn, arguments={"x-consumer-timeout": 800})
-        closed = []
-        w.ch._impl.add_on_close_callback(lambda _ch, reason: closed.append(reason))
-        w.wait_deliveries(1)
-        pump(c, lambda: closed, timeout=EXPIRY_WAIT, what="channel.close from the broker")
-        assert isinstance(closed[0], pika.exceptions.ChannelClosedByBroker)
-        assert (closed[0].reply_code, closed[0].reply_text) == \
-            (406, TIMEOUT_TEXT.format(ch=w.ch.channel_number, ms=800))
-        assert w.cancelled == []
-        get_redelivered(ch, qn)
-    finally:
-        safe_close(c)
+    without_cancel_notify_the_channel_is_closed(node.url, declare)
 
 
 def test_a_lease_extension_keeps_a_slow_consumer(conn):
-    ch = conn.channel()
-    slow_q = declare(ch, {"x-consumer-timeout": 1000})
-    idle_q = declare(ch, {"x-consumer-timeout": 1000})
-    publish(ch, slow_q, b"s")
-    publish(ch, idle_q, b"i")
-    slow, idle = Watch(conn, slow_q), Watch(conn, idle_q)
-    slow.wait_deliveries(1)
-    idle.wait_deliveries(1)
-    tag = slow.deliveries[0][0].delivery_tag
-    start = time.monotonic()
-    while time.monotonic() - start < EXPIRY_WAIT and (time.monotonic() - start < 2.5 or not idle.cancelled):
-        slow.ch.basic_publish("amq.warren.lease", str(tag), b"")
-        settle(conn, 0.2)
-    assert idle.cancelled == [idle.tag], "the consumer that did not extend is cancelled"
-    assert slow.cancelled == [] and slow.ch.is_open
-    slow.ch.basic_ack(tag)
-    assert depth(slow.ch, slow_q) == (0, 1)
+    lease_keeps_a_slow_consumer(conn, declare)
 
 
 def test_a_lease_by_body_for_every_delivery(conn):
-    ch = conn.channel()
-    qn = declare(ch)
-    publish(ch, qn, b"1", b"2")
-    w = Watch(conn, qn, arguments={"x-consumer-timeout": 800})
-    w.wait_deliveries(2)
-    w.ch.basic_publish("amq.warren.lease", "*", b"3000")
-    settle(conn, 1.8)
-    assert w.cancelled == [], "extended past its 800 ms timeout"
-    w.wait_cancel(timeout=EXPIRY_WAIT)
-    assert depth(ch, qn) == (2, 0)
+    lease_by_body_for_every_delivery(conn, declare)

@@ -67,6 +67,21 @@ def publish_confirmed(node, qn: str, bodies: list[bytes], timeout: float = 30.0)
             time.sleep(0.2)
 
 
+def declare_led_by(a, nodes, qn: str) -> None:
+    """Declares quorum queue `qn` through node `a`, which leads it once every node says so."""
+    conn = pika.BlockingConnection(a.params())
+    conn.channel().queue_declare(qn, durable=True, arguments=QUORUM)
+    safe_close(conn)
+    wait_until(lambda: all(leader_of(n, qn) == a.name for n in nodes), timeout=15,
+               what="every node to name the declaring node the leader")
+
+
+def started(c: "Consumer") -> "Consumer":
+    c.start()
+    assert c.ready.wait(15) and c.error is None, c.error
+    return c
+
+
 class Consumer(threading.Thread):
     """A manual-ack consumer on its own connection: records each delivery (body, redelivered,
     time), acks at once except the first `hold` deliveries, which it acks when told; records a
@@ -116,14 +131,8 @@ class Consumer(threading.Thread):
 def test_a_consumer_on_a_follower_keeps_consuming_through_the_leaders_kill_9(machine):
     a, b, c = machine.nodes
     qn = uname("qq-failover")
-    conn = pika.BlockingConnection(a.params())
-    conn.channel().queue_declare(qn, durable=True, arguments=QUORUM)
-    safe_close(conn)
-    wait_until(lambda: all(leader_of(n, qn) == a.name for n in machine.nodes), timeout=15,
-               what="every node to name the declaring node the leader")
-    consumer = Consumer(b, qn, hold=5)
-    consumer.start()
-    assert consumer.ready.wait(15) and consumer.error is None, consumer.error
+    declare_led_by(a, machine.nodes, qn)
+    consumer = started(Consumer(b, qn, hold=5))
     first = [b"m%03d" % i for i in range(100)]
     publish_confirmed(c, qn, first)
     wait_until(lambda: len(consumer.got) >= 100, timeout=20, what="the first 100 deliveries")
@@ -175,15 +184,11 @@ def test_what_a_dead_nodes_consumer_held_goes_to_another_consumer(machine):
     conn.channel().queue_declare(qn, durable=True, arguments=QUORUM)
     safe_close(conn)
     wait_until(lambda: leader_of(a, qn) == a.name, timeout=15, what="a leader")
-    holder = Consumer(c, qn, hold=1000)
-    holder.start()
-    assert holder.ready.wait(15) and holder.error is None, holder.error
+    holder = started(Consumer(c, qn, hold=1000))
     held = [b"h%d" % i for i in range(5)]
     publish_confirmed(a, qn, held)
     wait_until(lambda: len(holder.got) == 5, timeout=15, what="the holder's five deliveries")
-    other = Consumer(b, qn)
-    other.start()
-    assert other.ready.wait(15) and other.error is None, other.error
+    other = started(Consumer(b, qn))
     c.kill9()
     try:
         # The leader finds c unreachable and, after a while, returns what c's consumer held.
@@ -204,14 +209,8 @@ def test_what_a_dead_nodes_consumer_held_goes_to_another_consumer(machine):
 def test_the_queue_times_out_a_consumer_on_another_node_across_a_failover(machine):
     a, b, c = machine.nodes
     qn = uname("qq-timeout")
-    conn = pika.BlockingConnection(a.params())
-    conn.channel().queue_declare(qn, durable=True, arguments=QUORUM)
-    safe_close(conn)
-    wait_until(lambda: all(leader_of(n, qn) == a.name for n in machine.nodes), timeout=15,
-               what="every node to name the declaring node the leader")
-    holder = Consumer(c, qn, hold=1, arguments={"x-consumer-timeout": 4000})
-    holder.start()
-    assert holder.ready.wait(15) and holder.error is None, holder.error
+    declare_led_by(a, machine.nodes, qn)
+    holder = started(Consumer(c, qn, hold=1, arguments={"x-consumer-timeout": 4000}))
     publish_confirmed(b, qn, [b"slow"])
     wait_until(lambda: len(holder.got) == 1, timeout=15, what="the holder's delivery")
     # The leader that made the delivery dies; the new one times the holder out.
@@ -239,20 +238,12 @@ def test_the_queue_times_out_a_consumer_on_another_node_across_a_failover(machin
 def test_a_consumer_on_a_node_unreachable_for_a_while_receives_again_when_it_is_back(machine):
     a, b, c = machine.nodes
     qn = uname("qq-unreachable")
-    conn = pika.BlockingConnection(a.params())
-    conn.channel().queue_declare(qn, durable=True, arguments=QUORUM)
-    safe_close(conn)
-    wait_until(lambda: all(leader_of(n, qn) == a.name for n in machine.nodes), timeout=15,
-               what="every node to name the declaring node the leader")
-    holder = Consumer(c, qn, hold=3)
-    holder.start()
-    assert holder.ready.wait(15) and holder.error is None, holder.error
+    declare_led_by(a, machine.nodes, qn)
+    holder = started(Consumer(c, qn, hold=3))
     held = [b"h%d" % i for i in range(3)]
     publish_confirmed(a, qn, held)
     wait_until(lambda: len(holder.got) == 3, timeout=15, what="the holder's three deliveries")
-    other = Consumer(b, qn)
-    other.start()
-    assert other.ready.wait(15) and other.error is None, other.error
+    other = started(Consumer(b, qn))
     c.proc.send_signal(signal.SIGSTOP)
     try:
         # Past the leader's 10 s: what c's consumer held goes to the other one, redelivered.

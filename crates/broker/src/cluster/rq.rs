@@ -144,19 +144,9 @@ impl GroupNet for ClusterNet {
                 super::remote::put_message(b, &pre, &d.msg);
             })
         };
-        match c.links.get(&addr) {
-            Some(l) => send(&l),
-            // No link now: dialed; a delivery lost on the way is sent again by the next leader
-            // (what a consumer holds), or stays held until its node is back.
-            None => {
-                let links = c.links.clone();
-                tokio::spawn(async move {
-                    if let Ok(l) = links.link(&addr).await {
-                        send(&l);
-                    }
-                });
-            }
-        }
+        // A delivery lost on the way is sent again by the next leader (what a consumer holds),
+        // or stays held until its node is back.
+        send_or_dial(&c, addr, send);
     }
 
     fn timed_out(&self, node: &str, group: u64, consumer: u64, timeout_ms: u64) {
@@ -169,19 +159,9 @@ impl GroupNet for ClusterNet {
                 b.put_u64(timeout_ms);
             })
         };
-        match c.links.get(&addr) {
-            Some(l) => send(&l),
-            // No link now: dialed. Lost on the way (the node unreachable), the consumer stays
-            // attached on its node while the machine has it down, as after a partition.
-            None => {
-                let links = c.links.clone();
-                tokio::spawn(async move {
-                    if let Ok(l) = links.link(&addr).await {
-                        send(&l);
-                    }
-                });
-            }
-        }
+        // Lost on the way (the node unreachable), the consumer stays attached on its node while
+        // the machine has it down.
+        send_or_dial(&c, addr, send);
     }
 
     fn leader_of(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<String>> {
@@ -229,6 +209,25 @@ impl ClusterNet {
             }
             None
         })
+    }
+}
+
+/// Sends a one-way frame on the link to `addr`, dialing it first when there is none.
+fn send_or_dial(
+    c: &Arc<Cluster>,
+    addr: String,
+    send: impl FnOnce(&super::link::Link) + Send + 'static,
+) {
+    match c.links.get(&addr) {
+        Some(l) => send(&l),
+        None => {
+            let links = c.links.clone();
+            tokio::spawn(async move {
+                if let Ok(l) = links.link(&addr).await {
+                    send(&l);
+                }
+            });
+        }
     }
 }
 

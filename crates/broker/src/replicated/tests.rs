@@ -326,39 +326,33 @@ async fn after_more_entries_than_a_snapshot_takes_a_restart_still_has_the_backlo
     let owner = Arc::new(Owner::default());
     let q = open(&d, FieldTable::default(), &owner);
     // Enough entries for a snapshot (every 1024), each a publish and a get with ack settled.
-    for i in 0..600 {
-        let body = format!("m{i}");
-        assert_eq!(publish_confirmed(&q, &[&body]).await, 1);
-        let mut seq = None;
-        q.clone()
-            .get(true, &mut |m, _| seq = Some(m.clone()))
-            .expect("get");
-        let m = seq.expect("a message");
-        q.settle(&mut std::iter::once((None, m)));
-    }
+    churn(&q, 600).await;
     assert_eq!(publish_confirmed(&q, &["kept-1", "kept-2"]).await, 2);
     wait(|| q.message_count() == 2 && q.unacked_count() == 0).await;
     // The queue was empty at times, so a snapshot was taken and the log before it may go.
     wait(|| d.join("group").join("snapshot.bin").exists()).await;
     q.close().await;
     drop(q);
-    let q = open(&d, FieldTable::default(), &owner);
-    wait(|| q.message_count() == 2).await;
+    assert_eq!(reopened_bodies(&d, &owner, 2).await, ["kept-1", "kept-2"]);
+}
+
+/// The queue in `d` opened again: the bodies of its `n` messages, taken by gets; then removed.
+async fn reopened_bodies(d: &std::path::Path, owner: &Arc<Owner>, n: u32) -> Vec<Bytes> {
+    let q = open(d, FieldTable::default(), owner);
+    wait(|| q.message_count() == n).await;
     let mut got = Vec::new();
     while q
         .clone()
         .get(false, &mut |m, _| got.push(m.msg.body.clone()))
         .expect("get")
     {}
-    assert_eq!(
-        got,
-        [Bytes::from_static(b"kept-1"), Bytes::from_static(b"kept-2")]
-    );
     q.close().await;
-    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(d);
+    got
 }
 
-/// `n` publishes, each taken by a get with ack and settled: about three entries each.
+/// `n` publishes, each taken by a get with ack and settled: about two entries each (a settle
+/// goes into the next entry, with the next publish).
 async fn churn(q: &Arc<ReplicatedQueue>, n: usize) {
     for i in 0..n {
         let body = format!("c{i}");
@@ -382,7 +376,8 @@ async fn a_snapshot_at_the_release_cursor_keeps_the_bodies_of_a_queue_never_empt
     let d = dir("cursor");
     let owner = Arc::new(Owner::default());
     let q = open(&d, FieldTable::default(), &owner);
-    // "head" stays while the first snapshot point passes (the machine there holds it) ...
+    // "head" stays while the first snapshot point (1,024 entries) passes (the machine there
+    // holds it) ...
     assert_eq!(publish_confirmed(&q, &["head"]).await, 1);
     // (gets take the oldest: "head" is taken and kept aside until it is settled below)
     let mut head = None;
@@ -390,7 +385,7 @@ async fn a_snapshot_at_the_release_cursor_keeps_the_bodies_of_a_queue_never_empt
         .get(true, &mut |m, _| head = Some(m.clone()))
         .expect("get");
     let head = head.expect("head");
-    churn(&q, 400).await;
+    churn(&q, 700).await;
     q.settle(&mut std::iter::once((None, head)));
     // ... then leaves; "tail-1" and "tail-2" come after that point and stay: the next
     // snapshot is the machine at the first point, and the tails' bodies stay in the log.
@@ -401,27 +396,14 @@ async fn a_snapshot_at_the_release_cursor_keeps_the_bodies_of_a_queue_never_empt
             .get(true, &mut |m, _| tails.push(m.clone()))
             .expect("get");
     }
-    churn(&q, 400).await;
+    churn(&q, 1200).await;
     wait(|| d.join("group").join("snapshot.bin").exists()).await;
     // Returned (a closed channel's), the tails are ready again.
     q.requeue(&mut tails.into_iter().map(|m| (None, m)));
     wait(|| q.message_count() == 2 && q.unacked_count() == 0).await;
     q.close().await;
     drop(q);
-    let q = open(&d, FieldTable::default(), &owner);
-    wait(|| q.message_count() == 2).await;
-    let mut got = Vec::new();
-    while q
-        .clone()
-        .get(false, &mut |m, _| got.push(m.msg.body.clone()))
-        .expect("get")
-    {}
-    assert_eq!(
-        got,
-        [Bytes::from_static(b"tail-1"), Bytes::from_static(b"tail-2")]
-    );
-    q.close().await;
-    let _ = std::fs::remove_dir_all(&d);
+    assert_eq!(reopened_bodies(&d, &owner, 2).await, ["tail-1", "tail-2"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -374,31 +374,19 @@ impl Machine {
                 down(core, *delivery_limit, consumer, &mut host!());
             }
             Cmd::NodeDown { node } => {
-                let gone: Vec<u64> = holders
-                    .iter()
-                    .filter(|(_, h)| h.node == node)
-                    .map(|(k, _)| *k)
-                    .collect();
+                let gone = on_node(holders, &node, |_| true);
                 for consumer in gone {
                     down(core, *delivery_limit, consumer, &mut host!());
                 }
             }
             Cmd::Unreachable { node } => {
-                let on: Vec<u64> = holders
-                    .iter()
-                    .filter(|(_, h)| h.node == node && !h.suspected)
-                    .map(|(k, _)| *k)
-                    .collect();
+                let on = on_node(holders, &node, |h| !h.suspected);
                 for consumer in on {
                     suspect(core, *delivery_limit, consumer, &mut host!());
                 }
             }
             Cmd::Reachable { node } => {
-                let back: Vec<u64> = holders
-                    .iter()
-                    .filter(|(_, h)| h.node == node && h.suspected)
-                    .map(|(k, _)| *k)
-                    .collect();
+                let back = on_node(holders, &node, |h| h.suspected);
                 for key in back {
                     let Some(h) = holders.get_mut(&key) else {
                         continue;
@@ -710,6 +698,19 @@ fn take(
     out
 }
 
+/// The consumers (and get keys) on `node` that `which` picks.
+fn on_node(
+    holders: &BTreeMap<u64, Holder>,
+    node: &str,
+    which: impl Fn(&Holder) -> bool,
+) -> Vec<u64> {
+    holders
+        .iter()
+        .filter(|(_, h)| h.node == node && which(h))
+        .map(|(k, _)| *k)
+        .collect()
+}
+
 /// A cancelled consumer is forgotten once it holds nothing.
 fn forget_if_done(holders: &mut BTreeMap<u64, Holder>, checkouts: &Checkouts, consumer: u64) {
     if holders.get(&consumer).is_some_and(|h| h.cancelled) && !checkouts.contains_key(&consumer) {
@@ -755,6 +756,16 @@ fn return_all(
     }
 }
 
+/// Everything `consumer` holds, taken out of its checkouts.
+fn take_all(checkouts: &mut Checkouts, consumer: u64) -> Vec<(Option<u64>, Entry<MsgRef>)> {
+    checkouts
+        .remove(&consumer)
+        .unwrap_or_default()
+        .into_values()
+        .map(|h| (Some(consumer), h.entry))
+        .collect()
+}
+
 /// A consumer whose node is unreachable: out of the core (no deliveries) and what it held back
 /// in the queue, but still attached, to be taken on again when its node is back. A cancelled
 /// one (or a get key) is removed, as its node going down would.
@@ -764,13 +775,7 @@ fn suspect(core: &mut State<u64, MsgRef>, limit: Option<u32>, consumer: u64, hos
         Some(_) => return down(core, limit, consumer, host),
         None => return,
     }
-    let held: Vec<(Option<u64>, Entry<MsgRef>)> = host
-        .checkouts
-        .remove(&consumer)
-        .unwrap_or_default()
-        .into_values()
-        .map(|h| (Some(consumer), h.entry))
-        .collect();
+    let held = take_all(host.checkouts, consumer);
     core.remove_consumer(consumer, host);
     return_all(core, limit, None, held, host);
 }
@@ -781,13 +786,7 @@ fn down(core: &mut State<u64, MsgRef>, limit: Option<u32>, consumer: u64, host: 
     let Some(h) = host.holders.remove(&consumer) else {
         return;
     };
-    let held: Vec<(Option<u64>, Entry<MsgRef>)> = host
-        .checkouts
-        .remove(&consumer)
-        .unwrap_or_default()
-        .into_values()
-        .map(|h| (Some(consumer), h.entry))
-        .collect();
+    let held = take_all(host.checkouts, consumer);
     if !h.cancelled {
         let (_, auto_delete_now) = core.remove_consumer(consumer, host);
         host.out.push(Out::Detached { auto_delete_now });

@@ -197,7 +197,10 @@ fn an_unreachable_nodes_consumers_give_back_what_they_hold_and_receive_again_whe
     let out = m.apply(6, Cmd::Reachable { node: "a".into() });
     assert_eq!(deliveries(&out), [(1, 2, true, 1)]);
     assert!(
-        matches!(out.iter().find(|o| matches!(o, Out::Deliver { .. })), Some(Out::Deliver { delivery: 2, .. })),
+        matches!(
+            out.iter().find(|o| matches!(o, Out::Deliver { .. })),
+            Some(Out::Deliver { delivery: 2, .. })
+        ),
         "{out:?}"
     );
     assert_eq!(m.consumer_nodes().get("a"), Some(&(true, false)));
@@ -263,19 +266,7 @@ fn time_is_the_entries_not_a_clock() {
 
 #[test]
 fn a_delivery_held_past_the_consumer_timeout_times_the_consumer_out() {
-    let mut m = machine();
-    m.apply(
-        0,
-        Cmd::Attach(Attach {
-            key: 1,
-            node: "a".into(),
-            priority: 0,
-            prefetch: 0,
-            no_ack: false,
-            exclusive: false,
-            timeout_ms: Some(100),
-        }),
-    );
+    let mut m = timing_out(0);
     m.apply(0, attach(2, "b", 0));
     m.apply(10, Cmd::Enqueue(msg(1)));
     m.apply(50, Cmd::Enqueue(msg(2)));
@@ -299,8 +290,9 @@ fn a_delivery_held_past_the_consumer_timeout_times_the_consumer_out() {
     m.check_invariants().unwrap();
 }
 
-#[test]
-fn a_lease_moves_a_held_deliverys_timeout_later_never_sooner() {
+/// A machine with consumer 1 on node a, timing out after 100 ms, holding `n` messages
+/// delivered at 0.
+fn timing_out(n: u64) -> Machine {
     let mut m = machine();
     m.apply(
         0,
@@ -314,55 +306,36 @@ fn a_lease_moves_a_held_deliverys_timeout_later_never_sooner() {
             timeout_ms: Some(100),
         }),
     );
-    m.apply(0, Cmd::Enqueue(msg(1)));
-    m.apply(0, Cmd::Enqueue(msg(2)));
-    // At 80, seq 0 is to time out 300 from now; seq 1 is not named.
-    m.apply(
-        80,
-        Cmd::Lease {
-            consumer: 1,
-            seqs: vec![0],
-            extend_ms: Some(300),
-        },
-    );
-    // A shorter lease later does not bring it back.
-    m.apply(
-        90,
-        Cmd::Lease {
-            consumer: 1,
-            seqs: vec![0],
-            extend_ms: Some(10),
-        },
-    );
+    for i in 0..n {
+        m.apply(0, Cmd::Enqueue(msg(i + 1)));
+    }
+    m
+}
+
+fn lease(seq: u64, extend_ms: u64) -> Cmd {
+    Cmd::Lease {
+        consumer: 1,
+        seqs: vec![seq],
+        extend_ms: Some(extend_ms),
+    }
+}
+
+#[test]
+fn a_lease_moves_a_held_deliverys_timeout_later_never_sooner() {
+    let mut m = timing_out(2);
+    // At 80, seq 0 is to time out 300 from now; seq 1 is not named. A shorter lease later does
+    // not bring it back.
+    m.apply(80, lease(0, 300));
+    m.apply(90, lease(0, 10));
     assert_eq!(m.next_due(), Some(100), "seq 1 still times out at 100");
     let out = m.apply(100, Cmd::Tick);
     assert!(
         matches!(out.first(), Some(Out::TimedOut { consumer: 1, .. })),
         "seq 1 was not extended: {out:?}"
     );
-    // With only seq 0 extended, the consumer keeps it until 380.
-    let mut m = machine();
-    m.apply(
-        0,
-        Cmd::Attach(Attach {
-            key: 1,
-            node: "a".into(),
-            priority: 0,
-            prefetch: 0,
-            no_ack: false,
-            exclusive: false,
-            timeout_ms: Some(100),
-        }),
-    );
-    m.apply(0, Cmd::Enqueue(msg(1)));
-    m.apply(
-        80,
-        Cmd::Lease {
-            consumer: 1,
-            seqs: vec![0],
-            extend_ms: Some(300),
-        },
-    );
+    // With only seq 0 held and extended, the consumer keeps it until 380.
+    let mut m = timing_out(1);
+    m.apply(80, lease(0, 300));
     assert!(m.apply(379, Cmd::Tick).is_empty());
     assert!(matches!(
         m.apply(380, Cmd::Tick).first(),
