@@ -98,6 +98,8 @@ pub struct ReplicatedQueue {
     consumers: Mutex<HashMap<u64, Local>>,
     /// Held while this node sends deliveries as leader (`act`, `take_over`): see `take_over`.
     send_order: Mutex<()>,
+    /// This run's `Cmd::NodeDown` for this node is applied (`propose::announce_restart`).
+    restart_announced: AtomicBool,
     /// As the leader: the order of the entries other members send (`forward.rs`).
     order: forward::Order,
     /// Kept dead letters (at-least-once) on their way to their targets, by log place.
@@ -226,6 +228,7 @@ impl ReplicatedQueue {
             consumers: Mutex::new(HashMap::new()),
             send_order: Mutex::new(()),
             order: forward::Order::default(),
+            restart_announced: AtomicBool::new(false),
             dead_sending: Mutex::new(std::collections::HashSet::new()),
             pending: Mutex::new(Pending::default()),
             wake: tokio::sync::Notify::new(),
@@ -239,9 +242,8 @@ impl ReplicatedQueue {
             me_ref: me_ref.clone(),
         });
         let _ = q.sm.queue.set(Arc::downgrade(&q));
-        // Consumers this node had attached before it restarted are gone: what they held goes
-        // back before anything else this run proposes.
-        q.push_cmd(Cmd::NodeDown { node: q.me.clone() }, None);
+        // Consumers this node had attached before it restarted are gone: the proposing loop
+        // says so before anything else (`propose::announce_restart`).
         tokio::spawn(q.clone().run());
         q
     }

@@ -28,6 +28,8 @@ const PRESSURE_BYTES: usize = 16 << 20;
 const TICK_CHECK: Duration = Duration::from_millis(100);
 /// Kept dead letters that could not be routed are sent again every this many checks (1 s).
 const DEAD_LETTER_RETRY: u32 = 10;
+/// After an entry that failed, how long the next ones wait.
+const FAILED_PAUSE: Duration = Duration::from_millis(100);
 /// A consumers' node unreachable this long is down (see `down_unreachable`).
 const NODE_DOWN_AFTER: Duration = Duration::from_secs(10);
 
@@ -68,6 +70,11 @@ fn settles(cmd: &Cmd) -> bool {
         Cmd::Settle { .. } | Cmd::Return { .. } | Cmd::Discard { .. } | Cmd::Lease { .. }
     )
 }
+
+/// An entry's answer to come: the apply's reply.
+type Fut = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Vec<u8>, warren_cluster::ProposeError>> + Send>,
+>;
 
 /// An entry in flight: its operations' waiters, in order.
 struct Proposed {
@@ -153,12 +160,6 @@ impl ReplicatedQueue {
         via: super::Via,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
-        type Fut = std::pin::Pin<
-            Box<
-                dyn std::future::Future<Output = Result<Vec<u8>, warren_cluster::ProposeError>>
-                    + Send,
-            >,
-        >;
         let mut in_flight: VecDeque<(Fut, Proposed)> = VecDeque::new();
         let mut tick = tokio::time::interval(TICK_CHECK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -168,46 +169,32 @@ impl ReplicatedQueue {
         // Consumers' nodes found unreachable, and since when.
         let mut unreachable: std::collections::HashMap<String, std::time::Instant> =
             Default::default();
+        if !self.announce_restart(&via, &mut stream, &mut stop).await {
+            return;
+        }
+        // After an entry that failed, the next ones wait a little: a leader that just died
+        // refuses at once, and what failed is proposed again.
+        let mut pause_until = tokio::time::Instant::now();
         loop {
-            while in_flight.len() < PIPELINE {
+            while in_flight.len() < PIPELINE && tokio::time::Instant::now() >= pause_until {
                 let Some((cmd, proposed)) = self.take_entry() else {
                     break;
                 };
-                // Not the leader: to the leader directly when this node knows it, answered
-                // once it applied the entry (this member's own apply may come later: a confirm
-                // needs the commit, not this copy).
-                let leader = self.leader().filter(|l| *l != self.me);
-                let fut: Fut = match (&via, leader) {
-                    (super::Via::Member(meta), leader) => match meta.submit(cmd).await {
-                        Ok(f) => Box::pin(f),
-                        Err(cmd) => match leader {
-                            Some(l) => self.propose_at(&l, &mut stream, cmd),
-                            None => {
-                                let m = meta.clone();
-                                Box::pin(async move { m.propose_at_leader(cmd).await })
-                            }
-                        },
-                    },
-                    (super::Via::Forward, Some(l)) => self.propose_at(&l, &mut stream, cmd),
-                    (super::Via::Forward, None) => {
-                        let (net, group, members) = (self.net.clone(), self.group, self.members());
-                        Box::pin(async move {
-                            net.forward(group, members, cmd)
-                                .await
-                                .map_err(warren_cluster::ProposeError::Unavailable)
-                        })
-                    }
-                };
+                let fut = self.send(&via, &mut stream, cmd).await;
                 in_flight.push_back((fut, proposed));
             }
             let room = in_flight.len() < PIPELINE;
             tokio::select! {
                 r = async { in_flight.front_mut().expect("checked").0.as_mut().await }, if !in_flight.is_empty() => {
+                    if r.is_err() {
+                        pause_until = tokio::time::Instant::now() + FAILED_PAUSE;
+                    }
                     if let Some((_, p)) = in_flight.pop_front() {
                         self.finish(p, r);
                     }
                 }
                 _ = self.wake.notified(), if room => {}
+                _ = tokio::time::sleep_until(pause_until), if room && tokio::time::Instant::now() < pause_until => {}
                 _ = tick.tick() => {
                     self.tick_if_due();
                     // Kept dead letters not on their way: at once on taking over, then each
@@ -233,15 +220,74 @@ impl ReplicatedQueue {
         }
     }
 
+    /// Once per run of this node, before anything else it proposes: the consumers it had
+    /// attached before it restarted are gone (`Cmd::NodeDown`), what they held goes back.
+    /// Alone and waited for, so that it is never applied after an attach of this run (an
+    /// entry in flight that fails is proposed again, after later ones that did not). False
+    /// when stopped first.
+    async fn announce_restart(
+        &self,
+        via: &super::Via,
+        stream: &mut super::forward::Stream,
+        stop: &mut tokio::sync::watch::Receiver<bool>,
+    ) -> bool {
+        while !self.restart_announced.load(Ordering::Acquire) {
+            let mut b = Builder::new(crate::clock::unix_ms());
+            b.cmd(&Cmd::NodeDown {
+                node: self.me.clone(),
+            });
+            let fut = self.send(via, stream, b.finish()).await;
+            let applied = tokio::select! {
+                r = fut => r.is_ok(),
+                _ = stop.wait_for(|s| *s) => return false,
+            };
+            if applied {
+                self.restart_announced.store(true, Ordering::Release);
+            } else {
+                tokio::time::sleep(FAILED_PAUSE).await;
+            }
+        }
+        true
+    }
+
+    /// Submits an entry: on the leader, to its group; elsewhere to the leader directly when
+    /// this node knows it and reaches it, answered once it applied the entry (this member's
+    /// own apply may come later: a confirm needs the commit, not this copy); else through
+    /// Raft's forwarding or a member.
+    async fn send(&self, via: &super::Via, stream: &mut super::forward::Stream, cmd: Vec<u8>) -> Fut {
+        let leader = self
+            .leader()
+            .filter(|l| *l != self.me && self.net.node_up(l));
+        match (via, leader) {
+            (super::Via::Member(meta), leader) => match meta.submit(cmd).await {
+                Ok(f) => Box::pin(f),
+                Err(cmd) => match leader {
+                    Some(l) => self.propose_at(&l, stream, cmd),
+                    None => {
+                        let m = meta.clone();
+                        Box::pin(async move { m.propose_at_leader(cmd).await })
+                    }
+                },
+            },
+            (super::Via::Forward, Some(l)) => self.propose_at(&l, stream, cmd),
+            (super::Via::Forward, None) => {
+                let (net, group, members) = (self.net.clone(), self.group, self.members());
+                Box::pin(async move {
+                    net.forward(group, members, cmd)
+                        .await
+                        .map_err(warren_cluster::ProposeError::Unavailable)
+                })
+            }
+        }
+    }
+
     /// Sends `entry` to `leader`, the next number of `stream`.
     fn propose_at(
         &self,
         leader: &str,
         stream: &mut super::forward::Stream,
         entry: Vec<u8>,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Vec<u8>, warren_cluster::ProposeError>> + Send>,
-    > {
+    ) -> Fut {
         let seq = stream.take();
         let f = self
             .net
