@@ -10,6 +10,8 @@ SEEDS="${SEEDS:-10000}"
 FROM="${FROM:-1}"
 JOBS="${JOBS:-$(nproc)}"
 cargo build --release -q -p warren-sim --manifest-path "$ROOT/Cargo.toml"
+# The build's commit (a working tree with changes is marked so).
+COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- crates || echo +changes)"
 BIN="$ROOT/target/release/warren-sim"
 OUT="${OUT:-$(mktemp -d /tmp/warren-sim-campaign.XXXX)}"
 mkdir -p "$OUT"
@@ -31,5 +33,5 @@ failed=$(cat "$OUT"/job*.txt | grep -c '^FAIL' || true)
 confirmed=$(cat "$OUT"/job*.txt | grep -oE '[0-9]+ confirmed messages' | awk '{s += $1} END {print s + 0}')
 crashes=$(cat "$OUT"/job*.txt | grep -oE '[0-9]+ crashes' | awk '{s += $1} END {print s + 0}')
 partitions=$(cat "$OUT"/job*.txt | grep -oE '[0-9]+ partitions' | awk '{s += $1} END {print s + 0}')
-echo "seeds $FROM..$((FROM + SEEDS - 1)) x members 3,5: $runs runs, $failed failed; $confirmed confirmed messages, $crashes crashes (torn tails), $partitions partitions; $(( $(date +%s) - start )) s on $JOBS jobs (commit $(git -C "$ROOT" rev-parse --short HEAD))"
+echo "seeds $FROM..$((FROM + SEEDS - 1)) x members 3,5: $runs runs, $failed failed; $confirmed confirmed messages, $crashes crashes (torn tails), $partitions partitions; $(( $(date +%s) - start )) s on $JOBS jobs (built at $COMMIT)"
 exit $rc
