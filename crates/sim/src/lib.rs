@@ -106,7 +106,9 @@ fn tear(dir: &Path, rng: &mut StdRng) {
     }
 }
 
-/// Runs one seed.
+/// Runs one seed. A seed replays exactly in a fresh process; after other runs in the same
+/// process it may not (some state below the simulation is process-wide), though every run
+/// checks the same.
 pub fn run(opts: &Options) -> Report {
     warren_cluster::runtime::seed_rng(opts.seed);
     let root = base_dir().join(format!(

@@ -254,7 +254,12 @@ impl ReplicatedQueue {
     /// this node knows it and reaches it, answered once it applied the entry (this member's
     /// own apply may come later: a confirm needs the commit, not this copy); else through
     /// Raft's forwarding or a member.
-    async fn send(&self, via: &super::Via, stream: &mut super::forward::Stream, cmd: Vec<u8>) -> Fut {
+    async fn send(
+        &self,
+        via: &super::Via,
+        stream: &mut super::forward::Stream,
+        cmd: Vec<u8>,
+    ) -> Fut {
         let leader = self
             .leader()
             .filter(|l| *l != self.me && self.net.node_up(l));
@@ -282,12 +287,7 @@ impl ReplicatedQueue {
     }
 
     /// Sends `entry` to `leader`, the next number of `stream`.
-    fn propose_at(
-        &self,
-        leader: &str,
-        stream: &mut super::forward::Stream,
-        entry: Vec<u8>,
-    ) -> Fut {
+    fn propose_at(&self, leader: &str, stream: &mut super::forward::Stream, entry: Vec<u8>) -> Fut {
         let seq = stream.take();
         let f = self
             .net
