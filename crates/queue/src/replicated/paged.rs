@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::MsgRef;
+use super::types::MsgRef;
 use crate::Entry;
 
 /// Ready messages a single-lane machine keeps in full before it pages the rest out.
