@@ -108,13 +108,18 @@ def test_consumer_argument_cancels_requeues_and_channel_stays_usable(conn, res, 
     st, consumers = api.call("GET", "/api/consumers/%2F")
     mine = [c for c in consumers if c["consumer_tag"] == w.tag]
     assert st == 200 and mine[0]["arguments"] == {"x-consumer-timeout": 1000}
+    cancelled_with_both_back_and_late_settles_ignored(ch, w, qn)
+
+
+def cancelled_with_both_back_and_late_settles_ignored(ch, w: Watch, qn: str) -> None:
+    """`w` held "a" and "b" of `qn` past its timeout: it is cancelled, the channel stays open,
+    both went back flagged redelivered, and late settles of the taken-back tags are ignored
+    (RabbitMQ 4.3), not a 406 (shared with test_consumer_timeout_machine.py)."""
     w.wait_cancel()
     assert w.ch.is_open and w.tag not in w.ch.consumer_tags
-    # Both unacked deliveries went back, flagged redelivered; the consumer is gone.
     assert depth(ch, qn) == (2, 0)
     m, body = get_redelivered(w.ch, qn)
     assert body == b"a" and m.delivery_tag == 3
-    # Late acks of the reclaimed tags are ignored (RabbitMQ 4.3), not a 406.
     w.ch.basic_ack(1)
     w.ch.basic_nack(2, requeue=True)
     w.ch.basic_ack(3)

@@ -19,8 +19,9 @@ import time
 import pika
 import pytest
 
-from helpers import channel_closed, safe_close, settle, uname
-from test_consumer_timeout import (Watch, depth, get_redelivered, lease_by_body_for_every_delivery,
+from helpers import safe_close, settle, uname
+from test_consumer_timeout import (Watch, cancelled_with_both_back_and_late_settles_ignored, depth,
+                                   lease_by_body_for_every_delivery,
                                    lease_keeps_a_slow_consumer,
                                    without_cancel_notify_the_channel_is_closed)
 from test_durability import BIN, Node
@@ -63,19 +64,7 @@ def test_the_queue_times_a_consumer_out_returns_what_it_held_and_the_channel_sta
     publish(ch, qn, b"a", b"b")
     w = Watch(conn, qn, arguments={"x-consumer-timeout": 1000})
     w.wait_deliveries(2)
-    w.wait_cancel()
-    assert w.ch.is_open and w.tag not in w.ch.consumer_tags
-    assert depth(ch, qn) == (2, 0)
-    m, body = get_redelivered(w.ch, qn)
-    assert body == b"a" and m.delivery_tag == 3
-    # Late settles of what the queue took back are ignored, not a 406.
-    w.ch.basic_ack(1)
-    w.ch.basic_nack(2, requeue=True)
-    w.ch.basic_ack(3)
-    assert depth(w.ch, qn) == (1, 0), "the channel stays open and the late settles changed nothing"
-    with channel_closed(406, "PRECONDITION_FAILED - unknown delivery tag 99"):
-        w.ch.basic_ack(99)
-        w.ch.queue_declare(qn, passive=True)
+    cancelled_with_both_back_and_late_settles_ignored(ch, w, qn)
 
 
 def test_the_queue_argument_applies_and_the_message_counts_the_return(conn):
