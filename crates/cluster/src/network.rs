@@ -164,7 +164,7 @@ impl RaftNetwork<TypeConfig> for Conn {
         let rpc = Rpc::Snapshot {
             vote,
             meta: snapshot.meta,
-            data: Blob(snapshot.snapshot.into_inner()),
+            data: Blob(snapshot.snapshot.into_inner().into()),
         };
         let res = tokio::select! {
             closed = cancel => return Err(StreamingError::Closed(closed)),

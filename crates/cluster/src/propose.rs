@@ -45,14 +45,14 @@ impl Meta {
         deadline: Instant,
     ) -> Result<(Vec<u8>, u64), ProposeError> {
         let reply = self
-            .route(&Rpc::Propose(Blob(command)), None, deadline)
+            .route(&Rpc::Propose(Blob(command.into())), None, deadline)
             .await
             .map_err(|e| match e {
                 MetaError::Unavailable(m) => ProposeError::Unavailable(m),
                 e => ProposeError::Fatal(e.to_string()),
             })?;
         match reply {
-            Reply::Proposed { reply, index } => Ok((reply.0, index)),
+            Reply::Proposed { reply, index } => Ok((reply.0.into(), index)),
             _ => Err(ProposeError::Fatal("unexpected reply to a proposal".into())),
         }
     }
@@ -64,8 +64,10 @@ impl Meta {
     /// [`Meta::propose`]).
     pub async fn submit(
         &self,
-        command: Vec<u8>,
-    ) -> Result<impl std::future::Future<Output = Result<Vec<u8>, ProposeError>>, Vec<u8>> {
+        command: impl Into<bytes::Bytes>,
+    ) -> Result<impl std::future::Future<Output = Result<Vec<u8>, ProposeError>>, bytes::Bytes>
+    {
+        let command = command.into();
         if !matches!(self.leader_target(), Some(Target::Local)) {
             return Err(command);
         }
@@ -74,7 +76,7 @@ impl Meta {
         Ok(async move {
             let rx = rx.map_err(|e| ProposeError::Unavailable(e.to_string()))?;
             match tokio::time::timeout(t, rx).await {
-                Ok(Ok(Ok(resp))) => Ok(resp.data.0),
+                Ok(Ok(Ok(resp))) => Ok(resp.data.0.into()),
                 Ok(Ok(Err(e))) => Err(ProposeError::Unavailable(e.to_string())),
                 Ok(Err(_)) => Err(ProposeError::Unavailable("the leader stopped".into())),
                 Err(_) => Err(ProposeError::Unavailable(format!(

@@ -163,9 +163,10 @@ impl Meta {
     }
 
     /// The receiving side of [`Transport::call`](crate::Transport::call).
-    pub async fn handle_rpc(&self, request: &[u8]) -> Vec<u8> {
+    /// Entries in `request` are handed on as slices of it, not copies.
+    pub async fn handle_rpc(&self, request: bytes::Bytes) -> Vec<u8> {
         let raft = &self.inner.raft;
-        let reply = match wire::decode::<Rpc>(request) {
+        let reply = match wire::decode_shared::<Rpc>(&request) {
             Err(e) => Reply::Error(format!("undecodable request: {e}")),
             Ok(Rpc::Vote(req)) => match raft.vote(req).await {
                 Ok(r) => Reply::Vote(r),
@@ -178,7 +179,7 @@ impl Meta {
             Ok(Rpc::Snapshot { vote, meta, data }) => {
                 let snapshot = Snapshot {
                     meta,
-                    snapshot: Box::new(Cursor::new(data.0)),
+                    snapshot: Box::new(Cursor::new(data.0.to_vec())),
                 };
                 match raft.install_full_snapshot(vote, snapshot).await {
                     Ok(r) => Reply::Snapshot(r),

@@ -234,7 +234,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
                 }
             };
             lock(&self.shared.state).last_applied = Some(e.log_id);
-            replies.push(Blob(reply));
+            replies.push(Blob(reply.into()));
         }
         Ok(replies)
     }

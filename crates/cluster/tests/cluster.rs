@@ -54,7 +54,7 @@ impl Transport for MemTransport {
                 net.nodes.lock().unwrap().get(&to).cloned()
             };
             match target {
-                Some(meta) => Ok(meta.handle_rpc(&request).await),
+                Some(meta) => Ok(meta.handle_rpc(request.into()).await),
                 None => Err(TransportError::Unreachable(to, "not running".into())),
             }
         })

@@ -188,7 +188,7 @@ pub async fn run(
 async fn serve(mut s: TcpStream, meta: Meta, sm: Arc<SimSm>) -> std::io::Result<()> {
     let (kind, payload) = net::read_request(&mut s).await?;
     let reply = match kind {
-        net::RAFT => meta.handle_rpc(&payload).await,
+        net::RAFT => meta.handle_rpc(payload.into()).await,
         net::PROPOSE => match meta.propose_at_leader(payload).await {
             Ok(r) => [vec![1], r].concat(),
             Err(_) => vec![0],

@@ -29,7 +29,7 @@ impl Handler for LinkHandler {
                 SERVICE_RAFT => {
                     let m = c.meta.read().clone();
                     match m {
-                        Some(m) => Ok(Bytes::from(m.handle_rpc(&body).await)),
+                        Some(m) => Ok(Bytes::from(m.handle_rpc(body).await)),
                         None => Err("not ready".into()),
                     }
                 }
@@ -51,7 +51,7 @@ impl Handler for LinkHandler {
                         let leader = quorum::QuorumQueue::raft_leader(&m).unwrap_or_default();
                         return Ok(Bytes::from(leader));
                     }
-                    Ok(Bytes::from(m.handle_rpc(&body[8..]).await))
+                    Ok(Bytes::from(m.handle_rpc(body.slice(8..)).await))
                 }
                 SERVICE_APPLIED => {
                     let m = c.meta.read().clone().ok_or("not ready")?;

@@ -150,20 +150,17 @@ impl warren_cluster::Transport for LinkTransport {
         let links = self.links.clone();
         let addr = to.addr.clone();
         let service = self.service;
-        let body = match self.group {
-            Some(g) => {
-                let mut b = Vec::with_capacity(8 + request.len());
-                b.extend_from_slice(&g.to_be_bytes());
-                b.extend_from_slice(&request);
-                b
-            }
-            None => request,
-        };
+        // A queue group's requests are headed by the group's number.
+        let head = self.group.map(u64::to_be_bytes);
         Box::pin(async move {
+            let head: &[u8] = match &head {
+                Some(h) => h,
+                None => &[],
+            };
             links
                 // Below the propose deadline, so a forward to a leader that stopped answering
                 // leaves time to retry with the next one.
-                .call(&addr, service, &body, Duration::from_secs(3))
+                .call_headed(&addr, service, head, &request, Duration::from_secs(3))
                 .await
                 .map(|b| b.to_vec())
                 .map_err(|e| match e {

@@ -273,7 +273,8 @@ pub async fn serve_propose_at(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes
     let q = c
         .rqueue(group)
         .ok_or_else(|| format!("no queue group {group:016x} here"))?;
-    q.submit_in_order(&meta, stream, seq, body.to_vec())
+    // The entry as it came, not copied (Raft's log and its followers share it).
+    q.submit_in_order(&meta, stream, seq, body)
         .await
         .map(Bytes::from)
 }

@@ -61,7 +61,7 @@ impl ReplicatedQueue {
         meta: &warren_cluster::Meta,
         stream: u64,
         seq: u64,
-        entry: Vec<u8>,
+        entry: bytes::Bytes,
     ) -> Result<Vec<u8>, String> {
         let mut turn = {
             let mut streams = self.order.streams.lock();

@@ -266,9 +266,10 @@ impl ReplicatedQueue {
         match (via, leader) {
             (super::Via::Member(meta), leader) => match meta.submit(cmd).await {
                 Ok(f) => Box::pin(f),
-                Err(cmd) => match leader {
-                    Some(l) => self.propose_at(&l, stream, cmd),
-                    None => {
+                // Back as it went (not copied: the only reference).
+                Err(cmd) => match (leader, Vec::from(cmd)) {
+                    (Some(l), cmd) => self.propose_at(&l, stream, cmd),
+                    (None, cmd) => {
                         let m = meta.clone();
                         Box::pin(async move { m.propose_at_leader(cmd).await })
                     }

@@ -134,7 +134,11 @@ pub struct LogReader {
 impl LogReader {
     /// Entries from `from` on, about `max_bytes` of them (at least one if there is any): each
     /// index with its command (`None` for Raft's own entries).
-    pub fn read(&self, from: u64, max_bytes: usize) -> io::Result<Vec<(u64, Option<Vec<u8>>)>> {
+    pub fn read(
+        &self,
+        from: u64,
+        max_bytes: usize,
+    ) -> io::Result<Vec<(u64, Option<bytes::Bytes>)>> {
         let entries = self.store.read_range(from, u64::MAX, max_bytes)?;
         Ok(entries
             .into_iter()
@@ -179,7 +183,7 @@ mod testutil {
     pub(super) fn entry(index: u64, text: &str) -> Entry<TypeConfig> {
         Entry {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-            payload: EntryPayload::Normal(Blob(text.as_bytes().to_vec())),
+            payload: EntryPayload::Normal(Blob(bytes::Bytes::copy_from_slice(text.as_bytes()))),
         }
     }
 

@@ -233,7 +233,7 @@ mod tests {
         let mut s = LogStore::open_with(&d, 2048).expect("reopen");
         assert_eq!(indexes(&mut s).await, (70..110).collect::<Vec<_>>());
         let got = s.try_get_log_entries(100..102).await.expect("read");
-        assert!(matches!(&got[1].payload, EntryPayload::Normal(b) if b.0 == b"z"));
+        assert!(matches!(&got[1].payload, EntryPayload::Normal(b) if b.0[..] == b"z"[..]));
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -149,6 +149,18 @@ impl Link {
         body: &[u8],
         timeout: Duration,
     ) -> Result<Bytes, LinkError> {
+        self.call_headed(service, &[], body, timeout).await
+    }
+
+    /// As [`call`](Self::call), the request being `head` then `body` (written into the frame
+    /// as they are, not joined first: a Raft request carrying message bodies is copied once).
+    pub async fn call_headed(
+        &self,
+        service: u8,
+        head: &[u8],
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Bytes, LinkError> {
         if self.is_closed() {
             return Err(LinkError::Unreachable(
                 self.peer_addr.clone(),
@@ -161,6 +173,7 @@ impl Link {
         self.send(KIND_REQUEST, |b| {
             b.put_u64(id);
             b.put_u8(service);
+            b.put_slice(head);
             b.put_slice(body);
         });
         // A link that closed between the check and the insert fails nobody's request: recheck.
@@ -310,10 +323,22 @@ impl Links {
         body: &[u8],
         timeout: Duration,
     ) -> Result<Bytes, LinkError> {
+        self.call_headed(addr, service, &[], body, timeout).await
+    }
+
+    /// As [`call`](Self::call), the request being `head` then `body` ([`Link::call_headed`]).
+    pub async fn call_headed(
+        self: &Arc<Self>,
+        addr: &str,
+        service: u8,
+        head: &[u8],
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Bytes, LinkError> {
         let l = tokio::time::timeout(timeout, self.link(addr))
             .await
             .map_err(|_| LinkError::Timeout(addr.to_string()))??;
-        l.call(service, body, timeout).await
+        l.call_headed(service, head, body, timeout).await
     }
 
     /// Accepts links until the listener fails.

@@ -36,7 +36,7 @@ impl QuorumQueue {
                     // Not the leader (any more): through whoever leads, one at a time.
                     Err(cmd) => {
                         let m = meta.clone();
-                        Box::pin(async move { m.propose(cmd).await })
+                        Box::pin(async move { m.propose(Vec::from(cmd)).await })
                     }
                 };
                 in_flight.push_back((fut, batch));
