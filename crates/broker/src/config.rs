@@ -41,10 +41,11 @@ pub struct Config {
     /// consumer out, unless the consumer or its queue sets its own (docs/consumer-timeout.md).
     /// 0 disables it.
     pub consumer_timeout: u64,
-    /// A quorum queue declared on a node outside a cluster runs as a Raft group of one member
-    /// applying the replicated queue machine (`replicated/`, docs/design/replicated-queues.md),
-    /// rather than as a classic queue. Off by default while that work is under way: with it,
-    /// at-least-once dead-lettering is at-most-once and `x-expires` does not apply.
+    /// Quorum queues declared from now on run on the replicated queue machine (`replicated/`,
+    /// docs/design/replicated-queues.md): in a cluster, and on a node outside one as a Raft
+    /// group of one member. On by default; `false` declares them in the earlier form (a
+    /// `Replica` beside a leader's classic queue; a classic queue on a single node), which
+    /// queues declared before this release keep either way.
     pub quorum_queues_on_machine: bool,
 }
 
@@ -280,7 +281,7 @@ impl Default for Config {
             node_name: full_node_name("warren"),
             cluster: None,
             consumer_timeout: limits::CONSUMER_TIMEOUT_MS,
-            quorum_queues_on_machine: false,
+            quorum_queues_on_machine: true,
         }
     }
 }

@@ -67,10 +67,11 @@ def publish_confirmed(node, qn: str, bodies: list[bytes], timeout: float = 30.0)
             time.sleep(0.2)
 
 
-def declare_led_by(a, nodes, qn: str) -> None:
-    """Declares quorum queue `qn` through node `a`, which leads it once every node says so."""
+def declare_led_by(a, nodes, qn: str, arguments: dict | None = QUORUM) -> None:
+    """Declares quorum queue `qn` (or, with `arguments=None`, a classic one a policy mirrors)
+    through node `a`, which leads it once every node says so."""
     conn = pika.BlockingConnection(a.params())
-    conn.channel().queue_declare(qn, durable=True, arguments=QUORUM)
+    conn.channel().queue_declare(qn, durable=True, arguments=arguments)
     safe_close(conn)
     wait_until(lambda: all(leader_of(n, qn) == a.name for n in nodes), timeout=15,
                what="every node to name the declaring node the leader")
@@ -91,6 +92,7 @@ class Consumer(threading.Thread):
         super().__init__(daemon=True)
         self.node, self.qn, self.hold, self.arguments = node, qn, hold, arguments
         self.got: list[tuple[bytes, bool, float]] = []
+        self.counts: list[int | None] = []  # each delivery's x-delivery-count header
         self.held: list[int] = []
         self.cancelled = False
         self.ack_held = threading.Event()
@@ -107,6 +109,7 @@ class Consumer(threading.Thread):
 
             def on_message(chan, method, props, body):
                 self.got.append((body, method.redelivered, time.monotonic()))
+                self.counts.append((props.headers or {}).get("x-delivery-count"))
                 if len(self.held) < self.hold and not method.redelivered:
                     self.held.append(method.delivery_tag)
                 else:
@@ -127,11 +130,31 @@ class Consumer(threading.Thread):
             self.ready.set()
 
 
+@pytest.fixture
+def mirroring(machine):
+    """An `ha-mode all` policy for queues named `ha-fo.*` (RabbitMQ's mirrored classic queues),
+    removed afterwards."""
+    a = machine.nodes[0]
+    st, body = a.api("PUT", "/api/policies/%2F/ha-failover", {
+        "pattern": r"^ha-fo\.", "definition": {"ha-mode": "all"}, "apply-to": "queues"})
+    assert st in (201, 204), body
+    yield
+    a.api("DELETE", "/api/policies/%2F/ha-failover")
+
+
 @pytest.mark.timeout(120)
-def test_a_consumer_on_a_follower_keeps_consuming_through_the_leaders_kill_9(machine):
+@pytest.mark.parametrize("kind", ["quorum", "mirrored"])
+def test_a_consumer_on_a_follower_keeps_consuming_through_the_leaders_kill_9(machine, mirroring, kind):
+    """Also for a classic queue mirrored by an `ha-mode` policy, which runs on the machine too:
+    RabbitMQ 3.10's mirrored queues do not cancel their consumers on failover either (unless
+    they ask, `x-cancel-on-ha-failover`), and do not add `x-delivery-count`."""
     a, b, c = machine.nodes
-    qn = uname("qq-failover")
-    declare_led_by(a, machine.nodes, qn)
+    qn = uname("qq-failover") if kind == "quorum" else f"ha-fo.{uname('q')}"
+    declare_led_by(a, machine.nodes, qn, QUORUM if kind == "quorum" else None)
+    if kind == "mirrored":
+        st, v = a.api("GET", f"/api/queues/%2F/{q(qn)}")
+        assert st == 200 and v.get("type") == "classic", v
+        assert sorted(v.get("slave_nodes") or []) == sorted([b.name, c.name]), v
     consumer = started(Consumer(b, qn, hold=5))
     first = [b"m%03d" % i for i in range(100)]
     publish_confirmed(c, qn, first)
@@ -168,6 +191,10 @@ def test_a_consumer_on_a_follower_keeps_consuming_through_the_leaders_kill_9(mac
         held_bodies = set(first[:5])
         again = [body for body in bodies if body in held_bodies]
         assert len(again) == 5, f"held deliveries came back after their acks: {again}"
+        if kind == "quorum":
+            assert consumer.counts[0] == 0, consumer.counts[:3]
+        else:
+            assert set(consumer.counts) == {None}, "a mirrored classic queue adds no x-delivery-count"
     finally:
         consumer.stop.set()
         consumer.join(10)

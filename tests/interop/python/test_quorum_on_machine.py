@@ -34,10 +34,12 @@ pytestmark = pytest.mark.skipif(not BIN, reason="starts and kills its own broker
 QUORUM = {"x-queue-type": "quorum"}
 
 
-def on_machine(n: Node) -> Node:
+def on_machine(n: Node, on: bool = True) -> Node:
+    """The setting written out (it is on by default): `on=False` declares quorum queues in the
+    earlier form, as a release before the machine did."""
     path = os.path.join(n.dir, "warren.toml")
     with open(path, "w") as f:
-        f.write("quorum_queues_on_machine = true\n")
+        f.write(f"quorum_queues_on_machine = {'true' if on else 'false'}\n")
     n.extra_args = ["--config", path]
     return n
 
@@ -227,7 +229,7 @@ def test_kill_9_keeps_confirmed_messages_and_flags_only_what_was_delivered(node)
 
 
 def test_a_quorum_queue_made_before_the_setting_keeps_its_messages():
-    n = Node()
+    n = on_machine(Node(), on=False)
     try:
         n.start()
         q = uname("qm")
@@ -236,6 +238,8 @@ def test_a_quorum_queue_made_before_the_setting_keeps_its_messages():
         ch.queue_declare(q, durable=True, arguments=QUORUM)
         safe_close(c)
         publish_confirmed(n, q, [b"a", b"b"])
+        assert not glob.glob(os.path.join(n.data, "**", "group"), recursive=True), \
+            "declared in the earlier form: no group"
         n.stop()
         on_machine(n).start()
         c = connect(n)

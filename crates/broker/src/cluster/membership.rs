@@ -114,8 +114,11 @@ impl Cluster {
         // (rabbit_quorum_queue:shrink_all) while it is still a member to be named...
         for v in broker.vhosts() {
             for q in v.snapshot().queues.values() {
-                let Some(qq) = q.quorum() else { continue };
-                if qq.members().iter().any(|m| m == name) {
+                // A replicated queue of either kind (`quorum/` or `replicated/`).
+                let Some((_, members)) = q.group() else {
+                    continue;
+                };
+                if members.iter().any(|m| m == name) {
                     if let Err(e) = self
                         .change_queue_member(&v.name, q.name(), name, false)
                         .await

@@ -64,7 +64,7 @@ impl Cluster {
         if let Some(b) = self.broker() {
             for v in b.vhosts() {
                 for q in v.snapshot().queues.values() {
-                    for m in q.quorum().map(|q| q.members()).unwrap_or_default() {
+                    for m in q.group().map(|(_, m)| m).unwrap_or_default() {
                         if let Some(n) = load.get_mut(&m) {
                             *n += 1;
                         }
@@ -186,10 +186,11 @@ impl ClusterNode for Cluster {
 }
 
 impl Cluster {
-    /// A quorum queue on the replicated queue machine (`replicated/`), when this node runs them
-    /// so (`quorum_queues_on_machine`): its group under `quorum/<group>/group`. A queue whose
+    /// A replicated queue (a quorum queue, or a classic one an `ha-mode` policy mirrors) on the
+    /// replicated queue machine (`replicated/`), when this node runs them so
+    /// (`quorum_queues_on_machine`): its group under `quorum/<group>/group`. A queue whose
     /// group was written by the earlier format (`quorum/<group>` without `group/`) stays on it,
-    /// so that switching the setting loses nothing; so do mirrored classic queues.
+    /// so that switching the setting loses nothing.
     fn on_machine(
         self: &Arc<Self>,
         name: &Arc<str>,
@@ -199,8 +200,7 @@ impl Cluster {
         members: &[String],
     ) -> Option<QueueRef> {
         let b = self.broker()?;
-        if !b.config.quorum_queues_on_machine || !crate::queue::args::is_quorum(&options.arguments)
-        {
+        if !b.config.quorum_queues_on_machine {
             return None;
         }
         let dir = b

@@ -85,7 +85,7 @@ impl ReplicatedQueue {
             let mut out = Vec::new();
             for (consumer, node) in machine.attached() {
                 for r in machine.held_since(consumer, None) {
-                    let Some(msg) = sm::body(bodies, log, r.seq, &r.msg) else {
+                    let Some(msg) = sm::body(bodies, log, r.seq, &r.msg, self.sm.counted) else {
                         continue;
                     };
                     let d = Delivery {

@@ -46,8 +46,17 @@ impl QueueKind for ReplicatedQueue {
     fn options(&self) -> &QueueOptions {
         &self.options
     }
+    /// A mirrored classic queue (`ha-mode`) on the machine is listed as classic, as RabbitMQ
+    /// lists its mirrored queues.
     fn type_name(&self) -> &'static str {
-        "quorum"
+        if self.sm.counted {
+            "quorum"
+        } else {
+            "classic"
+        }
+    }
+    fn mirrored(&self) -> bool {
+        !self.sm.counted
     }
     /// Its leader's node, when that is another.
     fn home(&self) -> Option<String> {
@@ -122,10 +131,14 @@ impl QueueKind for ReplicatedQueue {
         };
         let qm = QueuedMessage {
             seq: got.seq,
-            msg: Arc::new(crate::message::with_delivery_count(
-                &msg,
-                u64::from(got.msg.delivery_count),
-            )),
+            msg: if self.sm.counted {
+                Arc::new(crate::message::with_delivery_count(
+                    &msg,
+                    u64::from(got.msg.delivery_count),
+                ))
+            } else {
+                Arc::new(msg)
+            },
             redelivered: got.redelivered,
             expires_at_ms: None,
             logged: true,

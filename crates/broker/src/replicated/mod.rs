@@ -14,9 +14,10 @@
 //! - **Consumers** are in the state: an attach names the consumer's node, its prefetch and
 //!   whether it acks; the machine counts its credit and holds its deliveries until settled.
 //!
-//! What runs on it today: a quorum queue on a single node, as a group of one member, when
-//! `quorum_queues_on_machine` is set (off by default). A cluster's quorum queues are still
-//! `cluster/quorum/`'s; they move here next (issue 31).
+//! What runs on it: every quorum queue declared by this release, in a cluster or on a single
+//! node as a group of one member, and every classic queue an `ha-mode` policy mirrors
+//! (`quorum_queues_on_machine`, on by default). Replicated queues an earlier release declared
+//! are still `cluster/quorum/`'s.
 //!
 //! `kind.rs` is the queue as the queue layer dispatches to it.
 
@@ -204,6 +205,7 @@ impl ReplicatedQueue {
         let sm = Arc::new(GroupSm::new(
             machine_config(&options.args),
             crate::queue::core_limits(&options.args),
+            crate::queue::args::is_quorum(&options.arguments),
         ));
         let q = Arc::new_cyclic(|me_ref| ReplicatedQueue {
             name,

@@ -60,10 +60,13 @@ pub struct GroupSm {
     pub(super) fresh: (MachineConfig, warren_queue::Limits),
     pub queue: OnceLock<Weak<ReplicatedQueue>>,
     pub log: OnceLock<warren_cluster::LogReader>,
+    /// Deliveries carry `x-delivery-count` (a quorum queue's; a mirrored classic queue's do
+    /// not, as in RabbitMQ 3.10).
+    pub counted: bool,
 }
 
 impl GroupSm {
-    pub fn new(config: MachineConfig, limits: warren_queue::Limits) -> GroupSm {
+    pub fn new(config: MachineConfig, limits: warren_queue::Limits, counted: bool) -> GroupSm {
         GroupSm {
             state: Mutex::new(State {
                 machine: Machine::new(config, limits, 0),
@@ -74,6 +77,7 @@ impl GroupSm {
             fresh: (config, limits),
             queue: OnceLock::new(),
             log: OnceLock::new(),
+            counted,
         }
     }
 
@@ -94,14 +98,19 @@ impl GroupSm {
 }
 
 /// The body a delivery or dead letter needs, as the consumer sees it: quorum queue deliveries
-/// carry `x-delivery-count`, as RabbitMQ 3.10's do.
+/// carry `x-delivery-count`, as RabbitMQ 3.10's do (`counted`); a mirrored classic queue's
+/// do not.
 pub fn body(
     bodies: &mut Bodies,
     log: Option<&warren_cluster::LogReader>,
     seq: u64,
     r: &warren_queue::replicated::MsgRef,
+    counted: bool,
 ) -> Option<Arc<Message>> {
     let m = bodies.get(seq, r, log)?;
+    if !counted {
+        return Some(m);
+    }
     Some(Arc::new(crate::message::with_delivery_count(
         &m,
         u64::from(r.delivery_count),
@@ -199,7 +208,7 @@ impl warren_cluster::StateMachine for GroupSm {
                         redelivered,
                     } => {
                         let node = machine.consumer_node(consumer).unwrap_or_default();
-                        acts.push(match body(bodies, log, seq, &msg) {
+                        acts.push(match body(bodies, log, seq, &msg, self.counted) {
                             Some(msg) => Act::Deliver {
                                 node: node.to_string(),
                                 d: Delivery {

@@ -505,7 +505,7 @@ async fn replaying_the_groups_log_on_a_fresh_member_gives_the_same_machine() {
     };
     assert!(applied >= 5, "entries applied: {applied}");
     let log = q.sm.log.get().expect("the group's log").clone();
-    let fresh = super::sm::GroupSm::new(config.0, config.1);
+    let fresh = super::sm::GroupSm::new(config.0, config.1, true);
     let mut at = 1;
     while at <= applied {
         let read = log.read(at, 1 << 20).expect("the log reads back");
