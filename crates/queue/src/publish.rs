@@ -20,6 +20,13 @@ impl<C, M: Payload> State<C, M> {
         self.publish_entry(msg, false, true, false, host)
     }
 
+    /// A message carried over from an earlier form of the queue (an upgrade): enqueued at the
+    /// tail as it was, `redelivered` when it may have been delivered before; never refused by
+    /// the queue's limits (it was in the queue already).
+    pub fn import(&mut self, msg: M, redelivered: bool, host: &mut impl Host<C, M>) -> Published {
+        self.publish_entry(msg, false, redelivered, false, host)
+    }
+
     /// [`State::publish`] for a replicated host, which numbers messages itself (its log's ids,
     /// the same on every replica, so an ack names the same message wherever it lands): `msg`
     /// becomes `seq` (which must be above every seq so far; a lower one takes the next free),

@@ -188,9 +188,9 @@ impl ClusterNode for Cluster {
 impl Cluster {
     /// A replicated queue (a quorum queue, or a classic one an `ha-mode` policy mirrors) on the
     /// replicated queue machine (`replicated/`), when this node runs them so
-    /// (`quorum_queues_on_machine`): its group under `quorum/<group>/group`. A queue whose
-    /// group was written by the earlier format (`quorum/<group>` without `group/`) stays on it,
-    /// so that switching the setting loses nothing.
+    /// (`quorum_queues_on_machine`): its group under `quorum/<group>/group`. A group an earlier
+    /// release wrote (`quorum/<group>` without `group/`) is opened where it is, and its leader
+    /// carries its messages over to the machine (`replicated/legacy.rs`).
     fn on_machine(
         self: &Arc<Self>,
         name: &Arc<str>,
@@ -208,16 +208,18 @@ impl Cluster {
             .data_dir
             .join("quorum")
             .join(format!("{group:016x}"));
-        if dir.exists() && !dir.join("group").exists() {
-            return None;
-        }
+        let dir = if dir.exists() && !dir.join("group").exists() {
+            dir
+        } else {
+            dir.join("group")
+        };
         let owner: std::sync::Weak<dyn crate::queue::QueueOwner> = Arc::downgrade(vhost) as _;
         let q = crate::replicated::ReplicatedQueue::open(
             name.clone(),
             vhost.name.clone(),
             options.clone(),
             None,
-            dir.join("group"),
+            dir,
             owner,
             crate::replicated::Placement {
                 group,
@@ -226,6 +228,7 @@ impl Cluster {
                 net: Arc::new(super::rq::ClusterNet {
                     c: Arc::downgrade(self),
                 }),
+                carry: None,
             },
         );
         self.register_rqueue(&q);

@@ -124,6 +124,7 @@ impl Bodies {
                 .into_iter()
                 .filter_map(|op| match op {
                     Op::Publish(b) => Some(b),
+                    Op::Import { stored, .. } => stored,
                     Op::Cmd(_) => None,
                 })
                 .collect();

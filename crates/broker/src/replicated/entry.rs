@@ -4,7 +4,9 @@
 //!
 //! `[ENTRY_V1][timestamp u64][n u32]` then `n` operations, each `[kind u8][len u32][bytes]`:
 //! kind 1 is a publish (a stored message, `persist::encode_message_into`), kind 2 a command
-//! (`bincode` of `warren_queue::replicated::Cmd`). The first byte is the entry format's
+//! (`bincode` of `warren_queue::replicated::Cmd`), kind 3 an import of a message of the queue's
+//! earlier form (`legacy.rs`): `[earlier id u64][redelivered u8][count u32]` then the stored
+//! message, absent when nothing is imported (a kept dead letter sent instead). The first byte is the entry format's
 //! version: an entry of a format this release does not know is refused with a clear error.
 //!
 //! A message's place in the log is `index << SLOT_BITS | slot`: the entry's index and the
@@ -16,6 +18,7 @@ use warren_queue::replicated::{Cmd, Out};
 const ENTRY_V1: u8 = 0xC1;
 const OP_PUBLISH: u8 = 1;
 const OP_CMD: u8 = 2;
+const OP_IMPORT: u8 = 3;
 
 /// Bits of a message's log place that number it in its entry: at most 4096 publishes an entry.
 pub const SLOT_BITS: u32 = 12;
@@ -37,6 +40,15 @@ pub enum Op {
     /// A stored message (`persist::encode_message_into`).
     Publish(Bytes),
     Cmd(Cmd),
+    /// A message of the queue's earlier form carried over (`legacy.rs`): earlier id `old`,
+    /// its delivery count and redelivered flag, and its stored form (none: `old` is forgotten
+    /// and nothing imported). An import with a stored message takes a slot, as a publish does.
+    Import {
+        old: u64,
+        redelivered: bool,
+        count: u32,
+        stored: Option<Bytes>,
+    },
 }
 
 pub struct Entry {
@@ -82,6 +94,26 @@ impl Builder {
         self.n += 1;
     }
 
+    pub fn import(&mut self, op: &Op) {
+        let Op::Import {
+            old,
+            redelivered,
+            count,
+            stored,
+        } = op
+        else {
+            return;
+        };
+        let data = stored.as_deref().unwrap_or_default();
+        self.b.put_u8(OP_IMPORT);
+        self.b.put_u32((13 + data.len()) as u32);
+        self.b.put_u64(*old);
+        self.b.put_u8(u8::from(*redelivered));
+        self.b.put_u32(*count);
+        self.b.put_slice(data);
+        self.n += 1;
+    }
+
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.n as usize
@@ -122,6 +154,19 @@ pub fn decode(mut b: Bytes) -> Result<Entry, String> {
                 bincode::deserialize(&data)
                     .map_err(|e| format!("operation {i}: undecodable command: {e}"))?,
             ),
+            OP_IMPORT => {
+                let mut d = data;
+                if d.remaining() < 13 {
+                    return Err(format!("operation {i}: a short import"));
+                }
+                let (old, redelivered, count) = (d.get_u64(), d.get_u8() == 1, d.get_u32());
+                Op::Import {
+                    old,
+                    redelivered,
+                    count,
+                    stored: (!d.is_empty()).then_some(d),
+                }
+            }
             k => return Err(format!("operation {i}: unknown kind {k}")),
         });
     }

@@ -26,6 +26,7 @@ mod consumers;
 mod entry;
 mod forward;
 mod kind;
+pub(crate) mod legacy;
 pub mod net;
 mod propose;
 mod sm;
@@ -100,6 +101,9 @@ pub struct ReplicatedQueue {
     /// Held while this node sends deliveries as leader (`act`, `take_over`): see `take_over`.
     send_order: Mutex<()>,
     /// This run's `Cmd::NodeDown` for this node is applied (`propose::announce_restart`).
+    /// A single node's classic queue directory whose messages this group carries over: its
+    /// files go once they are (`legacy.rs`).
+    carried_from: Mutex<Option<PathBuf>>,
     restart_announced: AtomicBool,
     /// As the leader: the order of the entries other members send (`forward.rs`).
     order: forward::Order,
@@ -167,6 +171,8 @@ pub struct Placement {
     /// This node's name.
     pub me: String,
     pub net: Arc<dyn GroupNet>,
+    /// A single node's quorum queue of the earlier form, to carry over into this new group.
+    pub carry: Option<legacy::Seed>,
 }
 
 impl Placement {
@@ -177,6 +183,7 @@ impl Placement {
             members: vec![me.clone()],
             me,
             net: Arc::new(net::Alone),
+            carry: None,
         }
     }
 }
@@ -207,6 +214,10 @@ impl ReplicatedQueue {
             crate::queue::core_limits(&options.args),
             crate::queue::args::is_quorum(&options.arguments),
         ));
+        let carried_from = at.carry.map(|seed| {
+            sm.state.lock().legacy = Some(seed.legacy);
+            seed.classic_dir
+        });
         let q = Arc::new_cyclic(|me_ref| ReplicatedQueue {
             name,
             vhost,
@@ -231,6 +242,7 @@ impl ReplicatedQueue {
             send_order: Mutex::new(()),
             order: forward::Order::default(),
             restart_announced: AtomicBool::new(false),
+            carried_from: Mutex::new(carried_from),
             dead_sending: Mutex::new(std::collections::HashSet::new()),
             pending: Mutex::new(Pending::default()),
             wake: tokio::sync::Notify::new(),
@@ -496,6 +508,9 @@ impl ReplicatedQueue {
                 tracing::info!(queue = %self.name, vhost = %self.vhost, "this node leads the replicated queue");
                 // Sets `leading` itself, in order with the applies.
                 self.take_over();
+                if self.sm.state.lock().legacy.is_some() {
+                    tokio::spawn(self.clone().carry_over(meta.clone()));
+                }
             } else if !leads {
                 self.leading.store(false, Ordering::Release);
             }

@@ -14,6 +14,7 @@ use warren_queue::replicated::{Cmd, Machine, MachineConfig, Out, Snapshot};
 
 use super::bodies::Bodies;
 use super::entry::{self, Op};
+use super::legacy::{self, Legacy};
 use super::net::Delivery;
 use super::ReplicatedQueue;
 use crate::message::Message;
@@ -52,6 +53,9 @@ pub struct State {
     /// The machine at an applied index, encoded as a snapshot: it becomes the group's snapshot
     /// once every message it holds has left the queue (the release cursor passed it).
     pub candidate: Option<(u64, Vec<u8>)>,
+    /// A group written by an earlier release: its messages not yet carried over to the
+    /// machine (`legacy.rs`). No snapshot is taken until they are.
+    pub legacy: Option<Legacy>,
 }
 
 pub struct GroupSm {
@@ -73,6 +77,7 @@ impl GroupSm {
                 bodies: Bodies::default(),
                 applied: 0,
                 candidate: None,
+                legacy: None,
             }),
             fresh: (config, limits),
             queue: OnceLock::new(),
@@ -89,6 +94,7 @@ impl GroupSm {
             bodies: Bodies::default(),
             applied: 0,
             candidate: None,
+            legacy: None,
         };
     }
 
@@ -120,6 +126,23 @@ pub fn body(
 impl warren_cluster::StateMachine for GroupSm {
     fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
         let q = self.queue();
+        if command.first() == Some(&legacy::OP_ENQUEUE) {
+            // An entry of the earlier form (a group an earlier release wrote): what it leaves in
+            // the queue is carried over later. Nobody waits for its answer any more.
+            let mut st = self.state.lock();
+            match legacy::decode(Bytes::copy_from_slice(command)) {
+                Some(d) => st
+                    .legacy
+                    .get_or_insert_with(Legacy::default)
+                    .apply(index, d),
+                None => {
+                    let name = q.as_ref().map(|q| q.name.clone());
+                    tracing::error!(queue = ?name, index, "an entry of the earlier format cannot be applied; skipped");
+                }
+            }
+            st.applied = index;
+            return Vec::new();
+        }
         let e = match entry::decode(Bytes::copy_from_slice(command)) {
             Ok(e) => e,
             Err(why) => {
@@ -139,11 +162,60 @@ impl warren_cluster::StateMachine for GroupSm {
         // is either acted on or in the holds it sends again.
         let acting = q.as_ref().is_some_and(|q| q.leads());
         let State {
-            machine, bodies, ..
+            machine,
+            bodies,
+            legacy,
+            ..
         } = &mut *st;
         let mut slot = 0;
         for op in e.ops {
             let (outs, settled) = match op {
+                Op::Import {
+                    old,
+                    redelivered,
+                    count,
+                    stored,
+                } => {
+                    // Imported once: an import of an id already carried finds it gone. Without
+                    // the earlier state (a single node's carrying over, replayed from its log:
+                    // the classic form it came from is not in the log) an import applies as it
+                    // is: no import follows the one that emptied the earlier state (a leader
+                    // proposes imports only from a state in which every earlier entry is
+                    // applied, `legacy.rs`).
+                    let carried = match legacy.as_mut() {
+                        Some(l) => l.forget(old),
+                        None => true,
+                    };
+                    let Some(data) = stored else {
+                        replies.push(Vec::new());
+                        continue;
+                    };
+                    let at = entry::msg_index(index, slot);
+                    slot += 1;
+                    let decoded = crate::persist::decode_message(&data);
+                    let (true, Some((m, _))) = (carried, decoded) else {
+                        replies.push(Vec::new());
+                        continue;
+                    };
+                    let r = warren_queue::replicated::MsgRef {
+                        index: at,
+                        size: m.body.len() as u64,
+                        priority: m.priority,
+                        expiration_ms: m.expiration_ms,
+                        delivery_count: count,
+                    };
+                    let outs = machine.apply(
+                        e.ts,
+                        Cmd::Import {
+                            msg: r,
+                            redelivered,
+                        },
+                    );
+                    if let (true, Some(Out::Accepted { seq })) = (acting, outs.first()) {
+                        bodies.insert(*seq, Arc::new(m));
+                    }
+                    (outs, Vec::new())
+                }
                 Op::Publish(data) => {
                     let at = entry::msg_index(index, slot);
                     slot += 1;
@@ -250,6 +322,13 @@ impl warren_cluster::StateMachine for GroupSm {
             replies.push(reply);
         }
         st.applied = index;
+        // Every earlier message carried over: the group is the machine's alone.
+        if st.legacy.as_ref().is_some_and(Legacy::is_empty) {
+            st.legacy = None;
+            if let Some(q) = &q {
+                tracing::info!(queue = %q.name, vhost = %q.vhost, index, "a replicated queue of the earlier form is carried over to the queue machine");
+            }
+        }
         drop(st);
         if let Some(q) = q.filter(|_| !acts.is_empty()) {
             q.act(acts);
@@ -274,7 +353,12 @@ impl warren_cluster::StateMachine for GroupSm {
             bodies,
             applied,
             candidate,
+            legacy,
         } = &mut *st;
+        // The earlier form's messages are in the log until carried over.
+        if legacy.is_some() {
+            return warren_cluster::SnapshotPoint::Unchanged;
+        }
         // The first entry a message still in the queue is in (`None`: it holds none).
         let cursor = machine
             .release_cursor()
@@ -309,7 +393,21 @@ impl warren_cluster::StateMachine for GroupSm {
             bodies: Bodies::default(),
             applied: index.unwrap_or(0),
             candidate: None,
+            // A new group carrying a single node's earlier queue over keeps what it carries.
+            legacy: if snapshot.is_empty() {
+                self.state.lock().legacy.take()
+            } else {
+                None
+            },
         };
+        // A snapshot of the earlier form (a group an earlier release wrote).
+        if !snapshot.is_empty() && !snapshot.starts_with(SNAPSHOT_MAGIC) {
+            st.legacy = Legacy::restore(snapshot);
+            if st.legacy.is_some() {
+                *self.state.lock() = st;
+                return;
+            }
+        }
         match decode_snapshot(snapshot, &mut st) {
             Ok(()) => {}
             Err(why) => {

@@ -222,8 +222,9 @@ impl VHost {
 
     /// A quorum queue outside a cluster, on the replicated queue machine (a group of one member
     /// under its queue directory's `group/`) when this node runs them so: a new one (`id`
-    /// none), or a recovered one whose group is there. One recovered with a classic log stays
-    /// a classic queue, so that switching the setting loses nothing.
+    /// none), or a recovered one. One recovered with a classic log (the earlier form) is
+    /// carried over into a new group (`replicated/legacy.rs`); with the setting off it stays a
+    /// classic queue.
     pub(super) fn open_on_machine(
         self: &Arc<Self>,
         name: &Arc<str>,
@@ -237,10 +238,20 @@ impl VHost {
         }
         let id = id.unwrap_or_else(rand::random::<u64>);
         let dir = storage.dir.join("queues").join(format!("{id:016x}"));
-        if dir.exists() && !dir.join("group").exists() {
-            return None;
+        let carry = match crate::replicated::legacy::single_node_seed(&dir) {
+            Ok(c) => c,
+            Err(e) => {
+                // Left as it is, on the earlier form: nothing is lost.
+                tracing::error!(vhost = %self.name, queue = %name, error = %e, "cannot carry a quorum queue of the earlier form over to the queue machine; it stays a classic queue");
+                return None;
+            }
+        };
+        if let Some(c) = &carry {
+            tracing::info!(vhost = %self.name, queue = %name, messages = c.legacy.len(), "a quorum queue of the earlier form is carried over to the queue machine");
         }
         let owner: std::sync::Weak<dyn crate::queue::QueueOwner> = Arc::downgrade(self) as _;
+        let mut at = crate::replicated::Placement::alone(id, me);
+        at.carry = carry;
         Some(QueueRef::Other(crate::replicated::ReplicatedQueue::open(
             name.clone(),
             self.name.clone(),
@@ -248,7 +259,7 @@ impl VHost {
             Some(id),
             dir.join("group"),
             owner,
-            crate::replicated::Placement::alone(id, me),
+            at,
         )))
     }
 

@@ -52,6 +52,15 @@ use crate::{
 /// RabbitMQ's machine versions.
 pub const MACHINE_VERSION: u32 = 1;
 
+/// A publish's answer, put out before the deliveries it made.
+fn answer_first(p: Published, out: &mut Vec<Out>) {
+    let answer = match p {
+        Published::Accepted { seq } => Out::Accepted { seq },
+        Published::Rejected | Published::Gone => Out::Rejected,
+    };
+    out.insert(0, answer);
+}
+
 /// Returned messages held back by the retry back-off, by (due time, seq).
 type Delayed = BTreeMap<(u64, u64), Entry<MsgRef>>;
 
@@ -254,13 +263,9 @@ impl Machine {
             };
         }
         match cmd {
-            Cmd::Enqueue(m) => {
-                let answer = match core.publish(m, false, &mut host!()) {
-                    Published::Accepted { seq } => Out::Accepted { seq },
-                    Published::Rejected | Published::Gone => Out::Rejected,
-                };
-                // The answer first, then the deliveries the publish made.
-                out.insert(0, answer);
+            Cmd::Enqueue(m) => answer_first(core.publish(m, false, &mut host!()), &mut out),
+            Cmd::Import { msg, redelivered } => {
+                answer_first(core.import(msg, redelivered, &mut host!()), &mut out)
             }
             Cmd::Attach(a) => {
                 let c = Consumer {

@@ -764,3 +764,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_imported_message_keeps_its_count_and_flag_and_is_never_refused() {
+    let limits = Limits {
+        max_length: Some(1),
+        overflow: crate::Overflow::RejectPublish,
+        ..Default::default()
+    };
+    let mut m = Machine::new(MachineConfig::default(), limits, 0);
+    let mut counted = msg(1);
+    counted.delivery_count = 2;
+    for (r, redelivered) in [(counted, true), (msg(2), false)] {
+        assert!(matches!(
+            m.apply(
+                0,
+                Cmd::Import {
+                    msg: r,
+                    redelivered
+                }
+            )[0],
+            Out::Accepted { .. }
+        ));
+    }
+    assert_eq!(m.ready_len(), 2, "an import is over the limit, not refused");
+    assert_eq!(
+        m.apply(0, Cmd::Enqueue(msg(3))),
+        [Out::Rejected],
+        "a publish is"
+    );
+    let out = m.apply(1, attach(1, "a", 5));
+    assert_eq!(deliveries(&out), [(1, 0, true, 2), (1, 1, false, 0)]);
+    m.check_invariants().unwrap();
+}

@@ -123,6 +123,13 @@ pub enum Cmd {
         seqs: Vec<u64>,
         extend_ms: Option<u64>,
     },
+    /// A message of the queue's earlier form, carried over when a group written by an earlier
+    /// release is upgraded to this machine: enqueued as it was (its delivery count in `msg`,
+    /// redelivered when it may have been delivered), never refused by the limits.
+    Import {
+        msg: MsgRef,
+        redelivered: bool,
+    },
 }
 
 /// What an apply puts out, in order. Every member computes it; the leader acts on it.
