@@ -41,11 +41,9 @@ pub struct Config {
     /// consumer out, unless the consumer or its queue sets its own (docs/consumer-timeout.md).
     /// 0 disables it.
     pub consumer_timeout: u64,
-    /// Quorum queues declared from now on run on the replicated queue machine (`replicated/`,
-    /// docs/design/replicated-queues.md): in a cluster, and on a node outside one as a Raft
-    /// group of one member. On by default; `false` declares them in the earlier form (a
-    /// `Replica` beside a leader's classic queue; a classic queue on a single node), which
-    /// queues declared before this release keep either way.
+    /// Accepted for the configurations of the releases that had it: replicated queues always
+    /// run on the replicated queue machine (`replicated/`, docs/design/replicated-queues.md),
+    /// so only `true` is taken; `false` (the earlier form, now removed) is refused.
     pub quorum_queues_on_machine: bool,
 }
 
@@ -304,6 +302,14 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), String> {
+        if !self.quorum_queues_on_machine {
+            return Err(
+                "quorum_queues_on_machine = false is no longer supported: replicated \
+                 queues always run on the replicated queue machine (the earlier form was \
+                 removed; queues it wrote are carried over at boot); remove the setting"
+                    .into(),
+            );
+        }
         if self.limits.frame_max != 0
             && self.limits.frame_max < warren_protocol::frame::FRAME_MIN_SIZE
         {
@@ -396,6 +402,10 @@ mod tests {
         assert!(Config::from_toml("[limits]\nframe_max = 100").is_err());
         assert!(Config::from_toml("[limits.vhosts.'/']\nmax_queus = 1").is_err());
         assert!(Config::from_toml("[limits]\nsend_timeout_ms = 0").is_err());
+        // The earlier form of replicated queues is gone: only `true` is taken.
+        assert!(Config::from_toml("quorum_queues_on_machine = true").is_ok());
+        let e = Config::from_toml("quorum_queues_on_machine = false").expect_err("refused");
+        assert!(e.contains("no longer supported"), "{e}");
     }
 
     #[test]

@@ -27,21 +27,6 @@ impl<C, M: Payload> State<C, M> {
         self.publish_entry(msg, false, redelivered, false, host)
     }
 
-    /// [`State::publish`] for a replicated host, which numbers messages itself (its log's ids,
-    /// the same on every replica, so an ack names the same message wherever it lands): `msg`
-    /// becomes `seq` (which must be above every seq so far; a lower one takes the next free),
-    /// logged, and marked `redelivered` when an earlier leader may have delivered it.
-    pub fn publish_as(
-        &mut self,
-        seq: u64,
-        msg: M,
-        redelivered: bool,
-        host: &mut impl Host<C, M>,
-    ) -> Published {
-        self.next_seq = self.next_seq.max(seq);
-        self.publish_entry(msg, true, redelivered, true, host)
-    }
-
     fn publish_entry(
         &mut self,
         msg: M,

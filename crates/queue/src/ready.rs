@@ -32,20 +32,6 @@ impl<C, M: Payload> State<C, M> {
         }
     }
 
-    /// Marks the ready message `seq` redelivered (a replicated host learned that an earlier
-    /// leader may have delivered it); false if it is not ready here.
-    pub fn mark_redelivered(&mut self, seq: u64) -> bool {
-        for lane in &mut self.ready {
-            if let Ok(i) = lane.binary_search_by_key(&seq, |e| e.seq) {
-                if let Some(e) = lane.get_mut(i) {
-                    e.redelivered = true;
-                    return true;
-                }
-            }
-        }
-        false
-    }
-
     /// Removes every ready message; returns how many.
     pub fn purge(&mut self, host: &mut impl Host<C, M>) -> u32 {
         let n = self.ready_len as u32;

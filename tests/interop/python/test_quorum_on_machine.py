@@ -9,8 +9,8 @@ docs/design/replicated-queues.md), driven through pika against the real binary.
 * basic.get and queue.purge go through the group; queue.delete removes its files.
 * kill -9 keeps every confirmed message: what a consumer held comes back redelivered, what was
   never delivered does not.
-* A quorum queue made before the setting was on stays what it was (a classic queue's log),
-  with its messages: switching the setting on loses nothing.
+* (A quorum queue an earlier release made, as a classic queue's log, is carried over to the
+  machine at boot: test_quorum_upgrade.py.)
 
 Warren only (WARREN_BIN): these tests start, kill and restart their own broker.
 """
@@ -34,12 +34,12 @@ pytestmark = pytest.mark.skipif(not BIN, reason="starts and kills its own broker
 QUORUM = {"x-queue-type": "quorum"}
 
 
-def on_machine(n: Node, on: bool = True) -> Node:
-    """The setting written out (it is on by default): `on=False` declares quorum queues in the
-    earlier form, as a release before the machine did."""
+def on_machine(n: Node) -> Node:
+    """The setting written out, as a configuration of the releases that had it (it is the only
+    behaviour now: `false` is refused)."""
     path = os.path.join(n.dir, "warren.toml")
     with open(path, "w") as f:
-        f.write(f"quorum_queues_on_machine = {'true' if on else 'false'}\n")
+        f.write("quorum_queues_on_machine = true\n")
     n.extra_args = ["--config", path]
     return n
 
@@ -226,35 +226,6 @@ def test_kill_9_keeps_confirmed_messages_and_flags_only_what_was_delivered(node)
         assert flagged == {b"m0", b"m1", b"m2", b"m4"}, out
     finally:
         safe_close(c2)
-
-
-def test_a_quorum_queue_made_before_the_setting_keeps_its_messages():
-    n = on_machine(Node(), on=False)
-    try:
-        n.start()
-        q = uname("qm")
-        c = connect(n)
-        ch = c.channel()
-        ch.queue_declare(q, durable=True, arguments=QUORUM)
-        safe_close(c)
-        publish_confirmed(n, q, [b"a", b"b"])
-        assert not glob.glob(os.path.join(n.data, "**", "group"), recursive=True), \
-            "declared in the earlier form: no group"
-        n.stop()
-        on_machine(n).start()
-        c = connect(n)
-        try:
-            ch = c.channel()
-            assert ch.queue_declare(q, passive=True).method.message_count == 2
-            assert [ch.basic_get(q, auto_ack=True)[2] for _ in range(2)] == [b"a", b"b"]
-            # A new one is on the machine: its group directory appears.
-            q2 = uname("qm")
-            ch.queue_declare(q2, durable=True, arguments=QUORUM)
-            assert glob.glob(os.path.join(n.data, "**", "group"), recursive=True)
-        finally:
-            safe_close(c)
-    finally:
-        n.cleanup()
 
 
 def test_at_least_once_dead_letters_wait_for_a_route_through_a_kill_9(node):

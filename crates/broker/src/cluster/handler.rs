@@ -48,7 +48,7 @@ impl Handler for LinkHandler {
                     let m = c.groups.read().get(&group).cloned();
                     let m = m.ok_or_else(|| format!("no queue group {group:016x} here"))?;
                     if service == quorum::SERVICE_QLEADER {
-                        let leader = quorum::QuorumQueue::raft_leader(&m).unwrap_or_default();
+                        let leader = quorum::raft_leader(&m).unwrap_or_default();
                         return Ok(Bytes::from(leader));
                     }
                     Ok(Bytes::from(m.handle_rpc(body.slice(8..)).await))

@@ -60,25 +60,11 @@ impl Cluster {
 pub trait ClusterQueue {
     /// The queue when its home is another node.
     fn remote(&self) -> Option<Arc<remote::RemoteQueue>>;
-    /// The replicated queue, if it is one.
-    fn quorum(&self) -> Option<Arc<quorum::QuorumQueue>>;
-    /// The remote handle this node uses for it now: a queue homed elsewhere, or a replicated
-    /// queue led elsewhere (publish credit, counts and link failures are the handle's).
-    fn remote_leg(&self) -> Option<Arc<remote::RemoteQueue>>;
 }
 
 impl ClusterQueue for crate::queue::QueueRef {
     fn remote(&self) -> Option<Arc<remote::RemoteQueue>> {
         self.downcast()
-    }
-    fn quorum(&self) -> Option<Arc<quorum::QuorumQueue>> {
-        self.downcast()
-    }
-    fn remote_leg(&self) -> Option<Arc<remote::RemoteQueue>> {
-        match self.quorum() {
-            Some(q) => q.leg().and_then(|l| l.remote()),
-            None => self.remote(),
-        }
     }
 }
 

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use warren_protocol::FieldTable;
 
 use super::{quorum, remote, Cluster};
-use crate::cluster::ClusterQueue;
 use crate::error::AmqpResult;
 use crate::queue::{QueueOptions, QueueRef};
 use crate::vhost::{ClusterNode, VHost};
@@ -87,10 +86,6 @@ impl Cluster {
 /// What a vhost of this node asks of the cluster: placement, members, and the handles of the
 /// queues that live or are led elsewhere (`vhost::ClusterNode`).
 impl ClusterNode for Cluster {
-    fn quorum_on_machine(&self) -> bool {
-        self.broker()
-            .is_some_and(|b| b.config.quorum_queues_on_machine)
-    }
     fn me(&self) -> &str {
         &self.me
     }
@@ -139,18 +134,7 @@ impl ClusterNode for Cluster {
         group: u64,
         members: Vec<String>,
     ) -> QueueRef {
-        if let Some(q) = self.on_machine(&name, vhost, &options, group, &members) {
-            return q;
-        }
-        QueueRef::Other(quorum::QuorumQueue::open(
-            name,
-            vhost.name.clone(),
-            options,
-            group,
-            members,
-            &self,
-            Arc::downgrade(vhost),
-        ))
+        self.on_machine(&name, vhost, &options, group, &members)
     }
 
     fn remote_queue(
@@ -171,26 +155,15 @@ impl ClusterNode for Cluster {
             });
             return if up { Ok(()) } else { Err(r.unavailable()) };
         }
-        let Some(r) = q.quorum() else { return Ok(()) };
-        let handle = tokio::runtime::Handle::current();
-        let r = r.clone();
-        let up = tokio::task::block_in_place(|| {
-            handle.block_on(r.wait_leader(quorum::FIRST_LEADER_WAIT))
-        });
-        if up {
-            Ok(())
-        } else {
-            Err(r.unavailable())
-        }
+        Ok(())
     }
 }
 
 impl Cluster {
     /// A replicated queue (a quorum queue, or a classic one an `ha-mode` policy mirrors) on the
-    /// replicated queue machine (`replicated/`), when this node runs them so
-    /// (`quorum_queues_on_machine`): its group under `quorum/<group>/group`. A group an earlier
-    /// release wrote (`quorum/<group>` without `group/`) is opened where it is, and its leader
-    /// carries its messages over to the machine (`replicated/legacy.rs`).
+    /// replicated queue machine (`replicated/`): its group under `quorum/<group>/group`. A group
+    /// an earlier release wrote (`quorum/<group>` without `group/`) is opened where it is, and
+    /// its leader carries its messages over to the machine (`replicated/legacy.rs`).
     fn on_machine(
         self: &Arc<Self>,
         name: &Arc<str>,
@@ -198,16 +171,13 @@ impl Cluster {
         options: &QueueOptions,
         group: u64,
         members: &[String],
-    ) -> Option<QueueRef> {
-        let b = self.broker()?;
-        if !b.config.quorum_queues_on_machine {
-            return None;
-        }
-        let dir = b
-            .config
-            .data_dir
-            .join("quorum")
-            .join(format!("{group:016x}"));
+    ) -> QueueRef {
+        // (No broker: this node is stopping, and the group will not open.)
+        let data_dir = self
+            .broker()
+            .map(|b| b.config.data_dir.clone())
+            .unwrap_or_default();
+        let dir = data_dir.join("quorum").join(format!("{group:016x}"));
         let dir = if dir.exists() && !dir.join("group").exists() {
             dir
         } else {
@@ -232,6 +202,6 @@ impl Cluster {
             },
         );
         self.register_rqueue(&q);
-        Some(QueueRef::Other(q))
+        QueueRef::Other(q)
     }
 }

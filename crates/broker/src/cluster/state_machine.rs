@@ -8,7 +8,6 @@ use std::sync::{Arc, Weak};
 use serde::{Deserialize, Serialize};
 
 use crate::access::AccessFile;
-use crate::cluster::ClusterQueue;
 use crate::definitions::op::{Applying, DefOp, DefReply};
 use crate::server::Broker;
 
@@ -73,15 +72,9 @@ fn apply(b: &Arc<Broker>, op: DefOp, at: Applying) -> DefReply {
                 q.set_members(members);
                 return DefReply::Ok;
             }
-            match q.as_ref().and_then(|q| q.quorum()) {
-                Some(q) => {
-                    q.set_members(members);
-                    DefReply::Ok
-                }
-                None => DefReply::Mgmt {
-                    kind: 0,
-                    text: format!("no quorum queue '{queue}' in vhost '{vhost}'"),
-                },
+            DefReply::Mgmt {
+                kind: 0,
+                text: format!("no quorum queue '{queue}' in vhost '{vhost}'"),
             }
         }
         op => crate::server::apply::apply(b, op, at),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use warren_queue::Host;
 
-use super::{Consumer, Queue, QueuedMessage, Reason, RemovedConsumer, Settled};
+use super::{Consumer, Queue, QueuedMessage, RemovedConsumer, Settled};
 use crate::error::{AmqpError, AmqpResult};
 use crate::metrics::{bump, delivered};
 
@@ -14,11 +14,6 @@ impl Queue {
     pub fn get(self: &Arc<Self>, ack_mode: bool, take: impl FnOnce(&QueuedMessage, u32)) -> bool {
         self.locked(|q, st, host| match st.get(ack_mode, host) {
             Some((m, left)) => {
-                // basic.get cannot wait for the group: its claim follows it (a leader lost in
-                // between leaves that one message unmarked at the next).
-                if let Some(l) = &mut host.io.leader {
-                    l.got(m.seq);
-                }
                 let st = &q.stats;
                 delivered(
                     &st.get,
@@ -56,42 +51,6 @@ impl Queue {
     /// Puts unacked messages back at their original positions, marked redelivered (see
     /// `warren_queue::State::requeue` for the length limits).
     pub fn requeue(self: &Arc<Self>, msgs: impl IntoIterator<Item = Settled>) {
-        let repl = self.leader.as_ref().filter(|l| l.replicating());
-        if repl.is_some() || self.quorum_type {
-            // A quorum queue counts returns (replicated with the log when it is replicated;
-            // on a single node in the message's own header), shows the count as
-            // `x-delivery-count` (a mirrored classic queue only replicates it), and drops what
-            // passed `x-delivery-limit`, as RabbitMQ does.
-            let limit = self.args().delivery_limit;
-            let (mut back, mut over) = (Vec::new(), Vec::new());
-            for (c, mut m) in msgs {
-                let n = match &repl {
-                    Some(r) => {
-                        let n = u64::from(r.returned(m.seq).unwrap_or(0));
-                        if self.quorum_type {
-                            m.msg = Arc::new(crate::message::with_delivery_count(&m.msg, n));
-                        }
-                        n
-                    }
-                    None => {
-                        let (msg, n) = crate::message::next_attempt(&m.msg);
-                        m.msg = Arc::new(msg);
-                        n
-                    }
-                };
-                if limit.is_some_and(|l| n > l) {
-                    over.push((c, m));
-                } else {
-                    back.push((c, m));
-                }
-            }
-            return self.locked(|_, st, host| {
-                if !over.is_empty() {
-                    st.dead_letter(over, Reason::DeliveryLimit, host);
-                }
-                st.requeue(back, host)
-            });
-        }
         self.locked(|_, st, host| st.requeue(msgs, host))
     }
 

@@ -18,8 +18,6 @@
 //! - `consume`: consumers joining and leaving, basic.get, acks, rejects and requeues.
 //! - `paging`: reading a paged-out tail back, the scratch log, the persister's side.
 //! - `dead_publish`: publishing dead letters once the lock is released.
-//! - `leader`: the hook a replicated queue's leader leg runs through (`LeaderHook`,
-//!   `LeaderIo`; implemented in `cluster/quorum/leg.rs`), and the leader's primitives.
 //!
 //! The other children hold their own types: `args` (arguments), `dead_letter` (the dead letter's
 //! copy and `x-death`), `handle` (`QueueRef`, `QueueKind`, `DeliverySink`), `owner`
@@ -33,7 +31,6 @@ pub mod dead_letter;
 mod dead_publish;
 pub mod fan_out;
 pub mod handle;
-mod leader;
 pub mod owner;
 mod paging;
 pub mod stream;
@@ -51,7 +48,6 @@ pub use args::{display_value, type_name, Overflow, QueueArgs};
 pub use dead_publish::{route_dead_at_most_once, route_dead_kept};
 pub use fan_out::{fan_out, ConfirmTo, FannedOut};
 pub use handle::{Counts, DeliverySink, Offer, QueueKind, QueueRef};
-pub use leader::{LeaderCtx, LeaderHook, LeaderIo, Pending};
 pub use owner::{DeadRoute, QueueOwner};
 pub use warren_queue::Reason;
 
@@ -156,12 +152,6 @@ pub struct Queue {
     /// `relieved` for a bounded time. This is the queue's credit to its publishers.
     pressure: AtomicBool,
     relieved: tokio::sync::Notify,
-    /// The leader's queue of a replicated queue (`cluster/quorum/`): its replication hook
-    /// (`leader.rs`). A classic queue has none and pays a `None` check for it.
-    leader: Option<Arc<dyn LeaderHook>>,
-    /// A quorum queue (on a single node): its deliveries carry `x-delivery-count`, as
-    /// RabbitMQ's quorum queues' do (0 on the first).
-    quorum_type: bool,
     /// Message counts (management API, Prometheus), bumped under `state`'s lock.
     pub stats: QueueStats,
     state: Mutex<Locked>,
@@ -301,8 +291,6 @@ struct Io {
     confirmed: Vec<Arc<ConfirmHandle>>,
     /// The log has records to write.
     log_dirty: bool,
-    /// A replicated queue's leader: its state beside the state machine (`leader.rs`).
-    leader: Option<Box<dyn LeaderIo>>,
 }
 
 /// One command's host: the queue, its side of the lock, the publish's confirm, and the time,
@@ -317,11 +305,6 @@ struct Ctx<'a> {
 impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
     #[inline]
     fn offer(&mut self, c: &Arc<Consumer>, m: &QueuedMessage) -> warren_queue::Offer {
-        if let Some(l) = &mut self.io.leader {
-            if l.hold_back(m) {
-                return warren_queue::Offer::Refused;
-            }
-        }
         match c.sink.offer(c, self.q, m) {
             Offer::Delivered => {
                 let st = &self.q.stats;
@@ -344,22 +327,10 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
     }
 
     fn page_in(&mut self, remaining: usize, out: &mut Vec<QueuedMessage>) -> PagedIn {
-        if let Some(l) = &mut self.io.leader {
-            let now = &mut self.now;
-            return l.page_in(
-                self.q,
-                remaining,
-                &mut || *now.get_or_insert_with(now_ms),
-                out,
-            );
-        }
         self.io.page_in(remaining, out)
     }
 
     fn can_page(&mut self) -> bool {
-        if let Some(l) = &self.io.leader {
-            return l.can_page();
-        }
         self.q.persister.is_some() && self.q.ensure_log(self.io)
     }
 
@@ -370,13 +341,6 @@ impl Host<Arc<Consumer>, Arc<Message>> for Ctx<'_> {
 
     fn effect(&mut self, effect: Effect<'_, Arc<Message>>) {
         let io = &mut *self.io;
-        let effect = match &mut io.leader {
-            Some(l) => match l.effect(self.q, effect) {
-                Some(e) => e,
-                None => return,
-            },
-            None => effect,
-        };
         match effect {
             Effect::Append { entry, paged } => {
                 let Some(log) = &mut io.log else { return };
@@ -450,7 +414,7 @@ impl Queue {
         owner: Weak<O>,
         backing: Option<Backing>,
     ) -> Arc<Queue> {
-        Self::build(name, vhost, options, owner, backing, None)
+        Self::build(name, vhost, options, owner, backing)
     }
 
     fn build(
@@ -459,7 +423,6 @@ impl Queue {
         options: QueueOptions,
         owner: Weak<dyn QueueOwner>,
         backing: Option<Backing>,
-        leader: Option<(Arc<dyn LeaderHook>, Box<dyn LeaderIo>)>,
     ) -> Arc<Queue> {
         let config = warren_queue::Config {
             max_priority: options.args.max_priority,
@@ -469,11 +432,7 @@ impl Queue {
             page_out_bytes: limits::PAGE_OUT_BYTES,
         };
         let core = warren_queue::State::new(config, core_limits(&options.args), now_ms());
-        let (leader, leader_io) = leader.unzip();
-        let mut io = Io {
-            leader: leader_io,
-            ..Io::default()
-        };
+        let mut io = Io::default();
         let mut recovered = None;
         let (store_id, persister, scratch) = match backing {
             None => (None, None, None),
@@ -496,7 +455,6 @@ impl Queue {
                 (id, Some(b.persister), b.scratch)
             }
         };
-        let quorum_type = crate::queue::args::is_quorum(&options.arguments);
         let q = Arc::new(Queue {
             name,
             vhost,
@@ -511,8 +469,6 @@ impl Queue {
             store_id,
             pressure: AtomicBool::new(false),
             relieved: tokio::sync::Notify::new(),
-            leader,
-            quorum_type,
             stats: QueueStats::default(),
             state: Mutex::new(Locked { core, io }),
         });
@@ -542,14 +498,11 @@ impl Queue {
 
     /// True while consumers fall behind; publishers should stall (see [`Queue::stall`]).
     pub fn pressured(&self) -> bool {
-        self.pressure.load(Ordering::Relaxed) || self.leader.as_ref().is_some_and(|l| l.pressured())
+        self.pressure.load(Ordering::Relaxed)
     }
 
     /// Waits until the queue is relieved, for at most `max`.
     pub async fn stall(&self, max: std::time::Duration) {
-        if let Some(l) = self.leader.as_ref().filter(|l| l.pressured()) {
-            return l.stall(max).await;
-        }
         crate::flow::wait_relief(&self.relieved, || self.pressured(), max).await
     }
 
@@ -626,11 +579,7 @@ impl Queue {
             std::mem::take(&mut io.confirmed)
         };
         let dirty = std::mem::take(&mut io.log_dirty);
-        let pending = io.leader.as_mut().and_then(|l| l.take_pending());
         drop(guard);
-        if let (Some(p), Some(l)) = (pending, &self.leader) {
-            l.after_lock(self, p);
-        }
         if dirty {
             if let Some(p) = &self.persister {
                 p.mark_dirty(self);
@@ -647,8 +596,7 @@ impl Queue {
 
     /// True if a persistent message published here is written to disk (and its confirm waits).
     pub fn stores(&self, msg: &Message) -> bool {
-        (msg.persistent && self.durable_store)
-            || self.leader.as_ref().is_some_and(|l| l.replicating())
+        msg.persistent && self.durable_store
     }
 
     /// Enqueues and dispatches, applying TTL and the length limits. A message this queue
@@ -658,15 +606,6 @@ impl Queue {
         msg: Arc<Message>,
         confirm: Option<&Arc<ConfirmHandle>>,
     ) -> Enqueued {
-        if let Some(l) = &self.leader {
-            // Replicated: it enters the queue once committed (`LeaderCtx::publish_as`).
-            return l.publish(msg, confirm);
-        }
-        let msg = if self.quorum_type {
-            Arc::new(crate::message::with_delivery_count(&msg, 0))
-        } else {
-            msg
-        };
         self.locked_with(confirm, |q, st, host| {
             let logged = q.stores(&msg) && host.io.log.is_some();
             host.io.outbox_bound = false;

@@ -48,7 +48,6 @@ pub(crate) struct Decoded {
     pub(crate) returned: Vec<u64>,
     pub(crate) claimed: Vec<u64>,
     pub(crate) claim_new: u32,
-    pub(crate) epoch: u64,
 }
 
 pub(crate) fn decode(command: Bytes) -> Option<Decoded> {
@@ -85,7 +84,8 @@ pub(crate) fn decode(command: Bytes) -> Option<Decoded> {
         return None;
     }
     let claim_new = b.get_u32();
-    let epoch = b.get_u64();
+    // The proposing leader's epoch: of no use once carried over.
+    b.advance(8);
     let mut settled_runs = Vec::new();
     if b.remaining() >= 4 {
         let r = b.get_u32() as usize;
@@ -130,7 +130,6 @@ pub(crate) fn decode(command: Bytes) -> Option<Decoded> {
         returned,
         claimed,
         claim_new,
-        epoch,
     })
 }
 

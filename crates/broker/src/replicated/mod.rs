@@ -14,10 +14,9 @@
 //! - **Consumers** are in the state: an attach names the consumer's node, its prefetch and
 //!   whether it acks; the machine counts its credit and holds its deliveries until settled.
 //!
-//! What runs on it: every quorum queue declared by this release, in a cluster or on a single
-//! node as a group of one member, and every classic queue an `ha-mode` policy mirrors
-//! (`quorum_queues_on_machine`, on by default). Replicated queues an earlier release declared
-//! are still `cluster/quorum/`'s.
+//! What runs on it: every quorum queue, in a cluster or on a single node as a group of one
+//! member, and every classic queue an `ha-mode` policy mirrors. Replicated queues an earlier
+//! release wrote are carried over to it at boot (`legacy.rs`).
 //!
 //! `kind.rs` is the queue as the queue layer dispatches to it.
 

@@ -123,6 +123,17 @@ pub fn body(
     )))
 }
 
+/// What the machine keeps of message `m`, whose body is at log place `at`.
+fn msg_ref(at: u64, m: &Message, delivery_count: u32) -> warren_queue::replicated::MsgRef {
+    warren_queue::replicated::MsgRef {
+        index: at,
+        size: m.body.len() as u64,
+        priority: m.priority,
+        expiration_ms: m.expiration_ms,
+        delivery_count,
+    }
+}
+
 impl warren_cluster::StateMachine for GroupSm {
     fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
         let q = self.queue();
@@ -197,20 +208,8 @@ impl warren_cluster::StateMachine for GroupSm {
                         replies.push(Vec::new());
                         continue;
                     };
-                    let r = warren_queue::replicated::MsgRef {
-                        index: at,
-                        size: m.body.len() as u64,
-                        priority: m.priority,
-                        expiration_ms: m.expiration_ms,
-                        delivery_count: count,
-                    };
-                    let outs = machine.apply(
-                        e.ts,
-                        Cmd::Import {
-                            msg: r,
-                            redelivered,
-                        },
-                    );
+                    let msg = msg_ref(at, &m, count);
+                    let outs = machine.apply(e.ts, Cmd::Import { msg, redelivered });
                     if let (true, Some(Out::Accepted { seq })) = (acting, outs.first()) {
                         bodies.insert(*seq, Arc::new(m));
                     }
@@ -223,14 +222,7 @@ impl warren_cluster::StateMachine for GroupSm {
                         replies.push(vec![Out::Rejected]);
                         continue;
                     };
-                    let r = warren_queue::replicated::MsgRef {
-                        index: at,
-                        size: m.body.len() as u64,
-                        priority: m.priority,
-                        expiration_ms: m.expiration_ms,
-                        delivery_count: 0,
-                    };
-                    let outs = machine.apply(e.ts, Cmd::Enqueue(r));
+                    let outs = machine.apply(e.ts, Cmd::Enqueue(msg_ref(at, &m, 0)));
                     // Only the leader delivers: a follower reads bodies back from its log if
                     // it takes over.
                     if let (true, Some(Out::Accepted { seq })) = (acting, outs.first()) {

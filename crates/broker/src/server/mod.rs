@@ -169,9 +169,7 @@ impl Broker {
         Storage {
             dir: Self::vhost_dir(config, v),
             persister: persister.clone(),
-            quorum_on_machine: config
-                .quorum_queues_on_machine
-                .then(|| config.node_name.clone()),
+            quorum_on_machine: Some(config.node_name.clone()),
         }
     }
 

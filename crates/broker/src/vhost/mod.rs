@@ -120,8 +120,8 @@ pub struct VHost {
 pub struct Storage {
     pub dir: PathBuf,
     pub persister: Arc<Persister>,
-    /// Set (to this node's name): quorum queues declared outside a cluster run on the
-    /// replicated queue machine, a group of one member (`Config::quorum_queues_on_machine`).
+    /// This node's name: quorum queues declared outside a cluster run on the replicated queue
+    /// machine, as a group of one member of that name. (`None` only in unit tests.)
     pub quorum_on_machine: Option<String>,
 }
 
@@ -162,10 +162,6 @@ pub struct QueueSpec<'a> {
 pub trait ClusterNode: Proposer {
     /// This node's name.
     fn me(&self) -> &str;
-    /// Quorum queues run on the replicated queue machine (`quorum_queues_on_machine`).
-    fn quorum_on_machine(&self) -> bool {
-        false
-    }
     /// The node a new queue lives on, by RabbitMQ's locator (`None`: this node).
     fn place(&self, locator: Option<&str>) -> String;
     /// A new queue's members, `home` (its first leader) first, if it is replicated: a quorum

@@ -22,9 +22,7 @@ const NOT_FOR_CLASSIC: &[&str] = &[
     "x-queue-leader-locator",
     "x-dead-letter-strategy",
 ];
-/// (`x-max-priority` first: taken on the replicated queue machine.)
 const NOT_FOR_QUORUM: &[&str] = &[
-    "x-max-priority",
     "x-queue-mode",
     "x-max-age",
     "x-stream-max-segment-size-bytes",
@@ -52,10 +50,9 @@ const NOT_FOR_STREAM: &[&str] = &[
 /// Validates a new queue's `x-queue-type` against its name, properties and arguments, and the
 /// arguments only a declare checks (a recovered queue is not checked again), in RabbitMQ's words.
 /// Returns the parsed arguments of a queue that may be declared.
-///
-/// `machine`: quorum queues run on the replicated queue machine, which takes `x-max-priority`
-/// (RabbitMQ 4.3's quorum queue priorities; 3.10 refuses it).
-pub fn check(spec: &QueueSpec<'_>, vhost: &str, machine: bool) -> AmqpResult<QueueArgs> {
+/// Quorum queues take `x-max-priority` (RabbitMQ 4.3's quorum queue priorities, which their
+/// replicated queue machine keeps; 3.10 refuses it).
+pub fn check(spec: &QueueSpec<'_>, vhost: &str) -> AmqpResult<QueueArgs> {
     let what = format!("queue '{}' in vhost '{vhost}'", spec.name);
     let kind = match spec.arguments.get("x-queue-type") {
         None => "classic".to_string(),
@@ -72,7 +69,6 @@ pub fn check(spec: &QueueSpec<'_>, vhost: &str, machine: bool) -> AmqpResult<Que
     };
     let (refused, module): (&[&str], &str) = match kind.as_str() {
         "classic" => (NOT_FOR_CLASSIC, "rabbit_classic_queue"),
-        "quorum" if machine => (&NOT_FOR_QUORUM[1..], "rabbit_quorum_queue"),
         "quorum" => (NOT_FOR_QUORUM, "rabbit_quorum_queue"),
         "stream" => (NOT_FOR_STREAM, "rabbit_stream_queue"),
         _ if spec.server_named => return Err(crash()),

@@ -193,7 +193,7 @@ impl VHost {
                 spec.name, &self.name, max,
             ));
         }
-        let args = super::queue_type::check(spec, &self.name, self.quorum_on_machine())?;
+        let args = super::queue_type::check(spec, &self.name)?;
         let name: Arc<str> = spec.name.into();
         let options = QueueOptions {
             durable: spec.durable,

@@ -208,23 +208,10 @@ impl VHost {
         Ok(n)
     }
 
-    /// Quorum queues declared here run on the replicated queue machine
-    /// (`quorum_queues_on_machine`, on a single node or in a cluster).
-    pub(super) fn quorum_on_machine(&self) -> bool {
-        match &self.cluster {
-            Some(c) => c.quorum_on_machine(),
-            None => self
-                .storage
-                .as_ref()
-                .is_some_and(|s| s.quorum_on_machine.is_some()),
-        }
-    }
-
     /// A quorum queue outside a cluster, on the replicated queue machine (a group of one member
-    /// under its queue directory's `group/`) when this node runs them so: a new one (`id`
-    /// none), or a recovered one. One recovered with a classic log (the earlier form) is
-    /// carried over into a new group (`replicated/legacy.rs`); with the setting off it stays a
-    /// classic queue.
+    /// under its queue directory's `group/`): a new one (`id` none), or a recovered one. One
+    /// recovered with a classic log (an earlier release's form) is carried over into a new
+    /// group (`replicated/legacy.rs`); if that cannot start, it stays a classic queue (logged).
     pub(super) fn open_on_machine(
         self: &Arc<Self>,
         name: &Arc<str>,

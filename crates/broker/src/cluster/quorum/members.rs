@@ -1,49 +1,12 @@
-//! Changing a queue's members: applying a new member list on this node (opening or dropping its
-//! replica), and `add_member` / `delete_member` (the group's change, then the metadata's).
+//! Changing a queue's members: `add_member` / `delete_member` (the group's change, then the
+//! metadata's; each node applies the new member list to its queue, `ReplicatedQueue::set_members`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{change_group, QuorumQueue, Replica, SERVICE_QMEMBER};
+use super::{change_group, SERVICE_QMEMBER};
 use crate::cluster::Cluster;
 use crate::definitions::op::DefOp;
-
-impl QuorumQueue {
-    /// The metadata changed its members (applied on every node): a node that joins opens an
-    /// empty replica, which the group's leader fills; a node that leaves drops its replica.
-    pub fn set_members(self: &Arc<Self>, members: Vec<String>) {
-        let Some(c) = self.cluster.upgrade() else {
-            return;
-        };
-        let was = self.is_member(&c.me);
-        *self.members.write() = members;
-        let is = self.is_member(&c.me);
-        if was == is || self.is_deleted() {
-            return;
-        }
-        if was {
-            self.retire_leg();
-            self.drop_replica(&c);
-        }
-        self.start_role(is);
-    }
-
-    /// Stops this node's member of the group and deletes its files.
-    pub(super) fn drop_replica(&self, c: &Cluster) {
-        let meta = self.meta.lock().take();
-        c.groups.write().remove(&self.group);
-        let dir = self.dir(c);
-        *self.sm.replica.lock() = Replica::default();
-        if let Some(meta) = meta {
-            tokio::spawn(async move {
-                meta.shutdown().await;
-                if let Some(d) = dir {
-                    let _ = std::fs::remove_dir_all(d);
-                }
-            });
-        }
-    }
-}
 
 impl Cluster {
     /// `add_member` / `delete_member`: adds `node` to (or removes it from) a replicated queue's

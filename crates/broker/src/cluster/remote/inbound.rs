@@ -82,7 +82,7 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
                 .broker()
                 .and_then(|b| b.vhost(&vhost))
                 .and_then(|v| v.queue(&name))
-                .and_then(|q| q.remote_leg());
+                .and_then(|q| q.remote());
             if let Some(rq) = rq {
                 rq.credited(n);
             }
@@ -328,7 +328,7 @@ pub fn on_link_down(c: &Arc<Cluster>, link: &Arc<Link>) {
     if let Some(b) = c.broker() {
         for v in b.vhosts() {
             for q in v.snapshot().queues.values() {
-                if let Some(r) = q.remote_leg().filter(|r| r.home == name) {
+                if let Some(r) = q.remote().filter(|r| r.home == name) {
                     r.in_flight.store(0, Ordering::Relaxed);
                     r.relieved.notify_waiters();
                 }

@@ -13,7 +13,6 @@ use super::sink::{LinkSink, Unacked};
 use super::wire::{get_u64, get_u8, put_message, Q_CANCEL, Q_CONSUME, Q_COUNTS, Q_GET, Q_PURGE};
 use crate::cluster::link::{get_str, Link};
 use crate::cluster::Cluster;
-use crate::cluster::ClusterQueue;
 use crate::error::{AmqpError, AmqpResult};
 use crate::queue::{Consumer, Queue, QueueRef};
 
@@ -34,14 +33,6 @@ pub(super) fn local_queue(c: &Cluster, vhost: &str, name: &str) -> AmqpResult<Ar
         .ok_or_else(|| AmqpError::not_found(format!("no vhost '{vhost}'")))?;
     match v.queue(name) {
         Some(QueueRef::Local(q)) => Ok(q),
-        // A replicated queue is served here while this node leads it.
-        Some(q) if q.quorum().is_some() => match q.quorum().and_then(|r| r.leg()) {
-            Some(QueueRef::Local(l)) => Ok(l),
-            _ => Err(AmqpError::not_found(format!(
-                "{} is not led by this node (its leader changed)",
-                q.describe()
-            ))),
-        },
         _ => Err(v.no_queue(name)),
     }
 }
