@@ -34,7 +34,9 @@ pub struct Node {
 pub trait StateMachine: Send + Sync + 'static {
     /// Applies one committed command deterministically; `index` is its Raft log index (unique,
     /// increasing: the broker uses it as an id). Returns the reply handed back to the proposer.
-    fn apply(&self, index: u64, command: &[u8]) -> Vec<u8>;
+    /// `command` is shared with the log (a replicated queue's entries carry message bodies:
+    /// the machine keeps slices of it rather than copies).
+    fn apply(&self, index: u64, command: &bytes::Bytes) -> Vec<u8>;
     /// The whole state, for a Raft snapshot.
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the whole state with a snapshot's (a snapshot installed from the leader, or the

@@ -87,7 +87,7 @@ impl Toy {
 }
 
 impl StateMachine for Toy {
-    fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
+    fn apply(&self, index: u64, command: &bytes::Bytes) -> Vec<u8> {
         if self.held {
             let cmd = String::from_utf8(command.to_vec()).unwrap();
             let mut live = self.live.lock().unwrap();

@@ -73,7 +73,7 @@ impl SimSm {
 }
 
 impl StateMachine for SimSm {
-    fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
+    fn apply(&self, index: u64, command: &bytes::Bytes) -> Vec<u8> {
         let Ok((ts, cmd)) = bincode::deserialize::<(u64, Cmd)>(command) else {
             self.check
                 .violation(format!("{}: entry {index} does not decode", self.name));

@@ -22,7 +22,7 @@ pub(super) struct Applied {
 pub(super) struct BrokerSm(pub(super) Weak<Broker>);
 
 impl warren_cluster::StateMachine for BrokerSm {
-    fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
+    fn apply(&self, index: u64, command: &bytes::Bytes) -> Vec<u8> {
         let Some(b) = self.0.upgrade() else {
             return Vec::new();
         };

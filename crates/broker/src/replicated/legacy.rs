@@ -706,7 +706,7 @@ mod tests {
         let apply_all = || {
             let sm = super::super::sm::GroupSm::new(Default::default(), Default::default(), true);
             for (i, e) in log.iter().enumerate() {
-                sm.apply(i as u64 + 1, e);
+                sm.apply(i as u64 + 1, &Bytes::copy_from_slice(e));
                 if i == 1 {
                     let st = sm.state.lock();
                     let l = st.legacy.as_ref().expect("the earlier state");

@@ -135,13 +135,13 @@ fn msg_ref(at: u64, m: &Message, delivery_count: u32) -> warren_queue::replicate
 }
 
 impl warren_cluster::StateMachine for GroupSm {
-    fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
+    fn apply(&self, index: u64, command: &bytes::Bytes) -> Vec<u8> {
         let q = self.queue();
         if command.first() == Some(&legacy::OP_ENQUEUE) {
             // An entry of the earlier form (a group an earlier release wrote): what it leaves in
             // the queue is carried over later. Nobody waits for its answer any more.
             let mut st = self.state.lock();
-            match legacy::decode(Bytes::copy_from_slice(command)) {
+            match legacy::decode(command.clone()) {
                 Some(d) => st
                     .legacy
                     .get_or_insert_with(Legacy::default)
@@ -154,7 +154,7 @@ impl warren_cluster::StateMachine for GroupSm {
             st.applied = index;
             return Vec::new();
         }
-        let e = match entry::decode(Bytes::copy_from_slice(command)) {
+        let e = match entry::decode(command.clone()) {
             Ok(e) => e,
             Err(why) => {
                 let name = q.as_ref().map(|q| q.name.clone());
