@@ -113,6 +113,12 @@ pub(crate) mod wire {
 
     use bytes::Bytes;
 
+    /// As [`encode`], into the end of `buf`.
+    pub(crate) fn encode_into<T: serde::Serialize>(buf: &mut bytes::BytesMut, v: &T) {
+        use bytes::BufMut;
+        let _ = bincode::serialize_into(buf.writer(), v);
+    }
+
     pub(crate) fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, String> {
         bincode::deserialize(b).map_err(|e| e.to_string())
     }
@@ -223,6 +229,15 @@ mod tests {
 #[cfg(test)]
 mod raft_message_tests {
     use super::*;
+
+    #[test]
+    fn encode_into_appends_what_encode_gives() {
+        let rpc = Rpc::Propose(Blob(vec![3u8; 100].into()));
+        let mut buf = bytes::BytesMut::from(&b"head"[..]);
+        wire::encode_into(&mut buf, &rpc);
+        assert_eq!(&buf[..4], b"head");
+        assert_eq!(buf[4..], wire::encode(&rpc)[..]);
+    }
 
     #[test]
     fn decode_shared_hands_out_slices_of_its_buffer_and_decode_copies() {

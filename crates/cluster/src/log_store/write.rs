@@ -31,7 +31,9 @@ impl LogStore {
         let mut at = Vec::with_capacity(entries.len() + 1);
         for e in &entries {
             at.push(buf.len());
-            record::encode(&mut buf, KIND_ENTRY, e.log_id.index, &wire::encode(e));
+            record::encode_with(&mut buf, KIND_ENTRY, e.log_id.index, |b| {
+                wire::encode_into(b, e)
+            });
         }
         at.push(buf.len());
         let mut i = 0;
