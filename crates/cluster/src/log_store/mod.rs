@@ -6,7 +6,9 @@
 //!   (torn write) is cut off at open; a whole record (its checksum holds) that does not decode
 //!   is never cut: the open fails on the last one, a read on any other. Purging deletes whole
 //!   segments; truncating cuts the segment it falls in and deletes the later ones.
-//! - `purged.json`, `vote.json`, `committed.json`: small files replaced atomically.
+//! - `purged.json`, `vote.json`: small files replaced atomically; `committed.json`: the
+//!   committed index, overwritten in place without an fsync (it is written on every commit;
+//!   a lost or torn one reads as an older index or none, both safe).
 //!
 //! Memory holds each entry's offset in its segment (4 bytes) and the newest entries up to
 //! `CACHE_BYTES`, which serve replication and apply; older entries are read back from their
@@ -48,6 +50,8 @@ const KIND_PURGED: u8 = 4;
 const SEGMENT_BYTES: u64 = 64 << 20;
 /// The newest entries kept in memory (at least the last one).
 const CACHE_BYTES: usize = 4 << 20;
+/// `committed.json`'s size: its JSON padded with spaces.
+const COMMITTED_BYTES: usize = 128;
 /// What one read for replication returns at most (at least one entry): a follower that lags
 /// far behind catches up in bounded steps.
 const REPLICATION_READ_BYTES: usize = 8 << 20;
@@ -96,6 +100,8 @@ struct LogInner {
     purged: Option<LogId<NodeId>>,
     vote: Option<Vote<NodeId>>,
     committed: Option<LogId<NodeId>>,
+    /// `committed.json`, open once it is first written.
+    committed_file: Option<File>,
 }
 
 fn other(e: impl std::fmt::Display) -> io::Error {
@@ -154,6 +160,31 @@ impl LogReader {
 }
 
 impl LogInner {
+    /// Overwrites `committed.json` in place, padded to `COMMITTED_BYTES` so that a shorter
+    /// value leaves no tail of a longer one, without an fsync: the page cache keeps it across
+    /// a crash of the process, and a power cut leaves an older value, a lower index that is
+    /// still true (the entries up to it are fsynced first), or a torn one, read as none
+    /// (`read_committed_file`).
+    fn write_committed(&mut self, committed: Option<LogId<NodeId>>) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut bytes = serde_json::to_vec(&committed).map_err(other)?;
+        if bytes.len() < COMMITTED_BYTES {
+            bytes.resize(COMMITTED_BYTES, b' ');
+        }
+        if self.committed_file.is_none() {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&self.committed_path)?;
+            self.committed_file = Some(f);
+        }
+        let Some(f) = &self.committed_file else {
+            return Err(other("committed.json not open"));
+        };
+        f.write_all_at(&bytes, 0)
+    }
+
     /// The first index the log holds.
     fn first_index(&self) -> u64 {
         self.purged.map_or(0, |p| p.index + 1)

@@ -38,10 +38,7 @@ impl LogStore {
             Some(b) => Some(serde_json::from_slice(&b).map_err(other)?),
             None => None,
         };
-        let committed: Option<LogId<NodeId>> = match snapshot::read(&committed_path)? {
-            Some(b) => serde_json::from_slice(&b).map_err(other)?,
-            None => None,
-        };
+        let committed = read_committed_file(&committed_path)?;
         let purged: Option<LogId<NodeId>> = match snapshot::read(&purged_path)? {
             Some(b) => serde_json::from_slice(&b).map_err(other)?,
             None => None,
@@ -99,8 +96,25 @@ impl LogStore {
                 purged,
                 vote,
                 committed,
+                committed_file: None,
             })),
         })
+    }
+}
+
+/// The committed index `committed.json` holds: none when there is no file, or when a power
+/// cut tore its in-place write (it is not fsynced: `LogInner::write_committed`), which only
+/// makes this node wait for its leader to say what is committed.
+fn read_committed_file(path: &Path) -> io::Result<Option<LogId<NodeId>>> {
+    let Some(b) = snapshot::read(path)? else {
+        return Ok(None);
+    };
+    match serde_json::from_slice(&b) {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "committed index unreadable; reading it as none");
+            Ok(None)
+        }
     }
 }
 
@@ -355,6 +369,36 @@ mod tests {
         let mut s = LogStore::open(&d).expect("reopen again");
         let c = s.read_committed().await.expect("committed");
         assert_eq!(c.map(|c| c.index), Some(3), "and that is what is on disk");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn the_committed_index_written_in_place_reads_back_and_a_torn_one_reads_as_none() {
+        let d = dir("committed-in-place");
+        let at = |i| Some(LogId::new(CommittedLeaderId::new(1, 1), i));
+        {
+            let mut s = LogStore::open(&d).expect("open");
+            s.blocking_append((0..12).map(|i| entry(i, "x")))
+                .await
+                .expect("append");
+            // A longer value, then a shorter one: no tail of the longer one may be left.
+            s.save_committed(at(11)).await.expect("commit");
+            s.save_committed(at(9)).await.expect("commit");
+        }
+        let mut s = LogStore::open(&d).expect("reopen");
+        assert_eq!(s.read_committed().await.expect("committed"), at(9));
+        s.save_committed(at(10)).await.expect("commit");
+        drop(s);
+        let mut s = LogStore::open(&d).expect("reopen");
+        assert_eq!(s.read_committed().await.expect("committed"), at(10));
+        drop(s);
+        // A power cut tore the write: the node waits for its leader instead of failing.
+        let path = d.join("committed.json");
+        let bytes = std::fs::read(&path).expect("read");
+        std::fs::write(&path, &bytes[..7]).expect("tear");
+        let mut s = LogStore::open(&d).expect("reopen after a torn write");
+        assert_eq!(s.read_committed().await.expect("committed"), None);
+        assert_eq!(indexes(&mut s).await, (0..12).collect::<Vec<_>>());
         let _ = std::fs::remove_dir_all(&d);
     }
 
