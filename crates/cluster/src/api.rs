@@ -93,6 +93,10 @@ pub struct MetaConfig {
     pub propose_timeout: Duration,
     /// Build a snapshot after this many log entries since the last one; 0 never does.
     pub snapshot_after: u64,
+    /// Make appends durable together with the other groups' of this process, on one sync
+    /// thread (`log_store/sync.rs`), rather than each with an fdatasync in line. A node with
+    /// many groups wants it; a deterministic simulation does not.
+    pub group_commit: bool,
 }
 
 impl Default for MetaConfig {
@@ -103,6 +107,7 @@ impl Default for MetaConfig {
             heartbeat_ms: 300,
             propose_timeout: Duration::from_secs(5),
             snapshot_after: 5000,
+            group_commit: false,
         }
     }
 }

@@ -103,6 +103,7 @@ impl Meta {
         std::fs::create_dir_all(dir)?;
         let id = node_id(&me.name);
         let log_store = LogStore::open(dir)?;
+        log_store.set_group_commit(config.group_commit);
         let log = log_store.reader();
         let sm_store = SmStore::open(dir, sm)?;
         let raft_config = openraft::Config {

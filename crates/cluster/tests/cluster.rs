@@ -152,6 +152,8 @@ fn test_config() -> MetaConfig {
         heartbeat_ms: 50,
         propose_timeout: Duration::from_secs(1),
         snapshot_after: 0,
+        // As the broker runs its groups: appends made durable on the shared sync thread.
+        group_commit: true,
     }
 }
 

@@ -145,6 +145,7 @@ pub async fn run(
         heartbeat_ms: 50,
         propose_timeout: std::time::Duration::from_secs(2),
         snapshot_after: 48,
+        group_commit: false,
     };
     let name = me.name.clone();
     let meta = match Meta::open(&dir, me, sm.clone(), transport, config).await {

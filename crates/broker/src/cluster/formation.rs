@@ -131,6 +131,7 @@ impl Cluster {
                 election_timeout_max_ms: 2000,
                 heartbeat_ms: 250,
                 propose_timeout: Duration::from_secs(8),
+                group_commit: true,
                 ..Default::default()
             },
         )

@@ -410,6 +410,7 @@ impl ReplicatedQueue {
                 heartbeat_ms: 50,
                 propose_timeout: Duration::from_secs(10),
                 snapshot_after: 1024,
+                group_commit: true,
             }
         } else {
             // Failover in 1-2 s: a queue's leader is what publishers and consumers wait for.
@@ -419,6 +420,7 @@ impl ReplicatedQueue {
                 heartbeat_ms: 150,
                 propose_timeout: Duration::from_secs(5),
                 snapshot_after: 1024,
+                group_commit: true,
             }
         };
         let meta = match warren_cluster::Meta::open(

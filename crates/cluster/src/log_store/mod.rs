@@ -27,6 +27,7 @@
 mod raft;
 mod read;
 mod recover;
+mod sync;
 mod write;
 
 use std::collections::VecDeque;
@@ -38,7 +39,7 @@ use std::sync::{Arc, Mutex};
 use openraft::{Entry, EntryPayload, LogId, Vote};
 
 use crate::types::{wire, TypeConfig};
-use crate::NodeId;
+use crate::{lock, NodeId};
 
 // Kinds 1 and 2 are the serde_json records of earlier versions, still read; 3 and 4 are written.
 const KIND_ENTRY_JSON: u8 = 1;
@@ -102,6 +103,9 @@ struct LogInner {
     committed: Option<LogId<NodeId>>,
     /// `committed.json`, open once it is first written.
     committed_file: Option<File>,
+    /// Appends are made durable by the node's sync thread, with other groups' (`sync.rs`),
+    /// rather than by an fdatasync of their own in line.
+    group_commit: bool,
 }
 
 fn other(e: impl std::fmt::Display) -> io::Error {
@@ -121,6 +125,11 @@ fn decode_entry(kind: u8, data: &[u8]) -> Result<Entry<TypeConfig>, String> {
 }
 
 impl LogStore {
+    /// Makes appends durable with other groups' on the node's sync thread (`sync.rs`).
+    pub(crate) fn set_group_commit(&self, on: bool) {
+        lock(&self.inner).group_commit = on;
+    }
+
     /// A reader of the entries for the state machine's own use (see [`LogReader`]).
     pub(crate) fn reader(&self) -> LogReader {
         LogReader {

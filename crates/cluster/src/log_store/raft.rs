@@ -68,6 +68,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
+        // Not durable before an append openraft made first (its writes are to be in order).
+        if lock(&self.inner).group_commit {
+            self.sync_last()
+                .map_err(|e| StorageIOError::write_vote(&e))?;
+        }
         let mut inner = lock(&self.inner);
         let bytes = serde_json::to_vec(vote).map_err(|e| StorageIOError::write_vote(&e))?;
         snapshot::write_atomic(&inner.vote_path, &bytes)
@@ -108,16 +113,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         let entries: Vec<_> = entries.into_iter().collect();
-        match self.append_entries(entries) {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                callback.log_io_completed(Err(io::Error::new(e.kind(), e.to_string())));
-                Err(StorageIOError::write_logs(AnyError::new(&e)).into())
-            }
-        }
+        // openraft is told once the entries are durable, possibly after this returns (group
+        // commit, `sync.rs`); a write that fails fails the append at once.
+        let done = Box::new(move |r: io::Result<()>| callback.log_io_completed(r));
+        self.append_entries(entries, done)
+            .map_err(|e| StorageIOError::write_logs(AnyError::new(&e)).into())
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {

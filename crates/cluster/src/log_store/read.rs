@@ -138,11 +138,10 @@ impl LogStore {
             }
             // Then from memory, if the files got that far.
             if at >= cache_first && !(any && budget == 0) {
-                for (e, size) in &inner.cache {
+                // The cache is consecutive: `at`'s entry is `at - cache_first` in.
+                let skip = (at - cache_first) as usize;
+                for (e, size) in inner.cache.range(skip.min(inner.cache.len())..) {
                     let i = e.log_id.index;
-                    if i < at {
-                        continue;
-                    }
                     if i >= end || (any && *size > budget) {
                         break;
                     }

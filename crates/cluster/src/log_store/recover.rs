@@ -97,6 +97,7 @@ impl LogStore {
                 vote,
                 committed,
                 committed_file: None,
+                group_commit: false,
             })),
         })
     }

@@ -1,10 +1,12 @@
-//! Changing the log: appends are written and fsynced before openraft is told (whole entries
-//! up to a segment's size per write, rotating to a new segment past it), truncation cuts the
-//! segment it falls in and deletes the later ones, and purging deletes whole segments once the
-//! purge point is durable. Writes happen on openraft's log task, one at a time; an append's
-//! file write and fsync run without the lock, so readers are not held up by the disk.
+//! Changing the log: appends are written (whole entries up to a segment's size per write,
+//! rotating to a new segment past it) and made durable before openraft is told, by an
+//! fdatasync here or by the node's sync thread with other groups' appends (`sync.rs`);
+//! truncation cuts the segment it falls in and deletes the later ones, and purging deletes
+//! whole segments once the purge point is durable. Writes happen on openraft's log task, one at
+//! a time; an append's file write and fsync run without the lock, so readers are not held up by
+//! the disk.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -13,14 +15,39 @@ use bytes::BytesMut;
 use openraft::{Entry, LogId};
 use warren_store::{record, segment_path, snapshot};
 
-use super::{other, sync_dir, LogStore, Segment, KIND_ENTRY};
+use super::{other, sync, sync_dir, LogStore, Segment, KIND_ENTRY};
 use crate::types::{wire, TypeConfig};
 use crate::{lock, NodeId};
 
 impl LogStore {
-    pub(super) fn append_entries(&self, entries: Vec<Entry<TypeConfig>>) -> io::Result<()> {
+    /// Appends `entries` and makes them durable: `done` is called once they are, here or (with
+    /// group commit) on the node's sync thread. An error writing them is returned, and given
+    /// to `done` too.
+    pub(super) fn append_entries(
+        &self,
+        entries: Vec<Entry<TypeConfig>>,
+        done: Box<dyn FnOnce(io::Result<()>) + Send>,
+    ) -> io::Result<()> {
+        let files = match self.write_entries(entries) {
+            Ok(f) => f,
+            Err(e) => {
+                done(Err(io::Error::new(e.kind(), e.to_string())));
+                return Err(e);
+            }
+        };
+        if lock(&self.inner).group_commit && !files.is_empty() {
+            sync::submit(sync::Job { files, done });
+        } else {
+            done(sync::sync_each(&files));
+        }
+        Ok(())
+    }
+
+    /// Writes `entries` through the page cache: the files written, not yet durable.
+    fn write_entries(&self, entries: Vec<Entry<TypeConfig>>) -> io::Result<Vec<Arc<File>>> {
+        let mut files: Vec<Arc<File>> = Vec::new();
         let Some(first) = entries.first().map(|e| e.log_id.index) else {
-            return Ok(());
+            return Ok(files);
         };
         // openraft truncates conflicts before appending; this keeps the log consecutive anyway.
         let last = lock(&self.inner).last;
@@ -58,10 +85,7 @@ impl LogStore {
             while j < entries.len() && len + (at[j + 1] - at[i]) as u64 <= segment_bytes {
                 j += 1;
             }
-            let written = file
-                .write_all_at(&buf[at[i]..at[j]], len)
-                .and_then(|_| file.sync_data());
-            if let Err(e) = written {
+            if let Err(e) = file.write_all_at(&buf[at[i]..at[j]], len) {
                 // Cut a partial write so that later appends do not follow garbage.
                 let _ = file.set_len(len);
                 return Err(e);
@@ -74,6 +98,9 @@ impl LogStore {
                 seg.offsets.push((len + (at[k] - at[i]) as u64) as u32);
             }
             seg.len = len + (at[j] - at[i]) as u64;
+            if !files.iter().any(|f| Arc::ptr_eq(f, &file)) {
+                files.push(file);
+            }
             i = j;
         }
         let mut inner = lock(&self.inner);
@@ -81,7 +108,17 @@ impl LogStore {
             inner.last = Some(e.log_id);
             inner.push_cache(e, at[k + 1] - at[k]);
         }
-        Ok(())
+        Ok(files)
+    }
+
+    /// Makes what was written to the last segment durable now (an fdatasync), so that a write
+    /// after it (a vote) is not durable before an append openraft made first.
+    pub(super) fn sync_last(&self) -> io::Result<()> {
+        let file = lock(&self.inner).segments.back().map(|s| s.file.clone());
+        match file {
+            Some(f) => f.sync_data(),
+            None => Ok(()),
+        }
     }
 
     /// Starts a segment whose first entry will be `first`.
