@@ -5,8 +5,11 @@
 //!   leader when needed) and returns the leader's reply once this node applied it too.
 //! - Nodes talk through the broker's inter-node link ([`Transport`] out, [`Meta::handle_rpc`]
 //!   in); requests, replies and log entries are bincode (`types::wire`).
-//! - State under the node's directory: `raft.log` (entries), `vote.json`, `committed.json`,
-//!   `snapshot.bin` (the last snapshot). Everything is fsynced before it is acknowledged.
+//! - State under the node's directory: `log/` (entries, in segments), `vote.json`,
+//!   `committed.json`, `purged.json`, `snapshot.bin` (the last snapshot). Entries, the vote and
+//!   snapshots are durable before they are acknowledged (appends possibly with other groups'
+//!   on the process's sync thread: [`MetaConfig::group_commit`]); the committed index is
+//!   written without an fsync (`log_store`).
 //!
 //! Behaviour worth knowing:
 //! - Elections: a follower starts one after hearing nothing from the leader for the leader lease
