@@ -152,10 +152,33 @@ def _die_with_parent() -> None:
     _libc.prctl(1, signal.SIGKILL, 0, 0, 0)
 
 
+_TAKEN: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now, below the kernel's ephemeral range: a port the kernel hands out (bind to
+    0) is free only until some outgoing connection takes it as its source port, and a node that
+    then cannot listen fails the run before any fault (seed 442 of 2026-11-27's campaign).
+    Never the same port twice in one checker."""
+    lo = 20000
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = min(lo, int(f.read().split()[0]) - 1000)
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.SystemRandom()
+    for _ in range(1000):
+        port = rng.randrange(10000, max(lo, 10001))
+        if port in _TAKEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _TAKEN.add(port)
+        return port
+    raise HarnessError("no free port below the ephemeral range")
 
 
 def api_get(port: int, path: str, timeout: float = 2.0):

@@ -69,6 +69,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
         // Not durable before an append openraft made first (its writes are to be in order).
+        // openraft 0.9's core waits for each append's flush before its next command, so this
+        // finds nothing to do today; it keeps the order from depending on that.
         if lock(&self.inner).group_commit {
             self.sync_last()
                 .map_err(|e| StorageIOError::write_vote(&e))?;

@@ -11,6 +11,9 @@
 //! them; on other systems, or for a single file, fdatasync each), then completes the appends in
 //! the order they came. While it syncs, the next round gathers: the busier the node, the more
 //! appends one flush covers. RabbitMQ's Ra gets the same from one write-ahead log per node.
+//! openraft 0.9's core awaits each append's flush before its next command (asynchronously:
+//! the worker is free meanwhile), so a group has one append in flight and its writes stay in
+//! order; the groups' appends are what a round gathers.
 //!
 //! `syncfs` also writes back whatever else on that filesystem is dirty; on a disk the data
 //! directory shares with other busy writers that is their data too. That is the price of one
