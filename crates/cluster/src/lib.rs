@@ -40,6 +40,7 @@
 //! uses nothing of the crate.
 
 mod api;
+mod guard;
 mod log_store;
 mod membership;
 mod network;
@@ -51,7 +52,7 @@ mod types;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::{Raft, RaftMetrics, ServerState, SnapshotPolicy};
@@ -67,11 +68,6 @@ use crate::network::{Network, Reach};
 use crate::sm_store::SmStore;
 pub use crate::types::is_raft_message;
 use crate::types::TypeConfig;
-
-/// Locks, ignoring poisoning: every critical section leaves its data consistent.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The local node of the metadata Raft group. Cheap to clone.
 #[derive(Clone)]

@@ -17,8 +17,9 @@ use openraft::raft::{
 };
 use openraft::{RPCTypes, Snapshot, Vote};
 
+use crate::api::{Node, NodeId, Transport, TransportError};
+use crate::guard::lock;
 use crate::types::{wire, Blob, Reply, Rpc, TypeConfig};
-use crate::{lock, Node, NodeId, Transport, TransportError};
 
 /// The last RPC outcome per peer: whether it succeeded, and when.
 #[derive(Clone, Default)]

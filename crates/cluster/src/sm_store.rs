@@ -16,8 +16,9 @@ use openraft::{
 };
 use warren_store::{record, snapshot};
 
+use crate::api::{Node, NodeId, SnapshotPoint, StateMachine};
+use crate::guard::lock;
 use crate::types::{Blob, TypeConfig};
-use crate::{lock, Node, NodeId, SnapshotPoint, StateMachine};
 
 const KIND_SNAPSHOT: u8 = 1;
 

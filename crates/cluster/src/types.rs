@@ -10,7 +10,7 @@ use openraft::raft::{
 use openraft::{SnapshotMeta, Vote};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{Node, NodeId};
+use crate::api::{Node, NodeId};
 
 openraft::declare_raft_types!(
     /// The Raft types of the metadata group.

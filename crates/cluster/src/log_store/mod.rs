@@ -38,8 +38,9 @@ use std::sync::{Arc, Mutex};
 
 use openraft::{Entry, EntryPayload, LogId, Vote};
 
+use crate::api::NodeId;
+use crate::guard::lock;
 use crate::types::{wire, TypeConfig};
-use crate::{lock, NodeId};
 
 // Kinds 1 and 2 are the serde_json records of earlier versions, still read; 3 and 4 are written.
 const KIND_ENTRY_JSON: u8 = 1;

@@ -13,8 +13,9 @@ use openraft::{
 use warren_store::snapshot;
 
 use super::{LogStore, REPLICATION_READ_BYTES};
+use crate::api::NodeId;
+use crate::guard::lock;
 use crate::types::TypeConfig;
-use crate::{lock, NodeId};
 
 type StorageResult<T> = Result<T, StorageError<NodeId>>;
 

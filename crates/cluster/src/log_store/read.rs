@@ -13,7 +13,7 @@ use openraft::Entry;
 use warren_store::record;
 
 use super::{decode_entry, other, LogInner, LogStore};
-use crate::lock;
+use crate::guard::lock;
 use crate::types::TypeConfig;
 
 /// What a read takes from one segment: `count` entries from `first`, in `len` bytes at `at`.

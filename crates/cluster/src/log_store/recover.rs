@@ -19,8 +19,8 @@ use super::{
     decode_entry, other, sync_dir, LogInner, LogStore, Segment, KIND_ENTRY, KIND_ENTRY_JSON,
     KIND_PURGED, KIND_PURGED_JSON, SEGMENT_BYTES,
 };
+use crate::api::NodeId;
 use crate::types::{wire, TypeConfig};
-use crate::NodeId;
 
 impl LogStore {
     pub(crate) fn open(dir: &Path) -> io::Result<LogStore> {

@@ -16,8 +16,9 @@ use openraft::{Entry, LogId};
 use warren_store::{record, segment_path, snapshot};
 
 use super::{other, sync, sync_dir, LogStore, Segment, KIND_ENTRY};
+use crate::api::NodeId;
+use crate::guard::lock;
 use crate::types::{wire, TypeConfig};
-use crate::{lock, NodeId};
 
 impl LogStore {
     /// Appends `entries` and makes them durable: `done` is called once they are, here or (with
