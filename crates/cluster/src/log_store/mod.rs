@@ -181,16 +181,15 @@ impl LogInner {
         if bytes.len() < COMMITTED_BYTES {
             bytes.resize(COMMITTED_BYTES, b' ');
         }
-        if self.committed_file.is_none() {
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&self.committed_path)?;
-            self.committed_file = Some(f);
-        }
-        let Some(f) = &self.committed_file else {
-            return Err(other("committed.json not open"));
+        let f = match &mut self.committed_file {
+            Some(f) => f,
+            None => self.committed_file.insert(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&self.committed_path)?,
+            ),
         };
         f.write_all_at(&bytes, 0)
     }
