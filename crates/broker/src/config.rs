@@ -45,6 +45,11 @@ pub struct Config {
     /// run on the replicated queue machine (`replicated/`, docs/design/replicated-queues.md),
     /// so only `true` is taken; `false` (the earlier form, now removed) is refused.
     pub quorum_queues_on_machine: bool,
+    /// RabbitMQ's `queue_master_locator` (rabbitmq.conf): where a new queue lives when neither
+    /// its `x-queue-master-locator` / `x-queue-leader-locator` argument nor a policy says:
+    /// `client-local` (the default), `min-masters`, `random`, `balanced`, `least-leaders`.
+    /// Only a cluster has a choice.
+    pub queue_master_locator: Option<String>,
 }
 
 /// `[cluster]`: the inter-node link and how this node finds its cluster.
@@ -280,6 +285,7 @@ impl Default for Config {
             cluster: None,
             consumer_timeout: limits::CONSUMER_TIMEOUT_MS,
             quorum_queues_on_machine: true,
+            queue_master_locator: None,
         }
     }
 }
@@ -309,6 +315,21 @@ impl Config {
                  removed; queues it wrote are carried over at boot); remove the setting"
                     .into(),
             );
+        }
+        if let Some(l) = &self.queue_master_locator {
+            const KNOWN: [&str; 5] = [
+                "client-local",
+                "min-masters",
+                "random",
+                "balanced",
+                "least-leaders",
+            ];
+            if !KNOWN.contains(&l.as_str()) {
+                return Err(format!(
+                    "queue_master_locator must be one of {}, not '{l}'",
+                    KNOWN.join(", ")
+                ));
+            }
         }
         if self.limits.frame_max != 0
             && self.limits.frame_max < warren_protocol::frame::FRAME_MIN_SIZE
@@ -444,6 +465,15 @@ mod tests {
         }
         assert!(Config::from_toml("[server_properties]\nproduct = \"\"\n").is_err());
         assert!(Config::from_toml("[server_properties]\nplatform = \"x\"\n").is_err());
+    }
+
+    #[test]
+    fn queue_master_locator_takes_rabbitmqs_locators_only() {
+        assert_eq!(Config::default().queue_master_locator, None);
+        let c = Config::from_toml("queue_master_locator = \"min-masters\"\n").expect("valid");
+        assert_eq!(c.queue_master_locator.as_deref(), Some("min-masters"));
+        let e = Config::from_toml("queue_master_locator = \"elsewhere\"\n").expect_err("refused");
+        assert!(e.contains("queue_master_locator must be one of"), "{e}");
     }
 
     #[test]

@@ -15,8 +15,12 @@ impl Cluster {
     /// `queue-master-locator`: `client-local`, `min-masters`, `random`; `x-queue-leader-locator`
     /// / `queue-leader-locator`: `client-local`, `balanced`, and `least-leaders`, an older name
     /// of `balanced`). Default: this node (client-local).
-    /// Only running nodes are chosen.
+    /// Only running nodes are chosen. Without a locator, the config's `queue_master_locator`.
     pub fn place(&self, locator: Option<&str>) -> String {
+        let default = self
+            .broker()
+            .and_then(|b| b.config.queue_master_locator.clone());
+        let locator = locator.or(default.as_deref());
         let running: Vec<String> = self
             .members()
             .into_iter()
