@@ -140,6 +140,16 @@ impl Channel {
                 "attempt to reuse consumer tag '{tag}'"
             )));
         }
+        // RabbitMQ's quorum queues and streams refuse a channel-wide prefetch.
+        if matches!(q.type_name(), "quorum" | "stream")
+            && self.shared.deliveries.lock().global_prefetch > 0
+        {
+            return Err(AmqpError::not_implemented(format!(
+                "queue '{}' in vhost '{}' does not support global qos",
+                q.name(),
+                ctx.vhost.name
+            )));
+        }
         let priority = match c.arguments.get("x-priority") {
             None => 0,
             Some(v) => v.as_i64().ok_or_else(|| {

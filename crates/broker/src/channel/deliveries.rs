@@ -187,7 +187,15 @@ impl Channel {
         if let Some(q) = self.direct_reply.take() {
             vhost.drop_direct_reply_queue(&q);
         }
+        // Requeues to queues on other nodes travel one-way: the close-ok waits until their
+        // nodes applied them, so a get right after it finds the messages back.
+        let elsewhere: Vec<QueueRef> = taken
+            .iter()
+            .filter(|u| matches!(u.queue, QueueRef::Other(_)))
+            .map(|u| u.queue.clone())
+            .collect();
         finish(taken, Settle::Requeue);
+        QueueRef::sync_settles(&elsewhere);
         self.publish = PublishState::Idle;
         self.tx = None;
     }
@@ -222,6 +230,10 @@ impl DeliverySink for ChannelShared {
         }
         self.deliver_locked(&mut d, c, || q, m);
         true
+    }
+
+    fn channel_prefetch(&self) -> u16 {
+        self.deliveries.lock().global_prefetch
     }
 
     fn cancelled(&self, c: &Consumer) {

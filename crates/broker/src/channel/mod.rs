@@ -533,9 +533,18 @@ impl Channel {
     }
 }
 
+/// Removes `c` from its queue. A queue that runs elsewhere (on another node, or led by one)
+/// has stopped delivering to it when this returns; deliveries it made before that may arrive
+/// meanwhile, and its kind decides (a no-ack one still reaches the client, before the
+/// cancel-ok: the consumer is marked cancelled only after).
 fn remove_consumer(vhost: &Arc<VHost>, c: &Arc<Consumer>) {
+    let elsewhere = matches!(c.queue, QueueRef::Other(_));
+    if !elsewhere {
+        c.cancelled.store(true, Ordering::Relaxed);
+    }
+    let auto_delete = c.queue.remove_consumer(c);
     c.cancelled.store(true, Ordering::Relaxed);
-    if c.queue.remove_consumer(c) {
+    if auto_delete {
         let _ = vhost.delete_queue(c.queue.name(), false, false, None);
     }
 }

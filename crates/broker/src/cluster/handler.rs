@@ -36,6 +36,7 @@ impl Handler for LinkHandler {
                 SERVICE_QUEUE => remote::serve_request(&c, &link, body).await,
                 rq::SERVICE_RQ_PROPOSE => rq::serve_propose(&c, body).await,
                 rq::SERVICE_RQ_COUNTS => rq::serve_counts(&c, body),
+                rq::SERVICE_RQ_TOUCH => rq::serve_touch(&c, body),
                 rq::SERVICE_RQ_PROPOSE_AT => rq::serve_propose_at(&c, body).await,
                 quorum::SERVICE_QMEMBER => quorum::serve_member_change(&c, &body).await,
                 quorum::SERVICE_QRAFT | quorum::SERVICE_QLEADER => {

@@ -26,6 +26,9 @@ pub const SERVICE_RQ_COUNTS: u8 = 10;
 /// Propose an entry through this node as the group's leader, in its sender's order:
 /// `[group u64][stream u64][seq u64][entry]` -> the apply's reply (`replicated/forward.rs`).
 pub const SERVICE_RQ_PROPOSE_AT: u8 = 11;
+/// The queue was declared on another node: this member starts its `x-expires` lease again
+/// (whichever member leads, now or after a failover, sees the declare): `[group u64]` -> `[]`.
+pub const SERVICE_RQ_TOUCH: u8 = 12;
 /// A delivery to a consumer on the receiving node: `[group u64][consumer u64][delivery u64]
 /// [seq u64][redelivered u8]` then the message.
 pub const K_RQ_DELIVER: u8 = 24;
@@ -174,6 +177,28 @@ impl GroupNet for ClusterNet {
         self.c.upgrade().is_some_and(|c| c.running(node))
     }
 
+    fn touch(&self, group: u64, members: Vec<String>) -> BoxFuture<()> {
+        let c = self.c.clone();
+        Box::pin(async move {
+            let Some(c) = c.upgrade() else { return };
+            let mut calls = tokio::task::JoinSet::new();
+            for addr in members
+                .iter()
+                .filter(|m| **m != c.me)
+                .filter_map(|m| c.addr_of(m))
+            {
+                let links = c.links.clone();
+                calls.spawn(async move {
+                    let body = group.to_be_bytes();
+                    let _ = links
+                        .call(&addr, SERVICE_RQ_TOUCH, &body, Duration::from_secs(2))
+                        .await;
+                });
+            }
+            while calls.join_next().await.is_some() {}
+        })
+    }
+
     fn counts(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<Counts>> {
         self.ask_members(SERVICE_RQ_COUNTS, group, members, |mut r| {
             (r.remaining() >= 12).then(|| (r.get_u32(), r.get_u32(), r.get_u32()))
@@ -280,6 +305,15 @@ pub async fn serve_propose_at(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes
 }
 
 /// A member's side of [`SERVICE_RQ_COUNTS`].
+/// [`SERVICE_RQ_TOUCH`]: the queue was declared on the asking node.
+pub fn serve_touch(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, String> {
+    let group = group_of(&mut body)?;
+    if let Some(q) = c.rqueue(group) {
+        q.touch();
+    }
+    Ok(Bytes::new())
+}
+
 pub fn serve_counts(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, String> {
     let group = group_of(&mut body)?;
     let q = c

@@ -25,6 +25,9 @@ impl Conn {
                 FrameKind::Heartbeat => Ok(()),
                 FrameKind::Method => match Self::decode_method(&frame)? {
                     Method::ConnectionClose(_) => {
+                        // Released first: the close-ok promises the next connection finds the
+                        // exclusive queues gone and the unacked deliveries back.
+                        self.release();
                         self.outbox
                             .method(0, &Method::ConnectionCloseOk(ConnectionCloseOk {}));
                         self.reason = "client closed connection".into();

@@ -43,6 +43,21 @@ impl Conn {
     /// Releases channels and exclusive queues, then leaves the registry: once the management
     /// API no longer lists a connection, its channels no longer count against any limit.
     pub(super) fn cleanup(&mut self) {
+        self.release();
+        if self.info.take().is_some() {
+            self.broker.connections.lock().remove(&self.id);
+            self.broker
+                .churn
+                .connection_closed
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Releases what the connection holds: its channels (their unacked deliveries back in their
+    /// queues, their consumers removed, on other nodes too) and its exclusive queues (deleted).
+    /// Done before connection.close-ok, as RabbitMQ does, so the next connection finds the
+    /// queues released; again (a no-op then) when the task ends.
+    pub(super) fn release(&mut self) {
         if let Some(vhost) = self.vhost.clone() {
             for (_, slot) in self.channels.drain() {
                 if let Slot::Open(mut ch) = slot {
@@ -54,13 +69,6 @@ impl Conn {
                     notify_cancelled(&d.consumers);
                 }
             }
-        }
-        if self.info.take().is_some() {
-            self.broker.connections.lock().remove(&self.id);
-            self.broker
-                .churn
-                .connection_closed
-                .fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -68,6 +68,10 @@ pub trait DeliverySink: Send + Sync {
     fn push(&self, _c: &Arc<Consumer>, _q: QueueRef, _m: &QueuedMessage) -> bool {
         false
     }
+    /// The channel-wide prefetch (`basic.qos` with `global`) of the consumer's channel; 0: none.
+    fn channel_prefetch(&self) -> u16 {
+        0
+    }
 }
 
 /// A queue's figures as the node that runs it reports them.
@@ -117,6 +121,13 @@ pub trait QueueKind: Send + Sync + std::fmt::Debug + 'static {
         self.requeue(msgs)
     }
     fn dispatch(&self) {}
+    /// A kind whose settles travel one-way to another node: names that node (settles sent
+    /// to one node are made durable by one [`QueueKind::sync_settles`]).
+    fn settles_go_to(&self) -> Option<&str> {
+        None
+    }
+    /// Returns once the settles this node sent before are applied where the queue runs.
+    fn sync_settles(&self) {}
     fn add_consumer(
         self: Arc<Self>,
         c: Arc<Consumer>,
@@ -241,6 +252,22 @@ impl QueueRef {
         match self {
             QueueRef::Other(q) => q.clone().as_any().downcast::<T>().ok(),
             _ => None,
+        }
+    }
+
+    /// Returns once the settles sent before to each of `queues`' other nodes are applied
+    /// there (one round trip per node): what a channel's close-ok waits for.
+    pub fn sync_settles<'a>(queues: impl IntoIterator<Item = &'a QueueRef>) {
+        let mut done: Vec<&str> = Vec::new();
+        for q in queues {
+            if let QueueRef::Other(k) = q {
+                if let Some(node) = k.settles_go_to() {
+                    if !done.contains(&node) {
+                        k.sync_settles();
+                        done.push(node);
+                    }
+                }
+            }
         }
     }
 

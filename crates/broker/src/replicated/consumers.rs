@@ -231,10 +231,13 @@ impl ReplicatedQueue {
     }
 
     /// `c` stops receiving; what it holds stays with its channel, which settles or returns it.
+    /// Returns once the group applied the cancel (the leader delivers nothing more to it; what
+    /// it made before finds no consumer here and goes back), so the cancel-ok comes after,
+    /// as on a single node; or after the wait for an answer if the group has no leader.
     pub fn detach(&self, c: &Arc<Consumer>) {
         let key = self.machine_key(Some(c.key));
         if self.consumers.lock().remove(&key).is_some() {
-            self.push_cmd(Cmd::Cancel { consumer: key }, None);
+            let _ = self.call(Cmd::Cancel { consumer: key });
         }
     }
 

@@ -231,6 +231,12 @@ impl QueueKind for ReplicatedQueue {
     fn touch(&self) {
         ReplicatedQueue::touch(self)
     }
+    /// A declare: an `x-expires` queue's lease starts again on every member before the
+    /// declare-ok, so the leader (wherever it is) counts from it.
+    fn check_home(&self) -> AmqpResult<()> {
+        self.touch_members();
+        Ok(())
+    }
     fn lease_expired(&self, now: u64) -> bool {
         ReplicatedQueue::lease_expired(self, now)
     }

@@ -531,6 +531,19 @@ impl ReplicatedQueue {
             .store(crate::clock::now_ms(), Ordering::Relaxed);
     }
 
+    /// A declare on this node of an `x-expires` queue: every member starts the lease again
+    /// (this one too), before the declare-ok.
+    pub fn touch_members(&self) {
+        if self.args().expires_ms.is_none() {
+            return;
+        }
+        self.touch();
+        let (net, group, members) = (self.net.clone(), self.group, self.members());
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            tokio::task::block_in_place(|| h.block_on(net.touch(group, members)));
+        }
+    }
+
     /// An `x-expires` queue unused for its lease, as its leader sees it: no consumers, no get
     /// and no redeclare since.
     pub fn lease_expired(&self, now: u64) -> bool {

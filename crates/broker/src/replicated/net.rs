@@ -61,6 +61,11 @@ pub trait GroupNet: Send + Sync + 'static {
     fn leader_of(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<String>>;
     /// Whether `node` is reachable now (its link is up).
     fn node_up(&self, node: &str) -> bool;
+    /// The queue was declared here: each of `members` (but this node) starts its `x-expires`
+    /// lease again; returns once they have (or could not be reached).
+    fn touch(&self, _group: u64, _members: Vec<String>) -> BoxFuture<()> {
+        Box::pin(async {})
+    }
 }
 
 /// A group of one member: nothing to reach.

@@ -113,7 +113,8 @@ impl Out {
 
 /// Kinds that go in the bulk lane.
 fn bulk(kind: u8) -> bool {
-    kind == crate::cluster::remote::K_PUBLISH || kind == crate::cluster::remote::K_DELIVER
+    use crate::cluster::remote::{K_CANCEL_OK, K_DELIVER, K_PUBLISH};
+    kind == K_PUBLISH || kind == K_DELIVER || kind == K_CANCEL_OK
 }
 
 /// One connection to one peer.

@@ -12,8 +12,8 @@ use super::proxy::Proxy;
 use super::serve::local_queue;
 use super::sink::LinkSink;
 use super::wire::{
-    get_bytes, get_message, get_u32, get_u64, get_u8, K_CANCEL, K_CONFIRM, K_CREDIT, K_DELIVER,
-    K_PUBLISH, K_PUB_CREDIT, K_SETTLE, SETTLE_ACK, SETTLE_REQUEUE,
+    get_bytes, get_message, get_u32, get_u64, get_u8, K_CANCEL, K_CANCEL_OK, K_CONFIRM, K_CREDIT,
+    K_DELIVER, K_PUBLISH, K_PUB_CREDIT, K_SETTLE, SETTLE_ACK, SETTLE_REQUEUE,
 };
 use super::{entry, lid, send_confirm, send_settle, GetDelivery};
 use crate::cluster::link::{get_str, put_str, Link};
@@ -191,6 +191,15 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
                 s.credit(n);
             }
         }
+        K_CANCEL_OK => {
+            let Some(key) = get_u64(&mut body) else {
+                return;
+            };
+            let p = c.remote.proxies.lock().remove(&key);
+            if let Some(tx) = p.and_then(|p| p.cancelling.lock().take()) {
+                let _ = tx.send(());
+            }
+        }
         K_CANCEL => {
             let Some(key) = get_u64(&mut body) else {
                 return;
@@ -234,14 +243,7 @@ fn forwarded_to(c: &Cluster, vhost: &Bytes, name: &Bytes) -> Option<Arc<Queue>> 
 /// After a read from `link`: credit the publishes it brought, now for queues keeping up, once
 /// relieved for pressured ones.
 pub fn on_batch_end(c: &Arc<Cluster>, link: &Arc<Link>) {
-    let settles = take_for(&mut c.remote.settles.lock(), link, |s| &s.0);
-    for (_, q, how, msgs) in settles {
-        match how {
-            SETTLE_ACK => q.settle(msgs, true),
-            SETTLE_REQUEUE => q.requeue(msgs),
-            _ => q.discard(msgs, true),
-        }
-    }
+    apply_settles(c, link);
     let credit = take_for(&mut c.remote.credit_owed.lock(), link, |o| &o.0);
     for (l, key, n) in credit {
         l.send(K_CREDIT, |b| {
@@ -262,6 +264,19 @@ pub fn on_batch_end(c: &Arc<Cluster>, link: &Arc<Link>) {
             }
             pub_credit(&l, &q, n);
         });
+    }
+}
+
+/// Applies the settles from `link` gathered so far (at the end of a read; and for a `Q_SYNC`,
+/// which its sender's reply waits on, before that read ends).
+pub(super) fn apply_settles(c: &Cluster, link: &Arc<Link>) {
+    let settles = take_for(&mut c.remote.settles.lock(), link, |s| &s.0);
+    for (_, q, how, msgs) in settles {
+        match how {
+            SETTLE_ACK => q.settle(msgs, true),
+            SETTLE_REQUEUE => q.requeue(msgs),
+            _ => q.discard(msgs, true),
+        }
     }
 }
 
@@ -294,7 +309,9 @@ pub fn on_link_down(c: &Arc<Cluster>, link: &Arc<Link>) {
         keys.into_iter().filter_map(|k| s.remove(&k)).collect()
     };
     for s in sinks {
-        s.remove();
+        if s.remove() {
+            super::sink::spawn_delete(&s.queue);
+        }
         let msgs: Vec<Settled> = s.unacked.lock().0.drain(..).map(|(_, m)| m).collect();
         s.queue.requeue(msgs);
     }
@@ -322,6 +339,12 @@ pub fn on_link_down(c: &Arc<Cluster>, link: &Arc<Link>) {
             .collect();
         keys.into_iter().filter_map(|k| p.remove(&k)).collect()
     };
+    // A cancel waiting for that node's K_CANCEL_OK: nothing more comes.
+    for p in &proxies {
+        if let Some(tx) = p.cancelling.lock().take() {
+            let _ = tx.send(());
+        }
+    }
     let consumers: Vec<Arc<Consumer>> = proxies.into_iter().map(|p| p.consumer.clone()).collect();
     crate::queue::notify_cancelled(&consumers);
     // Publishers held back by that node's credit are let go (their publishes now fail fast).

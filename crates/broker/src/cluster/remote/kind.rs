@@ -69,6 +69,12 @@ impl QueueKind for RemoteQueue {
     fn requeue(&self, msgs: &mut dyn Iterator<Item = Settled>) {
         RemoteQueue::requeue(self, msgs)
     }
+    fn settles_go_to(&self) -> Option<&str> {
+        Some(&self.home)
+    }
+    fn sync_settles(&self) {
+        RemoteQueue::sync_settles(self)
+    }
     fn add_consumer(
         self: Arc<Self>,
         c: Arc<Consumer>,
@@ -100,11 +106,12 @@ impl QueueKind for RemoteQueue {
     fn is_deleted(&self) -> bool {
         RemoteQueue::is_deleted(self)
     }
+    /// A declare: the home must be up, and the queue's lease starts again there.
     fn check_home(&self) -> AmqpResult<()> {
-        self.counts_checked().map(|_| ())
+        self.counts_checked(true).map(|_| ())
     }
     fn home_counts(&self) -> Option<AmqpResult<Counts>> {
-        Some(self.counts_checked())
+        Some(self.counts_checked(false))
     }
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self

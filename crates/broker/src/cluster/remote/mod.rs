@@ -49,7 +49,9 @@ pub use queue::RemoteQueue;
 pub use serve::serve_request;
 pub use sink::LinkSink;
 pub(crate) use wire::{get_message, put_message};
-pub use wire::{K_CANCEL, K_CONFIRM, K_CREDIT, K_DELIVER, K_PUBLISH, K_PUB_CREDIT, K_SETTLE};
+pub use wire::{
+    K_CANCEL, K_CANCEL_OK, K_CONFIRM, K_CREDIT, K_DELIVER, K_PUBLISH, K_PUB_CREDIT, K_SETTLE,
+};
 
 /// This node's remote-queue bookkeeping.
 #[derive(Default)]

@@ -21,6 +21,9 @@ pub struct Proxy {
     /// the home over this link once it drains, so a consumer that does not read holds at most
     /// a window on this node, not whatever its queue has.
     pub(super) withheld: Mutex<Option<(Arc<Link>, u32)>>,
+    /// While its cancel waits for the home's `K_CANCEL_OK`: completed by it (or by the link's
+    /// loss). Deliveries that arrive meanwhile were made before the home removed the consumer.
+    pub(super) cancelling: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 /// Its consumer's output drained: the withheld credit goes home.
@@ -70,6 +73,13 @@ impl Proxy {
 
     pub(super) fn deliver(&self, m: &QueuedMessage) {
         let q = QueueRef::Other(self.queue.clone());
+        // Made before the home removed the consumer, being cancelled: back to the queue, never
+        // to the client after its cancel-ok. A no-ack one cannot go back (the home forgot it
+        // when it sent it): the client gets it, before the cancel-ok.
+        if !self.consumer.no_ack && self.cancelling.lock().is_some() {
+            q.requeue([(Some(self.consumer.key), m.clone())]);
+            return;
+        }
         if !self.consumer.sink.push(&self.consumer, q.clone(), m) && !self.consumer.no_ack {
             // The channel is closing: back to the queue at once.
             q.requeue([(Some(self.consumer.key), m.clone())]);

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use super::proxy::Proxy;
 use super::wire::{
     get_message, get_u32, get_u64, get_u8, put_message, K_PUBLISH, Q_CANCEL, Q_CONSUME, Q_COUNTS,
-    Q_GET, Q_PURGE, SETTLE_ACK, SETTLE_DISCARD, SETTLE_REQUEUE,
+    Q_GET, Q_PURGE, Q_SYNC, SETTLE_ACK, SETTLE_DISCARD, SETTLE_REQUEUE,
 };
 use super::{entry, lid, send_settle};
 use crate::cluster::link::{put_str, Link};
@@ -294,6 +294,7 @@ impl RemoteQueue {
             queue: self.clone(),
             early: Mutex::new(Some(Vec::new())),
             withheld: Mutex::new(None),
+            cancelling: Mutex::new(None),
         });
         cluster.remote.proxies.lock().insert(c.key, proxy.clone());
         let r = self.request(Q_CONSUME, |b| {
@@ -302,7 +303,7 @@ impl RemoteQueue {
             b.put_u8(c.no_ack as u8);
             b.put_u8(c.exclusive as u8);
             b.put_i64(c.priority);
-            b.put_u16(c.prefetch);
+            b.put_u16(effective_prefetch(c.prefetch, c.sink.channel_prefetch()));
         });
         if let Err(e) = r {
             cluster.remote.proxies.lock().remove(&c.key);
@@ -320,25 +321,41 @@ impl RemoteQueue {
         Ok(())
     }
 
+    /// Cancels a consumer of it: returns once the home has removed it (and deleted the queue
+    /// if it was auto-delete and this was its last consumer) and every delivery it made to
+    /// the consumer before that has arrived here (see [`Proxy::deliver`] for what becomes of
+    /// them), so the channel's cancel-ok promises what it does on a single node. What the
+    /// consumer was delivered stays unacked at the home until settled (or the link goes).
     pub fn remove_consumer(&self, c: &Arc<Consumer>) {
-        if let Some(cluster) = self.cluster.upgrade() {
-            cluster.remote.proxies.lock().remove(&c.key);
-        }
-        if let Some((_, link)) = self.link() {
-            // Fire and forget: the home removes it and keeps its unacked deliveries until they
-            // are settled (or the link goes).
-            let mut b = BytesMut::new();
-            b.put_u8(Q_CANCEL);
-            put_str(&mut b, &self.vhost);
-            put_str(&mut b, &self.name);
-            b.put_u64(c.key);
-            tokio::spawn(async move {
-                let _ = link
-                    .call(crate::cluster::SERVICE_QUEUE, &b, REQUEST_TIMEOUT)
-                    .await;
-            });
-        }
         self.counts.lock().take();
+        let Some(cluster) = self.cluster.upgrade() else {
+            return;
+        };
+        let proxy = cluster.remote.proxies.lock().get(&c.key).cloned();
+        let done = proxy.as_ref().map(|p| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            *p.cancelling.lock() = Some(tx);
+            rx
+        });
+        let asked = self.request(Q_CANCEL, |b| b.put_u64(c.key));
+        if let (Ok(_), Some(rx)) = (asked, done) {
+            // The reply may overtake the marker (it goes in the link's control lane).
+            if let Ok(h) = tokio::runtime::Handle::try_current() {
+                tokio::task::block_in_place(|| {
+                    h.block_on(async {
+                        let _ = tokio::time::timeout(REQUEST_TIMEOUT, rx).await;
+                    })
+                });
+            }
+        }
+        cluster.remote.proxies.lock().remove(&c.key);
+        self.counts.lock().take();
+    }
+
+    /// Returns once the home has applied every settle this node sent it before (they travel
+    /// one-way): a channel's close-ok then promises its requeues are done.
+    pub fn sync_settles(&self) {
+        let _ = self.request(Q_SYNC, |_| {});
     }
 
     pub fn counts(&self) -> Counts {
@@ -360,14 +377,18 @@ impl RemoteQueue {
     }
 
     /// The counts, or the error a declare or delete should answer when the home is down.
-    pub fn counts_checked(&self) -> AmqpResult<Counts> {
+    /// `touch`: a declare, which starts an `x-expires` lease again at the home before its
+    /// declare-ok. The answer is what the reply reports (cached for the next reads).
+    pub fn counts_checked(&self, touch: bool) -> AmqpResult<Counts> {
         self.counts.lock().take();
-        let mut r = self.request(Q_COUNTS, |_| {})?;
-        Ok(Counts {
+        let mut r = self.request(Q_COUNTS, |b| b.put_u8(touch as u8))?;
+        let c = Counts {
             messages: get_u32(&mut r).unwrap_or(0),
             consumers: get_u32(&mut r).unwrap_or(0),
             unacked: get_u32(&mut r).unwrap_or(0),
-        })
+        };
+        *self.counts.lock() = Some((std::time::Instant::now(), c));
+        Ok(c)
     }
 
     pub fn purge(&self) -> u32 {
@@ -395,16 +416,51 @@ impl RemoteQueue {
         out
     }
 
-    /// Deleted (applied on every node): this node's consumers of it are cancelled.
+    /// Deleted (applied on every node): this node's consumers of it are cancelled, but for
+    /// one whose own cancel deleted it (an auto-delete queue's last): its proxy stays until the
+    /// home's `K_CANCEL_OK`, sent once every running node has applied the delete.
     pub fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>) {
         self.deleted.store(true, Ordering::Relaxed);
-        let consumers = self.local_consumers();
-        if let Some(c) = self.cluster.upgrade() {
-            let mut p = c.remote.proxies.lock();
-            for x in &consumers {
-                p.remove(&x.key);
-            }
-        }
+        let Some(c) = self.cluster.upgrade() else {
+            return (0, Vec::new());
+        };
+        let me = self as *const RemoteQueue;
+        let mut p = c.remote.proxies.lock();
+        let keys: Vec<u64> = p
+            .iter()
+            .filter(|(_, x)| Arc::as_ptr(&x.queue) == me && x.cancelling.lock().is_none())
+            .map(|(k, _)| *k)
+            .collect();
+        let consumers = keys
+            .into_iter()
+            .filter_map(|k| p.remove(&k))
+            .map(|x| x.consumer.clone())
+            .collect();
         (0, consumers)
+    }
+}
+
+/// The prefetch the home holds a consumer to: its own, and its channel's channel-wide one
+/// (`basic.qos` with `global`) when that is lower. The home cannot see the channel's other
+/// consumers, so several consumers of remote queues on one channel are each held to the
+/// channel's limit, not to one shared count (docs/clustering.md).
+fn effective_prefetch(own: u16, channel: u16) -> u16 {
+    match (own, channel) {
+        (0, ch) => ch,
+        (own, 0) => own,
+        (own, ch) => own.min(ch),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_channel_wide_prefetch_caps_the_consumers_own() {
+        use super::effective_prefetch as e;
+        assert_eq!(e(0, 0), 0);
+        assert_eq!(e(10, 0), 10);
+        assert_eq!(e(0, 1), 1);
+        assert_eq!(e(10, 3), 3);
+        assert_eq!(e(2, 3), 2);
     }
 }

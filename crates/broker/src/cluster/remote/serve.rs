@@ -10,7 +10,10 @@ use warren_protocol::ByteString;
 
 use super::lid;
 use super::sink::{LinkSink, Unacked};
-use super::wire::{get_u64, get_u8, put_message, Q_CANCEL, Q_CONSUME, Q_COUNTS, Q_GET, Q_PURGE};
+use super::wire::{
+    get_u64, get_u8, put_message, K_CANCEL_OK, Q_CANCEL, Q_CONSUME, Q_COUNTS, Q_GET, Q_PURGE,
+    Q_SYNC,
+};
 use crate::cluster::link::{get_str, Link};
 use crate::cluster::Cluster;
 use crate::error::{AmqpError, AmqpResult};
@@ -46,10 +49,20 @@ pub async fn serve_request(
     let op = get_u8(&mut body).ok_or("short request")?;
     let vhost = get_str(&mut body).ok_or("short request")?;
     let name = get_str(&mut body).ok_or("short request")?;
+    match op {
+        Q_CANCEL => {
+            let key = get_u64(&mut body).ok_or("short request")?;
+            cancel(c, link, key);
+            return Ok(Bytes::from_static(&[0]));
+        }
+        Q_SYNC => {
+            super::inbound::apply_settles(c, link);
+            return Ok(Bytes::from_static(&[0]));
+        }
+        _ => {}
+    }
     let q = match local_queue(c, &vhost, &name) {
         Ok(q) => q,
-        // The queue is gone; its consumer with it.
-        Err(_) if op == Q_CANCEL => return Ok(Bytes::from_static(&[0])),
         Err(e) => return Ok(error_reply(e)),
     };
     let mut out = BytesMut::new();
@@ -102,16 +115,6 @@ pub async fn serve_request(
             q.dispatch();
             return Ok(reply);
         }
-        Q_CANCEL => {
-            let key = get_u64(&mut body).ok_or("short request")?;
-            let sink = c.remote.served.lock().get(&(lid(link), key)).cloned();
-            if let Some(s) = sink {
-                s.remove();
-                if s.unacked.lock().0.is_empty() {
-                    c.remote.served.lock().remove(&(lid(link), key));
-                }
-            }
-        }
         Q_GET => {
             let ack_mode = get_u8(&mut body) == Some(1);
             let mut got = None;
@@ -135,6 +138,10 @@ pub async fn serve_request(
             }
         }
         Q_COUNTS => {
+            // A declare through another node: the lease starts again, as a declare here does.
+            if get_u8(&mut body) == Some(1) {
+                q.touch();
+            }
             out.put_u32(q.message_count());
             out.put_u32(q.consumer_count());
             out.put_u32(q.unacked_count());
@@ -143,4 +150,25 @@ pub async fn serve_request(
         op => return Err(format!("unknown queue request {op}")),
     }
     Ok(out.freeze())
+}
+
+/// A consumer on the other end of `link` is cancelled: it leaves the queue (an auto-delete queue
+/// it was the last consumer of is deleted, and every running node has applied that), and then
+/// `K_CANCEL_OK` goes after the deliveries already framed for it, so its node answers
+/// `basic.cancel-ok` with nothing more for it on the way. What it was delivered stays unacked
+/// until settled. A consumer (or queue) already gone is answered the same.
+fn cancel(c: &Arc<Cluster>, link: &Arc<Link>, key: u64) {
+    let sink = c.remote.served.lock().get(&(lid(link), key)).cloned();
+    if let Some(s) = sink {
+        if s.remove() {
+            let (name, owner) = (s.queue.name.clone(), s.queue.owner());
+            if let Some(o) = owner {
+                tokio::task::block_in_place(|| o.delete_unused_queue(&name));
+            }
+        }
+        if s.unacked.lock().0.is_empty() {
+            c.remote.served.lock().remove(&(lid(link), key));
+        }
+    }
+    link.send(K_CANCEL_OK, |b| b.put_u64(key));
 }

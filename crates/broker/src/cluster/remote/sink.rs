@@ -109,20 +109,19 @@ impl LinkSink {
         }
     }
 
-    /// Its consumer leaves the queue; what it was delivered stays unacked until settled.
-    pub(super) fn remove(&self) {
-        if let Some(c) = self.consumer.lock().take() {
-            c.cancelled.store(true, Ordering::Relaxed);
-            let removed = self.queue.remove_consumer(&c);
-            if removed.auto_delete_now {
-                spawn_delete(&self.queue);
-            }
-        }
+    /// Its consumer leaves the queue; what it was delivered stays unacked until settled. True
+    /// if the queue is auto-delete and this was its last consumer: the caller deletes it.
+    pub(super) fn remove(&self) -> bool {
+        let Some(c) = self.consumer.lock().take() else {
+            return false;
+        };
+        c.cancelled.store(true, Ordering::Relaxed);
+        self.queue.remove_consumer(&c).auto_delete_now
     }
 }
 
 /// Deletes an auto-delete queue whose last consumer left, off the link's reader.
-fn spawn_delete(q: &Arc<Queue>) {
+pub(super) fn spawn_delete(q: &Arc<Queue>) {
     let (name, owner) = (q.name.clone(), q.owner());
     tokio::spawn(async move {
         if let Some(o) = owner {

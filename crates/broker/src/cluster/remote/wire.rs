@@ -15,12 +15,18 @@ pub const K_CREDIT: u8 = 20;
 pub const K_CANCEL: u8 = 21;
 /// The home took `n` forwarded publishes to a queue: the publishing node may send more.
 pub const K_PUB_CREDIT: u8 = 22;
+/// The home removed a consumer (a `Q_CANCEL`, after its auto-delete queue is deleted): sent in
+/// the bulk lane, after every delivery made to that consumer, so when it arrives nothing more
+/// for the consumer is on the wire.
+pub const K_CANCEL_OK: u8 = 23;
 
 pub(super) const Q_CONSUME: u8 = 1;
 pub(super) const Q_CANCEL: u8 = 2;
 pub(super) const Q_GET: u8 = 3;
 pub(super) const Q_COUNTS: u8 = 4;
 pub(super) const Q_PURGE: u8 = 5;
+/// Answered once the settles that came before it on the link are applied.
+pub(super) const Q_SYNC: u8 = 6;
 
 pub(super) const SETTLE_ACK: u8 = 0;
 pub(super) const SETTLE_REQUEUE: u8 = 1;
