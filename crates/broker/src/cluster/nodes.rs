@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use super::{Cluster, SERVICE_NODE};
 
+/// A member not running (no link to it) for this many one-second ticks in a row is down, for
+/// its exclusive queues: longer than a link's reconnect after a blip.
+const DOWN_AFTER_TICKS: u32 = 3;
+
 impl Cluster {
     pub(super) async fn watch_members(self: Arc<Self>) {
         let mut w = self.meta().watch();
@@ -24,8 +28,11 @@ impl Cluster {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut leaderless = 0u32;
         let mut told = false;
+        // Members seen not running, by name: for how many ticks in a row.
+        let mut down: std::collections::HashMap<String, u32> = Default::default();
         loop {
             tick.tick().await;
+            self.drop_exclusive_of_down_nodes(&mut down);
             // A node forgotten while it was cut off never hears from a leader again: find out
             // why, and say it once.
             leaderless = match self.meta().status().leader {
@@ -46,6 +53,44 @@ impl Cluster {
                     });
                 }
             }
+        }
+    }
+
+    /// As RabbitMQ deletes a node's exclusive queues when it detects the node down (their
+    /// connections went with it): the metadata leader deletes those of a member that has not
+    /// been running for [`DOWN_AFTER_TICKS`] ticks in a row, once per time it goes down.
+    fn drop_exclusive_of_down_nodes(self: &Arc<Self>, down: &mut std::collections::HashMap<String, u32>) {
+        let st = self.meta().status();
+        let leads = st
+            .members
+            .iter()
+            .any(|m| Some(m.id) == st.leader && m.node.name == self.me);
+        for n in self.members() {
+            if n.name == self.me || self.running(&n.name) || !leads {
+                down.remove(&n.name);
+                continue;
+            }
+            let ticks = down.entry(n.name.clone()).or_insert(0);
+            *ticks += 1;
+            if *ticks != DOWN_AFTER_TICKS {
+                continue;
+            }
+            let Some(broker) = self.broker() else { return };
+            let c = self.clone();
+            tokio::spawn(async move {
+                let gone = c
+                    .delete_queues(&broker, |q| {
+                        q.options().exclusive_owner.is_some()
+                            && q.home().as_deref() == Some(n.name.as_str())
+                    })
+                    .await;
+                for (vhost, queue, r) in gone {
+                    match r {
+                        Ok(_) => tracing::info!(%vhost, %queue, node = %n.name, "exclusive queue of a node that is down deleted"),
+                        Err(e) => tracing::warn!(%vhost, %queue, node = %n.name, error = %e, "cannot delete an exclusive queue of a node that is down"),
+                    }
+                }
+            });
         }
     }
 
