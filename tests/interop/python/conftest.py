@@ -257,6 +257,28 @@ def _start_session_cluster():
     return c
 
 
+def _check_ballast(c) -> None:
+    """At the end of the session: a warning if the other nodes now hold as many queues as node 2
+    (the tests left that many behind), i.e. if min-masters may have picked node 2 late in the run
+    (then WARREN_CLUSTER_BALLAST should be raised)."""
+    import warnings
+
+    try:
+        st, rows = c.nodes[SESSION_NODE].api("GET", "/api/queues", timeout=30)
+    except (OSError, ValueError):
+        return
+    if st != 200 or not isinstance(rows, list):
+        return
+    per_node = {n.name: 0 for n in c.nodes}
+    for r in rows:
+        if r.get("node") in per_node:
+            per_node[r["node"]] += 1
+    mine = per_node.pop(c.nodes[SESSION_NODE].name)
+    if per_node and min(per_node.values()) >= mine:
+        warnings.warn(f"cluster mode: at the end of the run the other nodes hold {per_node} queues and node 2 "
+                      f"{mine}: min-masters may have placed queues on node 2; raise WARREN_CLUSTER_BALLAST")
+
+
 def _stop_cluster(c) -> None:
     """SIGTERM to every node at once (one by one, the last ones may wait for the gone ones), then
     Cluster.stop (waits, SIGKILL after its timeout, removes the directory)."""
@@ -279,6 +301,7 @@ def cluster_mode():
     _SESSION["http_port"] = node.http_port
     try:
         yield c
+        _check_ballast(c)
     finally:
         _SESSION.pop("cluster", None)
         _stop_cluster(c)
