@@ -2,7 +2,8 @@
 # Runs every test of the project and installs what the tests need:
 #   1. cargo tests (unit tests next to the code, and crates/warren/tests/ against the real binary);
 #   2. the Python interop suite (pika; venv in .venv-interop) against the real binary;
-#   3. the Go interop suite (amqp091-go) against the real binary.
+#   3. the Go interop suite (amqp091-go) against the real binary;
+#   4. a bounded part of both interop suites in cluster mode (tests/interop/cluster_mode.sh).
 # Between 1 and 2, a bounded fuzzing run of the protocol decoders and the queue state machine
 # (scripts/fuzz.sh), the benchmark page renderer's own test (bench/test_report.py: a fixture,
 # no load, no timing), and the structure checker (scripts/check_structure.py: no file over 800
@@ -69,4 +70,11 @@ echo "== interop: python (pika)"
 tests/interop/python/run.sh
 echo "== interop: go (amqp091-go)"
 tests/interop/go/run.sh
+# Cluster mode (WARREN_CLUSTER=1): the same clients through node 2 of a 3-node cluster whose
+# queues (but the exclusive ones) all live on nodes 1 and 3 (min-masters, ballast on node 2), so
+# every AMQP method goes through the forwarding between nodes. A bounded part (about 80 s): the
+# AMQP semantics files of the Python suite and most of the Go suite; the whole mode is
+# `tests/interop/cluster_mode.sh --full`.
+echo "== interop through a cluster node (tests/interop/cluster_mode.sh: python and go against node 2 of 3, queues on the others)"
+tests/interop/cluster_mode.sh
 echo "== all tests passed"

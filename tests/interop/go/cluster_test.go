@@ -39,6 +39,7 @@ type clusterNode struct {
 	name                         string
 	amqpPort, httpPort, linkPort int
 	dataDir, logPath             string
+	configPath                   string // --config, if set
 	cookie                       string
 	peers                        []string
 
@@ -54,23 +55,35 @@ func (n *clusterNode) url() string {
 
 func (n *clusterNode) start(t *testing.T) {
 	t.Helper()
+	if err := n.launch(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// launch starts the node's process (with --config configPath if set), its output appended to
+// its log.
+func (n *clusterNode) launch() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cmd != nil {
 		select {
 		case <-n.exited:
 		default:
-			t.Fatalf("%s is already running", n.name)
+			return fmt.Errorf("%s is already running", n.name)
 		}
 	}
 	log, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	fmt.Fprintf(log, "=== %s starting %s\n", time.Now().Format("15:04:05.000"), n.name)
-	cmd := exec.Command(os.Getenv("WARREN_BIN"), "server", "--node-name", n.name,
+	args := []string{"server", "--node-name", n.name,
 		"--data-dir", n.dataDir, "--amqp-port", fmt.Sprint(n.amqpPort), "--http-port", fmt.Sprint(n.httpPort),
-		"--cluster-listen", n.linkAddr(), "--cluster-peers", strings.Join(n.peers, ","))
+		"--cluster-listen", n.linkAddr(), "--cluster-peers", strings.Join(n.peers, ",")}
+	if n.configPath != "" {
+		args = append(args, "--config", n.configPath)
+	}
+	cmd := exec.Command(os.Getenv("WARREN_BIN"), args...)
 	env := []string{}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "WARREN_LOG=") && !strings.HasPrefix(kv, "WARREN_COOKIE=") {
@@ -81,11 +94,12 @@ func (n *clusterNode) start(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		log.Close()
-		t.Fatalf("start %s: %v", n.name, err)
+		return fmt.Errorf("start %s: %v", n.name, err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); log.Close(); close(exited) }()
 	n.cmd, n.exited = cmd, exited
+	return nil
 }
 
 func (n *clusterNode) running() bool {

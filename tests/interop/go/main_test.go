@@ -4,6 +4,9 @@
 // Broker selection:
 //   - WARREN_BIN set: start `$WARREN_BIN server --amqp-port P --http-port H
 //     --data-dir TMPDIR` on free loopback ports and test against it.
+//   - WARREN_BIN and WARREN_CLUSTER=1 (cluster mode): start a 3-node cluster with
+//     queue_master_locator = "min-masters" and ballast queues on node 2, and test through
+//     node 2, every non-exclusive queue living on node 1 or 3 (cluster_mode_test.go).
 //   - otherwise: AMQP_URL (default amqp://guest:guest@127.0.0.1:5673/).
 package interop
 
@@ -53,7 +56,32 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	if bin := os.Getenv("WARREN_BIN"); bin != "" {
+	if clusterModeOn() && os.Getenv("WARREN_BIN") == "" {
+		fmt.Fprintln(os.Stderr, "interop: WARREN_CLUSTER=1 (cluster mode) starts a Warren cluster: set WARREN_BIN too")
+		return 2
+	}
+	if clusterModeOn() {
+		cl, err := startSessionCluster()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "interop: cannot start the cluster of cluster mode:", err)
+			return 1
+		}
+		sessionCluster = cl
+		node := cl.nodes[sessionNode]
+		brokerURL = node.url()
+		mgmtURL = fmt.Sprintf("http://127.0.0.1:%d", node.httpPort)
+		fmt.Fprintf(os.Stderr, "interop: cluster mode: through %s (AMQP %d, HTTP %d) of %v\n",
+			node.name, node.amqpPort, node.httpPort, cl.names())
+		defer func() {
+			if failed {
+				for _, n := range cl.nodes {
+					fmt.Fprintf(os.Stderr, "--- %s (AMQP %d, HTTP %d, link %d) log tail ---\n%s\n", n.name,
+						n.amqpPort, n.httpPort, n.linkPort, tail(n.logText(), 4000))
+				}
+			}
+			cl.stop()
+		}()
+	} else if bin := os.Getenv("WARREN_BIN"); bin != "" {
 		w, err := startWarren(bin)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "interop: cannot start warren:", err)
@@ -79,8 +107,13 @@ func runMain(m *testing.M) int {
 	if u.Port() == "" {
 		brokerAddr = net.JoinHostPort(u.Hostname(), "5672")
 	}
-	return m.Run()
+	rc := m.Run()
+	failed = rc != 0
+	return rc
 }
+
+// failed: the run had a failure (cluster mode then prints the nodes' log tails).
+var failed bool
 
 // handedOut holds every port freePort returned: a port is free until the broker that was given
 // it binds it, so two picks for one cluster (nine ports, started together) must never be equal.

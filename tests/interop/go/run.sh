@@ -4,6 +4,11 @@
 #     tests/interop/go/run.sh
 #   Against Warren (started and stopped by the suite on free 127.0.0.1 ports):
 #     WARREN_BIN=target/release/warren tests/interop/go/run.sh
+#   Cluster mode: through node 2 of a 3-node Warren cluster whose non-exclusive queues all live
+#   on nodes 1 and 3 (queue_master_locator = "min-masters", WARREN_CLUSTER_BALLAST (default 1000)
+#   queues pinned on node 2; see cluster_mode_test.go):
+#     WARREN_CLUSTER=1 WARREN_BIN=target/release/warren tests/interop/go/run.sh
+#   (tests/interop/cluster_mode.sh runs the bounded part that scripts/test.sh runs.)
 # Extra arguments are passed to `go test` (e.g. -run TestQos -v).
 # Exits non-zero when any test fails.
 set -euo pipefail

@@ -11,6 +11,7 @@ import (
 // every delivery carries its offset in the x-stream-offset header (a long), and acks do not
 // remove anything: a second reader from "first" sees the whole stream.
 func TestStreamConsumeFromOffset(t *testing.T) {
+	singleNode(t, streamsSingleNode)
 	c := newTC(t)
 	conn, ch := c.connCh()
 	q := c.name("stream")
@@ -52,6 +53,7 @@ func TestStreamConsumeFromOffset(t *testing.T) {
 
 // basic.get on a stream closes the connection with RabbitMQ's 540.
 func TestStreamGetRefused(t *testing.T) {
+	singleNode(t, streamsSingleNode)
 	c := newTC(t)
 	_, ch := c.connCh()
 	q := c.name("stream")

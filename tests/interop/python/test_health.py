@@ -38,6 +38,7 @@ def test_port_and_protocol_listeners(api, amqp_url):
     assert "amqp" in body["protocols"] and "http" in body["protocols"]
 
 
+@pytest.mark.single_node("asserts the single-node answers (reason 'single node cluster')")
 def test_cluster_checks_on_a_single_node(api):
     assert api.call("GET", "/api/health/checks/virtual-hosts") == (200, OK)
     single = {"status": "ok", "reason": "single node cluster"}
@@ -54,6 +55,7 @@ def test_aliveness_test(api):
     api.call("DELETE", "/api/queues/%2F/aliveness-test")
 
 
+@pytest.mark.single_node("asserts /api/nodes lists exactly one node")
 def test_nodes(api):
     st, overview = api.call("GET", "/api/overview")
     st, nodes = api.call("GET", "/api/nodes")

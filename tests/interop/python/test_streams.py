@@ -17,7 +17,9 @@ import pika.exceptions
 import pytest
 
 from conftest import WarrenProcess
-from helpers import connect, safe_close, uname
+from helpers import STREAMS_SINGLE_NODE, connect, safe_close, uname
+
+pytestmark = STREAMS_SINGLE_NODE
 
 S = {"x-queue-type": "stream"}
 WAIT = 10.0
