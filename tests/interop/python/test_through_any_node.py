@@ -1,7 +1,8 @@
 """Through any node, the same guarantees: a reply never comes before its effect on the queue's
 node (issue 32).
 
-The client talks to node 2; every queue here (but the exclusive ones, which live with their
+Run in cluster mode (tests/interop/cluster_mode.sh): the client talks to node 2 of the
+session's cluster; every queue here (but the exclusive ones, which live with their
 connection) lives on node 1, where a classic queue's home is and a quorum queue's leader. Each
 test checks one promise a reply makes, as RabbitMQ 3.10 keeps it (its channel calls the queue
 synchronously):
@@ -26,7 +27,7 @@ import pytest
 
 from cluster_harness import (expect_channel_error, needs_warren_bin, node_rows)
 # Fixtures: pytest finds them in this module's namespace. _node_logs and _mark_logs are autouse.
-from cluster_harness import _mark_logs, _node_logs, chans, cluster, conns, lossy, names  # noqa: F401
+from cluster_harness import _mark_logs, _node_logs, chans, conns, lossy, names  # noqa: F401
 from helpers import safe_close, wait_until
 
 pytestmark = needs_warren_bin
@@ -35,9 +36,20 @@ KINDS = ["classic", "quorum"]
 
 
 def _args(kind: str, **extra) -> dict:
-    a = {"x-queue-type": kind}
+    """Declared through node 1, it lives there whatever the cluster's default locator."""
+    locator = "x-queue-leader-locator" if kind == "quorum" else "x-queue-master-locator"
+    a = {"x-queue-type": kind, locator: "client-local"}
     a.update(extra)
     return a
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster_mode):
+    """The cluster mode's session cluster (tests/interop/cluster_mode.sh, which scripts/test.sh
+    runs): the client is its node 2, as for the rest of the suite there."""
+    if cluster_mode is None:
+        pytest.skip("runs in cluster mode (WARREN_CLUSTER=1; tests/interop/cluster_mode.sh)")
+    yield cluster_mode
 
 
 def _home_queue(chans, cluster, names, kind: str, n: int = 0, **args) -> str:
@@ -115,7 +127,9 @@ def test_channel_close_ok_comes_after_the_requeue(cluster, chans, names, kind, h
     after its close-ok, gets on another channel, opened before, find every message,
     redelivered."""
     _, client, _ = cluster.nodes
-    n = 50
+    # Enough that requeueing them at the home and delivering them again (to a consumer the
+    # home still had) takes longer than the client's next request.
+    n = 500
     qn = _home_queue(chans, cluster, names, kind, n=n)
     want = sorted(f"m{i}".encode() for i in range(n))
     conn = pika.BlockingConnection(client.params())
@@ -193,7 +207,7 @@ def test_auto_delete_queue_is_gone_with_its_last_cancel_ok(cluster, chans, conns
     home, client, third = cluster.nodes
     for round_ in range(5):
         qn = names("queue", "any-ad-")
-        chans(home).queue_declare(qn, auto_delete=True)
+        chans(home).queue_declare(qn, auto_delete=True, arguments=_args("classic"))
         conn = conns(client)
         ch, probe = conn.channel(), conn.channel()
         elsewhere = chans(third)
