@@ -16,9 +16,8 @@
 # exists) and Go's TestThroughAnyNode*. About 80 s for both on 2 cores, cluster starts included.
 # Left out: the slow files, the ones that start brokers or clusters of their own, and the
 # tests that fail through a cluster node for reasons not fixed yet (those that the full mode
-# shows: test_access.py's policy tests, where a queue placed on another node by a locator does
-# not get the policy already in force; test_stats.py, statistics being node-local; Go's
-# TestQosGlobal, a channel's global prefetch not shared between queues of different nodes).
+# shows: test_stats.py, statistics being node-local; Go's TestQosGlobal, a channel's global
+# prefetch not shared between queues of different nodes; see docs/clustering.md).
 # Extra arguments go to the one suite named (run.sh, i.e. pytest; or go test, e.g. -run). Exits
 # non-zero when a test fails.
 set -euo pipefail
@@ -32,7 +31,7 @@ if [[ "$WARREN_BIN" == */* && "$WARREN_BIN" != /* ]]; then
 fi
 export WARREN_BIN WARREN_CLUSTER=1
 
-PY_FILES=(test_basic.py test_queue.py test_channel.py test_qos_global.py test_confirm_tx.py
+PY_FILES=(test_basic.py test_queue.py test_channel.py test_qos_global.py test_confirm_tx.py test_access.py
   test_exchange.py test_exchange_policy.py test_consistent_hash.py test_errors.py test_compat.py
   test_maxlen_ttl.py test_dead_letter_routing.py test_queue_args.py test_api_messages.py
   test_through_any_node.py)

@@ -59,7 +59,10 @@ impl Cluster {
     /// As RabbitMQ deletes a node's exclusive queues when it detects the node down (their
     /// connections went with it): the metadata leader deletes those of a member that has not
     /// been running for [`DOWN_AFTER_TICKS`] ticks in a row, once per time it goes down.
-    fn drop_exclusive_of_down_nodes(self: &Arc<Self>, down: &mut std::collections::HashMap<String, u32>) {
+    fn drop_exclusive_of_down_nodes(
+        self: &Arc<Self>,
+        down: &mut std::collections::HashMap<String, u32>,
+    ) {
         let st = self.meta().status();
         let leads = st
             .members
@@ -86,8 +89,12 @@ impl Cluster {
                     .await;
                 for (vhost, queue, r) in gone {
                     match r {
-                        Ok(_) => tracing::info!(%vhost, %queue, node = %n.name, "exclusive queue of a node that is down deleted"),
-                        Err(e) => tracing::warn!(%vhost, %queue, node = %n.name, error = %e, "cannot delete an exclusive queue of a node that is down"),
+                        Ok(_) => {
+                            tracing::info!(%vhost, %queue, node = %n.name, "exclusive queue of a node that is down deleted")
+                        }
+                        Err(e) => {
+                            tracing::warn!(%vhost, %queue, node = %n.name, error = %e, "cannot delete an exclusive queue of a node that is down")
+                        }
                     }
                 }
             });

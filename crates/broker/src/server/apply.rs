@@ -32,10 +32,21 @@ pub fn apply(b: &Arc<Broker>, op: DefOp, at: Applying) -> DefReply {
                 return DefReply::amqp(Err(AmqpError::not_found(format!("no vhost '{vhost}'"))));
             };
             match Method::decode(&Bytes::from(method)) {
-                Ok(m) => match v.apply_method(&m, queue.as_ref(), at) {
-                    Ok(Some(message_count)) => DefReply::Deleted { message_count },
-                    r => DefReply::amqp(r.map(|_| ())),
-                },
+                Ok(m) => {
+                    let r = v.apply_method(&m, queue.as_ref(), at);
+                    // A new queue takes the policies in force on every node, where it runs
+                    // too (its declaring node may be another, whose channel applies them to
+                    // its own stand-in only).
+                    if let (Ok(_), Method::QueueDeclare(d)) = (&r, &m) {
+                        if let Some(q) = v.queue(&d.queue) {
+                            crate::policy::apply(&b.access, &q);
+                        }
+                    }
+                    match r {
+                        Ok(Some(message_count)) => DefReply::Deleted { message_count },
+                        r => DefReply::amqp(r.map(|_| ())),
+                    }
+                }
                 Err(e) => DefReply::amqp(Err(AmqpError::internal_error(format!(
                     "undecodable method: {e:?}"
                 )))),

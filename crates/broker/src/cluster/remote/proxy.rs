@@ -1,6 +1,7 @@
 //! A consumer on this node of a queue on another: the [`Proxy`] hands the home's deliveries to
 //! the consumer's channel and withholds their credit while that channel's output is full.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::BufMut;
@@ -24,6 +25,8 @@ pub struct Proxy {
     /// While its cancel waits for the home's `K_CANCEL_OK`: completed by it (or by the link's
     /// loss). Deliveries that arrive meanwhile were made before the home removed the consumer.
     pub(super) cancelling: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// Set once its cancel is asked (read per delivery: no lock on the delivery path).
+    pub(super) cancel_asked: AtomicBool,
 }
 
 /// Its consumer's output drained: the withheld credit goes home.
@@ -76,7 +79,7 @@ impl Proxy {
         // Made before the home removed the consumer, being cancelled: back to the queue, never
         // to the client after its cancel-ok. A no-ack one cannot go back (the home forgot it
         // when it sent it): the client gets it, before the cancel-ok.
-        if !self.consumer.no_ack && self.cancelling.lock().is_some() {
+        if !self.consumer.no_ack && self.cancel_asked.load(Ordering::Acquire) {
             q.requeue([(Some(self.consumer.key), m.clone())]);
             return;
         }

@@ -295,6 +295,7 @@ impl RemoteQueue {
             early: Mutex::new(Some(Vec::new())),
             withheld: Mutex::new(None),
             cancelling: Mutex::new(None),
+            cancel_asked: AtomicBool::new(false),
         });
         cluster.remote.proxies.lock().insert(c.key, proxy.clone());
         let r = self.request(Q_CONSUME, |b| {
@@ -335,6 +336,7 @@ impl RemoteQueue {
         let done = proxy.as_ref().map(|p| {
             let (tx, rx) = tokio::sync::oneshot::channel();
             *p.cancelling.lock() = Some(tx);
+            p.cancel_asked.store(true, Ordering::Release);
             rx
         });
         let asked = self.request(Q_CANCEL, |b| b.put_u64(c.key));
