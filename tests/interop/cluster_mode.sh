@@ -12,12 +12,11 @@
 #
 # The subset: Python's AMQP semantics files (basic, queue, channel, qos, confirm/tx, exchanges,
 # errors, compatibility, TTL/max-length, dead-lettering, queue arguments) and the Go suite, with
-# the tests of issue 32's "through any node" guarantees: test_through_any_node.py (only if it
-# exists) and Go's TestThroughAnyNode*. About 80 s for both on 2 cores, cluster starts included.
+# the tests of issue 32's "through any node" guarantees: test_through_any_node.py and Go's
+# TestThroughAnyNode*. About 3 minutes for both on 2 cores, cluster starts included.
 # Left out: the slow files, the ones that start brokers or clusters of their own, and the
 # tests that fail through a cluster node for reasons not fixed yet (those that the full mode
-# shows: test_stats.py, statistics being node-local; Go's TestQosGlobal, a channel's global
-# prefetch not shared between queues of different nodes; see docs/clustering.md).
+# shows: test_stats.py, statistics being node-local; see docs/clustering.md).
 # Extra arguments go to the one suite named (run.sh, i.e. pytest; or go test, e.g. -run). Exits
 # non-zero when a test fails.
 set -euo pipefail
@@ -35,9 +34,8 @@ PY_FILES=(test_basic.py test_queue.py test_channel.py test_qos_global.py test_co
   test_exchange.py test_exchange_policy.py test_consistent_hash.py test_errors.py test_compat.py
   test_maxlen_ttl.py test_dead_letter_routing.py test_queue_args.py test_api_messages.py
   test_through_any_node.py)
-# Go: the whole suite (about 20 s through a cluster) but the tests that start clusters of their own
-# and TestQosGlobal (see above).
-GO_SKIP='^(TestCluster|TestClusterNodeLoss|TestQosGlobal)$'
+# Go: the whole suite (about 20 s through a cluster) but the tests that start clusters of their own.
+GO_SKIP='^(TestCluster|TestClusterNodeLoss)$'
 
 full=0
 if [[ "${1:-}" == "--full" ]]; then full=1; shift; fi

@@ -120,6 +120,47 @@ def test_no_delivery_to_a_consumer_after_its_cancel_ok(cluster, chans, names, ki
         safe_close(conn)
 
 
+def test_channel_wide_prefetch_over_queues_of_two_other_nodes(cluster, chans, names):
+    """A channel-wide prefetch of 1 over two consumers, of queues homed on nodes 1 and 3: the
+    client holds one unacked delivery at a time; an ack lets the next through; after both
+    cancel-oks, what the limit held back is in its queue again."""
+    n1, client, n3 = cluster.nodes
+    qs = []
+    for home in (n1, n3):
+        qn = names("queue", "any-gq-")
+        ch = chans(home)
+        ch.queue_declare(qn, arguments=_args("classic"))
+        ch.confirm_delivery()
+        for i in range(3):
+            ch.basic_publish("", qn, f"{qn}-{i}".encode(), mandatory=True)
+        qs.append(qn)
+    conn = pika.BlockingConnection(client.params())
+    try:
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=1, global_qos=True)
+        got = []
+        tags = [ch.basic_consume(qn, lambda c, m, p, b: got.append(m.delivery_tag)) for qn in qs]
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.05)
+        conn.process_data_events(time_limit=0.5)
+        assert len(got) == 1, f"{len(got)} deliveries under a channel-wide prefetch of 1"
+        ch.basic_ack(got[0])
+        deadline = time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.05)
+        conn.process_data_events(time_limit=0.5)
+        assert len(got) == 2, f"{len(got)} deliveries after one ack under a prefetch of 1"
+        for t in tags:
+            ch.basic_cancel(t)
+        probe = conn.channel()
+        left = [len(_gets(probe, qn)) for qn in qs]
+        # Two taken; the second is unacked on the channel (not in its queue until it closes).
+        assert sum(left) == 4, f"left in the queues after the cancel-oks: {left}"
+    finally:
+        safe_close(conn)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("how", ["consume", "get"])
 def test_channel_close_ok_comes_after_the_requeue(cluster, chans, names, kind, how):

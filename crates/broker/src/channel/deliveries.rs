@@ -236,6 +236,22 @@ impl DeliverySink for ChannelShared {
         self.deliveries.lock().global_prefetch
     }
 
+    fn push_limited(&self, c: &Arc<Consumer>, q: QueueRef, m: &QueuedMessage) -> Option<bool> {
+        if c.cancelled.load(Ordering::Relaxed) {
+            return Some(false);
+        }
+        let mut d = self.deliveries.lock();
+        if d.closed {
+            return Some(false);
+        }
+        // As `offer_from`: a full channel-wide limit holds back no-ack consumers too.
+        if d.global_prefetch > 0 && d.global_unacked >= d.global_prefetch as u32 {
+            return None;
+        }
+        self.deliver_locked(&mut d, c, || q, m);
+        Some(true)
+    }
+
     fn cancelled(&self, c: &Consumer) {
         self.outbox.method(
             self.id,

@@ -72,6 +72,11 @@ pub trait DeliverySink: Send + Sync {
     fn channel_prefetch(&self) -> u16 {
         0
     }
+    /// [`DeliverySink::push`] within the channel-wide prefetch: `None` while it is used up
+    /// (the caller holds the delivery and offers it again when the channel kicks its queues).
+    fn push_limited(&self, c: &Arc<Consumer>, q: QueueRef, m: &QueuedMessage) -> Option<bool> {
+        Some(self.push(c, q, m))
+    }
 }
 
 /// A queue's figures as the node that runs it reports them.

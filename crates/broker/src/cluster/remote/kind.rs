@@ -69,6 +69,9 @@ impl QueueKind for RemoteQueue {
     fn requeue(&self, msgs: &mut dyn Iterator<Item = Settled>) {
         RemoteQueue::requeue(self, msgs)
     }
+    fn dispatch(&self) {
+        RemoteQueue::dispatch(self)
+    }
     fn settles_go_to(&self) -> Option<&str> {
         Some(&self.home)
     }

@@ -27,6 +27,10 @@ pub struct Proxy {
     pub(super) cancelling: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
     /// Set once its cancel is asked (read per delivery: no lock on the delivery path).
     pub(super) cancel_asked: AtomicBool,
+    /// Deliveries the home made that the channel's channel-wide prefetch holds back (the home
+    /// counts only this consumer's prefetch), in order: handed over as acks make room
+    /// ([`Proxy::flush`], when the channel kicks its queues), returned if the consumer goes.
+    pub(super) held: Mutex<std::collections::VecDeque<QueuedMessage>>,
 }
 
 /// Its consumer's output drained: the withheld credit goes home.
@@ -74,7 +78,7 @@ impl Proxy {
         sink.output_full() && sink.wait_for_space(self.clone())
     }
 
-    pub(super) fn deliver(&self, m: &QueuedMessage) {
+    pub(super) fn deliver(self: &Arc<Self>, m: &QueuedMessage) {
         let q = QueueRef::Other(self.queue.clone());
         // Made before the home removed the consumer, being cancelled: back to the queue, never
         // to the client after its cancel-ok. A no-ack one cannot go back (the home forgot it
@@ -83,9 +87,64 @@ impl Proxy {
             q.requeue([(Some(self.consumer.key), m.clone())]);
             return;
         }
-        if !self.consumer.sink.push(&self.consumer, q.clone(), m) && !self.consumer.no_ack {
-            // The channel is closing: back to the queue at once.
-            q.requeue([(Some(self.consumer.key), m.clone())]);
+        let mut held = self.held.lock();
+        if !held.is_empty() {
+            held.push_back(m.clone());
+            self.flush_locked(&mut held);
+            return;
         }
+        match self
+            .consumer
+            .sink
+            .push_limited(&self.consumer, q.clone(), m)
+        {
+            Some(true) => {}
+            None => {
+                held.push_back(m.clone());
+                drop(held);
+                self.queue.hold(self);
+                // Room made between the refusal and the record: its kick found nothing held.
+                self.flush();
+            }
+            // The channel is closing: back to the queue at once.
+            Some(false) if !self.consumer.no_ack => {
+                q.requeue([(Some(self.consumer.key), m.clone())]);
+            }
+            Some(false) => {}
+        }
+    }
+
+    /// Hands held deliveries over while the channel-wide prefetch has room; true if some are
+    /// still held.
+    pub(super) fn flush(&self) -> bool {
+        let mut held = self.held.lock();
+        self.flush_locked(&mut held)
+    }
+
+    fn flush_locked(&self, held: &mut std::collections::VecDeque<QueuedMessage>) -> bool {
+        let q = QueueRef::Other(self.queue.clone());
+        while let Some(m) = held.pop_front() {
+            match self
+                .consumer
+                .sink
+                .push_limited(&self.consumer, q.clone(), &m)
+            {
+                Some(true) => {}
+                None => {
+                    held.push_front(m);
+                    return true;
+                }
+                Some(false) if !self.consumer.no_ack => {
+                    q.requeue([(Some(self.consumer.key), m)]);
+                }
+                Some(false) => {}
+            }
+        }
+        false
+    }
+
+    /// What it holds, taken (its consumer goes: they go back to the queue).
+    pub(super) fn take_held(&self) -> Vec<QueuedMessage> {
+        self.held.lock().drain(..).collect()
     }
 }

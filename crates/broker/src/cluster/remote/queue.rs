@@ -20,7 +20,9 @@ use crate::cluster::Cluster;
 use crate::confirm::ConfirmHandle;
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::Message;
-use crate::queue::{Consumer, Counts, Enqueued, QueueArgs, QueueOptions, QueuedMessage, Settled};
+use crate::queue::{
+    Consumer, Counts, Enqueued, QueueArgs, QueueOptions, QueueRef, QueuedMessage, Settled,
+};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long remote counts (message_count, consumer_count) are reused.
@@ -49,6 +51,8 @@ pub struct RemoteQueue {
     /// Names its runs of publishes on the link (unique for the process's life, unlike an
     /// address a later queue could reuse).
     run_key: u64,
+    /// This node's consumers of it that hold deliveries back for a channel-wide prefetch.
+    holding: Mutex<Vec<std::sync::Weak<Proxy>>>,
 }
 
 static NEXT_RUN_KEY: AtomicU64 = AtomicU64::new(1);
@@ -80,6 +84,7 @@ impl RemoteQueue {
             relieved: tokio::sync::Notify::new(),
             cached_link: arc_swap::ArcSwapOption::empty(),
             run_key: NEXT_RUN_KEY.fetch_add(1, Ordering::Relaxed),
+            holding: Mutex::new(Vec::new()),
         })
     }
 
@@ -296,6 +301,7 @@ impl RemoteQueue {
             withheld: Mutex::new(None),
             cancelling: Mutex::new(None),
             cancel_asked: AtomicBool::new(false),
+            held: Mutex::new(Default::default()),
         });
         cluster.remote.proxies.lock().insert(c.key, proxy.clone());
         let r = self.request(Q_CONSUME, |b| {
@@ -351,6 +357,20 @@ impl RemoteQueue {
             }
         }
         cluster.remote.proxies.lock().remove(&c.key);
+        // What a channel-wide prefetch held back never reached the client: back to the queue
+        // before the reply (a no-ack one, which the home forgot, to the client before it).
+        if let Some(p) = &proxy {
+            let held = p.take_held();
+            if !held.is_empty() && c.no_ack {
+                let q = QueueRef::Other(p.queue.clone());
+                for m in &held {
+                    c.sink.push(c, q.clone(), m);
+                }
+            } else if !held.is_empty() {
+                self.requeue(held.into_iter().map(|m| (Some(c.key), m)));
+                self.sync_settles();
+            }
+        }
         self.counts.lock().take();
     }
 
@@ -399,6 +419,33 @@ impl RemoteQueue {
             .ok()
             .and_then(|mut r| get_u32(&mut r))
             .unwrap_or(0)
+    }
+
+    /// `p` holds deliveries back for its channel's channel-wide prefetch: flushed when the
+    /// channel kicks its queues ([`RemoteQueue::dispatch`]).
+    pub(super) fn hold(&self, p: &Arc<Proxy>) {
+        let mut h = self.holding.lock();
+        if !h.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(p))) {
+            h.push(Arc::downgrade(p));
+        }
+    }
+
+    /// The channel of a consumer of it made room (an ack under a channel-wide prefetch): its
+    /// held deliveries go on, in order.
+    pub fn dispatch(&self) {
+        let holding = std::mem::take(&mut *self.holding.lock());
+        let still: Vec<_> = holding
+            .into_iter()
+            .filter(|w| w.upgrade().is_some_and(|p| p.flush()))
+            .collect();
+        if !still.is_empty() {
+            let mut h = self.holding.lock();
+            for w in still {
+                if !h.iter().any(|x| x.ptr_eq(&w)) {
+                    h.push(w);
+                }
+            }
+        }
     }
 
     /// This node's consumers of it.
