@@ -90,8 +90,52 @@ pub async fn check_virtual_hosts(State(_b): B) -> ApiResult {
     ok_json(json!({"status": "ok"}))
 }
 
-pub async fn check_single_node(State(_b): B) -> ApiResult {
-    ok_json(json!({"status": "ok", "reason": "single node cluster"}))
+/// RabbitMQ's `node-is-quorum-critical`: fails (503, listing them) if a quorum queue with a
+/// member here would lose its majority were this node shut down: fewer of its other members
+/// are running than a majority of all. A queue of one member is not counted (it has no
+/// majority to lose elsewhere), as RabbitMQ does not.
+pub async fn check_quorum_critical(State(b): B) -> ApiResult {
+    let Some(c) = warren_broker::cluster::Cluster::of(&b) else {
+        return ok_json(json!({"status": "ok", "reason": "single node cluster"}));
+    };
+    let me = b.config.node_name.as_str();
+    let mut critical = Vec::new();
+    for v in b.vhosts() {
+        for q in v.snapshot().queues.values() {
+            let Some((_, members)) = q.group() else {
+                continue;
+            };
+            if members.len() < 2 || !members.iter().any(|m| m == me) {
+                continue;
+            }
+            let others_up = members.iter().filter(|m| *m != me && c.running(m)).count();
+            if others_up < members.len() / 2 + 1 {
+                critical.push(json!({
+                    "name": &**q.name(),
+                    "readable_name": format!("queue '{}' in vhost '{}'", q.name(), v.name),
+                    "virtual_host": &*v.name,
+                }));
+            }
+        }
+    }
+    if critical.is_empty() {
+        return ok_json(json!({"status": "ok"}));
+    }
+    failed(json!({
+        "status": "failed",
+        "reason": "There are quorum queues that would lose their quorum if the target node is shut down",
+        "queues": critical,
+    }))
+}
+
+/// RabbitMQ's `node-is-mirror-sync-critical`: Warren has no classic mirrored queues (an
+/// `ha-mode` policy makes replicated queues, which the quorum check covers), so none is
+/// critical.
+pub async fn check_mirror_sync_critical(State(b): B) -> ApiResult {
+    if warren_broker::cluster::Cluster::of(&b).is_none() {
+        return ok_json(json!({"status": "ok", "reason": "single node cluster"}));
+    }
+    ok_json(json!({"status": "ok"}))
 }
 
 /// RabbitMQ's aliveness test: declare `aliveness-test`, publish `test_message` to it through

@@ -335,3 +335,40 @@ def _listed(node, qn: str) -> bool:
     st, rows = node.api("GET", "/api/queues/%2f")
     assert st == 200, (st, rows)
     return any(r["name"] == qn for r in rows)
+
+
+def test_quorum_critical_health_check_sees_the_cluster(lossy):
+    """RabbitMQ's node-is-quorum-critical in a cluster: ok while every member runs; once one of
+    a 3-member quorum queue's nodes is down, each other member is critical for it (503, the
+    queue listed); ok again when it is back. No classic mirrored queues: mirror-sync is ok."""
+    n1, n2, n3 = lossy.nodes
+    qn = f"any-qcrit-{time.monotonic_ns()}"
+    c = pika.BlockingConnection(n1.params())
+    try:
+        c.channel().queue_declare(qn, durable=True, arguments={"x-queue-type": "quorum"})
+    finally:
+        safe_close(c)
+    path = "/api/health/checks/node-is-quorum-critical"
+    for n in lossy.nodes:
+        wait_until(lambda n=n: n.api("GET", path) == (200, {"status": "ok"}), timeout=15, interval=0.2,
+                   what=f"{n.name}'s quorum check ok with every node running")
+        assert n.api("GET", "/api/health/checks/node-is-mirror-sync-critical") == (200, {"status": "ok"})
+    n3.kill9()
+    try:
+        for n in (n1, n2):
+            wait_until(lambda n=n: n.api("GET", path)[0] == 503, timeout=20, interval=0.2,
+                       what=f"{n.name} quorum-critical once {n3.name} is down")
+            st, body = n.api("GET", path)
+            assert body["status"] == "failed", body
+            assert [x["name"] for x in body["queues"]] == [qn], body
+            assert body["queues"][0]["virtual_host"] == "/", body
+    finally:
+        n3.start()
+        n3.wait_ready()
+    wait_until(lambda: n1.api("GET", path) == (200, {"status": "ok"}), timeout=30, interval=0.2,
+               what=f"{n1.name}'s quorum check ok again with {n3.name} back")
+    c = pika.BlockingConnection(n1.params())
+    try:
+        c.channel().queue_delete(qn)
+    finally:
+        safe_close(c)

@@ -16,7 +16,7 @@ import pika.exceptions
 import pytest
 
 from conftest import _free_port
-from helpers import safe_close
+from helpers import safe_close, wait_until
 from test_limits import start, url
 
 BIN = os.environ.get("WARREN_BIN")
@@ -103,7 +103,9 @@ def test_plain_amqp_on_the_tls_port_is_dropped(certs, nodes):
     with pytest.raises(pika.exceptions.AMQPConnectionError):
         pika.BlockingConnection(pika.ConnectionParameters(host="127.0.0.1", port=port, connection_attempts=1,
                                                           socket_timeout=5, blocked_connection_timeout=5))
-    assert "TLS handshake failed" in n.stderr()
+    # The server logs the failure as it drops the socket: the client may see the drop first.
+    wait_until(lambda: "TLS handshake failed" in n.stderr(), timeout=5, interval=0.05,
+               what="the server to log the failed TLS handshake")
 
 
 def test_client_certificates_verify_peer(certs, nodes):

@@ -141,11 +141,11 @@ pub fn router(broker: Arc<Broker>) -> Router {
         )
         .route(
             "/api/health/checks/node-is-quorum-critical",
-            get(crate::health_api::check_single_node),
+            get(crate::health_api::check_quorum_critical),
         )
         .route(
             "/api/health/checks/node-is-mirror-sync-critical",
-            get(crate::health_api::check_single_node),
+            get(crate::health_api::check_mirror_sync_critical),
         )
         .route(
             "/api/aliveness-test/{vhost}",
