@@ -31,6 +31,8 @@ pub struct Proxy {
     /// counts only this consumer's prefetch), in order: handed over as acks make room
     /// ([`Proxy::flush`], when the channel kicks its queues), returned if the consumer goes.
     pub(super) held: Mutex<std::collections::VecDeque<QueuedMessage>>,
+    /// Whether `held` has any (kept under its lock): a delivery reads this, not the lock.
+    pub(super) holding: AtomicBool,
 }
 
 /// Its consumer's output drained: the withheld credit goes home.
@@ -87,8 +89,9 @@ impl Proxy {
             q.requeue([(Some(self.consumer.key), m.clone())]);
             return;
         }
-        let mut held = self.held.lock();
-        if !held.is_empty() {
+        // Behind the ones held back, in order.
+        if self.holding.load(Ordering::Acquire) {
+            let mut held = self.held.lock();
             held.push_back(m.clone());
             self.flush_locked(&mut held);
             return;
@@ -100,8 +103,11 @@ impl Proxy {
         {
             Some(true) => {}
             None => {
-                held.push_back(m.clone());
-                drop(held);
+                {
+                    let mut held = self.held.lock();
+                    held.push_back(m.clone());
+                    self.holding.store(true, Ordering::Release);
+                }
                 self.queue.hold(self);
                 // Room made between the refusal and the record: its kick found nothing held.
                 self.flush();
@@ -132,6 +138,7 @@ impl Proxy {
                 Some(true) => {}
                 None => {
                     held.push_front(m);
+                    self.holding.store(true, Ordering::Release);
                     return true;
                 }
                 Some(false) if !self.consumer.no_ack => {
@@ -140,11 +147,14 @@ impl Proxy {
                 Some(false) => {}
             }
         }
+        self.holding.store(false, Ordering::Release);
         false
     }
 
     /// What it holds, taken (its consumer goes: they go back to the queue).
     pub(super) fn take_held(&self) -> Vec<QueuedMessage> {
-        self.held.lock().drain(..).collect()
+        let mut held = self.held.lock();
+        self.holding.store(false, Ordering::Release);
+        held.drain(..).collect()
     }
 }

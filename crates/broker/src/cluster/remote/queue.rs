@@ -302,6 +302,7 @@ impl RemoteQueue {
             cancelling: Mutex::new(None),
             cancel_asked: AtomicBool::new(false),
             held: Mutex::new(Default::default()),
+            holding: AtomicBool::new(false),
         });
         cluster.remote.proxies.lock().insert(c.key, proxy.clone());
         let r = self.request(Q_CONSUME, |b| {
