@@ -201,6 +201,33 @@ impl Channel {
     }
 }
 
+impl ChannelShared {
+    /// A delivery counted where its queue runs: taken (`Some(true)`), refused as the channel
+    /// is closing or the consumer cancelled (`Some(false)`), or, `limited`, held back while
+    /// the channel-wide prefetch is used up (`None`; as `offer_from`, no-ack ones too). One
+    /// body for both pushes, so `deliver_locked` keeps its callers (and its inlining).
+    fn push_within(
+        &self,
+        c: &Arc<Consumer>,
+        q: QueueRef,
+        m: &QueuedMessage,
+        limited: bool,
+    ) -> Option<bool> {
+        if c.cancelled.load(Ordering::Relaxed) {
+            return Some(false);
+        }
+        let mut d = self.deliveries.lock();
+        if d.closed {
+            return Some(false);
+        }
+        if limited && d.global_prefetch > 0 && d.global_unacked >= d.global_prefetch as u32 {
+            return None;
+        }
+        self.deliver_locked(&mut d, c, || q, m);
+        Some(true)
+    }
+}
+
 /// A local channel is the sink of its consumers' deliveries.
 impl DeliverySink for ChannelShared {
     #[inline]
@@ -221,15 +248,7 @@ impl DeliverySink for ChannelShared {
     }
 
     fn push(&self, c: &Arc<Consumer>, q: QueueRef, m: &QueuedMessage) -> bool {
-        if c.cancelled.load(Ordering::Relaxed) {
-            return false;
-        }
-        let mut d = self.deliveries.lock();
-        if d.closed {
-            return false;
-        }
-        self.deliver_locked(&mut d, c, || q, m);
-        true
+        self.push_within(c, q, m, false) == Some(true)
     }
 
     fn channel_prefetch(&self) -> u16 {
@@ -237,19 +256,7 @@ impl DeliverySink for ChannelShared {
     }
 
     fn push_limited(&self, c: &Arc<Consumer>, q: QueueRef, m: &QueuedMessage) -> Option<bool> {
-        if c.cancelled.load(Ordering::Relaxed) {
-            return Some(false);
-        }
-        let mut d = self.deliveries.lock();
-        if d.closed {
-            return Some(false);
-        }
-        // As `offer_from`: a full channel-wide limit holds back no-ack consumers too.
-        if d.global_prefetch > 0 && d.global_unacked >= d.global_prefetch as u32 {
-            return None;
-        }
-        self.deliver_locked(&mut d, c, || q, m);
-        Some(true)
+        self.push_within(c, q, m, true)
     }
 
     fn cancelled(&self, c: &Consumer) {
