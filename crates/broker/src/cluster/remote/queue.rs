@@ -492,8 +492,8 @@ impl RemoteQueue {
 
 /// The prefetch the home holds a consumer to: its own, and its channel's channel-wide one
 /// (`basic.qos` with `global`) when that is lower. The home cannot see the channel's other
-/// consumers, so several consumers of remote queues on one channel are each held to the
-/// channel's limit, not to one shared count (docs/clustering.md).
+/// consumers: the shared count is kept on this node, which holds back what exceeds it
+/// (`Proxy::held`); this bounds what it holds to the channel's limit per consumer.
 fn effective_prefetch(own: u16, channel: u16) -> u16 {
     match (own, channel) {
         (0, ch) => ch,
