@@ -21,6 +21,10 @@ struct State {
     outstanding: BTreeSet<u64>,
     acks: Vec<u64>,
     nacks: Vec<u64>,
+    /// The channel is closed: nothing more is sent (a publish confirmed later, by the
+    /// persister or by another node, would reach the client after channel.close-ok, or a new
+    /// channel with the same number).
+    closed: bool,
 }
 
 /// A channel's confirm bookkeeping, shared with the persister thread.
@@ -40,6 +44,15 @@ impl Confirms {
             stats,
             state: Mutex::new(State::default()),
         })
+    }
+
+    /// The channel closes (before its close-ok is written): what is not sent yet never is.
+    pub fn close(&self) {
+        let mut st = self.state.lock();
+        st.closed = true;
+        st.outstanding.clear();
+        st.acks.clear();
+        st.nacks.clear();
     }
 
     /// A publish whose outcome is already known.
@@ -77,6 +90,11 @@ impl Confirms {
     /// one `multiple` ack, and any later ones singly.
     pub fn flush(&self) {
         let mut st = self.state.lock();
+        if st.closed {
+            st.acks.clear();
+            st.nacks.clear();
+            return;
+        }
         if st.acks.is_empty() && st.nacks.is_empty() {
             return;
         }

@@ -2,8 +2,10 @@ package interop
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -242,5 +244,42 @@ func TestTxCommitWithoutSelect(t *testing.T) {
 	e = expectCode(t, err, amqp.PreconditionFailed, "tx.rollback without tx.select")
 	if want := "PRECONDITION_FAILED - channel is not transactional"; e.Reason != want {
 		t.Errorf("reason %q, want %q", e.Reason, want)
+	}
+}
+
+// A confirm channel closed with publishes still unconfirmed: its close-ok ends it, so no
+// basic.ack follows (amqp091-go closes the connection on a method for a closed channel, 504),
+// nor reaches the next channel given the same number. Persistent messages to a durable queue
+// are confirmed after an fsync, and through a cluster node by the queue's node: both later
+// than the close.
+func TestNoConfirmAfterChannelCloseOk(t *testing.T) {
+	c := newTC(t)
+	conn := c.conn()
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	setup := c.ch(conn)
+	q := c.name("q")
+	c.trackQueue(q)
+	if _, err := setup.QueueDeclare(q, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 5; round++ {
+		ch := c.confirmCh(conn)
+		for i := 0; i < 500; i++ {
+			publishMsg(t, ch, "", q, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(fmt.Sprintf("m-%d", i))})
+		}
+		if err := ch.Close(); err != nil {
+			t.Fatalf("round %d: channel.close: %v", round, err)
+		}
+		// The next channel (same number) works, and the connection stays open.
+		next := c.ch(conn)
+		if _, err := next.QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
+			t.Fatalf("round %d: on the next channel: %v", round, err)
+		}
+		_ = next.Close()
+		select {
+		case e := <-closed:
+			t.Fatalf("round %d: connection closed: %v", round, e)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

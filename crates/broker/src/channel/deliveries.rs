@@ -161,6 +161,10 @@ impl Channel {
     /// Releases everything the channel holds: unacked messages go back to their queues,
     /// consumers are removed (auto-delete queues may go).
     pub fn close(&mut self, vhost: &Arc<VHost>) {
+        // Confirms ready now go before the close-ok, as RabbitMQ sends them after each method;
+        // those that complete later (an fsync, another node's answer) are never sent.
+        self.confirms.flush();
+        self.confirms.close();
         let mut taken = {
             let mut d = self.shared.deliveries.lock();
             if !d.closed {
