@@ -91,9 +91,9 @@ pub async fn check_virtual_hosts(State(_b): B) -> ApiResult {
 }
 
 /// RabbitMQ's `node-is-quorum-critical`: fails (503, listing them) if a quorum queue with a
-/// member here would lose its majority were this node shut down: fewer of its other members
-/// are running than a majority of all. A queue of one member is not counted (it has no
-/// majority to lose elsewhere), as RabbitMQ does not.
+/// member here would lose its majority were this node shut down: as RabbitMQ's
+/// `filter_quorum_critical`, its running members (this one included) are no more than a
+/// majority of all (a queue of one member here is critical too).
 pub async fn check_quorum_critical(State(b): B) -> ApiResult {
     let Some(c) = warren_broker::cluster::Cluster::of(&b) else {
         return ok_json(json!({"status": "ok", "reason": "single node cluster"}));
@@ -105,11 +105,11 @@ pub async fn check_quorum_critical(State(b): B) -> ApiResult {
             let Some((_, members)) = q.group() else {
                 continue;
             };
-            if members.len() < 2 || !members.iter().any(|m| m == me) {
+            if !members.iter().any(|m| m == me) {
                 continue;
             }
-            let others_up = members.iter().filter(|m| *m != me && c.running(m)).count();
-            if others_up < members.len() / 2 + 1 {
+            let up = members.iter().filter(|m| c.running(m)).count();
+            if up <= members.len() / 2 + 1 {
                 critical.push(json!({
                     "name": &**q.name(),
                     "readable_name": format!("queue '{}' in vhost '{}'", q.name(), v.name),

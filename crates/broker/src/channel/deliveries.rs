@@ -193,11 +193,14 @@ impl Channel {
         }
         // Requeues to queues on other nodes travel one-way: the close-ok waits until their
         // nodes applied them, so a get right after it finds the messages back.
-        let elsewhere: Vec<QueueRef> = taken
-            .iter()
-            .filter(|u| matches!(u.queue, QueueRef::Other(_)))
-            .map(|u| u.queue.clone())
-            .collect();
+        let mut elsewhere: Vec<QueueRef> = Vec::new();
+        for u in &taken {
+            if matches!(u.queue, QueueRef::Other(_))
+                && !elsewhere.iter().any(|q| q.ptr_eq(&u.queue))
+            {
+                elsewhere.push(u.queue.clone());
+            }
+        }
         finish(taken, Settle::Requeue);
         QueueRef::sync_settles(&elsewhere);
         self.publish = PublishState::Idle;

@@ -56,9 +56,6 @@ impl Channel {
             home: None,
             members: None,
         })?;
-        if !d.passive {
-            crate::policy::apply(ctx.access, &q);
-        }
         if q.options().exclusive_owner == Some(ctx.conn_id)
             && !ctx.exclusive_queues.iter().any(|x| x.ptr_eq(&q))
         {

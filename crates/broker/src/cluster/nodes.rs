@@ -68,8 +68,12 @@ impl Cluster {
             .members
             .iter()
             .any(|m| Some(m.id) == st.leader && m.node.name == self.me);
+        if !leads {
+            down.clear();
+            return;
+        }
         for n in self.members() {
-            if n.name == self.me || self.running(&n.name) || !leads {
+            if n.name == self.me || self.running(&n.name) {
                 down.remove(&n.name);
                 continue;
             }

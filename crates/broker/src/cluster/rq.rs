@@ -304,8 +304,7 @@ pub async fn serve_propose_at(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes
         .map(Bytes::from)
 }
 
-/// A member's side of [`SERVICE_RQ_COUNTS`].
-/// [`SERVICE_RQ_TOUCH`]: the queue was declared on the asking node.
+/// A member's side of [`SERVICE_RQ_TOUCH`]: the queue was declared on the asking node.
 pub fn serve_touch(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, String> {
     let group = group_of(&mut body)?;
     if let Some(q) = c.rqueue(group) {
@@ -314,6 +313,7 @@ pub fn serve_touch(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, String> {
     Ok(Bytes::new())
 }
 
+/// A member's side of [`SERVICE_RQ_COUNTS`].
 pub fn serve_counts(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, String> {
     let group = group_of(&mut body)?;
     let q = c

@@ -335,7 +335,6 @@ impl RemoteQueue {
     /// them), so the channel's cancel-ok promises what it does on a single node. What the
     /// consumer was delivered stays unacked at the home until settled (or the link goes).
     pub fn remove_consumer(&self, c: &Arc<Consumer>) {
-        self.counts.lock().take();
         let Some(cluster) = self.cluster.upgrade() else {
             return;
         };
