@@ -4,12 +4,15 @@
 //! log in to Warren with their passwords. Only durable queues and exchanges (and the bindings
 //! between them) are exported, as RabbitMQ does. Limits travel as RabbitMQ 3.10 writes them:
 //! a user's in its `limits`, a vhost's as a `parameters` entry of component `vhost-limits`;
-//! import also reads the `limits` that newer RabbitMQ versions put on vhost objects.
+//! import also reads the `limits` that newer RabbitMQ versions put on vhost objects. Global
+//! parameters (`cluster_name`) travel both ways.
 
 use serde_json::{json, Value};
 use warren_routing::Destination;
 
-use crate::access::{LimitScope, Limits, PermissionDef, PolicyDef, UserDef, VhostDef};
+use crate::access::{
+    GlobalParameterDef, LimitScope, Limits, PermissionDef, PolicyDef, UserDef, VhostDef,
+};
 use crate::json::{json_to_table, table_to_json};
 use crate::server::Broker;
 use crate::vhost::{ExchangeSpec, QueueSpec};
@@ -84,7 +87,7 @@ pub fn export(broker: &Broker) -> Value {
         "permissions": a.permissions,
         "topic_permissions": [],
         "parameters": a.parameters,
-        "global_parameters": [],
+        "global_parameters": a.global_parameters,
         "policies": a.policies,
         "queues": queues,
         "exchanges": exchanges,
@@ -143,6 +146,13 @@ pub fn import(broker: &Broker, doc: &Value) -> Result<(), String> {
     let queues: Vec<Value> = list(doc, "queues")?;
     let exchanges: Vec<Value> = list(doc, "exchanges")?;
     let bindings: Vec<Value> = list(doc, "bindings")?;
+    let globals: Vec<GlobalParameterDef> = list(doc, "global_parameters")?;
+    for g in globals {
+        broker
+            .access
+            .set_global_parameter(&g.name, g.value)
+            .map_err(|e| format!("global parameter '{}': {e}", g.name))?;
+    }
     let mut limits = Vec::new();
     for u in users {
         if !u.limits.is_empty() {

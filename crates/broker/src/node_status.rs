@@ -39,6 +39,9 @@ pub fn node_json(b: &Broker) -> Value {
         "uptime": b.started_at.elapsed().as_millis() as u64,
         "run_queue": 0,
         "partitions": [],
+        // Warren's own: the open AMQP connections and the node's part in the metadata group.
+        "connections": connections,
+        "raft_role": b.cluster_handle().map_or("none", |c| c.raft_role()),
         "cluster_links": b.cluster_handle().map_or(json!([]), |c| {
             json!(c.links().into_iter().map(|(name, addr)| json!({"name": name, "peer_addr": addr})).collect::<Vec<_>>())
         }),

@@ -27,7 +27,7 @@ use warren_broker::tracking::ConnInfo;
 use warren_protocol::{FieldTable, FieldValue};
 
 use crate::api::{bad_request, no_content, ok_json, ApiError, ApiResult};
-use crate::http::connections::connection_json;
+use crate::cluster_view::connection_json;
 use crate::stats_api::{addr, open_connections};
 
 type B = State<Arc<Broker>>;
@@ -78,9 +78,13 @@ fn not_clustered() -> ApiError {
 
 async fn cluster_status(State(b): B) -> ApiResult {
     match warren_broker::cluster::Cluster::of(&b) {
-        Some(c) => ok_json(c.status_json()),
+        Some(c) => {
+            let mut s = c.status_json();
+            s["cluster_name"] = json!(b.cluster_name());
+            ok_json(s)
+        }
         None => ok_json(json!({
-            "cluster_name": b.config.node_name,
+            "cluster_name": b.cluster_name(),
             "node": b.config.node_name,
             "nodes": [{"name": b.config.node_name, "voter": true, "running": true}],
             "leader": b.config.node_name,

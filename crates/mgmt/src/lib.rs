@@ -9,10 +9,13 @@
 //!   `/api/nodes`; [`ui`]: the web UI's embedded assets.
 //! - [`stats_api`]: `message_stats` with rates, `/api/channels`, `/api/consumers`, `/metrics`,
 //!   and the rate sampler ([`run_sampler`]), which the binary runs beside the AMQP server.
+//! - [`cluster_view`]: the cluster-wide listings (every node's connections, channels,
+//!   consumers, queue figures and totals, asked over the links).
 //! - [`api`]: the error type and reply helpers every handler shares.
 
 pub mod api;
 pub mod api_messages;
+pub mod cluster_view;
 pub mod ctl_api;
 pub mod health_api;
 pub mod http;

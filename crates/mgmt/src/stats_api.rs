@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::{json, Value};
@@ -20,8 +20,6 @@ use warren_broker::queue::{Consumer, QueueRef};
 use warren_broker::server::Broker;
 use warren_broker::tracking::ConnInfo;
 use warren_broker::vhost::VHost;
-
-use crate::api::{not_found, ok_json, vhost_of, ApiResult, B};
 
 /// An `Arc`'s address, to match a consumer's sink with its channel (a local consumer's sink is
 /// its channel).
@@ -88,11 +86,28 @@ fn exchange_values(x: &warren_routing::Exchange<QueueRef>) -> Vec<(&'static str,
     ]
 }
 
-/// Ready and unacked messages over every queue.
+/// Whether this node hosts `q`: runs it (a classic queue, a stream) or leads its replicated
+/// group. Every queue is hosted on a single node.
+pub fn hosted_here(b: &Broker, q: &QueueRef) -> bool {
+    if b.cluster_handle().is_none() {
+        return true;
+    }
+    match (q.home(), q.group()) {
+        (Some(_), _) => false,
+        (None, None) => true,
+        (None, Some(_)) => q.leader().as_deref() == Some(b.config.node_name.as_str()),
+    }
+}
+
+/// Ready and unacked messages over every queue this node hosts (the cluster's overview adds
+/// up every node's).
 fn queue_totals(b: &Broker) -> Vec<(&'static str, u64)> {
     let (mut ready, mut unacked) = (0u64, 0u64);
     for v in b.vhosts() {
         for q in v.snapshot().queues.values() {
+            if !hosted_here(b, q) {
+                continue;
+            }
             ready += q.message_count() as u64;
             unacked += q.unacked_count() as u64;
         }
@@ -243,32 +258,9 @@ fn channels_where(b: &Broker, keep: impl Fn(&ConnInfo) -> bool) -> Vec<Value> {
     rows
 }
 
-pub async fn list_channels(State(b): B) -> ApiResult {
-    ok_json(Value::Array(channels_where(&b, |_| true)))
-}
-
-pub async fn list_channels_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
-    let v = vhost_of(&b, &vhost)?;
-    ok_json(Value::Array(channels_where(&b, |c| c.vhost == *v.name)))
-}
-
-pub async fn list_connection_channels(State(b): B, Path(name): Path<String>) -> ApiResult {
-    if !b.connections.lock().values().any(|c| c.name == name) {
-        return Err(not_found());
-    }
-    ok_json(Value::Array(channels_where(&b, |c| c.name == name)))
-}
-
-pub async fn get_channel(State(b): B, Path(name): Path<String>) -> ApiResult {
-    let on = consumers_by_channel(&b);
-    for c in open_connections(&b) {
-        for ch in c.channels() {
-            if format!("{} ({})", c.name, ch.id) == name {
-                return ok_json(channel_json(&b, &c, &ch, &on));
-            }
-        }
-    }
-    Err(not_found())
+/// This node's channels, in connection then channel order.
+pub fn channel_rows(b: &Broker) -> Vec<Value> {
+    channels_where(b, |_| true)
 }
 
 /// A consumer as the listings show it.
@@ -310,16 +302,19 @@ pub fn consumers_in(vhosts: Vec<Arc<VHost>>) -> Vec<Listed> {
     out
 }
 
-/// Every consumer of the vhosts given, in RabbitMQ's shape.
-fn consumers_of(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Value {
+/// Every consumer of the vhosts given, in RabbitMQ's shape; in a cluster, those whose channel
+/// is on this node (a queue's home also holds stand-ins for other nodes' consumers).
+pub fn consumer_rows(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Vec<Value> {
+    let clustered = b.cluster_handle().is_some();
     let mut by_channel: HashMap<usize, (Arc<ConnInfo>, u16)> = HashMap::new();
     for c in open_connections(b) {
         for ch in c.channels() {
             by_channel.insert(addr(&ch), (c.clone(), ch.id));
         }
     }
-    let rows = consumers_in(vhosts)
+    consumers_in(vhosts)
         .into_iter()
+        .filter(|l| !clustered || by_channel.contains_key(&addr(&l.consumer.sink)))
         .map(|l| {
             let c = &l.consumer;
             let channel_details = match by_channel.get(&addr(&c.sink)) {
@@ -353,16 +348,7 @@ fn consumers_of(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Value {
                 "queue": {"name": &**l.queue.name(), "vhost": &*l.vhost.name},
             })
         })
-        .collect();
-    Value::Array(rows)
-}
-
-pub async fn list_consumers(State(b): B) -> ApiResult {
-    ok_json(consumers_of(&b, b.vhosts()))
-}
-
-pub async fn list_consumers_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
-    ok_json(consumers_of(&b, vec![vhost_of(&b, &vhost)?]))
+        .collect()
 }
 
 // ---- Prometheus ----

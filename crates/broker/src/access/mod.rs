@@ -29,6 +29,8 @@
 //! permissions, policies, limits as RabbitMQ's definitions describe them, and [`MgmtError`]),
 //! imports nothing, so this file re-exports it and the definitions command can name it.
 
+mod globals;
+pub use globals::{validate_global, CLUSTER_NAME};
 mod limits;
 mod permissions;
 mod policies;
@@ -129,6 +131,15 @@ pub struct AccessFile {
     pub policies: Vec<PolicyDef>,
     #[serde(default)]
     pub parameters: Vec<ParameterDef>,
+    #[serde(default)]
+    pub global_parameters: Vec<GlobalParameterDef>,
+}
+
+/// A global runtime parameter as RabbitMQ's definitions list it (`cluster_name`, say).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GlobalParameterDef {
+    pub name: String,
+    pub value: serde_json::Value,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,6 +203,8 @@ struct Inner {
     policies: BTreeMap<(String, String), PolicyDef>,
     /// Runtime vhost limits by vhost (user limits live in `UserDef::limits`).
     vhost_limits: BTreeMap<String, Limits>,
+    /// Global runtime parameters by name.
+    globals: BTreeMap<String, serde_json::Value>,
 }
 
 pub struct Access {

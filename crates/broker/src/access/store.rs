@@ -14,8 +14,8 @@ use crate::definitions::op::Applying;
 use crate::definitions::proposer::Proposer;
 
 use super::{
-    full_permissions, hash_password, Access, AccessFile, Grant, Inner, MgmtError, ParameterDef,
-    UserDef, VhostDef, HASH_SHA256, VHOST_LIMITS_COMPONENT,
+    full_permissions, hash_password, Access, AccessFile, GlobalParameterDef, Grant, Inner,
+    MgmtError, ParameterDef, UserDef, VhostDef, HASH_SHA256, VHOST_LIMITS_COMPONENT,
 };
 
 impl Access {
@@ -92,6 +92,9 @@ impl Access {
                 inner.vhost_limits.insert(p.vhost, l);
             }
         }
+        for g in f.global_parameters {
+            inner.globals.insert(g.name, g.value);
+        }
         Ok(Access {
             inner: RwLock::new(inner),
             generation: AtomicU64::new(1),
@@ -149,6 +152,14 @@ impl Access {
                     component: VHOST_LIMITS_COMPONENT.into(),
                     name: "limits".into(),
                     value: serde_json::Value::Object(l.clone()),
+                })
+                .collect(),
+            global_parameters: inner
+                .globals
+                .iter()
+                .map(|(name, value)| GlobalParameterDef {
+                    name: name.clone(),
+                    value: value.clone(),
                 })
                 .collect(),
         }

@@ -1,6 +1,6 @@
 //! What this node serves on its links: Raft messages (the metadata group's and each replicated
-//! queue's), queue requests, applied-index and membership questions, its `/api/nodes` object;
-//! and the one-way forwarding frames, handed to `remote`.
+//! queue's), queue requests, applied-index and membership questions, its `/api/nodes` object,
+//! management questions (`SERVICE_VIEW`); and the one-way forwarding frames, handed to `remote`.
 
 use std::sync::{Arc, Weak};
 
@@ -10,6 +10,7 @@ use super::link::{BoxFuture, Handler, Link};
 use super::{quorum, remote, rq, Cluster};
 use super::{
     APPLY_WAIT, SERVICE_APPLIED, SERVICE_MEMBER, SERVICE_NODE, SERVICE_QUEUE, SERVICE_RAFT,
+    SERVICE_VIEW,
 };
 
 pub(super) struct LinkHandler(pub(super) Weak<Cluster>);
@@ -82,6 +83,10 @@ impl Handler for LinkHandler {
                 SERVICE_NODE => {
                     let b = c.broker().ok_or("node stopping")?;
                     Ok(Bytes::from(crate::node_status::node_json(&b).to_string()))
+                }
+                SERVICE_VIEW => {
+                    let b = c.broker().ok_or("node stopping")?;
+                    b.local_view(&body).map(Bytes::from)
                 }
                 s => Err(format!("unknown service {s}")),
             }

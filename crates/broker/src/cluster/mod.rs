@@ -37,6 +37,15 @@ use crate::server::Broker;
 use link::Links;
 
 impl crate::server::ClusterHandle for Cluster {
+    fn raft_role(&self) -> &'static str {
+        let st = self.meta().status();
+        match st.members.iter().find(|m| m.id == st.id) {
+            _ if st.leader == Some(st.id) => "leader",
+            Some(m) if m.voter => "follower",
+            Some(_) => "learner",
+            None => "none",
+        }
+    }
     fn links(&self) -> Vec<(String, String)> {
         self.links
             .all()
@@ -79,6 +88,8 @@ pub const SERVICE_APPLIED: u8 = 4;
 /// Is the asking node (its name, the request) a member here? Answers this node's applied index
 /// (u64) and 1 or 0.
 pub const SERVICE_MEMBER: u8 = 8;
+/// A management question (the request, opaque here) answered by the node's `LocalView`.
+pub const SERVICE_VIEW: u8 = 13;
 
 /// This node's part in a cluster.
 pub struct Cluster {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Cluster, SERVICE_NODE};
+use super::{Cluster, SERVICE_NODE, SERVICE_VIEW};
 
 /// A member not running (no link to it) for this many one-second ticks in a row is down, for
 /// its exclusive queues: longer than a link's reconnect after a blip.
@@ -30,9 +30,11 @@ impl Cluster {
         let mut told = false;
         // Members seen not running, by name: for how many ticks in a row.
         let mut down: std::collections::HashMap<String, u32> = Default::default();
+        let naming = Arc::new(std::sync::atomic::AtomicBool::new(false));
         loop {
             tick.tick().await;
             self.drop_exclusive_of_down_nodes(&mut down);
+            self.name_the_cluster(&naming);
             // A node forgotten while it was cut off never hears from a leader again: find out
             // why, and say it once.
             leaderless = match self.meta().status().leader {
@@ -56,6 +58,46 @@ impl Cluster {
         }
     }
 
+    /// A cluster without a name takes its first leader's, once, through the log: from then on
+    /// every node reports the same `cluster_name`, whoever leads (RabbitMQ names a cluster
+    /// after a node too; `warren ctl set_cluster_name` changes it). `naming`: a proposal is
+    /// in flight (a failed one is tried again on a later tick).
+    fn name_the_cluster(self: &Arc<Self>, naming: &Arc<std::sync::atomic::AtomicBool>) {
+        if naming.load(std::sync::atomic::Ordering::Acquire) || !self.leads() {
+            return;
+        }
+        let Some(broker) = self.broker() else { return };
+        if broker
+            .access
+            .global_parameter(crate::access::CLUSTER_NAME)
+            .is_some()
+        {
+            return;
+        }
+        naming.store(true, std::sync::atomic::Ordering::Release);
+        let (name, naming) = (serde_json::Value::from(self.me.clone()), naming.clone());
+        tokio::task::spawn_blocking(move || {
+            let r = broker
+                .access
+                .set_global_parameter(crate::access::CLUSTER_NAME, name);
+            naming.store(false, std::sync::atomic::Ordering::Release);
+            match r {
+                Ok(()) => {
+                    tracing::info!(cluster_name = %broker.cluster_name(), "the cluster is named after its first leader")
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot name the cluster yet"),
+            }
+        });
+    }
+
+    /// Whether this node leads the metadata group now.
+    fn leads(&self) -> bool {
+        let st = self.meta().status();
+        st.members
+            .iter()
+            .any(|m| Some(m.id) == st.leader && m.node.name == self.me)
+    }
+
     /// As RabbitMQ deletes a node's exclusive queues when it detects the node down (their
     /// connections went with it): the metadata leader deletes those of a member that has not
     /// been running for [`DOWN_AFTER_TICKS`] ticks in a row, once per time it goes down.
@@ -63,12 +105,7 @@ impl Cluster {
         self: &Arc<Self>,
         down: &mut std::collections::HashMap<String, u32>,
     ) {
-        let st = self.meta().status();
-        let leads = st
-            .members
-            .iter()
-            .any(|m| Some(m.id) == st.leader && m.node.name == self.me);
-        if !leads {
+        if !self.leads() {
             down.clear();
             return;
         }
@@ -155,6 +192,39 @@ impl Cluster {
         out
     }
 
+    /// Every other member's answer to management question `request` (`SERVICE_VIEW`), asked
+    /// at once; `None` for a member that is down or does not answer within `wait`. By node
+    /// name, in name order.
+    pub async fn gather(
+        &self,
+        request: &[u8],
+        wait: Duration,
+    ) -> Vec<(String, Option<bytes::Bytes>)> {
+        let mut asks = tokio::task::JoinSet::new();
+        let mut out = Vec::new();
+        for n in self.members() {
+            if n.name == self.me {
+                continue;
+            }
+            if !self.running(&n.name) {
+                out.push((n.name, None));
+                continue;
+            }
+            let (links, request) = (self.links.clone(), request.to_vec());
+            asks.spawn(async move {
+                let r = links.call(&n.addr, SERVICE_VIEW, &request, wait).await;
+                (n.name, r.ok())
+            });
+        }
+        while let Some(r) = asks.join_next().await {
+            if let Ok(answer) = r {
+                out.push(answer);
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
     /// `warren ctl cluster_status`: members, which run, the Raft leader and term.
     pub fn status_json(&self) -> serde_json::Value {
         let st = self.meta().status();
@@ -177,7 +247,6 @@ impl Cluster {
             .collect();
         nodes.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
         serde_json::json!({
-            "cluster_name": leader.clone().unwrap_or_else(|| self.me.clone()),
             "node": self.me,
             "nodes": nodes,
             "leader": leader,

@@ -37,7 +37,7 @@ impl Conn {
         }
         let mut props = FieldTable::new();
         props.insert("capabilities", FieldValue::Table(caps));
-        props.insert("cluster_name", FieldValue::str("warren"));
+        props.insert("cluster_name", FieldValue::str(&self.broker.cluster_name()));
         props.insert(
             "copyright",
             FieldValue::str("Copyright (c) the Warren authors"),

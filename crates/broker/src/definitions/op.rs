@@ -46,6 +46,11 @@ pub enum DefOp {
         name: String,
         key: Option<String>,
     },
+    /// A global runtime parameter (`cluster_name`).
+    SetGlobalParameter {
+        name: String,
+        value: serde_json::Value,
+    },
     /// A replicated queue's members changed (add_member, delete_member, grow, shrink).
     QueueMembers {
         vhost: String,

@@ -180,6 +180,10 @@ pub trait QueueKind: Send + Sync + std::fmt::Debug + 'static {
     fn mirrored(&self) -> bool {
         false
     }
+    /// Its message counters, where this node keeps them (a replicated queue's members do).
+    fn stats(&self) -> Option<&crate::metrics::QueueStats> {
+        None
+    }
     /// It times its consumers out itself (the timeout is in its state, as a replicated
     /// queue's): its consumers' channels do not, and tell it of a lease extension instead
     /// ([`QueueKind::extend_lease`]).
@@ -348,12 +352,12 @@ impl QueueRef {
         }
     }
 
-    /// Its message counts, for a queue on this node.
+    /// Its message counters, for a queue this node runs or is a member of.
     pub fn stats(&self) -> Option<&crate::metrics::QueueStats> {
         match self {
             QueueRef::Local(q) => Some(&q.stats),
             QueueRef::Stream(s) => Some(&s.stats),
-            QueueRef::Other(_) => None,
+            QueueRef::Other(q) => q.stats(),
         }
     }
 

@@ -249,6 +249,9 @@ impl QueueKind for ReplicatedQueue {
     fn leader(&self) -> Option<String> {
         ReplicatedQueue::leader(self)
     }
+    fn stats(&self) -> Option<&crate::metrics::QueueStats> {
+        Some(&self.stats)
+    }
     /// Consumer timeouts are in the machine: held deliveries carry when they were made.
     fn times_consumers(&self) -> bool {
         true

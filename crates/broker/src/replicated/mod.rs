@@ -96,6 +96,8 @@ pub struct ReplicatedQueue {
     leader_known: tokio::sync::Notify,
     /// A node that is no member: the counts a member gave last, and when.
     counts: Mutex<Option<(std::time::Instant, net::Counts)>>,
+    /// Publishes, deliveries, gets and acks, counted as each member applies them.
+    pub stats: crate::metrics::QueueStats,
     consumers: Mutex<HashMap<u64, Local>>,
     /// Held while this node sends deliveries as leader (`act`, `take_over`): see `take_over`.
     send_order: Mutex<()>,
@@ -237,6 +239,7 @@ impl ReplicatedQueue {
             leader: parking_lot::RwLock::new(None),
             leader_known: tokio::sync::Notify::new(),
             counts: Mutex::new(None),
+            stats: Default::default(),
             consumers: Mutex::new(HashMap::new()),
             send_order: Mutex::new(()),
             order: forward::Order::default(),

@@ -18,6 +18,7 @@ use super::legacy::{self, Legacy};
 use super::net::Delivery;
 use super::ReplicatedQueue;
 use crate::message::Message;
+use crate::metrics::bump;
 
 /// A snapshot: `[SNAPSHOT_MAGIC][machine version u32][len u32][bincode machine snapshot][n u32]`,
 /// then `n` bodies `[log place u64][len u32][stored message]`. Snapshots are taken at the
@@ -223,6 +224,9 @@ impl warren_cluster::StateMachine for GroupSm {
                         continue;
                     };
                     let outs = machine.apply(e.ts, Cmd::Enqueue(msg_ref(at, &m, 0)));
+                    if let (Some(q), Some(Out::Accepted { .. })) = (&q, outs.first()) {
+                        bump(&q.stats.publish, 1);
+                    }
                     // Only the leader delivers: a follower reads bodies back from its log if
                     // it takes over.
                     if let (true, Some(Out::Accepted { seq })) = (acting, outs.first()) {
@@ -241,7 +245,19 @@ impl warren_cluster::StateMachine for GroupSm {
                         _ => Vec::new(),
                     };
                     let purge = matches!(c, Cmd::Purge);
+                    let get_ack = match &c {
+                        Cmd::Get { ack, .. } => Some(*ack),
+                        _ => None,
+                    };
+                    let acked = matches!(c, Cmd::Settle { .. });
                     let outs = machine.apply(e.ts, c);
+                    if let Some(q) = &q {
+                        // Every member applies the same entries, so each counts the same.
+                        if acked {
+                            bump(&q.stats.ack, settled.len() as u64);
+                        }
+                        count(&q.stats, get_ack, &outs);
+                    }
                     if purge {
                         bodies.clear();
                     }
@@ -460,4 +476,35 @@ fn decode_snapshot(snapshot: &[u8], st: &mut State) -> Result<(), String> {
         st.bodies.pin(at, b.split_to(len));
     }
     Ok(())
+}
+
+/// A command's deliveries and gets in the queue's counters (RabbitMQ's queue `message_stats`).
+/// A quorum queue's deliveries all count as `deliver`: the machine settles a no-ack
+/// consumer's deliveries itself and does not say which those were.
+fn count(stats: &crate::metrics::QueueStats, get_ack: Option<bool>, outs: &[Out]) {
+    for o in outs {
+        match o {
+            Out::Deliver { redelivered, .. } => {
+                bump(&stats.deliver, 1);
+                if *redelivered {
+                    bump(&stats.redeliver, 1);
+                }
+            }
+            Out::Got(Some(g)) => {
+                bump(
+                    if get_ack == Some(false) {
+                        &stats.get_no_ack
+                    } else {
+                        &stats.get
+                    },
+                    1,
+                );
+                if g.redelivered {
+                    bump(&stats.redeliver, 1);
+                }
+            }
+            Out::Got(None) => bump(&stats.get_empty, 1),
+            _ => {}
+        }
+    }
 }

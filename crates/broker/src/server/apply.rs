@@ -87,6 +87,9 @@ pub fn apply(b: &Arc<Broker>, op: DefOp, at: Applying) -> DefReply {
             b.limits_changed(scope, &name);
             DefReply::mgmt(r)
         }
+        DefOp::SetGlobalParameter { name, value } => {
+            DefReply::mgmt(b.access.set_global_parameter_at(&name, value, now))
+        }
         // A replicated queue's members: only a cluster has them, and its state machine applies
         // this op itself (`cluster/state_machine.rs`).
         DefOp::QueueMembers { vhost, queue, .. } => DefReply::Mgmt {

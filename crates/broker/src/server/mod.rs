@@ -49,6 +49,17 @@ pub struct Broker {
     /// Where a change of the definitions asked for on this node goes: the cluster, or a single
     /// node's [`apply::LocalApplier`]. The vhosts and the access registry hold it too.
     proposer: std::sync::OnceLock<Arc<dyn Proposer>>,
+    /// What this node answers another node's management question with (set by the management
+    /// layer above; `cluster/`'s `SERVICE_VIEW` asks it).
+    local_view: std::sync::OnceLock<Arc<dyn LocalView>>,
+}
+
+/// This node's part of a cluster-wide management listing (its connections, channels,
+/// consumers, the figures of the queues it runs): the management layer implements it, so a
+/// peer's question (`cluster/`'s `SERVICE_VIEW`) is answered without the broker knowing the
+/// listing's shape. The request and the answer are opaque bytes to the layers below.
+pub trait LocalView: Send + Sync {
+    fn answer(&self, b: &Broker, request: &[u8]) -> Result<Vec<u8>, String>;
 }
 
 impl Broker {
@@ -94,6 +105,7 @@ impl Broker {
             rates: Default::default(),
             cluster: std::sync::OnceLock::new(),
             proposer: std::sync::OnceLock::new(),
+            local_view: std::sync::OnceLock::new(),
         });
         if !clustered {
             // Recovered: from now on each change is applied through the one applier.
@@ -401,11 +413,39 @@ impl App {
     }
 }
 
+impl Broker {
+    /// The cluster's name, the same from every node: the `cluster_name` global parameter (a
+    /// cluster's first leader sets it to its own name; `warren ctl set_cluster_name` changes
+    /// it), or this node's name where it is unset (a single node).
+    pub fn cluster_name(&self) -> String {
+        self.access
+            .global_parameter(crate::access::CLUSTER_NAME)
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_else(|| self.config.node_name.clone())
+    }
+
+    /// Sets what answers other nodes' management questions (once; later calls are ignored).
+    pub fn set_local_view(&self, v: Arc<dyn LocalView>) {
+        let _ = self.local_view.set(v);
+    }
+
+    /// This node's answer to a management question, if the management layer runs here.
+    pub fn local_view(&self, request: &[u8]) -> Result<Vec<u8>, String> {
+        match self.local_view.get() {
+            Some(v) => v.answer(self, request),
+            None => Err("no management view on this node".into()),
+        }
+    }
+}
+
 /// What the broker holds of its cluster, beside the vhosts' [`ClusterNode`]: what the node
 /// object shows, and the cluster itself for the layers above that know its type (the management
 /// API, `warren ctl`: `cluster::Cluster::of`). `cluster/` implements it; the broker names no
 /// cluster type.
 pub trait ClusterHandle: Send + Sync {
+    /// This node's part in the metadata (Raft) group: `leader`, `follower`, `learner`, or
+    /// `none` (not in the membership).
+    fn raft_role(&self) -> &'static str;
     /// This node's live links to its peers: (peer name, peer address).
     fn links(&self) -> Vec<(String, String)>;
     /// The cluster, for a downcast to its type.

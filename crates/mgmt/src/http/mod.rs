@@ -2,16 +2,18 @@
 //! bodies) that `warren ctl` and scripts need. HTTP basic auth against the broker's users; any
 //! of the tags administrator, management, monitoring or policymaker may read, administrator may
 //! write (policymaker may also write policies). Loopback-only users stay loopback-only here.
-//! Figures are read on demand from the queues; nothing here sits on the message path.
+//! Figures are read on demand from the queues, and in a cluster from every node
+//! (`cluster_view`); nothing here sits on the message path.
 //!
 //! This file holds the server, the router and the authentication every request passes; the
 //! error and reply helpers every API module uses are in `crate::api`. The handlers are in a
 //! file per kind of object: `overview` (and `whoami`, definitions), `users` (and permissions),
-//! `vhosts`, `queues`, `exchanges` (and bindings), `connections`, `policies`, `limits`; the
-//! other API modules (`stats_api`, `ctl_api`, `health_api`, `api_messages`, `ui`) sit beside
-//! this one. This file names the handlers only to route to them; none of them imports it.
+//! `vhosts`, `queues`, `exchanges` (and bindings), `connections`, `channels` (and consumers),
+//! `policies`, `limits`; the other API modules (`stats_api`, `cluster_view`, `ctl_api`,
+//! `health_api`, `api_messages`, `ui`) sit beside this one. This file names the handlers only to route to them; none of them imports it.
 
-pub(crate) mod connections;
+mod channels;
+mod connections;
 pub(crate) mod exchanges;
 mod limits;
 mod overview;
@@ -99,15 +101,32 @@ fn trim_trailing_slash(mut req: Request) -> Request {
 }
 
 pub fn router(broker: Arc<Broker>) -> Router {
+    // Other nodes' management questions are answered by this layer.
+    broker.set_local_view(Arc::new(crate::cluster_view::NodeView));
     use crate::stats_api as stats;
     let api = Router::new()
         .route("/api/overview", get(overview))
-        .route("/api/channels", get(stats::list_channels))
-        .route("/api/channels/{name}", get(stats::get_channel))
-        .route("/api/vhosts/{name}/channels", get(stats::list_channels_in))
+        .route(
+            "/api/cluster-name",
+            get(overview::get_cluster_name).put(overview::put_cluster_name),
+        )
+        .route(
+            "/api/global-parameters",
+            get(overview::list_global_parameters),
+        )
+        .route(
+            "/api/global-parameters/{name}",
+            get(overview::get_global_parameter).put(overview::put_global_parameter),
+        )
+        .route("/api/channels", get(channels::list_channels))
+        .route("/api/channels/{name}", get(channels::get_channel))
+        .route(
+            "/api/vhosts/{name}/channels",
+            get(channels::list_channels_in),
+        )
         .route(
             "/api/connections/{name}/channels",
-            get(stats::list_connection_channels),
+            get(channels::list_connection_channels),
         )
         .route(
             "/api/exchanges/{vhost}/{name}/publish",
@@ -151,8 +170,8 @@ pub fn router(broker: Arc<Broker>) -> Router {
             "/api/aliveness-test/{vhost}",
             get(crate::health_api::aliveness_test),
         )
-        .route("/api/consumers", get(stats::list_consumers))
-        .route("/api/consumers/{vhost}", get(stats::list_consumers_in))
+        .route("/api/consumers", get(channels::list_consumers))
+        .route("/api/consumers/{vhost}", get(channels::list_consumers_in))
         .route("/api/whoami", get(whoami))
         .route("/api/users", get(list_users))
         .route(

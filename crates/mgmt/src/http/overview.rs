@@ -1,48 +1,82 @@
-//! The node-wide documents: the overview (totals, listeners, churn), `whoami`, and the
-//! definitions export and import.
+//! The node-wide documents: the overview (totals, listeners, churn), the cluster's name and the
+//! global parameters, `whoami`, and the definitions export and import.
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use serde_json::json;
 use warren_broker::access::User;
 
-use crate::api::{bad_request, body_object, no_content, ok_json, ApiResult, B};
+use crate::api::{bad_request, body_object, no_content, not_found, ok_json, ApiResult, B};
 
+/// The overview: every node's totals and rates summed (`cluster_view`), the definitions'
+/// counts from this node (they are the same on every node).
 pub(super) async fn overview(State(b): B) -> ApiResult {
-    // Before the connections lock below: these take it too.
-    let (message_stats, queue_totals, churn_rates) = crate::stats_api::overview_stats(&b);
-    let (mut queues, mut exchanges, mut consumers) = (0, 0, 0u64);
+    let parts = crate::cluster_view::overview_parts(&b).await;
+    let (mut queues, mut exchanges) = (0, 0);
     for v in b.vhosts() {
         let s = v.snapshot();
         queues += s.queues.len();
         exchanges += s.table.exchanges.len();
-        for q in s.queues.values() {
-            consumers += q.consumer_count() as u64;
-        }
     }
-    let conns = b.connections.lock();
-    let channels: u64 = conns
-        .values()
-        .map(|c| c.channels.load(std::sync::atomic::Ordering::Relaxed) as u64)
-        .sum();
+    let mut totals = parts["object_totals"].clone();
+    totals["queues"] = json!(queues);
+    totals["exchanges"] = json!(exchanges);
     ok_json(json!({
-        "message_stats": message_stats,
-        "churn_rates": churn_rates,
+        "message_stats": parts["message_stats"],
+        "churn_rates": parts["churn_rates"],
         "management_version": env!("CARGO_PKG_VERSION"),
         "rabbitmq_version": "3.10.8",
         "product_name": b.config.server_properties.product,
         "product_version": b.config.server_properties.version,
-        "cluster_name": "warren",
+        "cluster_name": b.cluster_name(),
         "node": b.config.node_name,
-        "object_totals": {
-            "connections": conns.len(), "channels": channels, "exchanges": exchanges,
-            "queues": queues, "consumers": consumers,
-        },
-        "queue_totals": queue_totals,
-        "listeners": [
-            {"node": b.config.node_name, "protocol": "amqp", "ip_address": b.config.amqp_bind.to_string(), "port": b.config.amqp_port},
-            {"node": b.config.node_name, "protocol": "http", "ip_address": b.config.http_bind.to_string(), "port": b.config.http_port},
-        ],
+        "object_totals": totals,
+        "queue_totals": parts["queue_totals"],
+        "listeners": parts["listeners"],
     }))
+}
+
+// ---- the cluster's name and the global parameters ----
+
+pub(super) async fn get_cluster_name(State(b): B) -> ApiResult {
+    ok_json(json!({ "name": b.cluster_name() }))
+}
+
+/// `PUT /api/cluster-name` with `{"name": N}`, as RabbitMQ's.
+pub(super) async fn put_cluster_name(State(b): B, body: axum::body::Bytes) -> ApiResult {
+    let v = body_object(&body)?;
+    let name = v
+        .get("name")
+        .cloned()
+        .ok_or_else(|| bad_request("[{key_missing,name}]"))?;
+    b.access
+        .set_global_parameter(warren_broker::access::CLUSTER_NAME, name)?;
+    no_content()
+}
+
+pub(super) async fn list_global_parameters(State(b): B) -> ApiResult {
+    ok_json(json!(b.access.global_parameters()))
+}
+
+pub(super) async fn get_global_parameter(State(b): B, Path(name): Path<String>) -> ApiResult {
+    match b.access.global_parameter(&name) {
+        Some(value) => ok_json(json!({ "name": name, "value": value })),
+        None => Err(not_found()),
+    }
+}
+
+/// `PUT /api/global-parameters/{name}` with `{"value": V}`.
+pub(super) async fn put_global_parameter(
+    State(b): B,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    let v = body_object(&body)?;
+    let value = v
+        .get("value")
+        .cloned()
+        .ok_or_else(|| bad_request("[{key_missing,value}]"))?;
+    b.access.set_global_parameter(&name, value)?;
+    no_content()
 }
 
 pub(super) async fn whoami(axum::Extension(u): axum::Extension<User>) -> ApiResult {

@@ -1,5 +1,6 @@
 //! Queues: listing them with their figures, declaring, deleting and purging them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
@@ -13,24 +14,23 @@ use warren_broker::vhost::{QueueSpec, VHost};
 use crate::api::{
     bad_request, body_object, created, no_content, not_found, ok_json, vhost_of, ApiResult, B,
 };
+use crate::cluster_view::figures_elsewhere;
 
-fn queue_json(b: &Broker, q: &QueueRef) -> Value {
-    let ready = q.message_count();
-    let unacked = q.unacked_count();
+/// A queue's row: its definition and state here, its figures from the node that hosts it
+/// (`elsewhere`: what the other nodes gave; none when its node does not answer).
+fn queue_json(b: &Broker, q: &QueueRef, elsewhere: &HashMap<(String, String), Value>) -> Value {
     let policy =
         warren_broker::policy::matching(&b.access.policies_of(q.vhost()), q.name(), true).cloned();
     let mut out = json!({
         "name": &**q.name(), "vhost": &**q.vhost(), "durable": q.options().durable,
         "auto_delete": q.options().auto_delete, "exclusive": q.options().exclusive_owner.is_some(),
         "arguments": table_to_json(&q.options().arguments),
-        "messages": ready + unacked, "messages_ready": ready,
-        "messages_unacknowledged": unacked, "consumers": q.consumer_count(),
         "policy": policy.as_ref().map(|p| p.name.clone()),
         "effective_policy_definition": policy.map(|p| Value::Object(p.definition)).unwrap_or(json!({})),
         "state": if q.remote().is_some_and(|r| !warren_broker::cluster::Cluster::of(b).is_some_and(|c| c.running(&r.home))) { "down" } else { "running" },
         "type": q.type_name(), "node": q.home().unwrap_or_else(|| b.config.node_name.clone()),
-        "message_stats": crate::stats_api::queue_message_stats(b, q),
     });
+    crate::cluster_view::add_figures(b, q, elsewhere, &mut out);
     if let Some((_, members)) = q.group() {
         // RabbitMQ's quorum queue fields: its leader, its members, the members running.
         let online: Vec<&String> = members
@@ -58,24 +58,25 @@ fn queue_json(b: &Broker, q: &QueueRef) -> Value {
     out
 }
 
-fn queues_of(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Value {
+async fn queues_of(b: &Broker, vhosts: Vec<Arc<VHost>>, one_vhost: Option<&str>) -> Value {
+    let elsewhere = figures_elsewhere(b, one_vhost, None).await;
     let mut out = Vec::new();
     for v in vhosts {
         let s = v.snapshot();
         let mut qs: Vec<_> = s.queues.values().collect();
         qs.sort_by(|a, b| a.name().cmp(b.name()));
-        out.extend(qs.into_iter().map(|q| queue_json(b, q)));
+        out.extend(qs.into_iter().map(|q| queue_json(b, q, &elsewhere)));
     }
     Value::Array(out)
 }
 
 pub(super) async fn list_queues(State(b): B) -> ApiResult {
-    ok_json(queues_of(&b, b.vhosts()))
+    ok_json(queues_of(&b, b.vhosts(), None).await)
 }
 
 pub(super) async fn list_queues_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
     let v = vhost_of(&b, &vhost)?;
-    ok_json(queues_of(&b, vec![v]))
+    ok_json(queues_of(&b, vec![v], Some(&vhost)).await)
 }
 
 pub(super) async fn get_queue(
@@ -83,7 +84,8 @@ pub(super) async fn get_queue(
     Path((vhost, name)): Path<(String, String)>,
 ) -> ApiResult {
     let q = vhost_of(&b, &vhost)?.queue(&name).ok_or_else(not_found)?;
-    ok_json(queue_json(&b, &q))
+    let elsewhere = figures_elsewhere(&b, Some(&vhost), Some(&name)).await;
+    ok_json(queue_json(&b, &q, &elsewhere))
 }
 
 pub(super) async fn put_queue(

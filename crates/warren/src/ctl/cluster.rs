@@ -1,4 +1,4 @@
-//! The cluster and quorum queue membership: cluster_status, join_cluster,
+//! The cluster and quorum queue membership: cluster_status, set_cluster_name, join_cluster,
 //! forget_cluster_node, and rabbitmq-queues' add_member, delete_member, grow, shrink.
 
 use std::io::Write;
@@ -75,6 +75,18 @@ fn cluster_status_text(s: &Value) -> String {
         names(Some(true)),
         field("leader"),
     )
+}
+
+/// `set_cluster_name`, as rabbitmqctl's (`PUT /api/cluster-name`).
+pub(super) fn set_cluster_name(api: &Api, quiet: bool, name: &str) -> Result<(), Failure> {
+    info(quiet, format!("Setting cluster name to {name} ..."));
+    api.call(
+        "PUT",
+        "/api/cluster-name",
+        Some(&json!({ "name": name })),
+        &[],
+    )?;
+    Ok(())
 }
 
 /// `join_cluster`: the broker, not ctl, refuses it while its AMQP app still runs.

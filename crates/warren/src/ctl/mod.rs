@@ -173,6 +173,12 @@ enum Cmd {
     Status,
     /// The cluster's members, which of them run, and the metadata (Raft) leader.
     ClusterStatus,
+    /// Names the cluster (every node reports NAME: cluster_status, the API, the UI, the
+    /// metrics, the AMQP server properties).
+    SetClusterName {
+        #[arg(value_name = "NAME")]
+        name: String,
+    },
     /// Makes this node (its app stopped with stop_app, alone in its cluster) a member of the
     /// cluster that the node at ADDR (its inter-node link address, HOST:PORT) belongs to. As
     /// with RabbitMQ, joining resets the node: its own definitions and messages are dropped.
@@ -344,6 +350,7 @@ fn run(api: &Api, cmd: Cmd, view: View, out: &mut impl Write) -> Result<(), Fail
         Cmd::StartApp => node::start_app(api, q),
         Cmd::Status => node::status(api, q, out),
         Cmd::ClusterStatus => cluster::cluster_status(api, q, out),
+        Cmd::SetClusterName { name } => cluster::set_cluster_name(api, q, &name),
         Cmd::JoinCluster { target } => cluster::join_cluster(api, q, &target),
         Cmd::ForgetClusterNode { member } => cluster::forget_cluster_node(api, q, &member),
         Cmd::AddMember(m) => cluster::add_member(api, q, &m),
