@@ -24,12 +24,12 @@ pub const ASK_WAIT: Duration = Duration::from_secs(2);
 /// A question to another node.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Ask {
-    /// `connections`, `channels`, `consumers`, `queues`, `overview` or `close`.
+    /// `connections`, `channels`, `consumers`, `queues`, `exchanges`, `overview` or `close`.
     view: String,
-    /// `queues`: only this vhost's; `close`: unused.
+    /// `queues`, `exchanges`: only this vhost's; `close`: unused.
     #[serde(default)]
     vhost: Option<String>,
-    /// `queues`: only this queue; `close`: the connection.
+    /// `queues`, `exchanges`: only this one; `close`: the connection.
     #[serde(default)]
     name: Option<String>,
     /// `close`: the reason the client is told.
@@ -55,6 +55,7 @@ fn local(b: &Broker, ask: &Ask) -> Result<Value, String> {
         "consumers" => Value::Array(stats_api::consumer_rows(b, b.vhosts())),
         "queues" => Value::Array(hosted_figures(b, ask.vhost.as_deref(), ask.name.as_deref())),
         "overview" => overview_part(b),
+        "exchanges" => Value::Array(exchange_parts(b, ask.vhost.as_deref(), ask.name.as_deref())),
         "close" => Value::Bool(close_local(
             b,
             ask.name.as_deref().unwrap_or(""),
@@ -254,6 +255,76 @@ pub fn add_figures(
 fn is_member(b: &Broker, q: &QueueRef) -> bool {
     q.group()
         .is_some_and(|(_, members)| members.contains(&b.config.node_name))
+}
+
+// ---- exchanges ----
+
+/// This node's counters of the exchanges published to through it (an exchange routes on the
+/// node its publisher is connected to, so each node counts its own part).
+fn exchange_parts(b: &Broker, vhost: Option<&str>, name: Option<&str>) -> Vec<Value> {
+    let mut out = Vec::new();
+    for v in b.vhosts() {
+        if vhost.is_some_and(|x| x != &*v.name) {
+            continue;
+        }
+        let s = v.snapshot();
+        for x in s.table.exchanges.values() {
+            if name.is_some_and(|n| n != &*x.name) {
+                continue;
+            }
+            let delayed = if x.delayed {
+                v.delayed_count(&x.name)
+            } else {
+                0
+            };
+            if x.stats.publish_in.get() == 0 && x.stats.publish_out.get() == 0 && delayed == 0 {
+                continue;
+            }
+            let mut part = json!({
+                "vhost": &*v.name, "name": &*x.name,
+                "message_stats": stats_api::exchange_message_stats(b, &v.name, x),
+            });
+            if x.delayed {
+                part["messages_delayed"] = json!(delayed);
+            }
+            out.push(part);
+        }
+    }
+    out
+}
+
+/// The other nodes' counters of exchanges (one vhost's, or one exchange's), by (vhost, name).
+pub async fn exchange_parts_elsewhere(
+    b: &Broker,
+    vhost: Option<&str>,
+    name: Option<&str>,
+) -> HashMap<(String, String), Vec<Value>> {
+    let ask = Ask {
+        view: "exchanges".into(),
+        vhost: vhost.map(Into::into),
+        name: name.map(Into::into),
+        ..Default::default()
+    };
+    let mut out: HashMap<(String, String), Vec<Value>> = HashMap::new();
+    for (_, v) in ask_others(b, &ask).await {
+        for p in v.as_array().into_iter().flatten() {
+            let key = |k: &str| p[k].as_str().unwrap_or_default().to_string();
+            out.entry((key("vhost"), key("name")))
+                .or_default()
+                .push(p.clone());
+        }
+    }
+    out
+}
+
+/// Adds other nodes' counters (and delayed messages) of an exchange to its row.
+pub fn add_exchange_parts(row: &mut Value, parts: Option<&Vec<Value>>) {
+    for p in parts.into_iter().flatten() {
+        add_json(&mut row["message_stats"], &p["message_stats"]);
+        if row.get("messages_delayed").is_some() {
+            add_json(&mut row["messages_delayed"], &p["messages_delayed"]);
+        }
+    }
 }
 
 // ---- the overview ----

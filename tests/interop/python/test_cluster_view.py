@@ -121,6 +121,29 @@ def test_a_quorum_queue_shows_its_counts_and_rates_through_any_node(cluster, con
     ch.queue_delete(qn)
 
 
+def test_an_exchange_counts_what_every_node_routed(cluster, conns):
+    n1, n2, n3 = cluster.nodes
+    x, qn = uname("view-x"), uname("view-xq")
+    ch1, ch3 = conns(n1).channel(), conns(n3).channel()
+    ch1.exchange_declare(x, "fanout")
+    ch1.queue_declare(qn)
+    ch1.queue_bind(qn, x)
+    for ch, n in ((ch1, 3), (ch3, 2)):
+        ch.confirm_delivery()
+        for i in range(n):
+            ch.basic_publish(x, "", b"x%d" % i)
+    for server in (n1, n2, n3):
+        def counts():
+            row = rows(server, f"/api/exchanges/%2F/{q(x)}")
+            listed = next(r for r in rows(server, "/api/exchanges/%2F") if r["name"] == x)
+            s, ls = row.get("message_stats", {}), listed.get("message_stats", {})
+            return s.get("publish_in"), s.get("publish_out"), ls.get("publish_in")
+        wait_until(lambda: counts() == (5, 5, 5), timeout=10,
+                   what=f"{x}'s counters summed over the nodes, through {server.name}: {counts()}")
+    ch1.queue_delete(qn)
+    ch1.exchange_delete(x)
+
+
 def test_nodes_report_their_raft_role_and_connections(cluster, conns):
     c = conns(cluster.nodes[1])
     for server in cluster.nodes:

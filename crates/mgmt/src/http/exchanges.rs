@@ -15,6 +15,7 @@ use crate::api::{
     bad_request, body_object, created, no_content, not_found, ok_json, str_field, vhost_of,
     ApiResult, B,
 };
+use crate::cluster_view::{add_exchange_parts, exchange_parts_elsewhere};
 
 fn exchange_json(b: &Broker, vhost: &str, x: &warren_routing::Exchange<QueueRef>) -> Value {
     let mut v = json!({
@@ -31,13 +32,22 @@ fn exchange_json(b: &Broker, vhost: &str, x: &warren_routing::Exchange<QueueRef>
     v
 }
 
-fn exchanges_of(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Value {
+/// The exchanges of `vhosts` (`one_vhost`: when it is one), each with every node's counters.
+async fn exchanges_of(b: &Broker, vhosts: Vec<Arc<VHost>>, one_vhost: Option<&str>) -> Value {
+    let elsewhere = exchange_parts_elsewhere(b, one_vhost, None).await;
     let mut out = Vec::new();
     for v in vhosts {
         let s = v.snapshot();
         let mut xs: Vec<_> = s.table.exchanges.values().collect();
         xs.sort_by(|a, b| a.name.cmp(&b.name));
-        out.extend(xs.into_iter().map(|x| exchange_json(b, &v.name, x)));
+        for x in xs {
+            let mut row = exchange_json(b, &v.name, x);
+            add_exchange_parts(
+                &mut row,
+                elsewhere.get(&(v.name.to_string(), x.name.to_string())),
+            );
+            out.push(row);
+        }
     }
     Value::Array(out)
 }
@@ -52,11 +62,11 @@ pub(crate) fn exchange_name(n: &str) -> &str {
 }
 
 pub(super) async fn list_exchanges(State(b): B) -> ApiResult {
-    ok_json(exchanges_of(&b, b.vhosts()))
+    ok_json(exchanges_of(&b, b.vhosts(), None).await)
 }
 
 pub(super) async fn list_exchanges_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
-    ok_json(exchanges_of(&b, vec![vhost_of(&b, &vhost)?]))
+    ok_json(exchanges_of(&b, vec![vhost_of(&b, &vhost)?], Some(&vhost)).await)
 }
 
 pub(super) async fn get_exchange(
@@ -70,7 +80,13 @@ pub(super) async fn get_exchange(
         .exchanges
         .get(exchange_name(&name))
         .ok_or_else(not_found)?;
-    ok_json(exchange_json(&b, &v.name, x))
+    let mut row = exchange_json(&b, &v.name, x);
+    let elsewhere = exchange_parts_elsewhere(&b, Some(&vhost), Some(&x.name)).await;
+    add_exchange_parts(
+        &mut row,
+        elsewhere.get(&(v.name.to_string(), x.name.to_string())),
+    );
+    ok_json(row)
 }
 
 pub(super) async fn put_exchange(
