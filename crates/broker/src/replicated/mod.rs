@@ -277,6 +277,11 @@ impl ReplicatedQueue {
         self.meta.get().map(|m| m.raft_log())
     }
 
+    /// Publishes this member's machine accepted since the process started.
+    pub fn published(&self) -> u64 {
+        self.sm.published.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The group's id.
     pub fn group(&self) -> u64 {
         self.group

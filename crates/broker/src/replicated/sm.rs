@@ -67,6 +67,9 @@ pub struct GroupSm {
     /// Deliveries carry `x-delivery-count` (a quorum queue's; a mirrored classic queue's do
     /// not, as in RabbitMQ 3.10).
     pub counted: bool,
+    /// Publishes this member applied and the machine accepted, since the process started
+    /// (Prometheus' `rabbitmq_queue_messages_published_total`); bumped under `state`'s lock.
+    pub published: std::sync::atomic::AtomicU64,
 }
 
 impl GroupSm {
@@ -83,6 +86,7 @@ impl GroupSm {
             queue: OnceLock::new(),
             log: OnceLock::new(),
             counted,
+            published: Default::default(),
         }
     }
 
@@ -223,6 +227,9 @@ impl warren_cluster::StateMachine for GroupSm {
                         continue;
                     };
                     let outs = machine.apply(e.ts, Cmd::Enqueue(msg_ref(at, &m, 0)));
+                    if let Some(Out::Accepted { .. }) = outs.first() {
+                        crate::metrics::bump(&self.published, 1);
+                    }
                     // Only the leader delivers: a follower reads bodies back from its log if
                     // it takes over.
                     if let (true, Some(Out::Accepted { seq })) = (acting, outs.first()) {

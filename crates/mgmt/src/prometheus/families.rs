@@ -183,10 +183,15 @@ fn queue_memory(s: &Snapshot, scope: &Scope, p: &mut Prom) {
 }
 
 /// `channel_queue_exchange_metrics`: messages published to each queue (RabbitMQ keeps it per
-/// channel, queue and exchange; Warren per queue, which a publish bumps under the queue's lock).
+/// channel, queue and exchange; Warren per queue: a classic queue or stream counts a publish
+/// under its lock, a replicated queue's machine as it applies it).
 fn queue_published(s: &Snapshot, scope: &Scope, p: &mut Prom) {
+    let published = |q: &QueueRef| match q.stats() {
+        Some(st) => Some(st.publish.load(Relaxed)),
+        None => Some(q.downcast::<ReplicatedQueue>()?.published()),
+    };
     let rows = shown_queues(s, scope)
-        .filter_map(|q| Some((queue_labels(q), q.stats()?.publish.load(Relaxed) as f64)))
+        .filter_map(|q| Some((queue_labels(q), published(q)? as f64)))
         .collect();
     series(
         p,
