@@ -106,6 +106,17 @@ stats!(
 );
 
 stats!(
+    /// AMQP 0-9-1 authentication attempts on this node (RabbitMQ's `auth_attempt_metrics`):
+    /// once per connection, at connection.start-ok.
+    AuthAttempts {
+        /// Every attempt with a known mechanism.
+        attempts,
+        failed,
+        succeeded,
+    }
+);
+
+stats!(
     /// Objects made and gone on this node (RabbitMQ's `churn_rates`); never per message.
     Churn {
         channel_closed,

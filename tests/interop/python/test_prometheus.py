@@ -108,6 +108,35 @@ def test_global_counters_move_with_traffic(conn, prom_url, res):
     assert value(m, GLOBAL + "publishers", PROTOCOL) >= 1
 
 
+@pytest.mark.timeout(60)
+def test_auth_attempts_counted(amqp_url, prom_url):
+    """rabbitmq_auth_attempts_{,succeeded_,failed_}total{protocol="amqp091"} count logins."""
+    names = ["rabbitmq_auth_attempts_total", "rabbitmq_auth_attempts_succeeded_total",
+             "rabbitmq_auth_attempts_failed_total"]
+    m = scrape(prom_url)
+    before = {n: value(m, n, PROTOCOL) for n in names}
+    assert all(m[n][0] == "counter" for n in names)
+    safe_close(connect(amqp_url))
+    bad = urllib.parse.urlparse(amqp_url)._replace(
+        netloc="guest:wrong-" + uname("pw") + "@" + urllib.parse.urlparse(amqp_url).hostname
+        + ":" + str(urllib.parse.urlparse(amqp_url).port)).geturl()
+    with pytest.raises(pika.exceptions.AMQPConnectionError):
+        connect(bad)
+    last: dict = {}
+
+    def reached():
+        m = scrape(prom_url)
+        last.update({n: value(m, n, PROTOCOL) - before[n] for n in names})
+        return (last["rabbitmq_auth_attempts_total"] >= 2
+                and last["rabbitmq_auth_attempts_succeeded_total"] >= 1
+                and last["rabbitmq_auth_attempts_failed_total"] >= 1)
+
+    try:
+        wait_until(reached, STATS_WAIT, interval=0.5, what="auth attempts")
+    except AssertionError:
+        raise AssertionError(f"auth attempt counters rose by {last}")
+
+
 @pytest.mark.timeout(30)
 def test_build_info_reports_the_compatibility_version(prom_url):
     info = scrape(prom_url)["rabbitmq_build_info"][1]

@@ -44,6 +44,8 @@ pub struct Broker {
     pub retired: crate::metrics::ChannelStats,
     /// The same for their [`crate::metrics::PublishStats`].
     pub retired_publish: crate::metrics::PublishStats,
+    /// Authentication attempts (Prometheus' `rabbitmq_auth_attempts_*`).
+    pub auth_attempts: crate::metrics::AuthAttempts,
     /// Samples for the management API's rates.
     pub rates: crate::metrics::Rates,
     /// Set when this node runs in a cluster (`[cluster]`).
@@ -94,6 +96,7 @@ impl Broker {
             churn: Default::default(),
             retired: Default::default(),
             retired_publish: Default::default(),
+            auth_attempts: Default::default(),
             rates: Default::default(),
             cluster: std::sync::OnceLock::new(),
             proposer: std::sync::OnceLock::new(),

@@ -62,13 +62,40 @@ pub fn render(b: &Broker, scope: &Scope, p: &mut Prom) {
             Family::ChannelExchange | Family::ChannelQueue => channel_counters(b, &s, scope, f, p),
             Family::ConnectionCoarse | Family::Connection => connection(&s, scope, f, p),
             Family::ChannelQueueExchange => queue_published(&s, scope, p),
+            Family::AuthAttempt => auth_attempts(b, scope, p),
             // No source in Warren (docs/prometheus.md).
             Family::QueueConsumerCount
             | Family::NodePersister
-            | Family::AuthAttempt
             | Family::AuthAttemptDetailed
             | Family::ChannelProcess => {}
         }
+    }
+}
+
+/// `auth_attempt_metrics`: AMQP 0-9-1 logins on this node, labelled by protocol as RabbitMQ
+/// labels them (on every endpoint).
+fn auth_attempts(b: &Broker, scope: &Scope, p: &mut Prom) {
+    let a = &b.auth_attempts;
+    for (name, help, v) in [
+        (
+            "auth_attempts_total",
+            "Total number of authorization attempts",
+            &a.attempts,
+        ),
+        (
+            "auth_attempts_succeeded_total",
+            "Total number of successful authentication attempts",
+            &a.succeeded,
+        ),
+        (
+            "auth_attempts_failed_total",
+            "Total number of failed authentication attempts",
+            &a.failed,
+        ),
+    ] {
+        let name = format!("{}{name}", scope.prefix);
+        p.family(&name, "counter", help);
+        p.sample(&name, &[("protocol", "amqp091")], v.load(Relaxed));
     }
 }
 
