@@ -4,7 +4,7 @@ RabbitMQ-Quorum-Queues-Raft, copied in bench/prometheus/dashboard_queries/ with 
 through a real Prometheus scraping a 3-node Warren cluster under load, and lists the queries
 that return nothing (issue 33, item 3).
 
-    bench/prometheus_dashboards.py [--base 8480] [--settle 25] [--keep]
+    bench/prometheus_dashboards.py [--base 8480] [--settle 25] [--keep] [--verbose]
 
 What it does, all on loopback under a temporary directory:
   1. starts a 3-node cluster with scripts/cluster.sh (BASE moves its ports: AMQP BASE+1..3,
@@ -19,7 +19,9 @@ What it does, all on loopback under a temporary directory:
      clash with /metrics) every 5 s;
   4. waits until each target has been scraped and SETTLE seconds more (rates over [60s] need
      two samples), then runs each query through /api/v1/query and prints a table: dashboard,
-     panel, series returned; then the queries that returned nothing.
+     panel, series returned, their values, the metrics the query reads (--verbose: the whole
+     query as run); then the queries that returned nothing. --settle 65 fills the [60s]
+     windows, so the rates read true.
 
 Template variables are substituted as a Grafana user of a plain (non-Kubernetes) Prometheus
 would have them: $rabbitmq_cluster is the cluster name the nodes report in
@@ -90,6 +92,14 @@ def substitute(expr, cluster):
     return expr
 
 
+def metric_names(query):
+    """The rabbitmq_* metrics a query reads, but the identity it joins on (and its labels)."""
+    names = dict.fromkeys(re.findall(r"\brabbitmq_\w+", query))
+    for joined in ("rabbitmq_identity_info", "rabbitmq_cluster", "rabbitmq_node"):
+        names.pop(joined, None)
+    return ", ".join(names) or "rabbitmq_identity_info"
+
+
 def http_get(url, timeout=10, auth=False):
     req = urllib.request.Request(url)
     if auth:
@@ -127,6 +137,7 @@ def main():
     ap.add_argument("--prometheus-port", type=int, default=9490)
     ap.add_argument("--settle", type=int, default=25, help="seconds of scrapes before the queries")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--verbose", action="store_true", help="print each query as it was run")
     a = ap.parse_args()
     warren = os.environ.get("WARREN_BIN", os.path.join(ROOT, "target", "release", "warren"))
     prometheus = os.environ.get("PROMETHEUS", shutil.which("prometheus") or "/usr/bin/prometheus")
@@ -235,18 +246,21 @@ scrape_configs:
 
         rows, empty = [], []
         for dashboard, panel, expr in queries:
-            result = prom_query(pport, substitute(expr, cluster))
+            query = substitute(expr, cluster)
+            result = prom_query(pport, query)
             values = [s["value"][1] for s in result]
-            rows.append((dashboard, panel, len(result), values))
+            rows.append((dashboard, panel, query, len(result), values))
             if not result:
                 empty.append((dashboard, panel))
         print(f"cluster {cluster!r}: 3 nodes, Prometheus {pport}, {len(queries)} queries "
               f"after {a.settle} s of 5 s scrapes under load\n")
-        w = max(len(p) for _, p, _, _ in rows)
-        print(f"{'dashboard':<28} {'panel':<{w}} series  values")
-        for dashboard, panel, n, values in rows:
+        w = max(len(r[1]) for r in rows)
+        print(f"{'dashboard':<28} {'panel':<{w}} series  values (up to 3)  metrics queried")
+        for dashboard, panel, query, n, values in rows:
             shown = ", ".join(v[:10] for v in values[:3]) + (" ..." if len(values) > 3 else "")
-            print(f"{dashboard:<28} {panel:<{w}} {n:>6}  {shown}")
+            print(f"{dashboard:<28} {panel:<{w}} {n:>6}  {shown:<36} {metric_names(query)}")
+            if a.verbose:
+                print("    " + " ".join(query.split()))
         print(f"\n{len(rows) - len(empty)} of {len(rows)} queries return data; "
               f"{len(empty)} return nothing:")
         for dashboard, panel in empty:
