@@ -235,3 +235,58 @@ def test_channel_messages_unconfirmed_per_channel(conn, api, prom_url, res):
         assert value(m, "rabbitmq_channel_messages_unconfirmed", {"channel": pid}) == 0
         assert value(m, "rabbitmq_channel_messages_published_total", {"channel": pid}) == 3
         assert value(scrape(prom_url), "rabbitmq_channel_messages_unconfirmed") >= 0
+
+
+@pytest.mark.timeout(60)
+def test_connection_families(conn, prom_url):
+    """connection_coarse_metrics and connection_metrics: bytes both ways and channels, summed on
+    /metrics, per connection on /metrics/per-object."""
+    conn.channel()
+    conn.channel()
+    m = scrape(prom_url)
+    assert value(m, "rabbitmq_connection_incoming_bytes_total") > 0
+    assert value(m, "rabbitmq_connection_outgoing_bytes_total") > 0
+    assert value(m, "rabbitmq_connection_channels") >= 2
+    assert m["rabbitmq_connection_incoming_bytes_total"][0] == "counter"
+    per = scrape(prom_url.rstrip("/") + "/per-object")
+    samples = per["rabbitmq_connection_channels"][1]
+    assert samples and all(set(s.labels) == {"channel"} for s in samples), samples
+    assert any(s.value >= 2 for s in samples), samples
+
+
+@pytest.mark.timeout(60)
+def test_raft_families_of_a_quorum_queue(conn, api, prom_url, cluster_mode, res):
+    """ra_metrics: a quorum queue's member reports its term and log indexes, per queue on
+    /metrics/per-object and /metrics/detailed?family=ra_metrics (Warren: docs/prometheus.md maps
+    them to openraft's metrics)."""
+    ch = conn.channel()
+    qn = res.queue("promqq")
+    ch.queue_declare(qn, durable=True, arguments={"x-queue-type": "quorum"})
+    ch.confirm_delivery()
+    for i in range(10):
+        ch.basic_publish("", qn, b"r%d" % i)
+    url = queue_metrics_url(prom_url, api, cluster_mode, "/", qn)
+    names = ["rabbitmq_raft_term_total", "rabbitmq_raft_log_commit_index",
+             "rabbitmq_raft_log_last_written_index", "rabbitmq_raft_log_last_applied_index",
+             "rabbitmq_raft_log_snapshot_index"]
+    m = scrape(url)
+    assert all(n in m for n in names), [n for n in names if n not in m]
+    assert m["rabbitmq_raft_term_total"][0] == "counter"
+    if not WARREN:
+        return
+    labels = {"vhost": "/", "queue": qn}
+
+    def applied():
+        per = scrape(url.rstrip("/") + "/per-object")
+        return per if value(per, "rabbitmq_raft_log_last_applied_index", labels) >= 1 else None
+
+    per = wait_until(applied, STATS_WAIT, interval=0.5, what="the queue's entries applied",
+                     conn=conn)
+    term = value(per, "rabbitmq_raft_term_total", labels)
+    commit = value(per, "rabbitmq_raft_log_commit_index", labels)
+    written = value(per, "rabbitmq_raft_log_last_written_index", labels)
+    assert term >= 1 and 1 <= commit <= written, (term, commit, written)
+    samples = [s for f in _families(detailed(url, [("family", "ra_metrics"), ("vhost", "/")]))
+               for s in f.samples]
+    assert any(s.name == "rabbitmq_detailed_raft_term_total" and s.labels == labels
+               for s in samples), samples
