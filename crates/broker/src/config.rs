@@ -119,6 +119,10 @@ pub fn full_node_name(name: &str) -> String {
     }
 }
 
+/// The RabbitMQ version whose behaviour Warren follows (the management API's and Prometheus'
+/// `rabbitmq_version`).
+pub const RABBITMQ_COMPAT_VERSION: &str = "3.10.8";
+
 /// `[server_properties]`: the `product` and `version` announced in connection.start (and as
 /// `product_name` / `product_version` in /api/overview). Some applications and client tools
 /// gate features on them (a RabbitMQ version check); they can be told "RabbitMQ" / "3.10.8".

@@ -55,6 +55,13 @@ impl Confirms {
         st.nacks.clear();
     }
 
+    /// Publishes not yet confirmed to the client: waiting for a durable write, or settled but
+    /// not yet sent (RabbitMQ's `messages_unconfirmed`). Read by Prometheus, not per message.
+    pub fn unconfirmed(&self) -> usize {
+        let st = self.state.lock();
+        st.outstanding.len() + st.acks.len() + st.nacks.len()
+    }
+
     /// A publish whose outcome is already known.
     pub fn settled(&self, seq: u64, ok: bool) {
         let mut st = self.state.lock();
@@ -310,5 +317,29 @@ mod tests {
                 requeue: false
             })]
         );
+    }
+
+    #[test]
+    fn unconfirmed_counts_publishes_until_their_confirm_is_sent() {
+        let o = Outbox::new(0);
+        let c = Confirms::new(1, o.clone(), Default::default());
+        assert_eq!(c.unconfirmed(), 0);
+        let h1 = c.pending(1, 1);
+        c.settled(2, true);
+        assert_eq!(
+            c.unconfirmed(),
+            2,
+            "one waits for a write, one for the flush"
+        );
+        c.flush();
+        assert_eq!(c.unconfirmed(), 1, "the durable one still waits");
+        assert!(h1.done(true).is_some());
+        assert_eq!(c.unconfirmed(), 1, "written, not yet sent");
+        c.flush();
+        assert_eq!(c.unconfirmed(), 0);
+        let _h3 = c.pending(3, 1);
+        c.close();
+        assert_eq!(c.unconfirmed(), 0, "a closed channel confirms nothing more");
+        drain(&o);
     }
 }

@@ -39,11 +39,11 @@ pub fn delivered(
 }
 
 macro_rules! stats {
-    ($(#[$m:meta])* $name:ident { $($field:ident),* $(,)? }) => {
+    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident),* $(,)? }) => {
         $(#[$m])*
         #[derive(Debug, Default)]
         pub struct $name {
-            $(pub $field: AtomicU64,)*
+            $($(#[$fm])* pub $field: AtomicU64,)*
         }
 
         impl $name {
@@ -90,6 +90,29 @@ stats!(
         publish,
         redeliver,
         return_unroutable,
+    }
+);
+
+stats!(
+    /// A channel's publishes as RabbitMQ's global counters (`rabbitmq_global_*`) count them, beyond
+    /// its `message_stats`: bumped by its connection's task only.
+    PublishStats {
+        /// Publishes on a channel in confirm mode (`messages_received_confirm_total`).
+        received_confirm,
+        /// Publishes routed to at least one queue or stream, or held by a delayed exchange to
+        /// be routed when due (`messages_routed_total`).
+        routed,
+    }
+);
+
+stats!(
+    /// AMQP 0-9-1 authentication attempts on this node (RabbitMQ's `auth_attempt_metrics`):
+    /// once per connection, at connection.start-ok.
+    AuthAttempts {
+        /// Every attempt with a known mechanism.
+        attempts,
+        failed,
+        succeeded,
     }
 );
 

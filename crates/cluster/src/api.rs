@@ -163,6 +163,26 @@ impl Status {
     }
 }
 
+/// A member's log as openraft's metrics give it, in the terms of RabbitMQ's `ra_metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RaftLog {
+    /// The current term.
+    pub term: u64,
+    /// The last index in this member's log (ra's `last_written_index`).
+    pub last_written: u64,
+    /// The commit index: on the leader, the highest index a majority of voters hold; on a
+    /// follower, the last applied (openraft 0.9 does not publish a follower's commit index;
+    /// it applies each committed entry as soon as it learns it is committed).
+    pub committed: u64,
+    /// The last index applied to the state machine.
+    pub last_applied: u64,
+    /// The last index the latest snapshot covers.
+    pub snapshot: u64,
+    /// How long the latest entry this node appended as leader took to be committed and
+    /// applied, in microseconds; 0 when it has appended none (a follower).
+    pub commit_latency_us: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Member {
     pub id: NodeId,

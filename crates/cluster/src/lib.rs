@@ -59,7 +59,7 @@ use openraft::{Raft, RaftMetrics, ServerState, SnapshotPolicy};
 use tokio::sync::watch;
 
 pub use crate::api::{
-    node_id, Member, MetaConfig, MetaError, Node, NodeId, ProposeError, SnapshotPoint,
+    node_id, Member, MetaConfig, MetaError, Node, NodeId, ProposeError, RaftLog, SnapshotPoint,
     StateMachine, Status, Transport, TransportError,
 };
 pub use crate::log_store::LogReader;
@@ -87,6 +87,9 @@ struct Inner {
     log: LogReader,
     /// Held while this node, as leader, makes a membership change (`serve_membership`).
     changing: tokio::sync::Mutex<()>,
+    /// How long the latest entry [`Meta::submit`] appended took to be committed and applied
+    /// here, in microseconds (0 until one has): one store per entry, no lock.
+    commit_latency_us: std::sync::atomic::AtomicU64,
 }
 
 impl Meta {
@@ -160,6 +163,7 @@ impl Meta {
                 status_tx,
                 log,
                 changing: tokio::sync::Mutex::new(()),
+                commit_latency_us: Default::default(),
             }),
         };
         let now = meta.status();
@@ -241,6 +245,43 @@ impl Meta {
             last_applied: m.last_applied.map(|l| l.index),
             members,
             membership_index: m.membership_config.log_id().map(|l| l.index),
+        }
+    }
+
+    /// This member's log in the terms of RabbitMQ's `ra_metrics` (Prometheus' `rabbitmq_raft_*`).
+    pub fn raft_log(&self) -> RaftLog {
+        let m = self.inner.metrics.borrow();
+        let last_written = m.last_log_index.unwrap_or(0);
+        let last_applied = m.last_applied.map_or(0, |l| l.index);
+        let committed = match &m.replication {
+            // The leader: the index a majority of voters hold (its own log counts as held).
+            Some(matched) => {
+                let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+                let mut held: Vec<u64> = voters
+                    .iter()
+                    .map(|v| match *v == self.inner.id {
+                        true => last_written,
+                        false => matched.get(v).copied().flatten().map_or(0, |l| l.index),
+                    })
+                    .collect();
+                held.sort_unstable_by(|a, b| b.cmp(a));
+                held.get(voters.len() / 2)
+                    .copied()
+                    .unwrap_or(0)
+                    .max(last_applied)
+            }
+            None => last_applied,
+        };
+        RaftLog {
+            commit_latency_us: self
+                .inner
+                .commit_latency_us
+                .load(std::sync::atomic::Ordering::Relaxed),
+            term: m.current_term,
+            last_written,
+            committed,
+            last_applied,
+            snapshot: m.snapshot.map_or(0, |l| l.index),
         }
     }
 

@@ -2,6 +2,7 @@
 //! node does not lead) or pipelining it on the leader itself ([`Meta::submit`]), and waiting
 //! until this node has applied an entry, so a caller reads its own writes.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use openraft::metrics::WaitError;
@@ -71,12 +72,18 @@ impl Meta {
         if !matches!(self.leader_target(), Some(Target::Local)) {
             return Err(command);
         }
+        let appended = Instant::now();
         let rx = self.inner.raft.client_write_ff(Blob(command)).await;
         let t = self.inner.config.propose_timeout;
+        let inner = self.inner.clone();
         Ok(async move {
             let rx = rx.map_err(|e| ProposeError::Unavailable(e.to_string()))?;
             match tokio::time::timeout(t, rx).await {
-                Ok(Ok(Ok(resp))) => Ok(resp.data.0.into()),
+                Ok(Ok(Ok(resp))) => {
+                    let us = appended.elapsed().as_micros().min(u64::MAX as u128) as u64;
+                    inner.commit_latency_us.store(us, Ordering::Relaxed);
+                    Ok(resp.data.0.into())
+                }
                 Ok(Ok(Err(e))) => Err(ProposeError::Unavailable(e.to_string())),
                 Ok(Err(_)) => Err(ProposeError::Unavailable("the leader stopped".into())),
                 Err(_) => Err(ProposeError::Unavailable(format!(

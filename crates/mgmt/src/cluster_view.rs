@@ -187,7 +187,7 @@ fn hosted_figures(b: &Broker, vhost: Option<&str>, name: Option<&str>) -> Vec<Va
             continue;
         }
         for q in v.snapshot().queues.values() {
-            if name.is_some_and(|n| n != &**q.name()) || !hosted_here(b, q) {
+            if name.is_some_and(|n| n != &**q.name()) || !hosted_here(q) {
                 continue;
             }
             let mut f = queue_figures(b, q);
@@ -233,7 +233,7 @@ pub fn add_figures(
 ) {
     let Value::Object(m) = row else { return };
     let key = (q.vhost().to_string(), q.name().to_string());
-    let figures = if Cluster::of(b).is_none() || hosted_here(b, q) {
+    let figures = if Cluster::of(b).is_none() || hosted_here(q) {
         Some(queue_figures(b, q))
     } else if let Some(f) = elsewhere.get(&key) {
         Some(f.clone())

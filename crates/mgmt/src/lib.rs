@@ -7,8 +7,9 @@
 //! - [`ctl_api`]: the `/api/warren/…` endpoints `warren ctl` needs beyond RabbitMQ's URLs.
 //! - [`api_messages`]: publish and get through the API; [`health_api`]: health checks and
 //!   `/api/nodes`; [`ui`]: the web UI's embedded assets.
-//! - [`stats_api`]: `message_stats` with rates, `/api/channels`, `/api/consumers`, `/metrics`,
-//!   and the rate sampler ([`run_sampler`]), which the binary runs beside the AMQP server.
+//! - [`prometheus`]: `/metrics`, `/metrics/per-object` and `/metrics/detailed`.
+//! - [`stats_api`]: `message_stats` with rates, this node's channel and consumer rows, and the
+//!   rate sampler ([`run_sampler`]), which the binary runs beside the AMQP server.
 //! - [`cluster_view`]: the cluster-wide listings (every node's connections, channels,
 //!   consumers, queue figures and totals, asked over the links).
 //! - [`api`]: the error type and reply helpers every handler shares.
@@ -19,6 +20,7 @@ pub mod cluster_view;
 pub mod ctl_api;
 pub mod health_api;
 pub mod http;
+pub mod prometheus;
 pub mod stats_api;
 pub mod ui;
 

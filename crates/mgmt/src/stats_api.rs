@@ -1,21 +1,17 @@
-//! What the management API and Prometheus report of message flow: RabbitMQ's `message_stats`
-//! (with `_details.rate`) on the overview, queues, exchanges and channels, the `/api/channels`
-//! and `/api/consumers` listings, the rate sampler, and `/metrics` in the names and labels of
-//! RabbitMQ's `rabbitmq_prometheus` plugin. Everything here reads counters the message path
-//! keeps (the broker's `metrics.rs`); nothing here is on the message path.
+//! What the management API reports of message flow: RabbitMQ's `message_stats` (with
+//! `_details.rate`) on the overview, queues, exchanges and channels, the `/api/channels` and
+//! `/api/consumers` listings, and the rate sampler (Prometheus' `/metrics` is in
+//! `crate::prometheus`, which reads the node totals from here). Everything here reads counters
+//! the message path keeps (the broker's `metrics.rs`); nothing here is on the message path.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
 use serde_json::{json, Value};
 use warren_broker::channel::ChannelShared;
 use warren_broker::metrics::{deliver_get, with_details, ChannelStats, SAMPLE_EVERY};
-use warren_broker::node_status::{file_descriptors, node_churn};
+use warren_broker::node_status::node_churn;
 use warren_broker::queue::{Consumer, QueueRef};
 use warren_broker::server::Broker;
 use warren_broker::tracking::ConnInfo;
@@ -86,16 +82,13 @@ fn exchange_values(x: &warren_routing::Exchange<QueueRef>) -> Vec<(&'static str,
     ]
 }
 
-/// Whether this node hosts `q`: runs it (a classic queue, a stream) or leads its replicated
-/// group. Every queue is hosted on a single node.
-pub fn hosted_here(b: &Broker, q: &QueueRef) -> bool {
-    if b.cluster_handle().is_none() {
-        return true;
-    }
-    match (q.home(), q.group()) {
-        (Some(_), _) => false,
-        (None, None) => true,
-        (None, Some(_)) => q.leader().as_deref() == Some(b.config.node_name.as_str()),
+/// Whether this node hosts `q`, as RabbitMQ's per-node figures count a queue: it runs it (a
+/// classic queue, a stream) or leads its replicated group (a replicated queue's `home` is the
+/// leader when that is another node, none when it is this one or is unknown yet).
+pub fn hosted_here(q: &QueueRef) -> bool {
+    match q {
+        QueueRef::Local(_) | QueueRef::Stream(_) => true,
+        QueueRef::Other(_) => q.home().is_none() && q.leader().is_some(),
     }
 }
 
@@ -105,7 +98,7 @@ fn queue_totals(b: &Broker) -> Vec<(&'static str, u64)> {
     let (mut ready, mut unacked) = (0u64, 0u64);
     for v in b.vhosts() {
         for q in v.snapshot().queues.values() {
-            if !hosted_here(b, q) {
+            if b.cluster_handle().is_some() && !hosted_here(q) {
                 continue;
             }
             ready += q.message_count() as u64;
@@ -234,7 +227,7 @@ fn channel_json(
         },
         "consumer_count": consumers_on.get(&addr(ch)).copied().unwrap_or(0),
         "messages_unacknowledged": unacked,
-        "messages_unconfirmed": 0,
+        "messages_unconfirmed": ch.confirms.unconfirmed(),
         "messages_uncommitted": 0,
         "acks_uncommitted": 0,
         "prefetch_count": ch.modes.prefetch_count.load(Relaxed),
@@ -349,425 +342,4 @@ pub fn consumer_rows(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Vec<Value> {
             })
         })
         .collect()
-}
-
-// ---- Prometheus ----
-
-/// One metric family in the text exposition format, as RabbitMQ prints it (TYPE, then HELP).
-struct Prom {
-    out: String,
-}
-
-impl Prom {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.out, "# TYPE {name} {kind}\n# HELP {name} {help}");
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
-        self.out.push_str(name);
-        if !labels.is_empty() {
-            self.out.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                let _ = write!(self.out, "{k}=\"{}\"", escape_label(v));
-            }
-            self.out.push('}');
-        }
-        let _ = writeln!(self.out, " {value}");
-    }
-
-    fn one(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
-        self.family(name, kind, help);
-        self.sample(name, &[], value);
-    }
-}
-
-/// A label value with `\`, `"` and newlines escaped, as the text format requires.
-fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn value_of(values: &[(&'static str, u64)], key: &str) -> u64 {
-    values
-        .iter()
-        .find(|(k, _)| *k == key)
-        .map_or(0, |(_, v)| *v)
-}
-
-/// The channel counters RabbitMQ exports: (metric, our counter, help).
-const CHANNEL_COUNTERS: &[(&str, &str, &str)] = &[
-    ("rabbitmq_channel_messages_published_total", "publish", "Total number of messages published into an exchange on a channel"),
-    ("rabbitmq_channel_messages_confirmed_total", "confirm", "Total number of messages published into an exchange and confirmed on the channel"),
-    ("rabbitmq_channel_messages_unroutable_dropped_total", "drop_unroutable", "Total number of messages published as non-mandatory into an exchange and dropped as unroutable"),
-    ("rabbitmq_channel_messages_unroutable_returned_total", "return_unroutable", "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable"),
-    ("rabbitmq_channel_get_ack_total", "get", "Total number of messages fetched with basic.get in manual acknowledgement mode"),
-    ("rabbitmq_channel_get_total", "get_no_ack", "Total number of messages fetched with basic.get in automatic acknowledgement mode"),
-    ("rabbitmq_channel_messages_delivered_ack_total", "deliver", "Total number of messages delivered to consumers in manual acknowledgement mode"),
-    ("rabbitmq_channel_messages_delivered_total", "deliver_no_ack", "Total number of messages delivered to consumers in automatic acknowledgement mode"),
-    ("rabbitmq_channel_messages_redelivered_total", "redeliver", "Total number of messages redelivered to consumers"),
-    ("rabbitmq_channel_messages_acked_total", "ack", "Total number of messages acknowledged by consumers"),
-    ("rabbitmq_channel_get_empty_total", "get_empty", "Total number of times basic.get operations fetched no message"),
-];
-
-/// `/metrics` (aggregated: one unlabelled sample per family, as RabbitMQ's default endpoint)
-/// or `/metrics/per-object` (queue families labelled `{vhost, queue}`, channel families
-/// `{channel}`). Unlike RabbitMQ's, the channel counters include closed channels, so they never
-/// go down and Prometheus's `rate()` sees no reset when a channel closes; and per object they
-/// are per channel, not per channel and queue or channel and exchange as RabbitMQ keeps them:
-/// those pairs would cost a lookup per message (docs/management.md).
-fn render(b: &Broker, per_object: bool) -> String {
-    let mut p = Prom {
-        out: String::with_capacity(16 * 1024),
-    };
-    let version = &b.config.server_properties.version;
-    p.family(
-        "rabbitmq_build_info",
-        "untyped",
-        "RabbitMQ & Erlang/OTP version info",
-    );
-    p.sample(
-        "rabbitmq_build_info",
-        &[
-            ("rabbitmq_version", version),
-            ("prometheus_plugin_version", version),
-            ("prometheus_client_version", "warren"),
-            ("erlang_version", "none"),
-            ("product", &b.config.server_properties.product),
-        ],
-        1,
-    );
-    p.family(
-        "rabbitmq_identity_info",
-        "untyped",
-        "RabbitMQ node & cluster identity info",
-    );
-    p.sample(
-        "rabbitmq_identity_info",
-        &[
-            ("rabbitmq_node", &b.config.node_name),
-            ("rabbitmq_cluster", "warren"),
-            ("rabbitmq_cluster_permanent_id", "warren"),
-        ],
-        1,
-    );
-
-    let conns = open_connections(b);
-    let channels: u64 = conns.iter().map(|c| c.channels().len() as u64).sum();
-    let vhosts = b.vhosts();
-    let queues: Vec<(Arc<VHost>, QueueRef)> = vhosts
-        .iter()
-        .flat_map(|v| {
-            let s = v.snapshot();
-            s.queues
-                .values()
-                .map(|q| (v.clone(), q.clone()))
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let counts: Vec<(u64, u64, u64)> = queues
-        .iter()
-        .map(|(_, q)| {
-            (
-                q.message_count() as u64,
-                q.unacked_count() as u64,
-                q.consumer_count() as u64,
-            )
-        })
-        .collect();
-    p.one(
-        "rabbitmq_connections",
-        "gauge",
-        "Connections currently open",
-        conns.len(),
-    );
-    p.one(
-        "rabbitmq_channels",
-        "gauge",
-        "Channels currently open",
-        channels,
-    );
-    p.one(
-        "rabbitmq_consumers",
-        "gauge",
-        "Consumers currently connected",
-        counts.iter().map(|c| c.2).sum::<u64>(),
-    );
-    p.one("rabbitmq_queues", "gauge", "Queues available", queues.len());
-    let churn = node_churn(b);
-    for (metric, key, help) in [
-        (
-            "rabbitmq_connections_opened_total",
-            "connection_created",
-            "Total number of connections opened",
-        ),
-        (
-            "rabbitmq_connections_closed_total",
-            "connection_closed",
-            "Total number of connections closed or terminated",
-        ),
-        (
-            "rabbitmq_channels_opened_total",
-            "channel_created",
-            "Total number of channels opened",
-        ),
-        (
-            "rabbitmq_channels_closed_total",
-            "channel_closed",
-            "Total number of channels closed",
-        ),
-        (
-            "rabbitmq_queues_declared_total",
-            "queue_declared",
-            "Total number of queues declared",
-        ),
-        (
-            "rabbitmq_queues_created_total",
-            "queue_created",
-            "Total number of queues created",
-        ),
-        (
-            "rabbitmq_queues_deleted_total",
-            "queue_deleted",
-            "Total number of queues deleted",
-        ),
-    ] {
-        p.one(metric, "counter", help, value_of(&churn, key));
-    }
-
-    // Queues.
-    type QueueMetric = (
-        &'static str,
-        &'static str,
-        &'static str,
-        fn(&(u64, u64, u64)) -> u64,
-    );
-    let queue_gauges: [QueueMetric; 4] = [
-        (
-            "rabbitmq_queue_messages_ready",
-            "gauge",
-            "Messages ready to be delivered to consumers",
-            |c| c.0,
-        ),
-        (
-            "rabbitmq_queue_messages_unacked",
-            "gauge",
-            "Messages delivered to consumers but not yet acknowledged",
-            |c| c.1,
-        ),
-        (
-            "rabbitmq_queue_messages",
-            "gauge",
-            "Sum of ready and unacknowledged messages - total queue depth",
-            |c| c.0 + c.1,
-        ),
-        (
-            "rabbitmq_queue_consumers",
-            "gauge",
-            "Consumers on a queue",
-            |c| c.2,
-        ),
-    ];
-    for (metric, kind, help, f) in queue_gauges {
-        p.family(metric, kind, help);
-        if per_object {
-            for ((v, q), c) in queues.iter().zip(&counts) {
-                p.sample(metric, &[("vhost", &v.name), ("queue", q.name())], f(c));
-            }
-        } else {
-            p.sample(metric, &[], counts.iter().map(f).sum::<u64>());
-        }
-    }
-    p.family(
-        "rabbitmq_queue_messages_published_total",
-        "counter",
-        "Total number of messages published to queues",
-    );
-    let published = |q: &QueueRef| q.stats().map_or(0, |s| s.publish.load(Relaxed));
-    if per_object {
-        for (v, q) in &queues {
-            p.sample(
-                "rabbitmq_queue_messages_published_total",
-                &[("vhost", &v.name), ("queue", q.name())],
-                published(q),
-            );
-        }
-    } else {
-        let n: u64 = queues.iter().map(|(_, q)| published(q)).sum();
-        p.sample("rabbitmq_queue_messages_published_total", &[], n);
-    }
-
-    // Channels.
-    let on = consumers_by_channel(b);
-    let node = node_message_values(b);
-    let live: Vec<(String, Arc<ChannelShared>)> = conns
-        .iter()
-        .flat_map(|c| {
-            c.channels()
-                .into_iter()
-                .map(|ch| (c.channel_pid(ch.id), ch))
-        })
-        .collect();
-    let per_channel: Vec<Vec<(&'static str, u64)>> = if per_object {
-        live.iter()
-            .map(|(_, ch)| channel_values(&ch.stats))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    for (metric, key, help) in CHANNEL_COUNTERS {
-        p.family(metric, "counter", help);
-        if per_object {
-            for ((pid, _), v) in live.iter().zip(&per_channel) {
-                p.sample(metric, &[("channel", pid)], value_of(v, key));
-            }
-        } else {
-            p.sample(metric, &[], value_of(&node, key));
-        }
-    }
-    p.family(
-        "rabbitmq_channel_consumers",
-        "gauge",
-        "Consumers on a channel",
-    );
-    p.family(
-        "rabbitmq_channel_messages_unacked",
-        "gauge",
-        "Delivered but not yet acknowledged messages",
-    );
-    p.family(
-        "rabbitmq_channel_messages_unconfirmed",
-        "gauge",
-        "Published but not yet confirmed messages",
-    );
-    p.family(
-        "rabbitmq_channel_prefetch",
-        "gauge",
-        "Total limit of unacknowledged messages for all consumers on a channel",
-    );
-    if per_object {
-        for (pid, ch) in &live {
-            let labels = [("channel", pid.as_str())];
-            let (unacked, global_prefetch) = ch.unacked_and_global_prefetch();
-            p.sample(
-                "rabbitmq_channel_consumers",
-                &labels,
-                on.get(&addr(ch)).copied().unwrap_or(0),
-            );
-            p.sample("rabbitmq_channel_messages_unacked", &labels, unacked);
-            p.sample("rabbitmq_channel_messages_unconfirmed", &labels, 0);
-            p.sample("rabbitmq_channel_prefetch", &labels, global_prefetch);
-        }
-    } else {
-        p.sample(
-            "rabbitmq_channel_consumers",
-            &[],
-            on.values().map(|n| *n as u64).sum::<u64>(),
-        );
-        let (unacked, prefetch) = live.iter().fold((0, 0u64), |(u, p), (_, ch)| {
-            let (n, g) = ch.unacked_and_global_prefetch();
-            (u + n, p + u64::from(g))
-        });
-        p.sample("rabbitmq_channel_messages_unacked", &[], unacked);
-        p.sample("rabbitmq_channel_messages_unconfirmed", &[], 0);
-        p.sample("rabbitmq_channel_prefetch", &[], prefetch);
-    }
-
-    // The process, memory, disk and alarms.
-    let (open_fds, max_fds) = file_descriptors();
-    let (open_fds, max_fds) = (open_fds.unwrap_or(0), max_fds.unwrap_or(0));
-    let rss = warren_broker::alarms::resident_bytes().unwrap_or(0);
-    let thresholds = b.alarms.thresholds();
-    let alarms = b.alarms.state();
-    p.one(
-        "rabbitmq_process_resident_memory_bytes",
-        "gauge",
-        "Memory used in bytes",
-        rss,
-    );
-    p.one(
-        "rabbitmq_resident_memory_limit_bytes",
-        "gauge",
-        "Memory high watermark in bytes",
-        thresholds.memory_bytes,
-    );
-    p.one(
-        "rabbitmq_disk_space_available_bytes",
-        "gauge",
-        "Disk space available in bytes",
-        b.alarms.disk_free_bytes().unwrap_or(0),
-    );
-    p.one(
-        "rabbitmq_disk_space_available_limit_bytes",
-        "gauge",
-        "Free disk space low watermark in bytes",
-        thresholds.disk_free_bytes,
-    );
-    p.one(
-        "rabbitmq_process_open_fds",
-        "gauge",
-        "Open file descriptors",
-        open_fds,
-    );
-    p.one(
-        "rabbitmq_process_max_fds",
-        "gauge",
-        "Open file descriptors limit",
-        max_fds,
-    );
-    p.one(
-        "rabbitmq_process_open_tcp_sockets",
-        "gauge",
-        "Open TCP sockets",
-        conns.len(),
-    );
-    p.one(
-        "rabbitmq_process_max_tcp_sockets",
-        "gauge",
-        "Open TCP sockets limit",
-        max_fds,
-    );
-    if !per_object {
-        p.one(
-            "rabbitmq_alarms_memory_used_watermark",
-            "untyped",
-            "is 1 if VM memory watermark alarm is in effect",
-            u8::from(alarms.memory),
-        );
-        p.one(
-            "rabbitmq_alarms_free_disk_space_watermark",
-            "untyped",
-            "is 1 if free disk space watermark alarm is in effect",
-            u8::from(alarms.disk),
-        );
-        p.one(
-            "rabbitmq_alarms_file_descriptor_limit",
-            "untyped",
-            "is 1 if file descriptor limit alarm is in effect",
-            0,
-        );
-    }
-    p.out
-}
-
-fn prometheus_text(text: String) -> axum::response::Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response()
-}
-
-pub async fn metrics(State(b): State<Arc<Broker>>) -> axum::response::Response {
-    prometheus_text(render(&b, false))
-}
-
-pub async fn metrics_per_object(State(b): State<Arc<Broker>>) -> axum::response::Response {
-    prometheus_text(render(&b, true))
 }

@@ -154,6 +154,18 @@ def unlabelled_value(metrics: dict, name: str) -> float:
     return samples[0].value
 
 
+def queue_metrics_url(prom_url: str, api: Api, cluster_mode, vhost: str, queue: str) -> str:
+    """The /metrics URL of the node that reports `queue`'s families: the suite's node, or in
+    cluster mode the queue's own node (a RabbitMQ node reports the queues that run on it, so a
+    sum over the nodes counts each once; channel families stay on the channel's node)."""
+    if cluster_mode is None:
+        return prom_url
+    st, body = api.call("GET", f"/api/queues/{q(vhost)}/{q(queue)}")
+    assert st == 200, (st, body)
+    node = next(n for n in cluster_mode.nodes if n.name == body["node"])
+    return f"http://127.0.0.1:{node.http_port}/metrics"
+
+
 def dashboard_metrics() -> list:
     with open(os.path.join(HERE, "data", "rabbitmq_overview_metrics.txt")) as f:
         return [ln.strip() for ln in f if ln.strip() and not ln.startswith("#")]
@@ -479,12 +491,13 @@ def test_channel_by_name(conn, api):
 
 
 @pytest.mark.timeout(60)
-def test_prometheus_dashboard_metrics(conn, prom_url, res):
+def test_prometheus_dashboard_metrics(conn, api, prom_url, cluster_mode, res):
     ch = conn.channel()
     qn = res.queue("prom")
     ch.queue_declare(qn)
     ch.confirm_delivery()
     ch.basic_publish("", qn, b"warm-up")
+    home_url = queue_metrics_url(prom_url, api, cluster_mode, "/", qn)
 
     metrics = scrape(prom_url)
     names = dashboard_metrics()
@@ -507,15 +520,16 @@ def test_prometheus_dashboard_metrics(conn, prom_url, res):
     assert metrics["rabbitmq_connections"][0] == "gauge"
 
     n = 25
-    keys = ["rabbitmq_channel_messages_published_total", "rabbitmq_queue_messages_published_total"]
-    before = {k: unlabelled_value(metrics, k) for k in keys}
+    # The channel's counter on its node, the queue's on the queue's node.
+    urls = {"rabbitmq_channel_messages_published_total": prom_url,
+            "rabbitmq_queue_messages_published_total": home_url}
+    before = {k: unlabelled_value(scrape(u), k) for k, u in urls.items()}
     publish_confirmed(ch, qn, n)
     last: dict = {}
 
     def reached():
-        m = scrape(prom_url)
-        last.update({k: unlabelled_value(m, k) for k in keys})
-        return all(last[k] >= before[k] + n for k in keys)
+        last.update({k: unlabelled_value(scrape(u), k) for k, u in urls.items()})
+        return all(last[k] >= before[k] + n for k in urls)
 
     try:
         wait_until(reached, STATS_WAIT, interval=0.5, what="published totals", conn=conn)
@@ -550,14 +564,15 @@ def poll_samples(url: str, want: dict, conn) -> tuple:
 
 
 @pytest.mark.timeout(60)
-def test_prometheus_per_object_queue_ready(conn, prom_url, res):
+def test_prometheus_per_object_queue_ready(conn, api, prom_url, cluster_mode, res):
     qn = res.queue("promq")
     ch = conn.channel()
     ch.queue_declare(qn)
     ch.confirm_delivery()
     publish_confirmed(ch, qn, 3)
     labels = {"vhost": "/", "queue": qn}
-    metrics, found = poll_samples(per_object_url(prom_url), {
+    home_url = queue_metrics_url(prom_url, api, cluster_mode, "/", qn)
+    metrics, found = poll_samples(per_object_url(home_url), {
         "rabbitmq_queue_messages_ready": (labels, 3),
         "rabbitmq_queue_messages_unacked": (labels, 0),
         "rabbitmq_queue_messages": (labels, 3),
@@ -572,7 +587,7 @@ def test_prometheus_per_object_queue_ready(conn, prom_url, res):
 
 
 @pytest.mark.timeout(60)
-def test_prometheus_per_object_channel_labels(conn, api, prom_url, res):
+def test_prometheus_per_object_channel_labels(conn, api, prom_url, cluster_mode, res):
     """Per-object channel labels. RabbitMQ 3.10: channel gauges {channel}; channel counters kept
     per exchange {channel, vhost, exchange} or per queue {channel, vhost, queue}; queue publishes
     {channel, queue_vhost, queue, exchange_vhost, exchange}. Warren (docs/management.md, a
@@ -593,15 +608,19 @@ def test_prometheus_per_object_channel_labels(conn, api, prom_url, res):
         pid = next(r["pid"] for r in rows if r["name"] == cname)
         chl = {"channel": pid}
         want = {
-            "rabbitmq_queue_messages_ready": ({"vhost": "/", "queue": qn}, 3),
             "rabbitmq_channel_get_ack_total": (chl, 1),
             "rabbitmq_channel_messages_acked_total": (chl, 1),
             "rabbitmq_channel_messages_published_total": (chl, 4),
             "rabbitmq_channel_messages_confirmed_total": (chl, 4),
-            "rabbitmq_queue_messages_published_total": ({"vhost": "/", "queue": qn}, 4),
         }
+        # The queue's families on the queue's node (in cluster mode, not the channel's).
+        home_url = queue_metrics_url(prom_url, api, cluster_mode, "/", qn)
+        _, qfound = poll_samples(per_object_url(home_url), {
+            "rabbitmq_queue_messages_ready": ({"vhost": "/", "queue": qn}, 3),
+            "rabbitmq_queue_messages_published_total": ({"vhost": "/", "queue": qn}, 4),
+        }, conn)
         metrics, found = poll_samples(per_object_url(prom_url), want, conn)
-        assert set(found["rabbitmq_queue_messages_published_total"][0][0]) == {"vhost", "queue"}
+        assert set(qfound["rabbitmq_queue_messages_published_total"][0][0]) == {"vhost", "queue"}
         channel_labels = {"channel"}
         label_sets = {
             "rabbitmq_channel_messages_published_total": channel_labels,

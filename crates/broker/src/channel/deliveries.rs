@@ -170,6 +170,7 @@ impl Channel {
             if !d.closed {
                 // Its counts stay in the vhost's totals once it is gone.
                 vhost.retired.absorb(&self.shared.stats);
+                vhost.retired_publish.absorb(&self.shared.publish_stats);
                 vhost.churn.channel_closed.fetch_add(1, Ordering::Relaxed);
             }
             d.closed = true;

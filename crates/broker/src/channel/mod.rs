@@ -39,7 +39,7 @@ use crate::confirm::Confirms;
 use crate::consumer_timeout::{self as timeout, LEASE_EXCHANGE};
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::{header_routes, Message};
-use crate::metrics::{bump, delivered, ChannelStats};
+use crate::metrics::{bump, delivered, ChannelStats, PublishStats};
 use crate::outbox::{self, Outbox};
 use crate::queue::args::parse_expiration;
 use crate::queue::{ConfirmTo, Consumer, FannedOut, Offer, Queue, QueueRef, QueuedMessage};
@@ -87,6 +87,10 @@ pub struct ChannelShared {
     pub modes: ChannelModes,
     /// Message counts (management API, Prometheus).
     pub stats: Arc<ChannelStats>,
+    /// What Prometheus' global counters count beyond `stats`.
+    pub publish_stats: PublishStats,
+    /// The channel's publisher confirms: Prometheus reads how many are outstanding.
+    pub confirms: Arc<Confirms>,
 }
 
 /// A channel's settings as its task last set them, readable from the management side.
@@ -100,15 +104,18 @@ pub struct ChannelModes {
 
 impl ChannelShared {
     pub fn new(id: u16, outbox: Arc<Outbox>) -> Arc<ChannelShared> {
+        let stats: Arc<ChannelStats> = Arc::default();
         Arc::new(ChannelShared {
             id,
+            confirms: Confirms::new(id, outbox.clone(), stats.clone()),
             outbox,
             deliveries: Mutex::new(Deliveries {
                 next_tag: 1,
                 ..Default::default()
             }),
             modes: ChannelModes::default(),
-            stats: Arc::default(),
+            stats,
+            publish_stats: PublishStats::default(),
         })
     }
 
@@ -269,7 +276,7 @@ impl Channel {
     pub fn new(id: u16, outbox: Arc<Outbox>) -> Channel {
         let shared = ChannelShared::new(id, outbox.clone());
         Channel {
-            confirms: Confirms::new(id, outbox, shared.stats.clone()),
+            confirms: shared.confirms.clone(),
             shared,
             publish: PublishState::Idle,
             consumers: HashMap::new(),
@@ -486,6 +493,10 @@ impl Channel {
         let published = published?;
         if seq.is_some() {
             self.next_publish_seq += 1;
+            bump(&self.shared.publish_stats.received_confirm, 1);
+        }
+        if !matches!(published, Published::Unroutable(_)) {
+            bump(&self.shared.publish_stats.routed, 1);
         }
         match published {
             // A delayed exchange's store holds it (the plugin returns a mandatory one only

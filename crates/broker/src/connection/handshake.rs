@@ -155,6 +155,9 @@ impl Conn {
             .authenticate(&s.mechanism, &s.response, self.peer.ip())
         {
             Ok(user) => {
+                let counts = &self.broker.auth_attempts;
+                counts.attempts.fetch_add(1, Ordering::Relaxed);
+                counts.succeeded.fetch_add(1, Ordering::Relaxed);
                 self.user = Some(user);
                 let l = &self.broker.config.limits;
                 self.outbox.method(
@@ -173,6 +176,9 @@ impl Conn {
                 s.mechanism
             )),
             Err(e) => {
+                let counts = &self.broker.auth_attempts;
+                counts.attempts.fetch_add(1, Ordering::Relaxed);
+                counts.failed.fetch_add(1, Ordering::Relaxed);
                 let (user, why) = match e {
                     AuthError::BadCredentials { user } => (user, "invalid credentials".to_string()),
                     AuthError::LoopbackOnly { user } => (

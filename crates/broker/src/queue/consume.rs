@@ -102,6 +102,13 @@ impl Queue {
         self.state.lock().core.unacked() as u32
     }
 
+    /// Its ready messages' body bytes, and how many of them are paged out (in the log only):
+    /// read by Prometheus under the queue's lock, never per message.
+    pub fn ready_bytes_and_paged(&self) -> (u64, u32) {
+        let st = self.state.lock();
+        (st.core.ready_bytes(), st.core.paged_len() as u32)
+    }
+
     pub fn consumer_count(&self) -> u32 {
         self.state.lock().core.consumers().len() as u32
     }

@@ -47,6 +47,7 @@ use crate::queue::{Consumer, QueueArgs, QueueOptions, QueueOwner, QueuedMessage}
 pub use net::GroupNet;
 pub use propose::Pending;
 use sm::GroupSm;
+pub use warren_cluster::RaftLog;
 
 /// How long a caller waits for the group (an attach, a get, a purge) before giving up.
 const WAIT: Duration = Duration::from_secs(15);
@@ -271,6 +272,12 @@ impl ReplicatedQueue {
     /// Its members now.
     pub fn members(&self) -> Vec<String> {
         self.members.read().clone()
+    }
+
+    /// This member's Raft log (Prometheus' `rabbitmq_raft_*`); None on a node that is no
+    /// member, or before its group has opened.
+    pub fn raft_log(&self) -> Option<warren_cluster::RaftLog> {
+        self.meta.get().map(|m| m.raft_log())
     }
 
     /// The group's id.

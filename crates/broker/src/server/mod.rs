@@ -42,6 +42,10 @@ pub struct Broker {
     pub churn: crate::metrics::Churn,
     /// Closed channels' counts of deleted vhosts (live vhosts keep their own).
     pub retired: crate::metrics::ChannelStats,
+    /// The same for their [`crate::metrics::PublishStats`].
+    pub retired_publish: crate::metrics::PublishStats,
+    /// Authentication attempts (Prometheus' `rabbitmq_auth_attempts_*`).
+    pub auth_attempts: crate::metrics::AuthAttempts,
     /// Samples for the management API's rates.
     pub rates: crate::metrics::Rates,
     /// Set when this node runs in a cluster (`[cluster]`).
@@ -102,6 +106,8 @@ impl Broker {
             started_at: std::time::Instant::now(),
             churn: Default::default(),
             retired: Default::default(),
+            retired_publish: Default::default(),
+            auth_attempts: Default::default(),
             rates: Default::default(),
             cluster: std::sync::OnceLock::new(),
             proposer: std::sync::OnceLock::new(),
@@ -312,6 +318,7 @@ impl Broker {
         // Node totals never go down: what the vhost counted stays with the node.
         self.churn.absorb(&vh.churn);
         self.retired.absorb(&vh.retired);
+        self.retired_publish.absorb(&vh.retired_publish);
         let dir = Self::vhost_dir(&self.config, name);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             if e.kind() != std::io::ErrorKind::NotFound {

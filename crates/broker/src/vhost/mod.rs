@@ -56,7 +56,7 @@ use crate::definitions::proposer::Proposer;
 use crate::definitions::DefinitionsStore;
 use crate::delayed::DelayStore;
 use crate::error::AmqpResult;
-use crate::metrics::{ChannelStats, Churn};
+use crate::metrics::{ChannelStats, Churn, PublishStats};
 use crate::persist::Persister;
 use crate::queue::{Consumer, QueueOptions, QueueRef};
 
@@ -87,6 +87,8 @@ pub struct VHost {
     default_stats: Arc<ExchangeStats>,
     /// Counts of this vhost's closed channels, so totals do not drop when a channel goes.
     pub retired: ChannelStats,
+    /// The same for their [`PublishStats`].
+    pub retired_publish: PublishStats,
     /// Queues declared, created and deleted here.
     pub churn: Churn,
     snapshot: ArcSwap<Snapshot>,
@@ -262,6 +264,7 @@ impl VHost {
             name: name.into(),
             default_stats,
             retired: ChannelStats::default(),
+            retired_publish: PublishStats::default(),
             churn: Churn::default(),
             snapshot: ArcSwap::from_pointee(s.clone()),
             defs: Mutex::new(s),

@@ -103,7 +103,6 @@ fn trim_trailing_slash(mut req: Request) -> Request {
 pub fn router(broker: Arc<Broker>) -> Router {
     // Other nodes' management questions are answered by this layer.
     broker.set_local_view(Arc::new(crate::cluster_view::NodeView));
-    use crate::stats_api as stats;
     let api = Router::new()
         .route("/api/overview", get(overview))
         .route(
@@ -242,8 +241,15 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .layer(middleware::from_fn_with_state(broker.clone(), authenticate));
     // Prometheus scrapes without credentials, as it does RabbitMQ's plugin (port 15692 there).
     Router::new()
-        .route("/metrics", get(stats::metrics))
-        .route("/metrics/per-object", get(stats::metrics_per_object))
+        .route("/metrics", get(crate::prometheus::metrics))
+        .route(
+            "/metrics/per-object",
+            get(crate::prometheus::metrics_per_object),
+        )
+        .route(
+            "/metrics/detailed",
+            get(crate::prometheus::metrics_detailed),
+        )
         .merge(crate::ui::routes())
         .merge(api)
         .with_state(broker)
