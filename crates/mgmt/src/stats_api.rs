@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::{json, Value};
@@ -22,6 +22,7 @@ use warren_broker::tracking::ConnInfo;
 use warren_broker::vhost::VHost;
 
 use crate::api::{not_found, ok_json, vhost_of, ApiResult, B};
+use crate::http::paging::{list_reply, ListParams};
 
 /// An `Arc`'s address, to match a consumer's sink with its channel (a local consumer's sink is
 /// its channel).
@@ -243,13 +244,17 @@ fn channels_where(b: &Broker, keep: impl Fn(&ConnInfo) -> bool) -> Vec<Value> {
     rows
 }
 
-pub async fn list_channels(State(b): B) -> ApiResult {
-    ok_json(Value::Array(channels_where(&b, |_| true)))
+pub async fn list_channels(State(b): B, Query(p): Query<ListParams>) -> ApiResult {
+    list_reply(Value::Array(channels_where(&b, |_| true)), &p)
 }
 
-pub async fn list_channels_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
+pub async fn list_channels_in(
+    State(b): B,
+    Path(vhost): Path<String>,
+    Query(p): Query<ListParams>,
+) -> ApiResult {
     let v = vhost_of(&b, &vhost)?;
-    ok_json(Value::Array(channels_where(&b, |c| c.vhost == *v.name)))
+    list_reply(Value::Array(channels_where(&b, |c| c.vhost == *v.name)), &p)
 }
 
 pub async fn list_connection_channels(State(b): B, Path(name): Path<String>) -> ApiResult {

@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
 use warren_broker::server::Broker;
 
+use super::paging::{list_reply, ListParams};
 use crate::api::{no_content, not_found, ok_json, ApiError, ApiResult, B};
 
 pub(crate) fn connection_json(c: &warren_broker::tracking::ConnInfo) -> Value {
@@ -27,18 +28,21 @@ pub(crate) fn connection_json(c: &warren_broker::tracking::ConnInfo) -> Value {
     })
 }
 
-pub(super) async fn list_connections(State(b): B) -> ApiResult {
+pub(super) async fn list_connections(State(b): B, Query(p): Query<ListParams>) -> ApiResult {
     let mut cs: Vec<_> = b.connections.lock().values().cloned().collect();
     cs.sort_by_key(|c| c.id);
-    ok_json(Value::Array(
-        cs.iter()
-            .map(|c| {
-                let mut row = connection_json(c);
-                crate::stats_api::add_connection_rates(&b, c, &mut row);
-                row
-            })
-            .collect(),
-    ))
+    list_reply(
+        Value::Array(
+            cs.iter()
+                .map(|c| {
+                    let mut row = connection_json(c);
+                    crate::stats_api::add_connection_rates(&b, c, &mut row);
+                    row
+                })
+                .collect(),
+        ),
+        &p,
+    )
 }
 
 fn find_connection(

@@ -11,6 +11,7 @@ use warren_broker::server::Broker;
 use warren_broker::vhost::{ExchangeSpec, VHost};
 use warren_routing::Destination;
 
+use super::paging::{list_reply, ListParams};
 use crate::api::{
     bad_request, body_object, created, no_content, not_found, ok_json, str_field, vhost_of,
     ApiResult, B,
@@ -51,12 +52,16 @@ pub(crate) fn exchange_name(n: &str) -> &str {
     }
 }
 
-pub(super) async fn list_exchanges(State(b): B) -> ApiResult {
-    ok_json(exchanges_of(&b, b.vhosts()))
+pub(super) async fn list_exchanges(State(b): B, Query(p): Query<ListParams>) -> ApiResult {
+    list_reply(exchanges_of(&b, b.vhosts()), &p)
 }
 
-pub(super) async fn list_exchanges_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
-    ok_json(exchanges_of(&b, vec![vhost_of(&b, &vhost)?]))
+pub(super) async fn list_exchanges_in(
+    State(b): B,
+    Path(vhost): Path<String>,
+    Query(p): Query<ListParams>,
+) -> ApiResult {
+    list_reply(exchanges_of(&b, vec![vhost_of(&b, &vhost)?]), &p)
 }
 
 pub(super) async fn get_exchange(

@@ -7,7 +7,8 @@
 //! This file holds the server, the router and the authentication every request passes; the
 //! error and reply helpers every API module uses are in `crate::api`. The handlers are in a
 //! file per kind of object: `overview` (and `whoami`, definitions), `users` (and permissions),
-//! `vhosts`, `queues`, `exchanges` (and bindings), `connections`, `policies`, `limits`; the
+//! `vhosts`, `queues`, `exchanges` (and bindings), `connections`, `policies`, `limits`; `paging`
+//! sorts, filters and pages any list reply with RabbitMQ's query parameters; the
 //! other API modules (`stats_api`, `ctl_api`, `health_api`, `api_messages`, `ui`) sit beside
 //! this one. This file names the handlers only to route to them; none of them imports it.
 
@@ -15,6 +16,7 @@ pub(crate) mod connections;
 pub(crate) mod exchanges;
 mod limits;
 mod overview;
+pub(crate) mod paging;
 mod policies;
 mod queues;
 mod users;
