@@ -127,7 +127,7 @@ pub(super) async fn delete_exchange(
 
 // ---- bindings ----
 
-fn bindings_of(vhosts: Vec<Arc<VHost>>) -> Value {
+pub(super) fn bindings_of(vhosts: Vec<Arc<VHost>>) -> Value {
     let mut out = Vec::new();
     for v in vhosts {
         let s = v.snapshot();
@@ -138,7 +138,7 @@ fn bindings_of(vhosts: Vec<Arc<VHost>>) -> Value {
             out.push(json!({
                 "source": "", "vhost": &*v.name, "destination": &**q,
                 "destination_type": "queue", "routing_key": &**q, "arguments": {},
-                "properties_key": &**q,
+                "properties_key": super::binding_key::properties_key(q, &Value::Null),
             }));
         }
         let mut xs: Vec<_> = s.table.exchanges.values().collect();
@@ -149,11 +149,12 @@ fn bindings_of(vhosts: Vec<Arc<VHost>>) -> Value {
                     Destination::Queue(q) => (q.name().clone(), "queue"),
                     Destination::Exchange(e) => (e.clone(), "exchange"),
                 };
+                let arguments = table_to_json(&b.arguments);
                 out.push(json!({
                     "source": &*x.name, "vhost": &*v.name, "destination": &*dest,
                     "destination_type": kind, "routing_key": &*b.routing_key,
-                    "arguments": table_to_json(&b.arguments),
-                    "properties_key": if b.routing_key.is_empty() { "~".to_string() } else { b.routing_key.to_string() },
+                    "properties_key": super::binding_key::properties_key(&b.routing_key, &arguments),
+                    "arguments": arguments,
                 }));
             }
         }
