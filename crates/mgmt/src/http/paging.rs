@@ -261,6 +261,7 @@ fn take(items: Vec<Value>, order: &[usize]) -> Vec<Value> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
