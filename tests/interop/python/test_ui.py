@@ -693,3 +693,65 @@ def test_ui_nodes_page(driver, broker):
         assert "1 of 1 running" in d.find_element(By.CSS_SELECTOR, "main h1 small").text
     except Exception as e:
         raise AssertionError(f"{e}\n{_debug(d)}") from e
+
+
+# Wraps the page's fetch: queue objects named NAME lose their counts and are "down", as the
+# API lists a queue whose node is down (RabbitMQ leaves the counts out).
+_DOWN_QUEUE_SCRIPT = """
+(() => {
+  const name = %s;
+  const strip = (q) => {
+    if (q && q.name === name) {
+      delete q.messages; delete q.messages_ready; delete q.messages_unacknowledged;
+      q.state = 'down';
+    }
+    return q;
+  };
+  const real = window.fetch.bind(window);
+  window.fetch = async (url, init) => {
+    const res = await real(url, init);
+    if (!String(url).startsWith('/api/queues') || !res.ok) return res;
+    let data = await res.json();
+    if (Array.isArray(data)) data.forEach(strip);
+    else if (data && Array.isArray(data.items)) data.items.forEach(strip);
+    else strip(data);
+    return new Response(JSON.stringify(data), { status: res.status, headers: res.headers });
+  };
+})();
+"""
+
+
+@pytest.mark.timeout(90)
+def test_ui_counts_left_out_are_shown_unknown(driver, broker):
+    """The UI's side of a queue whose node is down (the API leaves its counts out, as RabbitMQ
+    does): "unknown" in the list and on the queue's page, never 0 or blank. The page's fetch is
+    wrapped to drop the fields, so this holds whatever this broker reports."""
+    d = driver
+    base = f"http://127.0.0.1:{broker.http_port}"
+    name = f"ui-unknown-{uuid.uuid4().hex[:8]}"
+    script = None
+    try:
+        assert api(broker, "PUT", "/queues/%2F/" + name, {"durable": False})[0] == 201
+        ensure_login(d, base)
+        script = d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                                   {"source": _DOWN_QUEUE_SCRIPT % json.dumps(name)})["identifier"]
+        d.get(base + "/#/queues")
+        d.refresh()
+        by_id(d, "queues-filter").send_keys(name)
+        row = wait(d, lambda drv: (r := _row(drv, "data-queue", name)) is not None
+                   and r.get_attribute("data-state") == "down" and r, "the queue shown down")
+        cells = [row.find_element(By.CLASS_NAME, c).text for c in ("count-ready", "count-unacked", "count-total")]
+        assert cells == ["unknown"] * 3, cells
+        d.get(base + "/#/queues/%2F/" + name)
+        wait(d, lambda drv: drv.find_element(By.ID, "queue-ready").text == "unknown", "Ready unknown on its page")
+        assert d.find_element(By.ID, "queue-unacked").text == "unknown"
+        assert d.find_element(By.ID, "queue-total").text == "unknown"
+        assert d.find_element(By.ID, "queue-state").text == "down"
+    except Exception as e:
+        raise AssertionError(f"{e}\n{_debug(d)}") from e
+    finally:
+        if script is not None:
+            d.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script})
+            d.get(base + "/#/")
+            d.refresh()
+        api(broker, "DELETE", "/queues/%2F/" + name)
