@@ -66,11 +66,15 @@ macro_rules! asset {
 const HTML: &str = "text/html; charset=utf-8";
 const JS: &str = "text/javascript; charset=utf-8";
 
-static ASSETS: [Asset; 6] = [
+static ASSETS: [Asset; 10] = [
     asset!("/", "index.html", HTML),
     asset!("/index.html", "index.html", HTML),
     asset!("/ui/app.js", "app.js", JS),
     asset!("/ui/chart.js", "chart.js", JS),
+    asset!("/ui/core.js", "core.js", JS),
+    asset!("/ui/list.js", "list.js", JS),
+    asset!("/ui/bindings.js", "bindings.js", JS),
+    asset!("/ui/nodes.js", "nodes.js", JS),
     asset!("/ui/app.css", "app.css", "text/css; charset=utf-8"),
     asset!("/ui/favicon.svg", "favicon.svg", "image/svg+xml"),
 ];
@@ -175,6 +179,10 @@ mod tests {
             ("/index.html", HTML),
             ("/ui/app.js", JS),
             ("/ui/chart.js", JS),
+            ("/ui/core.js", JS),
+            ("/ui/list.js", JS),
+            ("/ui/bindings.js", JS),
+            ("/ui/nodes.js", JS),
             ("/ui/app.css", "text/css; charset=utf-8"),
             ("/ui/favicon.svg", "image/svg+xml"),
         ] {

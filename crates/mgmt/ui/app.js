@@ -5,203 +5,30 @@
 //   sessionStorage (this tab only) and sent with every API call; "Log out" forgets it.
 // * Routing: the hash (#/queues/%2F/name); each view builds its static part (forms) once and
 //   redraws its lists every 5 s, as RabbitMQ's UI does.
-// * Charts keep the last 10 minutes of samples in memory (chart.js draws them).
+// * Charts keep the last hour of samples in memory (the API gives current values and rates
+//   only); the time-range choice picks how much of it chart.js draws.
 // * Every name, payload or reason from the server reaches the page through textContent or
 //   setAttribute (the h() helper below); no markup is ever built from strings.
 
 import { LineChart } from './chart.js';
+import { pagedList } from './list.js';
+import { exchangeBindings, queueBindings } from './bindings.js';
+import { nodesView } from './nodes.js';
+import {
+  $, AUTH_KEY, ApiError, add, api, apiPath, argTags, argumentsEditor, auth, basicAuth, busy,
+  clearFlash, clock, deleteButton, exchangeLabel, exchangeSeg, fail, flash, fmtBytes, fmtCount,
+  fmtKnown, fmtRate, formGrid, h, hooks, isAdmin, isPolicymaker, kvTable, link, listTable, me,
+  options, parseLines, rateOf, renderIfChanged, route, vhostSelect,
+} from './core.js';
 
 const POLL_MS = 5000;
-const HISTORY_MS = 10 * 60 * 1000;
-const MAX_ROWS = 500;
-const AUTH_KEY = 'warren.auth';
+const HISTORY_MS = 60 * 60 * 1000;
+const RANGE_KEY = 'warren.range';
 const USER_KEY = 'warren.user';
 const TAGS_KEY = 'warren.tags';
 
 // ---------------------------------------------------------------------------------------------
-// DOM helpers
-
-/** Builds an element. attrs: on* are listeners, class, value, checked, selected, disabled are
- *  properties, anything else an attribute; children: nodes or text (arrays are flattened). */
-function h(tag, attrs, ...children) {
-  const el = document.createElement(tag);
-  let value;
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (v === undefined || v === null || v === false) continue;
-    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
-    else if (k === 'class') el.className = v;
-    else if (k === 'value') value = v;
-    else if (k === 'checked' || k === 'selected' || k === 'disabled') el[k] = Boolean(v);
-    else el.setAttribute(k, v === true ? '' : String(v));
-  }
-  add(el, children);
-  if (value !== undefined) el.value = value;
-  return el;
-}
-
-function add(el, children) {
-  for (const c of [children].flat(Infinity)) {
-    if (c === undefined || c === null || c === false) continue;
-    el.append(c instanceof Node ? c : String(c));
-  }
-  return el;
-}
-
-const $ = (sel) => document.querySelector(sel);
-
-function options(list, selected) {
-  return list.map(([value, label]) => h('option', { value, selected: value === selected }, label));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Formatting
-
-function fmtCount(v) {
-  return typeof v === 'number' ? v.toLocaleString('en-US') : '';
-}
-
-function fmtRate(v) {
-  if (typeof v !== 'number') return '';
-  return (v >= 100 ? Math.round(v).toLocaleString('en-US') : v.toFixed(1)) + '/s';
-}
-
-function fmtBytes(v) {
-  if (typeof v !== 'number') return '';
-  const units = ['B', 'kB', 'MB', 'GB', 'TB'];
-  let i = 0;
-  while (v >= 1000 && i < units.length - 1) { v /= 1000; i++; }
-  return (i ? v.toFixed(1) : String(Math.round(v))) + ' ' + units[i];
-}
-
-function clock(t) {
-  return new Date(t).toTimeString().slice(0, 8);
-}
-
-function rateOf(obj, key) {
-  const d = obj && obj.message_stats && obj.message_stats[key + '_details'];
-  return d && typeof d.rate === 'number' ? d.rate : undefined;
-}
-
-function jsonText(v) {
-  return typeof v === 'string' ? v : JSON.stringify(v);
-}
-
-function exchangeLabel(name) {
-  return name === '' ? '(AMQP default)' : name;
-}
-
-/** An exchange's name as it goes into a URL: RabbitMQ calls the default one amq.default. */
-function exchangeSeg(name) {
-  return name === '' ? 'amq.default' : name;
-}
-
-function link(hash, text) {
-  return h('a', { href: hash }, text);
-}
-
-function route(...segs) {
-  return '#/' + segs.map(encodeURIComponent).join('/');
-}
-
-// ---------------------------------------------------------------------------------------------
-// API
-
-class ApiError extends Error {
-  constructor(status, reason) {
-    super(reason);
-    this.status = status;
-  }
-}
-
-function basicAuth(user, pass) {
-  let bin = '';
-  for (const b of new TextEncoder().encode(user + ':' + pass)) bin += String.fromCharCode(b);
-  return 'Basic ' + btoa(bin);
-}
-
-const auth = () => sessionStorage.getItem(AUTH_KEY);
-
-/** /api + the segments, each percent-encoded. */
-function apiPath(...segs) {
-  return segs.map((s, i) => (i === 0 ? s : encodeURIComponent(s))).join('/');
-}
-
-/**
- * Calls the API. credentials: 'omit' keeps the browser from answering the 401's
- * WWW-Authenticate with a password prompt of its own (and from adding a cached login).
- */
-async function api(method, path, body, authHeader = auth()) {
-  const init = { method, headers: { Authorization: authHeader || '' }, credentials: 'omit', cache: 'no-store' };
-  if (body !== undefined) {
-    init.headers['Content-Type'] = 'application/json';
-    init.body = typeof body === 'string' ? body : JSON.stringify(body);
-  }
-  let res;
-  try {
-    res = await fetch('/api' + path, init);
-  } catch (e) {
-    throw new ApiError(0, 'Could not reach the server (' + e.message + ')');
-  }
-  const text = await res.text();
-  let data = null;
-  if (text) {
-    try { data = JSON.parse(text); } catch { data = text; }
-  }
-  if (!res.ok) {
-    let reason = data && typeof data === 'object' ? (data.reason ?? data.error) : data;
-    if (!reason) reason = `${res.status} ${res.statusText}`;
-    throw new ApiError(res.status, jsonText(reason));
-  }
-  return data;
-}
-
-/** A 401 whose reason says the login itself no longer holds (not a missing tag for a write). */
-function loginLost(e) {
-  return e instanceof ApiError && e.status === 401 && !/administrator/i.test(e.message);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Messages at the top of the page
-
-let flashTimer = null;
-
-function flash(text, kind = 'ok') {
-  const el = $('#flash');
-  clearTimeout(flashTimer);
-  el.className = kind;
-  el.dataset.kind = kind;
-  el.replaceChildren(h('span', { id: 'flash-text' }, text),
-    h('button', { type: 'button', title: 'Dismiss', onclick: clearFlash }, '×'));
-  el.hidden = false;
-  if (kind !== 'error') flashTimer = setTimeout(clearFlash, 15000);
-}
-
-function clearFlash() {
-  const el = $('#flash');
-  el.hidden = true;
-  el.replaceChildren();
-}
-
-function fail(e) {
-  if (loginLost(e)) return logout(e.message);
-  flash(e.message, 'error');
-}
-
-/** Runs an action with its button disabled; errors go to the flash. */
-async function busy(button, fn) {
-  if (button) button.disabled = true;
-  try {
-    return await fn();
-  } catch (e) {
-    fail(e);
-    return undefined;
-  } finally {
-    if (button) button.disabled = false;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Samples kept for the charts (10 minutes)
+// Samples kept for the charts (an hour)
 
 const histories = new Map();
 
@@ -213,23 +40,23 @@ function record(key, sample) {
   else list.push(sample);
   const cutoff = sample.t - HISTORY_MS;
   while (list.length && list[0].t < cutoff) list.shift();
-  // Forget objects not looked at for 10 minutes.
+  // Forget objects not looked at for an hour.
   for (const [k, l] of histories) if (!l.length || l[l.length - 1].t < cutoff) histories.delete(k);
   return list;
 }
 
 const RATE_SERIES = [
-  { key: 'publish', label: 'Publish', color: '#e6a100' },
-  { key: 'confirm', label: 'Publisher confirm', color: '#8c4fd6' },
-  { key: 'deliver_get', label: 'Deliver / get', color: '#2f7fc1' },
-  { key: 'ack', label: 'Consumer ack', color: '#3f9c3f' },
-  { key: 'redeliver', label: 'Redelivered', color: '#c8423b' },
+  { key: 'publish', label: 'Publish', color: '#e6a100', dash: '' },
+  { key: 'confirm', label: 'Publisher confirm', color: '#8c4fd6', dash: '7 4' },
+  { key: 'deliver_get', label: 'Deliver / get', color: '#2f7fc1', dash: '2 3' },
+  { key: 'ack', label: 'Consumer ack', color: '#3f9c3f', dash: '10 3 2 3' },
+  { key: 'redeliver', label: 'Redelivered', color: '#c8423b', dash: '4 4' },
 ];
 
 const QUEUED_SERIES = [
-  { key: 'ready', label: 'Ready', color: '#e6a100' },
-  { key: 'unacked', label: 'Unacked', color: '#2f7fc1' },
-  { key: 'total', label: 'Total', color: '#c8423b' },
+  { key: 'ready', label: 'Ready', color: '#e6a100', dash: '7 4' },
+  { key: 'unacked', label: 'Unacked', color: '#2f7fc1', dash: '2 3' },
+  { key: 'total', label: 'Total', color: '#c8423b', dash: '' },
 ];
 
 function rateSample(obj, keys) {
@@ -239,136 +66,28 @@ function rateSample(obj, keys) {
 }
 
 function chartPanel(title, chart) {
+  chart.setSpan(currentRange());
   return h('section', { class: 'panel' }, h('h2', null, title), chart.node);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Shared pieces of views
+/** The charts' time ranges (RabbitMQ's UI offers the same choice); the page keeps an hour. */
+const RANGES = [[60 * 1000, 'Last minute'], [10 * 60 * 1000, 'Last ten minutes'], [60 * 60 * 1000, 'Last hour']];
 
-/** A table; columns: {title, num?, cell(row) -> node|text}. */
-function listTable(columns, rows, { empty = 'Nothing to show.', rowAttrs } = {}) {
-  if (!rows.length) return h('p', { class: 'empty' }, empty);
-  const shown = rows.slice(0, MAX_ROWS);
-  const table = h('table', { class: 'list' },
-    h('thead', null, h('tr', null, columns.map((c) => h('th', { class: c.num ? 'num' : null }, c.title)))),
-    h('tbody', null, shown.map((r) => h('tr', rowAttrs ? rowAttrs(r) : null,
-      columns.map((c) => h('td', { class: c.num ? 'num' : null }, c.cell(r)))))));
-  if (rows.length <= MAX_ROWS) return table;
-  return h('div', null, table,
-    h('p', { class: 'note' }, `Showing the first ${MAX_ROWS} of ${rows.length}; use the filter to narrow the list.`));
+function currentRange() {
+  const v = Number(localStorage.getItem(RANGE_KEY));
+  return RANGES.some(([ms]) => ms === v) ? v : 10 * 60 * 1000;
 }
 
-/** Redraws `container` from `data` only when the data changed (keeps buttons under the mouse). */
-function renderIfChanged(container, data, build) {
-  const key = JSON.stringify(data);
-  if (container.dataset.rendered === key) return;
-  container.dataset.rendered = key;
-  container.replaceChildren(build());
-}
-
-function filterInput(onChange, placeholder = 'Filter by name') {
-  return h('input', { type: 'text', class: 'filter', placeholder, 'aria-label': placeholder,
-    oninput: (e) => onChange(e.target.value.trim().toLowerCase()) });
-}
-
-function matches(filter, ...texts) {
-  return !filter || texts.some((t) => String(t).toLowerCase().includes(filter));
-}
-
-/** Form rows: [label, control, hint?] -> a grid form. */
-function formGrid(id, rows, submitLabel, onSubmit) {
-  const button = h('button', { type: 'submit', class: 'primary', id: id + '-submit' }, submitLabel);
-  const form = h('form', { class: 'form', id, autocomplete: 'off' },
-    rows.map(([label, control, hint]) => [
-      h('label', { for: control.id || null }, label), control,
-      hint ? h('div', { class: 'hint note' }, hint) : null,
-    ]),
-    h('div', { class: 'actions' }, button));
-  form.addEventListener('submit', (e) => {
-    e.preventDefault();
-    busy(button, () => onSubmit(form));
+/** The time-range choice for a page's charts. */
+function rangeSelect(...charts) {
+  const sel = h('select', { id: 'chart-range', 'aria-label': 'Chart time range' },
+    options(RANGES.map(([ms, label]) => [String(ms), label]), String(currentRange())));
+  sel.addEventListener('change', () => {
+    localStorage.setItem(RANGE_KEY, sel.value);
+    for (const c of charts) c.setSpan(Number(sel.value));
   });
-  return form;
-}
-
-/** A <select> of the vhosts, filled once from the API. */
-function vhostSelect(id) {
-  const sel = h('select', { id }, h('option', { value: '/' }, '/'));
-  api('GET', '/vhosts').then((vs) => {
-    const current = sel.value;
-    sel.replaceChildren(...options(vs.map((v) => [v.name, v.name]), current));
-    if (![...sel.options].some((o) => o.value === current) && sel.options.length) sel.selectedIndex = 0;
-  }).catch(() => {});
-  return sel;
-}
-
-/** Rows of name / value / type for queue and exchange arguments, with RabbitMQ's shortcuts. */
-function argumentsEditor(id, shortcuts) {
-  const rows = h('div', { class: 'args', id });
-  const addRow = (name = '', value = '', type = 'string') => {
-    const nameEl = h('input', { type: 'text', placeholder: 'name', value: name, class: 'arg-name' });
-    const valueEl = h('input', { type: 'text', placeholder: 'value', value, class: 'arg-value' });
-    const typeEl = h('select', { class: 'arg-type' },
-      options([['string', 'String'], ['number', 'Number'], ['boolean', 'Boolean']], type));
-    const remove = h('button', { type: 'button', class: 'plain small', title: 'Remove' }, '×');
-    remove.addEventListener('click', () => { nameEl.remove(); valueEl.remove(); typeEl.remove(); remove.remove(); });
-    rows.append(nameEl, valueEl, typeEl, remove);
-    return valueEl;
-  };
-  const helpers = h('div', { class: 'helpers' }, 'Add ',
-    h('button', { type: 'button', class: 'plain small', onclick: () => addRow() }, 'argument'),
-    shortcuts.map(([label, name, type, value]) => h('button', {
-      type: 'button', class: 'plain small', title: name,
-      onclick: () => addRow(name, value ?? '', type).focus(),
-    }, label)));
-  const read = () => {
-    const args = {};
-    const names = rows.querySelectorAll('.arg-name');
-    const values = rows.querySelectorAll('.arg-value');
-    const types = rows.querySelectorAll('.arg-type');
-    names.forEach((n, i) => {
-      const name = n.value.trim();
-      if (!name) return;
-      const raw = values[i].value.trim();
-      if (types[i].value === 'number') {
-        const num = Number(raw);
-        if (raw === '' || Number.isNaN(num)) throw new ApiError(0, `Argument ${name}: "${raw}" is not a number`);
-        args[name] = num;
-      } else if (types[i].value === 'boolean') {
-        args[name] = raw === 'true' || raw === '1' || raw === 'yes';
-      } else {
-        args[name] = raw;
-      }
-    });
-    return args;
-  };
-  const clear = () => rows.replaceChildren();
-  return { node: h('div', null, rows, helpers), read, clear };
-}
-
-/** name=value lines (headers, properties) -> an object; integer-looking values of `ints` become numbers. */
-function parseLines(text, ints = []) {
-  const out = {};
-  for (const line of text.split('\n')) {
-    if (!line.trim()) continue;
-    const i = line.indexOf('=');
-    if (i < 1) throw new ApiError(0, `"${line.trim()}" is not name=value`);
-    const k = line.slice(0, i).trim();
-    const v = line.slice(i + 1).trim();
-    out[k] = ints.includes(k) && /^-?\d+$/.test(v) ? Number(v) : v;
-  }
-  return out;
-}
-
-function kvTable(obj) {
-  const entries = Object.entries(obj || {});
-  if (!entries.length) return h('span', { class: 'note' }, 'none');
-  return h('table', { class: 'facts' }, entries.map(([k, v]) =>
-    h('tr', null, h('th', null, k), h('td', { class: 'mono' }, jsonText(v)))));
-}
-
-function argTags(args) {
-  return Object.entries(args || {}).map(([k, v]) => h('span', { class: 'tag', title: k + ': ' + jsonText(v) }, k));
+  return h('div', { class: 'range' }, h('label', { for: 'chart-range' }, 'Charts: '), sel,
+    h('span', { class: 'note' }, ' (kept in this page while it is open, sampled every 5 s)'));
 }
 
 /** "Publish message" form (exchange page; on a queue page: the default exchange, to the queue). */
@@ -407,7 +126,6 @@ function publishForm(vhost, exchange, queueName) {
 // Global state: the overview, polled every 5 s whatever the page (its charts need the history)
 
 let overview = null;
-let me = { name: '', tags: [] };
 
 async function pollOverview() {
   const o = await api('GET', '/overview');
@@ -424,8 +142,6 @@ async function pollOverview() {
   return o;
 }
 
-const isAdmin = () => me.tags.includes('administrator');
-const isPolicymaker = () => isAdmin() || me.tags.includes('policymaker');
 
 // ---------------------------------------------------------------------------------------------
 // Views: {tab, node, refresh()}
@@ -439,6 +155,7 @@ function overviewView() {
   const root = h('div', null,
     h('h1', null, 'Overview'),
     h('div', { class: 'row' }, chartPanel('Queued messages', queued), chartPanel('Message rates', rates)),
+    rangeSelect(queued, rates),
     h('section', { class: 'panel' }, h('h2', null, 'Global counts'), totals),
     h('div', { class: 'row' },
       h('section', { class: 'panel' }, h('h2', null, 'Node'), node),
@@ -484,39 +201,32 @@ function overviewView() {
   return { tab: 'overview', node: root, refresh };
 }
 
-/** A list page: a filter, a table redrawn every 5 s, and forms below. */
-function listView({ tab, title, path, columns, filterOf, empty, extra, rowAttrs }) {
-  let filter = '';
-  let rows = [];
-  const count = h('small');
-  const body = h('div');
-  const draw = () => {
-    const shown = rows.filter((r) => matches(filter, ...filterOf(r)));
-    renderIfChanged(body, shown, () => listTable(columns, shown, { empty, rowAttrs }));
-  };
-  const refresh = async () => {
-    rows = await api('GET', path);
-    count.textContent = `(${rows.length})`;
-    draw();
-  };
-  const root = h('div', null, h('h1', null, title, ' ', count),
-    h('section', { class: 'panel' }, filterInput((f) => { filter = f; draw(); }), body),
-    extra ? extra(() => refresh()) : null);
-  return { tab, node: root, refresh };
+/** A list page: a table paged, sorted and filtered by the server, redrawn every 5 s, and forms below. */
+function listView({ tab, title, path, columns, empty, extra, rowAttrs }) {
+  const list = pagedList({ prefix: tab, path, columns, empty, rowAttrs });
+  const root = h('div', null, h('h1', null, title, ' ', list.count), list.node,
+    extra ? extra(() => list.refresh()) : null);
+  return { tab, node: root, refresh: list.refresh };
+}
+
+/** A node name without its host part, for narrow columns (the full name as the title). */
+function nodeCell(n) {
+  if (typeof n !== 'string' || !n) return '';
+  return h('span', { class: 'node', title: n }, n);
 }
 
 function connectionsView() {
   return listView({
     tab: 'connections', title: 'Connections', path: '/connections', empty: 'No connections.',
-    filterOf: (c) => [c.name, c.user, c.vhost, c.client_properties?.connection_name ?? ''],
     columns: [
-      { title: 'Virtual host', cell: (c) => c.vhost },
-      { title: 'Name', cell: (c) => [c.name, c.client_properties?.connection_name ? h('span', { class: 'sub' }, c.client_properties.connection_name) : null] },
-      { title: 'User', cell: (c) => c.user },
-      { title: 'State', cell: (c) => c.state },
+      { title: 'Virtual host', sort: 'vhost', cell: (c) => c.vhost },
+      { title: 'Name', sort: 'name', cell: (c) => [c.name, c.client_properties?.connection_name ? h('span', { class: 'sub' }, c.client_properties.connection_name) : null] },
+      { title: 'Node', sort: 'node', cell: (c) => nodeCell(c.node) },
+      { title: 'User', sort: 'user', cell: (c) => c.user },
+      { title: 'State', sort: 'state', cell: (c) => c.state },
       { title: 'TLS', cell: (c) => (c.ssl ? '●' : '○') },
       { title: 'Protocol', cell: (c) => c.protocol },
-      { title: 'Channels', num: true, cell: (c) => fmtCount(c.channels) },
+      { title: 'Channels', num: true, sort: 'channels', cell: (c) => fmtCount(c.channels) },
       { title: 'From client', num: true, cell: (c) => (c.recv_oct_details ? fmtBytes(c.recv_oct_details.rate) + '/s' : '') },
       { title: 'To client', num: true, cell: (c) => (c.send_oct_details ? fmtBytes(c.send_oct_details.rate) + '/s' : '') },
       { title: '', cell: (c) => (isAdmin() ? h('button', {
@@ -535,20 +245,20 @@ function connectionsView() {
 function channelsView() {
   return listView({
     tab: 'channels', title: 'Channels', path: '/channels', empty: 'No channels.',
-    filterOf: (c) => [c.name, c.user, c.vhost],
     columns: [
-      { title: 'Channel', cell: (c) => c.name },
-      { title: 'Virtual host', cell: (c) => c.vhost },
-      { title: 'User', cell: (c) => c.user },
+      { title: 'Channel', sort: 'name', cell: (c) => c.name },
+      { title: 'Node', sort: 'node', cell: (c) => nodeCell(c.node) },
+      { title: 'Virtual host', sort: 'vhost', cell: (c) => c.vhost },
+      { title: 'User', sort: 'user', cell: (c) => c.user },
       { title: 'Mode', cell: (c) => [c.confirm ? h('span', { class: 'tag', title: 'Confirm' }, 'C') : null, c.transactional ? h('span', { class: 'tag', title: 'Transactional' }, 'T') : null] },
       { title: 'State', cell: (c) => c.state },
-      { title: 'Unconfirmed', num: true, cell: (c) => fmtCount(c.messages_unconfirmed) },
-      { title: 'Prefetch', num: true, cell: (c) => fmtCount(c.prefetch_count) },
-      { title: 'Unacked', num: true, cell: (c) => fmtCount(c.messages_unacknowledged) },
-      { title: 'Publish', num: true, cell: (c) => fmtRate(rateOf(c, 'publish')) },
-      { title: 'Confirm', num: true, cell: (c) => fmtRate(rateOf(c, 'confirm')) },
-      { title: 'Deliver / get', num: true, cell: (c) => fmtRate(rateOf(c, 'deliver_get')) },
-      { title: 'Ack', num: true, cell: (c) => fmtRate(rateOf(c, 'ack')) },
+      { title: 'Unconfirmed', num: true, sort: 'messages_unconfirmed', cell: (c) => fmtCount(c.messages_unconfirmed) },
+      { title: 'Prefetch', num: true, sort: 'prefetch_count', cell: (c) => fmtCount(c.prefetch_count) },
+      { title: 'Unacked', num: true, sort: 'messages_unacknowledged', cell: (c) => fmtCount(c.messages_unacknowledged) },
+      { title: 'Publish', num: true, sort: 'message_stats.publish_details.rate', cell: (c) => fmtRate(rateOf(c, 'publish')) },
+      { title: 'Confirm', num: true, sort: 'message_stats.confirm_details.rate', cell: (c) => fmtRate(rateOf(c, 'confirm')) },
+      { title: 'Deliver / get', num: true, sort: 'message_stats.deliver_get_details.rate', cell: (c) => fmtRate(rateOf(c, 'deliver_get')) },
+      { title: 'Ack', num: true, sort: 'message_stats.ack_details.rate', cell: (c) => fmtRate(rateOf(c, 'ack')) },
     ],
   });
 }
@@ -556,18 +266,17 @@ function channelsView() {
 function exchangesView() {
   return listView({
     tab: 'exchanges', title: 'Exchanges', path: '/exchanges', empty: 'No exchanges.',
-    filterOf: (x) => [x.name, x.vhost],
     columns: [
-      { title: 'Virtual host', cell: (x) => x.vhost },
-      { title: 'Name', cell: (x) => link(route('exchanges', x.vhost, exchangeSeg(x.name)), exchangeLabel(x.name)) },
-      { title: 'Type', cell: (x) => x.type },
+      { title: 'Virtual host', sort: 'vhost', cell: (x) => x.vhost },
+      { title: 'Name', sort: 'name', cell: (x) => link(route('exchanges', x.vhost, exchangeSeg(x.name)), exchangeLabel(x.name)) },
+      { title: 'Type', sort: 'type', cell: (x) => x.type },
       { title: 'Features', cell: (x) => [
         x.durable ? h('span', { class: 'tag feat', title: 'durable' }, 'D') : null,
         x.auto_delete ? h('span', { class: 'tag feat', title: 'auto-delete' }, 'AD') : null,
         x.internal ? h('span', { class: 'tag feat', title: 'internal' }, 'I') : null,
         argTags(x.arguments)] },
-      { title: 'Message rate in', num: true, cell: (x) => fmtRate(rateOf(x, 'publish_in')) },
-      { title: 'Message rate out', num: true, cell: (x) => fmtRate(rateOf(x, 'publish_out')) },
+      { title: 'Message rate in', num: true, sort: 'message_stats.publish_in_details.rate', cell: (x) => fmtRate(rateOf(x, 'publish_in')) },
+      { title: 'Message rate out', num: true, sort: 'message_stats.publish_out_details.rate', cell: (x) => fmtRate(rateOf(x, 'publish_out')) },
     ],
     extra: (reload) => isAdmin() ? addExchangeForm(reload) : null,
   });
@@ -598,28 +307,43 @@ function addExchangeForm(reload) {
   return h('details', { class: 'panel', open: true }, h('summary', null, 'Add a new exchange'), form);
 }
 
+/** A replicated queue's members: a quorum queue's `members` (those not `online` marked down),
+ *  or a mirrored classic queue's leader and `slave_nodes`. */
+function membersCell(q) {
+  const members = Array.isArray(q.members) ? q.members
+    : Array.isArray(q.slave_nodes) ? [q.leader || q.node, ...q.slave_nodes].filter(Boolean) : null;
+  if (!members) return '';
+  const online = Array.isArray(q.online) ? q.online : null;
+  return members.map((m) => h('span', {
+    class: 'tag member' + (online && !online.includes(m) ? ' offline' : ''),
+    title: m + (online && !online.includes(m) ? ' (not online)' : ''),
+  }, m));
+}
+
 function queuesView() {
   return listView({
     tab: 'queues', title: 'Queues', path: '/queues', empty: 'No queues.',
-    filterOf: (q) => [q.name, q.vhost],
-    rowAttrs: (q) => ({ 'data-queue': q.name, 'data-vhost': q.vhost }),
+    rowAttrs: (q) => ({ 'data-queue': q.name, 'data-vhost': q.vhost, 'data-state': q.state }),
     columns: [
-      { title: 'Virtual host', cell: (q) => q.vhost },
-      { title: 'Name', cell: (q) => link(route('queues', q.vhost, q.name), q.name) },
-      { title: 'Type', cell: (q) => q.type || 'classic' },
+      { title: 'Virtual host', sort: 'vhost', cell: (q) => q.vhost },
+      { title: 'Name', sort: 'name', cell: (q) => link(route('queues', q.vhost, q.name), q.name) },
+      { title: 'Type', sort: 'type', cell: (q) => q.type || 'classic' },
       { title: 'Features', cell: (q) => [
         q.durable ? h('span', { class: 'tag feat', title: 'durable' }, 'D') : null,
         q.auto_delete ? h('span', { class: 'tag feat', title: 'auto-delete' }, 'AD') : null,
         q.exclusive ? h('span', { class: 'tag feat', title: 'exclusive' }, 'Excl') : null,
         argTags(q.arguments),
         q.policy ? h('span', { class: 'tag', title: 'policy' }, q.policy) : null] },
-      { title: 'State', cell: (q) => q.state },
-      { title: 'Ready', num: true, cell: (q) => fmtCount(q.messages_ready) },
-      { title: 'Unacked', num: true, cell: (q) => fmtCount(q.messages_unacknowledged) },
-      { title: 'Total', num: true, cell: (q) => fmtCount(q.messages) },
-      { title: 'Incoming', num: true, cell: (q) => fmtRate(rateOf(q, 'publish')) },
-      { title: 'Deliver / get', num: true, cell: (q) => fmtRate(rateOf(q, 'deliver_get')) },
-      { title: 'Ack', num: true, cell: (q) => fmtRate(rateOf(q, 'ack')) },
+      { title: 'Node', sort: 'node', cell: (q) => nodeCell(q.node) },
+      { title: 'Leader', sort: 'leader', cell: (q) => nodeCell(q.leader) },
+      { title: 'Members', cell: membersCell },
+      { title: 'State', sort: 'state', cell: (q) => h('span', { class: 'state state-' + q.state }, q.state) },
+      { title: 'Ready', num: true, sort: 'messages_ready', cell: (q) => h('span', { class: 'count-ready' }, fmtKnown(q.messages_ready)) },
+      { title: 'Unacked', num: true, sort: 'messages_unacknowledged', cell: (q) => h('span', { class: 'count-unacked' }, fmtKnown(q.messages_unacknowledged)) },
+      { title: 'Total', num: true, sort: 'messages', cell: (q) => h('span', { class: 'count-total' }, fmtKnown(q.messages)) },
+      { title: 'Incoming', num: true, sort: 'message_stats.publish_details.rate', cell: (q) => fmtRate(rateOf(q, 'publish')) },
+      { title: 'Deliver / get', num: true, sort: 'message_stats.deliver_get_details.rate', cell: (q) => fmtRate(rateOf(q, 'deliver_get')) },
+      { title: 'Ack', num: true, sort: 'message_stats.ack_details.rate', cell: (q) => fmtRate(rateOf(q, 'ack')) },
     ],
     extra: (reload) => isAdmin() ? addQueueForm(reload) : null,
   });
@@ -668,10 +392,13 @@ function queueView(vhost, name) {
   const rates = new LineChart({ id: 'queue-rates', title: 'Message rates', series: rateSeries, format: fmtRate });
   const details = h('div');
   const consumers = h('div');
+  const bindings = queueBindings(vhost, name);
   const body = h('div', null,
     h('div', { class: 'row' }, chartPanel('Queued messages', queued), chartPanel('Message rates', rates)),
+    rangeSelect(queued, rates),
     h('section', { class: 'panel' }, h('h2', null, 'Details'), details),
     h('section', { class: 'panel' }, h('h2', null, 'Consumers'), consumers),
+    bindings.node,
     isAdmin() ? publishForm(vhost, '', name) : null,
     isAdmin() ? getMessagesPanel(vhost, name) : null,
     isAdmin() ? dangerPanel(vhost, name) : null);
@@ -696,7 +423,8 @@ function queueView(vhost, name) {
     const hist = record(key, {
       t: Date.now(),
       v: rateSample(q, rateSeries.map((s) => s.key)),
-      q: { ready: q.messages_ready ?? 0, unacked: q.messages_unacknowledged ?? 0, total: q.messages ?? 0 },
+      // A count the API leaves out (the queue's node is down) is not plotted.
+      q: { ready: q.messages_ready, unacked: q.messages_unacknowledged, total: q.messages },
     });
     rates.update(hist.map((s) => ({ t: s.t, v: s.v })));
     queued.update(hist.map((s) => ({ t: s.t, v: s.q })));
@@ -705,7 +433,7 @@ function queueView(vhost, name) {
       h('div', { class: 'totals' }, [['ready', 'Ready', q.messages_ready], ['unacked', 'Unacked', q.messages_unacknowledged],
         ['total', 'Total', q.messages], ['consumers', 'Consumers', q.consumers]].map(([id, label, v]) =>
         h('div', { class: 'total' }, h('span', { class: 'label' }, label),
-          h('span', { class: 'value', id: 'queue-' + id }, fmtCount(v ?? 0))))),
+          h('span', { class: 'value', id: 'queue-' + id }, id === 'consumers' ? fmtCount(v ?? 0) : fmtKnown(v))))),
       h('table', { class: 'facts' },
         h('tr', null, h('th', null, 'Type'), h('td', null, q.type || 'classic')),
         h('tr', null, h('th', null, 'Features'), h('td', null,
@@ -713,7 +441,11 @@ function queueView(vhost, name) {
         h('tr', null, h('th', null, 'Arguments'), h('td', null, kvTable(q.arguments))),
         h('tr', null, h('th', null, 'Policy'), h('td', null, q.policy || '')),
         h('tr', null, h('th', null, 'Effective policy definition'), h('td', null, kvTable(q.effective_policy_definition))),
-        h('tr', null, h('th', null, 'State'), h('td', null, q.state)))));
+        h('tr', null, h('th', null, 'State'), h('td', { id: 'queue-state' }, q.state)),
+        h('tr', null, h('th', null, 'Node'), h('td', null, q.node || '')),
+        q.leader ? h('tr', null, h('th', null, 'Leader'), h('td', null, q.leader)) : null,
+        q.members || q.slave_nodes ? h('tr', null, h('th', null, 'Members'), h('td', null, membersCell(q))) : null)));
+    await bindings.refresh();
     const cs = (await api('GET', apiPath('/consumers', vhost))).filter((c) => c.queue && c.queue.name === name);
     renderIfChanged(consumers, cs, () => listTable([
       { title: 'Channel', cell: (c) => c.channel_details?.name ?? '' },
@@ -797,7 +529,7 @@ function exchangeView(vhost, seg) {
   ];
   const rates = new LineChart({ id: 'exchange-rates', title: 'Message rates', series, format: fmtRate });
   const details = h('div');
-  const bindings = h('div');
+  const bindings = exchangeBindings(vhost, name);
   const del = h('button', { type: 'button', class: 'danger', id: 'delete-exchange' }, 'Delete this exchange');
   del.addEventListener('click', () => {
     if (!confirm(`Delete exchange ${name}?`)) return;
@@ -809,7 +541,8 @@ function exchangeView(vhost, seg) {
   });
   const body = h('div', null,
     h('div', { class: 'row' }, chartPanel('Message rates', rates), h('section', { class: 'panel' }, h('h2', null, 'Details'), details)),
-    h('section', { class: 'panel' }, h('h2', null, 'Bindings from this exchange'), bindings),
+    rangeSelect(rates),
+    bindings.node,
     isAdmin() ? publishForm(vhost, name) : null,
     isAdmin() && name !== '' && !name.startsWith('amq.') ? h('section', { class: 'panel' }, h('h2', null, 'Delete'), del) : null);
   const root = h('div', null, h('h1', null, 'Exchange ', h('span', { id: 'exchange-name' }, exchangeLabel(name)), h('small', null, 'in virtual host ' + vhost)), body);
@@ -834,12 +567,7 @@ function exchangeView(vhost, seg) {
       h('tr', null, h('th', null, 'Features'), h('td', null,
         [x.durable ? 'durable' : 'transient', x.auto_delete ? 'auto-delete' : null, x.internal ? 'internal' : null].filter(Boolean).join(', '))),
       h('tr', null, h('th', null, 'Arguments'), h('td', null, kvTable(x.arguments)))));
-    const bs = (await api('GET', apiPath('/bindings', vhost))).filter((b) => b.source === name);
-    renderIfChanged(bindings, bs, () => listTable([
-      { title: 'To', cell: (b) => [link(route(b.destination_type === 'queue' ? 'queues' : 'exchanges', vhost, b.destination), b.destination), h('span', { class: 'sub' }, b.destination_type)] },
-      { title: 'Routing key', cell: (b) => b.routing_key },
-      { title: 'Arguments', cell: (b) => kvTable(b.arguments) },
-    ], bs, { empty: 'No bindings.' }));
+    await bindings.refresh();
   };
   return { tab: 'exchanges', node: root, refresh };
 }
@@ -854,14 +582,6 @@ function adminNav(active) {
     h('a', { href: '#/' + k, class: k === active ? 'active' : null }, label)));
 }
 
-function deleteButton(label, question, action) {
-  const b = h('button', { type: 'button', class: 'danger small' }, label);
-  b.addEventListener('click', () => {
-    if (!confirm(question)) return;
-    busy(b, action);
-  });
-  return b;
-}
 
 function usersView() {
   const list = h('div');
@@ -1067,6 +787,7 @@ function resolve(parts) {
     case 'channels': return channelsView();
     case 'exchanges': return a !== undefined && b !== undefined ? exchangeView(a, b) : exchangesView();
     case 'queues': return a !== undefined && b !== undefined ? queueView(a, b) : queuesView();
+    case 'nodes': return nodesView();
     case 'users': return isAdmin() ? usersView() : notFoundView();
     case 'vhosts': return isAdmin() ? vhostsView() : notFoundView();
     case 'policies': return isPolicymaker() ? policiesView() : notFoundView();
@@ -1092,7 +813,7 @@ function parseHash() {
 
 function drawTabs() {
   const tabs = [['overview', '#/', 'Overview'], ['connections', '#/connections', 'Connections'],
-    ['channels', '#/channels', 'Channels'], ['exchanges', '#/exchanges', 'Exchanges'], ['queues', '#/queues', 'Queues']];
+    ['channels', '#/channels', 'Channels'], ['exchanges', '#/exchanges', 'Exchanges'], ['queues', '#/queues', 'Queues'], ['nodes', '#/nodes', 'Nodes']];
   if (isPolicymaker()) tabs.push(['admin', isAdmin() ? '#/users' : '#/policies', 'Admin']);
   $('#tabs').replaceChildren(...tabs.map(([k, href, label]) =>
     h('a', { href, 'data-tab': k, class: view && view.tab === k ? 'active' : null }, label)));
@@ -1131,7 +852,8 @@ async function tick() {
 }
 
 function start() {
-  me = { name: sessionStorage.getItem(USER_KEY) || '', tags: JSON.parse(sessionStorage.getItem(TAGS_KEY) || '[]') };
+  me.name = sessionStorage.getItem(USER_KEY) || '';
+  me.tags = JSON.parse(sessionStorage.getItem(TAGS_KEY) || '[]');
   $('#header').hidden = false;
   $('#hdr-user').textContent = me.name;
   clearInterval(timer);
@@ -1195,5 +917,6 @@ $('#logout').addEventListener('click', () => {
   history.replaceState(null, '', '#/');
 });
 
+hooks.logout = logout;
 if (auth()) start();
 else showLogin();

@@ -1,8 +1,9 @@
 //! Channels and consumers, listed from every node (`cluster_view`).
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use serde_json::Value;
 
+use super::paging::{list_reply, ListParams};
 use crate::api::{not_found, ok_json, vhost_of, ApiResult, B};
 use crate::cluster_view::rows;
 
@@ -10,14 +11,18 @@ fn keep(all: Vec<Value>, f: impl Fn(&Value) -> bool) -> Value {
     Value::Array(all.into_iter().filter(|r| f(r)).collect())
 }
 
-pub(super) async fn list_channels(State(b): B) -> ApiResult {
-    ok_json(Value::Array(rows(&b, "channels").await))
+pub(super) async fn list_channels(State(b): B, Query(p): Query<ListParams>) -> ApiResult {
+    list_reply(Value::Array(rows(&b, "channels").await), &p)
 }
 
-pub(super) async fn list_channels_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
+pub(super) async fn list_channels_in(
+    State(b): B,
+    Path(vhost): Path<String>,
+    Query(p): Query<ListParams>,
+) -> ApiResult {
     let v = vhost_of(&b, &vhost)?;
     let all = rows(&b, "channels").await;
-    ok_json(keep(all, |r| r["vhost"] == *v.name))
+    list_reply(keep(all, |r| r["vhost"] == *v.name), &p)
 }
 
 pub(super) async fn list_connection_channels(State(b): B, Path(name): Path<String>) -> ApiResult {

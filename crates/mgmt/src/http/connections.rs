@@ -1,15 +1,16 @@
 //! Connections: listing them (every node's), one by name, and closing one (with the reason
 //! from the `X-Reason` header) on whichever node has it.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use serde_json::Value;
 
+use super::paging::{list_reply, ListParams};
 use crate::api::{no_content, not_found, ok_json, ApiResult, B};
 use crate::cluster_view::{close_anywhere, rows};
 
-pub(super) async fn list_connections(State(b): B) -> ApiResult {
-    ok_json(Value::Array(rows(&b, "connections").await))
+pub(super) async fn list_connections(State(b): B, Query(p): Query<ListParams>) -> ApiResult {
+    list_reply(Value::Array(rows(&b, "connections").await), &p)
 }
 
 pub(super) async fn get_connection(State(b): B, Path(name): Path<String>) -> ApiResult {

@@ -11,6 +11,7 @@ use warren_broker::server::Broker;
 use warren_broker::vhost::{ExchangeSpec, VHost};
 use warren_routing::Destination;
 
+use super::paging::{list_reply, ListParams};
 use crate::api::{
     bad_request, body_object, created, no_content, not_found, ok_json, str_field, vhost_of,
     ApiResult, B,
@@ -61,12 +62,19 @@ pub(crate) fn exchange_name(n: &str) -> &str {
     }
 }
 
-pub(super) async fn list_exchanges(State(b): B) -> ApiResult {
-    ok_json(exchanges_of(&b, b.vhosts(), None).await)
+pub(super) async fn list_exchanges(State(b): B, Query(p): Query<ListParams>) -> ApiResult {
+    list_reply(exchanges_of(&b, b.vhosts(), None).await, &p)
 }
 
-pub(super) async fn list_exchanges_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
-    ok_json(exchanges_of(&b, vec![vhost_of(&b, &vhost)?], Some(&vhost)).await)
+pub(super) async fn list_exchanges_in(
+    State(b): B,
+    Path(vhost): Path<String>,
+    Query(p): Query<ListParams>,
+) -> ApiResult {
+    list_reply(
+        exchanges_of(&b, vec![vhost_of(&b, &vhost)?], Some(&vhost)).await,
+        &p,
+    )
 }
 
 pub(super) async fn get_exchange(
@@ -138,7 +146,7 @@ pub(super) async fn delete_exchange(
 
 // ---- bindings ----
 
-fn bindings_of(vhosts: Vec<Arc<VHost>>) -> Value {
+pub(super) fn bindings_of(vhosts: Vec<Arc<VHost>>) -> Value {
     let mut out = Vec::new();
     for v in vhosts {
         let s = v.snapshot();
@@ -149,7 +157,7 @@ fn bindings_of(vhosts: Vec<Arc<VHost>>) -> Value {
             out.push(json!({
                 "source": "", "vhost": &*v.name, "destination": &**q,
                 "destination_type": "queue", "routing_key": &**q, "arguments": {},
-                "properties_key": &**q,
+                "properties_key": super::binding_key::properties_key(q, &Value::Null),
             }));
         }
         let mut xs: Vec<_> = s.table.exchanges.values().collect();
@@ -160,11 +168,12 @@ fn bindings_of(vhosts: Vec<Arc<VHost>>) -> Value {
                     Destination::Queue(q) => (q.name().clone(), "queue"),
                     Destination::Exchange(e) => (e.clone(), "exchange"),
                 };
+                let arguments = table_to_json(&b.arguments);
                 out.push(json!({
                     "source": &*x.name, "vhost": &*v.name, "destination": &*dest,
                     "destination_type": kind, "routing_key": &*b.routing_key,
-                    "arguments": table_to_json(&b.arguments),
-                    "properties_key": if b.routing_key.is_empty() { "~".to_string() } else { b.routing_key.to_string() },
+                    "properties_key": super::binding_key::properties_key(&b.routing_key, &arguments),
+                    "arguments": arguments,
                 }));
             }
         }

@@ -8,15 +8,21 @@
 //! This file holds the server, the router and the authentication every request passes; the
 //! error and reply helpers every API module uses are in `crate::api`. The handlers are in a
 //! file per kind of object: `overview` (and `whoami`, definitions), `users` (and permissions),
-//! `vhosts`, `queues`, `exchanges` (and bindings), `connections`, `channels` (and consumers),
-//! `policies`, `limits`; the other API modules (`stats_api`, `cluster_view`, `ctl_api`,
-//! `health_api`, `api_messages`, `ui`) sit beside this one. This file names the handlers only to route to them; none of them imports it.
+//! `vhosts`, `queues`, `exchanges` (and the binding listings), `bindings` (one exchange's or
+//! queue's, adding and removing one), `connections`, `channels` (and consumers), `policies`,
+//! `limits`; `paging` sorts, filters and pages any list reply with RabbitMQ's query
+//! parameters; the other API modules (`stats_api`, `cluster_view`, `ctl_api`, `health_api`,
+//! `api_messages`, `ui`) sit beside this one. This file names the handlers only to route to
+//! them; none of them imports it.
 
+mod binding_key;
+mod bindings;
 mod channels;
 mod connections;
 pub(crate) mod exchanges;
 mod limits;
 mod overview;
+pub(crate) mod paging;
 mod policies;
 mod queues;
 mod users;
@@ -209,6 +215,22 @@ pub fn router(broker: Arc<Broker>) -> Router {
         )
         .route("/api/bindings", get(list_bindings))
         .route("/api/bindings/{vhost}", get(list_bindings_in))
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{dtype}/{dest}",
+            get(bindings::list_between).post(bindings::add_binding),
+        )
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{dtype}/{dest}/{props}",
+            get(bindings::get_binding).delete(bindings::delete_binding),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/{side}",
+            get(bindings::exchange_bindings),
+        )
+        .route(
+            "/api/queues/{vhost}/{name}/bindings",
+            get(bindings::queue_bindings),
+        )
         .route("/api/connections", get(list_connections))
         .route(
             "/api/connections/{name}",

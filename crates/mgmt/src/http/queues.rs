@@ -11,6 +11,7 @@ use warren_broker::queue::QueueRef;
 use warren_broker::server::Broker;
 use warren_broker::vhost::{QueueSpec, VHost};
 
+use super::paging::{list_reply, ListParams};
 use crate::api::{
     bad_request, body_object, created, no_content, not_found, ok_json, vhost_of, ApiResult, B,
 };
@@ -70,13 +71,17 @@ async fn queues_of(b: &Broker, vhosts: Vec<Arc<VHost>>, one_vhost: Option<&str>)
     Value::Array(out)
 }
 
-pub(super) async fn list_queues(State(b): B) -> ApiResult {
-    ok_json(queues_of(&b, b.vhosts(), None).await)
+pub(super) async fn list_queues(State(b): B, Query(p): Query<ListParams>) -> ApiResult {
+    list_reply(queues_of(&b, b.vhosts(), None).await, &p)
 }
 
-pub(super) async fn list_queues_in(State(b): B, Path(vhost): Path<String>) -> ApiResult {
+pub(super) async fn list_queues_in(
+    State(b): B,
+    Path(vhost): Path<String>,
+    Query(p): Query<ListParams>,
+) -> ApiResult {
     let v = vhost_of(&b, &vhost)?;
-    ok_json(queues_of(&b, vec![v], Some(&vhost)).await)
+    list_reply(queues_of(&b, vec![v], Some(&vhost)).await, &p)
 }
 
 pub(super) async fn get_queue(

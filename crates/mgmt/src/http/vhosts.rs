@@ -1,12 +1,13 @@
 //! Virtual hosts: listing, creating (with their description) and deleting them, and a
 //! vhost's permissions.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use serde_json::{json, Value};
 use warren_broker::access::{User, VhostDef};
 use warren_broker::server::Broker;
 use warren_broker::vhost::VHost;
 
+use super::paging::{list_reply, ListParams};
 use crate::api::{body_object, created, no_content, ok_json, str_field, vhost_of, ApiResult, B};
 
 fn vhost_json(b: &Broker, v: &VHost) -> Value {
@@ -27,10 +28,11 @@ fn vhost_json(b: &Broker, v: &VHost) -> Value {
     })
 }
 
-pub(super) async fn list_vhosts(State(b): B) -> ApiResult {
-    ok_json(Value::Array(
-        b.vhosts().iter().map(|v| vhost_json(&b, v)).collect(),
-    ))
+pub(super) async fn list_vhosts(State(b): B, Query(p): Query<ListParams>) -> ApiResult {
+    list_reply(
+        Value::Array(b.vhosts().iter().map(|v| vhost_json(&b, v)).collect()),
+        &p,
+    )
 }
 
 pub(super) async fn get_vhost(State(b): B, Path(name): Path<String>) -> ApiResult {
