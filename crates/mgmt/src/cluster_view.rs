@@ -199,27 +199,39 @@ fn hosted_figures(b: &Broker, vhost: Option<&str>, name: Option<&str>) -> Vec<Va
     out
 }
 
-/// The figures other nodes give for the queues they host, by (vhost, name); one vhost's or one
-/// queue's where given. Empty on a single node.
-pub async fn figures_elsewhere(
+/// What other nodes answer to a per-object view (`queues`, `exchanges`) for one vhost's or one
+/// object's (where given), by (vhost, name). Empty on a single node.
+async fn parts_elsewhere(
     b: &Broker,
+    view: &str,
     vhost: Option<&str>,
     name: Option<&str>,
-) -> HashMap<(String, String), Value> {
+) -> HashMap<(String, String), Vec<Value>> {
     let ask = Ask {
-        view: "queues".into(),
+        view: view.into(),
         vhost: vhost.map(Into::into),
         name: name.map(Into::into),
         ..Default::default()
     };
-    let mut out = HashMap::new();
+    let mut out: HashMap<(String, String), Vec<Value>> = HashMap::new();
     for (_, v) in ask_others(b, &ask).await {
-        for f in v.as_array().into_iter().flatten() {
-            let key = |k: &str| f[k].as_str().unwrap_or_default().to_string();
-            out.insert((key("vhost"), key("name")), f.clone());
+        for p in v.as_array().into_iter().flatten() {
+            let key = |k: &str| p[k].as_str().unwrap_or_default().to_string();
+            out.entry((key("vhost"), key("name")))
+                .or_default()
+                .push(p.clone());
         }
     }
     out
+}
+
+/// The figures other nodes give for the queues they host (one node each).
+pub async fn figures_elsewhere(
+    b: &Broker,
+    vhost: Option<&str>,
+    name: Option<&str>,
+) -> HashMap<(String, String), Vec<Value>> {
+    parts_elsewhere(b, "queues", vhost, name).await
 }
 
 /// Adds a queue's figures to its row: this node's where it hosts the queue (or is a member of
@@ -228,14 +240,14 @@ pub async fn figures_elsewhere(
 pub fn add_figures(
     b: &Broker,
     q: &QueueRef,
-    elsewhere: &HashMap<(String, String), Value>,
+    elsewhere: &HashMap<(String, String), Vec<Value>>,
     row: &mut Value,
 ) {
     let Value::Object(m) = row else { return };
     let key = (q.vhost().to_string(), q.name().to_string());
     let figures = if Cluster::of(b).is_none() || hosted_here(q) {
         Some(queue_figures(b, q))
-    } else if let Some(f) = elsewhere.get(&key) {
+    } else if let Some(f) = elsewhere.get(&key).and_then(|f| f.first()) {
         Some(f.clone())
     } else if is_member(b, q) {
         Some(queue_figures(b, q))
@@ -299,22 +311,7 @@ pub async fn exchange_parts_elsewhere(
     vhost: Option<&str>,
     name: Option<&str>,
 ) -> HashMap<(String, String), Vec<Value>> {
-    let ask = Ask {
-        view: "exchanges".into(),
-        vhost: vhost.map(Into::into),
-        name: name.map(Into::into),
-        ..Default::default()
-    };
-    let mut out: HashMap<(String, String), Vec<Value>> = HashMap::new();
-    for (_, v) in ask_others(b, &ask).await {
-        for p in v.as_array().into_iter().flatten() {
-            let key = |k: &str| p[k].as_str().unwrap_or_default().to_string();
-            out.entry((key("vhost"), key("name")))
-                .or_default()
-                .push(p.clone());
-        }
-    }
-    out
+    parts_elsewhere(b, "exchanges", vhost, name).await
 }
 
 /// Adds other nodes' counters (and delayed messages) of an exchange to its row.

@@ -19,7 +19,11 @@ use crate::cluster_view::figures_elsewhere;
 
 /// A queue's row: its definition and state here, its figures from the node that hosts it
 /// (`elsewhere`: what the other nodes gave; none when its node does not answer).
-fn queue_json(b: &Broker, q: &QueueRef, elsewhere: &HashMap<(String, String), Value>) -> Value {
+fn queue_json(
+    b: &Broker,
+    q: &QueueRef,
+    elsewhere: &HashMap<(String, String), Vec<Value>>,
+) -> Value {
     let policy =
         warren_broker::policy::matching(&b.access.policies_of(q.vhost()), q.name(), true).cloned();
     let mut out = json!({
