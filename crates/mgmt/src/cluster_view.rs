@@ -14,9 +14,9 @@ use serde_json::{json, Value};
 use warren_broker::cluster::Cluster;
 use warren_broker::queue::QueueRef;
 use warren_broker::server::{Broker, LocalView};
-use warren_broker::tracking::ConnInfo;
 
-use crate::stats_api::{self, hosted_here};
+use crate::ctl_rows;
+use crate::stats_api::{self, connection_json, hosted_here};
 
 /// How long the serving node waits for each other node's part.
 pub const ASK_WAIT: Duration = Duration::from_secs(2);
@@ -24,7 +24,8 @@ pub const ASK_WAIT: Duration = Duration::from_secs(2);
 /// A question to another node.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Ask {
-    /// `connections`, `channels`, `consumers`, `queues`, `exchanges`, `overview` or `close`.
+    /// `connections`, `channels`, `consumers`, `queues`, `exchanges`, `overview`, `close`, or
+    /// `warren ctl`'s `ctl_connections`, `ctl_channels`, `ctl_consumers`.
     view: String,
     /// `queues`, `exchanges`: only this vhost's; `close`: unused.
     #[serde(default)]
@@ -53,6 +54,9 @@ fn local(b: &Broker, ask: &Ask) -> Result<Value, String> {
         "connections" => Value::Array(connection_rows(b)),
         "channels" => Value::Array(stats_api::channel_rows(b)),
         "consumers" => Value::Array(stats_api::consumer_rows(b, b.vhosts())),
+        "ctl_connections" => Value::Array(ctl_rows::connection_rows(b)),
+        "ctl_channels" => Value::Array(ctl_rows::channel_rows(b)),
+        "ctl_consumers" => Value::Array(ctl_rows::consumer_rows(b)),
         "queues" => Value::Array(hosted_figures(b, ask.vhost.as_deref(), ask.name.as_deref())),
         "overview" => overview_part(b),
         "exchanges" => Value::Array(exchange_parts(b, ask.vhost.as_deref(), ask.name.as_deref())),
@@ -101,23 +105,6 @@ pub async fn rows(b: &Broker, view: &str) -> Vec<Value> {
 }
 
 // ---- connections ----
-
-pub fn connection_json(c: &ConnInfo) -> Value {
-    use std::sync::atomic::Ordering::Relaxed;
-    json!({
-        "name": c.name, "node": &*c.node, "type": "network", "state": "running",
-        "protocol": "AMQP 0-9-1", "auth_mechanism": "PLAIN",
-        "user": c.user, "vhost": c.vhost,
-        "host": c.local.ip().to_string(), "port": c.local.port(),
-        "peer_host": c.peer.ip().to_string(), "peer_port": c.peer.port(),
-        "connected_at": c.connected_at_ms, "channels": c.channels.load(Relaxed),
-        "frame_max": c.frame_max.load(Relaxed), "timeout": c.heartbeat_s.load(Relaxed),
-        "client_properties": c.client_properties, "ssl": false,
-        "recv_oct": c.recv_oct.load(Relaxed), "recv_cnt": c.recv_cnt.load(Relaxed),
-        "send_oct": c.outbox.sent_octets.load(Relaxed),
-        "send_cnt": c.outbox.writes.load(Relaxed),
-    })
-}
 
 /// This node's connections, oldest first, with their rates.
 fn connection_rows(b: &Broker) -> Vec<Value> {

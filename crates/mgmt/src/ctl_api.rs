@@ -12,8 +12,6 @@
 //! | PUT `vm_memory_high_watermark` | `{"fraction": F}` or `{"absolute": BYTES}`; in force at once |
 //! | POST `stop_app`, `start_app` | 204 once done (connections closed / listeners bound) |
 
-use std::collections::HashMap;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -23,12 +21,9 @@ use serde_json::{json, Value};
 use warren_broker::alarms::MemoryWatermark;
 use warren_broker::node_status::file_descriptors;
 use warren_broker::server::Broker;
-use warren_broker::tracking::ConnInfo;
-use warren_protocol::{FieldTable, FieldValue};
 
 use crate::api::{bad_request, no_content, ok_json, ApiError, ApiResult};
-use crate::cluster_view::connection_json;
-use crate::stats_api::{addr, open_connections};
+use crate::cluster_view::rows;
 
 type B = State<Arc<Broker>>;
 
@@ -123,101 +118,16 @@ async fn forget_node(State(b): B, body: axum::body::Bytes) -> ApiResult {
     no_content()
 }
 
-/// A field table in the client's order, keeping what JSON objects would lose: a table is
-/// `{"table": [[key, value], ...]}`, an array a JSON array; other values as the broker's
-/// `json.rs` maps them.
-fn ordered_table(t: &FieldTable) -> Value {
-    let pairs: Vec<Value> =
-        t.0.iter()
-            .map(|(k, v)| json!([&**k, ordered_value(v)]))
-            .collect();
-    json!({ "table": pairs })
-}
-
-fn ordered_value(v: &FieldValue) -> Value {
-    match v {
-        FieldValue::Table(t) => ordered_table(t),
-        FieldValue::Array(a) => Value::Array(a.iter().map(ordered_value).collect()),
-        other => warren_broker::json::value_to_json(other),
-    }
-}
-
 async fn connections(State(b): B) -> ApiResult {
-    let rows = open_connections(&b)
-        .iter()
-        .map(|c| {
-            let mut row = connection_json(c);
-            row["pid"] = json!(c.pid());
-            row["client_properties"] = ordered_table(&c.client_table);
-            row["channel_max"] = json!(b.config.limits.channel_max);
-            row
-        })
-        .collect();
-    ok_json(Value::Array(rows))
-}
-
-/// Every open channel's pid, by the address of its shared half (which consumers' sinks are).
-fn channel_pids(conns: &[Arc<ConnInfo>]) -> HashMap<usize, String> {
-    let mut pids = HashMap::new();
-    for c in conns {
-        for ch in c.channels() {
-            pids.insert(addr(&ch), c.channel_pid(ch.id));
-        }
-    }
-    pids
+    ok_json(Value::Array(rows(&b, "ctl_connections").await))
 }
 
 async fn channels(State(b): B) -> ApiResult {
-    let consumers_on = crate::stats_api::consumers_by_channel(&b);
-    let mut rows = Vec::new();
-    for c in open_connections(&b) {
-        for ch in c.channels() {
-            let (unacked, global_prefetch) = ch.unacked_and_global_prefetch();
-            rows.push(json!({
-                "pid": c.channel_pid(ch.id),
-                "connection": c.pid(),
-                "name": format!("{} ({})", c.name, ch.id),
-                "number": ch.id,
-                "user": c.user,
-                "vhost": c.vhost,
-                "consumer_count": consumers_on.get(&addr(&ch)).copied().unwrap_or(0),
-                "messages_unacknowledged": unacked,
-                "prefetch_count": ch.modes.prefetch_count.load(Relaxed),
-                "global_prefetch_count": global_prefetch,
-                "confirm": ch.modes.confirm.load(Relaxed),
-                "transactional": ch.modes.transactional.load(Relaxed),
-            }));
-        }
-    }
-    ok_json(Value::Array(rows))
+    ok_json(Value::Array(rows(&b, "ctl_channels").await))
 }
 
 async fn consumers(State(b): B) -> ApiResult {
-    let pids = channel_pids(&open_connections(&b));
-    let rows = crate::stats_api::consumers_in(b.vhosts())
-        .into_iter()
-        .map(|l| {
-            let c = &l.consumer;
-            let mut args = FieldTable::new();
-            // Warren keeps a consumer's x-priority, not the arguments table it came in.
-            if c.priority != 0 {
-                args.insert("x-priority", FieldValue::I64(c.priority));
-            }
-            json!({
-                "vhost": &*l.vhost.name,
-                "queue_name": &**l.queue.name(),
-                "channel_pid": pids.get(&addr(&c.sink)).cloned().unwrap_or_default(),
-                "consumer_tag": &*c.tag,
-                "ack_required": !c.no_ack,
-                "prefetch_count": c.prefetch,
-                "exclusive": c.exclusive,
-                "active": l.active,
-                "activity_status": l.status,
-                "arguments": ordered_table(&args),
-            })
-        })
-        .collect();
-    ok_json(Value::Array(rows))
+    ok_json(Value::Array(rows(&b, "ctl_consumers").await))
 }
 
 fn watermark_json(w: MemoryWatermark) -> Value {

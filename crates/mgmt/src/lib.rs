@@ -4,7 +4,8 @@
 //!
 //! Layout (each module only uses the ones below it):
 //! - [`http`]: the server, the router and authentication; a handler file per kind of object.
-//! - [`ctl_api`]: the `/api/warren/…` endpoints `warren ctl` needs beyond RabbitMQ's URLs.
+//! - [`ctl_api`]: the `/api/warren/…` endpoints `warren ctl` needs beyond RabbitMQ's URLs;
+//!   [`ctl_rows`]: the rows of its listings.
 //! - [`api_messages`]: publish and get through the API; [`health_api`]: health checks and
 //!   `/api/nodes`; [`ui`]: the web UI's embedded assets.
 //! - [`prometheus`]: `/metrics`, `/metrics/per-object` and `/metrics/detailed`.
@@ -18,6 +19,7 @@ pub mod api;
 pub mod api_messages;
 pub mod cluster_view;
 pub mod ctl_api;
+pub mod ctl_rows;
 pub mod health_api;
 pub mod http;
 pub mod prometheus;

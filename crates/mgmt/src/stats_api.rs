@@ -132,6 +132,24 @@ fn connection_octets(c: &ConnInfo) -> [u64; 2] {
     [c.recv_oct.load(Relaxed), c.outbox.sent_octets.load(Relaxed)]
 }
 
+/// A connection in RabbitMQ's shape (`/api/connections`).
+pub fn connection_json(c: &ConnInfo) -> Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    json!({
+        "name": c.name, "node": &*c.node, "type": "network", "state": "running",
+        "protocol": "AMQP 0-9-1", "auth_mechanism": "PLAIN",
+        "user": c.user, "vhost": c.vhost,
+        "host": c.local.ip().to_string(), "port": c.local.port(),
+        "peer_host": c.peer.ip().to_string(), "peer_port": c.peer.port(),
+        "connected_at": c.connected_at_ms, "channels": c.channels.load(Relaxed),
+        "frame_max": c.frame_max.load(Relaxed), "timeout": c.heartbeat_s.load(Relaxed),
+        "client_properties": c.client_properties, "ssl": false,
+        "recv_oct": c.recv_oct.load(Relaxed), "recv_cnt": c.recv_cnt.load(Relaxed),
+        "send_oct": c.outbox.sent_octets.load(Relaxed),
+        "send_cnt": c.outbox.writes.load(Relaxed),
+    })
+}
+
 /// Adds `recv_oct_details` and `send_oct_details` (rates) to a connection's JSON.
 pub fn add_connection_rates(b: &Broker, c: &ConnInfo, row: &mut Value) {
     let rates = b.rates.rates(&connection_key(c.id), &connection_octets(c));

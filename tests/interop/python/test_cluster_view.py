@@ -25,6 +25,15 @@ from helpers import uname, wait_until
 pytestmark = needs_warren_bin
 
 
+@pytest.fixture(autouse=True)
+def _linked(cluster):
+    """Every node sees every other running (its links are up) before a test starts: a node
+    started a moment ago may not have linked to the others yet."""
+    def linked():
+        return all(all(n["running"] for n in rows(node, "/api/nodes")) for node in cluster.nodes)
+    wait_until(linked, timeout=15, what="every node linked to every other")
+
+
 def rows(node, path: str) -> list[dict]:
     st, body = node.api("GET", path)
     assert st == 200, (path, st, body)
@@ -119,6 +128,25 @@ def test_a_quorum_queue_shows_its_counts_and_rates_through_any_node(cluster, con
         assert "rate" in row["message_stats"]["publish_details"]
         assert row["leader"] in {n.name for n in cluster.nodes}
     ch.queue_delete(qn)
+
+
+def test_ctl_lists_every_nodes_connections_channels_and_consumers(cluster, conns):
+    n1, n2, n3 = cluster.nodes
+    c2, c3 = conns(n2), conns(n3)
+    qn = uname("view-ctl")
+    ch3 = c3.channel()
+    ch3.queue_declare(qn)
+    tag = c2.channel().basic_consume(qn, lambda *a: None)
+    ports = {local_port(c2), local_port(c3)}
+    r = ctl(n1, "-q", "list_connections", "peer_port", "name")
+    assert r.returncode == 0, r.stderr
+    listed = {int(line.split("\t")[0]) for line in r.stdout.splitlines()[1:] if line.strip()}
+    assert ports <= listed, r.stdout
+    r = ctl(n1, "-q", "list_channels", "name", "number")
+    assert sum(str(p) in r.stdout for p in ports) == 2, r.stdout
+    r = ctl(n1, "-q", "list_consumers", "queue_name", "consumer_tag")
+    assert [l for l in r.stdout.splitlines() if tag in l] == [f"{qn}\t{tag}"], r.stdout
+    ch3.queue_delete(qn)
 
 
 def test_an_exchange_counts_what_every_node_routed(cluster, conns):
