@@ -73,8 +73,9 @@ fn aggregated_has_identity_compat_version_and_no_duplicate_series() {
     let b = broker();
     let text = render(&b, &Scope::aggregated());
     assert!(text.contains("rabbitmq_version=\"3.10.8\""), "{text}");
+    // A single node without a cluster_name parameter is named after itself.
     assert!(text.contains(&format!(
-        "rabbitmq_identity_info{{rabbitmq_node=\"{}\",rabbitmq_cluster=\"warren\"}} 1",
+        "rabbitmq_identity_info{{rabbitmq_node=\"{0}\",rabbitmq_cluster=\"{0}\"}} 1",
         b.config.node_name
     )));
     assert!(text.contains("rabbitmq_global_messages_received_total{protocol=\"amqp091\"} 0"));
