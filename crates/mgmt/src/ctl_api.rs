@@ -371,31 +371,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ordered_table_keeps_order_and_nesting() {
-        let mut inner = FieldTable::new();
-        inner.insert("z", FieldValue::Bool(true));
-        inner.insert("a", FieldValue::I32(1));
-        let mut t = FieldTable::new();
-        t.insert("product", FieldValue::str("x"));
-        t.insert("capabilities", FieldValue::Table(inner));
-        t.insert(
-            "list",
-            FieldValue::Array(vec![
-                FieldValue::str("a"),
-                FieldValue::Table(FieldTable::new()),
-            ]),
-        );
-        assert_eq!(
-            ordered_table(&t),
-            json!({"table": [
-                ["product", "x"],
-                ["capabilities", {"table": [["z", true], ["a", 1]]}],
-                ["list", ["a", {"table": []}]],
-            ]})
-        );
-    }
-
-    #[test]
     fn erlang_terms() {
         assert_eq!(erl_bin("gu\"est"), "<<\"gu\\\"est\">>");
         assert_eq!(erl_list(["1".to_string(), "2".to_string()]), "[1,2]");

@@ -113,3 +113,33 @@ pub fn consumer_rows(b: &Broker) -> Vec<Value> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordered_table_keeps_order_and_nesting() {
+        let mut inner = FieldTable::new();
+        inner.insert("z", FieldValue::Bool(true));
+        inner.insert("a", FieldValue::I32(1));
+        let mut t = FieldTable::new();
+        t.insert("product", FieldValue::str("x"));
+        t.insert("capabilities", FieldValue::Table(inner));
+        t.insert(
+            "list",
+            FieldValue::Array(vec![
+                FieldValue::str("a"),
+                FieldValue::Table(FieldTable::new()),
+            ]),
+        );
+        assert_eq!(
+            ordered_table(&t),
+            json!({"table": [
+                ["product", "x"],
+                ["capabilities", {"table": [["z", true], ["a", 1]]}],
+                ["list", ["a", {"table": []}]],
+            ]})
+        );
+    }
+}
