@@ -218,3 +218,31 @@ fn changed_index(reply: Reply) -> Result<u64, MetaError> {
         )),
     }
 }
+
+impl Meta {
+    /// Stands for election now (openraft's `trigger().elect()`): the second half of a leadership
+    /// transfer. openraft 0.9 has no transfer of its own; a leader elected more than its lease
+    /// (`election_timeout_max_ms`) ago grants a candidate whose log is as long as its own its
+    /// vote, and steps down, so a caught-up voter of a 3-member group takes over in one round
+    /// (the other followers refuse while their lease lasts). Returns at once; the caller
+    /// watches who leads.
+    pub async fn stand_for_election(&self) -> Result<(), MetaError> {
+        if !self.is_voter() {
+            return Err(MetaError::NotAllowed("not a voter of this group".into()));
+        }
+        self.inner
+            .raft
+            .trigger()
+            .elect()
+            .await
+            .map_err(|e| MetaError::Unavailable(e.to_string()))
+    }
+
+    /// How many entries voter `id` is behind this leader's log (`None`: this node does not
+    /// lead, or has not heard from `id` yet).
+    pub fn lag_of(&self, id: NodeId) -> Option<u64> {
+        let m = self.inner.metrics.borrow();
+        let matched = m.replication.as_ref()?.get(&id)?.as_ref()?.index;
+        Some(m.last_log_index.unwrap_or(0).saturating_sub(matched))
+    }
+}

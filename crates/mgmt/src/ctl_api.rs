@@ -44,6 +44,47 @@ pub fn routes() -> Router<Arc<Broker>> {
         .route("/api/warren/cluster/forget", post(forget_node))
         .route("/api/warren/cluster/join", post(join_cluster))
         .route("/api/warren/queues/members", post(queue_member))
+        .route("/api/warren/queues/rebalance", post(rebalance))
+}
+
+/// rabbitmq-queues rebalance: `{"type": "all" | "quorum" | "classic", "vhost_pattern",
+/// "queue_pattern"}` (regexes, default `.*`) -> `{"leaders": {node: replicated queues led}}`.
+async fn rebalance(State(b): B, body: axum::body::Bytes) -> ApiResult {
+    use warren_broker::cluster::quorum::rebalance::Kind;
+    let v: Value = serde_json::from_slice(&body).map_err(|e| bad_request(e.to_string()))?;
+    let kind = match v.get("type").and_then(Value::as_str).unwrap_or("all") {
+        "all" => Kind::All,
+        "quorum" => Kind::Quorum,
+        "classic" => Kind::Classic,
+        other => {
+            return Err(bad_request(format!(
+                "unknown queue type '{other}' (all, quorum or classic)"
+            )))
+        }
+    };
+    let pattern = |k: &str| {
+        let p = v.get(k).and_then(Value::as_str).unwrap_or(".*");
+        regex::Regex::new(p).map_err(|e| bad_request(format!("invalid {k} '{p}': {e}")))
+    };
+    let (vhosts, queues) = (pattern("vhost_pattern")?, pattern("queue_pattern")?);
+    let keep = |v: &str, q: &str| vhosts.is_match(v) && queues.is_match(q);
+    let leaders = match warren_broker::cluster::Cluster::of(&b) {
+        Some(c) => c.rebalance(&b, kind, keep).await,
+        // A single node leads every replicated queue it has.
+        None => {
+            let mut led = 0;
+            for v in b.vhosts() {
+                let s = v.snapshot();
+                led += s
+                    .queues
+                    .values()
+                    .filter(|q| q.group().is_some() && keep(&v.name, q.name()))
+                    .count();
+            }
+            std::iter::once((b.config.node_name.clone(), led)).collect()
+        }
+    };
+    ok_json(json!({ "leaders": leaders }))
 }
 
 /// rabbitmq-queues add_member / delete_member (grow and shrink are made of these):

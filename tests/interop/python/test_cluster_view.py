@@ -233,6 +233,54 @@ def test_a_connection_on_another_node_is_closed_through_this_one(cluster, conns)
     assert st == 404
 
 
+def test_rebalance_spreads_quorum_queue_leaders(cluster, conns):
+    n1, n2, n3 = cluster.nodes
+    ch = conns(n1).channel()
+    ch.confirm_delivery()
+    qs = [uname("view-rebalance") for _ in range(6)]
+    for qn in qs:
+        ch.queue_declare(qn, durable=True, arguments={"x-queue-type": "quorum",
+                                                      "x-queue-leader-locator": "client-local"})
+        ch.basic_publish("", qn, qn.encode(), PERSISTENT)
+
+    def leaders():
+        by = {r["name"]: r.get("leader") for r in rows(n2, "/api/queues/%2F")}
+        return [by.get(qn) for qn in qs]
+    wait_until(lambda: None not in leaders(), timeout=15, what=f"every queue has a leader: {leaders()}")
+    assert set(leaders()) == {n1.name}, leaders()
+    # A consumer of each, on node 2, is served across the moves and never cancelled.
+    c2 = conns(n2)
+    cch = c2.channel()
+    got, cancelled = {qn: [] for qn in qs}, []
+    cch.add_on_cancel_callback(lambda frame: cancelled.append(frame))
+    for qn in qs:
+        cch.basic_consume(qn, lambda c, m, p, body, qn=qn: (got[qn].append(body),
+                                                             c.basic_ack(m.delivery_tag)))
+    wait_until(lambda: all(got[qn] == [qn.encode()] for qn in qs), timeout=10, conn=c2,
+               what=f"each consumer's first message: {got}")
+    # A leader grants its vote away only after its lease (the group's election timeout).
+    time.sleep(2)
+    r = ctl(n2, "rebalance", "all", "--queue-pattern", "^interop-view-rebalance")
+    assert r.returncode == 0, r.stderr
+    assert "Re-balancing leaders of all replicated queues" in r.stdout + r.stderr
+    table = dict(line.split("\t") for line in r.stdout.splitlines()[1:] if line.strip())
+    assert table == {n.name: "2" for n in cluster.nodes}, r.stdout
+    wait_until(lambda: sorted(leaders().count(n.name) for n in cluster.nodes) == [2, 2, 2],
+               timeout=10, what=f"two leaders on each node: {leaders()}")
+    # Nothing lost and nobody cancelled: each consumer gets what is published after the moves
+    # from its queue's new leader.
+    for qn in qs:
+        ch.basic_publish("", qn, b"after", PERSISTENT)
+    wait_until(lambda: all(got[qn] == [qn.encode(), b"after"] for qn in qs), timeout=10,
+               conn=c2, what=f"each consumer served after the moves: {got}")
+    assert not cancelled
+    for qn in qs:
+        ch.queue_delete(qn)
+    # Bad input: a clear message (not a panic).
+    r = ctl(n2, "rebalance", "sideways")
+    assert r.returncode != 0 and "all', 'quorum' or 'classic'" in r.stderr, r.stderr
+
+
 def test_a_queue_whose_node_is_down_has_unknown_counts_and_comes_back(cluster, conns):
     """Last in the module: it kills node 3 and starts it again."""
     n1, n2, n3 = cluster.nodes

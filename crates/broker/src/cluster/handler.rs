@@ -40,6 +40,9 @@ impl Handler for LinkHandler {
                 rq::SERVICE_RQ_TOUCH => rq::serve_touch(&c, body),
                 rq::SERVICE_RQ_PROPOSE_AT => rq::serve_propose_at(&c, body).await,
                 quorum::SERVICE_QMEMBER => quorum::serve_member_change(&c, &body).await,
+                quorum::rebalance::SERVICE_QELECT => {
+                    quorum::rebalance::serve_elect(&c, &body).await
+                }
                 quorum::SERVICE_QRAFT | quorum::SERVICE_QLEADER => {
                     if body.len() < 8 {
                         return Err("short request".into());

@@ -1,5 +1,5 @@
 //! The cluster and quorum queue membership: cluster_status, set_cluster_name, join_cluster,
-//! forget_cluster_node, and rabbitmq-queues' add_member, delete_member, grow, shrink.
+//! forget_cluster_node, and rabbitmq-queues' add_member, delete_member, grow, shrink, rebalance.
 
 use std::io::Write;
 
@@ -205,6 +205,55 @@ pub(super) fn grow(
         let size = members.len() + usize::from(r.is_ok());
         let result = r.err().map_or("ok".to_string(), |e| e.message);
         writeln!(out, "{vh}\t{name}\t{size}\t{result}").map_err(|e| fail(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// rebalance's arguments (its help is the doc comment on `Cmd::Rebalance`).
+#[derive(Args)]
+pub(super) struct RebalanceArgs {
+    #[arg(value_name = "all|quorum|classic")]
+    which: String,
+    /// Only queues of vhosts matching this regex.
+    #[arg(long = "vhost-pattern", default_value = ".*")]
+    vhost_pattern: String,
+    /// Only queues whose names match this regex.
+    #[arg(long = "queue-pattern", default_value = ".*")]
+    queue_pattern: String,
+}
+
+/// `rebalance`, as rabbitmq-queues': the broker moves leaders, and answers how many
+/// replicated queues each running node leads afterwards (a row per node).
+pub(super) fn rebalance(
+    api: &Api,
+    quiet: bool,
+    out: &mut impl Write,
+    a: &RebalanceArgs,
+) -> Result<(), Failure> {
+    let what = match a.which.as_str() {
+        "all" => "all replicated queues",
+        "quorum" => "quorum queues",
+        "classic" => "mirrored classic queues",
+        other => {
+            return Err(fail(format!(
+                "rebalance takes 'all', 'quorum' or 'classic', not '{other}'"
+            )))
+        }
+    };
+    info(quiet, format!("Re-balancing leaders of {what}..."));
+    let body = json!({"type": a.which, "vhost_pattern": a.vhost_pattern,
+                      "queue_pattern": a.queue_pattern});
+    let r = api.must(
+        "POST",
+        "/api/warren/queues/rebalance",
+        Some(&body),
+        "the broker has no rebalance endpoint".into(),
+    )?;
+    writeln!(out, "node_name\tleaders").map_err(write_failed)?;
+    if let Some(leaders) = r.get("leaders").and_then(Value::as_object) {
+        for (node, n) in leaders {
+            writeln!(out, "{node}\t{n}").map_err(write_failed)?;
+        }
     }
     Ok(())
 }

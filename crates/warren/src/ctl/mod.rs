@@ -198,6 +198,10 @@ enum Cmd {
     /// Adds NODE to every quorum queue (`all`), or to those with an even number of members
     /// (`even`), as rabbitmq-queues grow.
     Grow(cluster::GrowArgs),
+    /// Spreads the leaders of replicated queues (all, quorum, or mirrored classic) over the
+    /// running nodes by leadership transfer, as rabbitmq-queues rebalance; prints how many each
+    /// node leads afterwards.
+    Rebalance(cluster::RebalanceArgs),
     /// Removes NODE from every quorum queue it is a member of (rabbitmq-queues shrink).
     Shrink {
         #[arg(value_name = "NODE")]
@@ -356,6 +360,7 @@ fn run(api: &Api, cmd: Cmd, view: View, out: &mut impl Write) -> Result<(), Fail
         Cmd::AddMember(m) => cluster::add_member(api, q, &m),
         Cmd::DeleteMember(m) => cluster::delete_member(api, q, &m),
         Cmd::Grow(a) => cluster::grow(api, q, out, &a),
+        Cmd::Rebalance(a) => cluster::rebalance(api, q, out, &a),
         Cmd::Shrink { node } => cluster::shrink(api, q, out, &node),
         Cmd::Environment => node::environment(api, q, out),
         Cmd::SetVmMemoryHighWatermark { args } => node::set_vm_memory_high_watermark(api, q, &args),

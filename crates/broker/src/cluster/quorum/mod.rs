@@ -1,13 +1,15 @@
 //! What the groups of replicated queues share across the cluster (each queue is one openraft
 //! group of its own over its members, running the queue machine: `crate::replicated`): the
 //! link services their Raft messages, leader questions and member changes travel as, member
-//! changes (`members.rs`: `add_member` / `delete_member`), and how an `ha-mode` policy picks a
+//! changes (`members.rs`: `add_member` / `delete_member`), leadership transfers that spread the
+//! leaders (`rebalance.rs`: `warren ctl rebalance`), and how an `ha-mode` policy picks a
 //! mirrored classic queue's members.
 //!
 //! (The earlier form, a `Replica` of ids beside a classic queue on the leader, is gone; a node
 //! carries a group it wrote over to the machine at boot: `replicated/legacy.rs`.)
 
 mod members;
+pub mod rebalance;
 #[cfg(test)]
 mod tests;
 
