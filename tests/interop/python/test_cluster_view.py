@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import urllib.request
 
 import pika
 import pika.exceptions
@@ -210,6 +211,9 @@ def test_one_cluster_name_everywhere_and_set_with_ctl(cluster, conns):
         assert c._impl.server_properties["cluster_name"] in (new, new.encode())
         defs = rows(n, "/api/definitions")
         assert {"name": "cluster_name", "value": new} in defs["global_parameters"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{n.http_port}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        assert f'rabbitmq_cluster="{new}"' in metrics
     # Bad input: a clear 400, the name unchanged.
     st, body = cluster.nodes[0].api("PUT", "/api/cluster-name", {"name": ""})
     assert st == 400 and "empty" in body["reason"], body

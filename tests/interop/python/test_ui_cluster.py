@@ -63,6 +63,10 @@ def test_ui_cluster_nodes_page_and_a_killed_node(driver, ui_cluster):
             wait(d, lambda drv, n=n: (r := _row(drv, "data-node", n.name)) is not None
                  and r.get_attribute("data-running") == "true", f"{n.name} running")
         assert "3 of 3 running" in d.find_element(By.CSS_SELECTOR, "main h1 small").text
+        # The header names the cluster as the API does (one name on every node).
+        _, cn = n1.api("GET", "/api/cluster-name")
+        wait(d, lambda drv: drv.find_element(By.ID, "hdr-cluster").text == cn["name"],
+             f"the header names the cluster {cn['name']}")
 
         n3.kill9()
         row = wait(d, lambda drv: (r := _row(drv, "data-node", n3.name)) is not None
