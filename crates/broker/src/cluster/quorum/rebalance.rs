@@ -113,7 +113,7 @@ impl Cluster {
     /// Spreads the leaders of the replicated queues `keep` selects over the running nodes:
     /// while a node leads more than its share (the total over the running nodes, rounded up),
     /// one of its queues moves to the running member that leads fewest. Answers how many of
-    /// them each running node leads afterwards.
+    /// them each running node leads afterwards, as the groups report it.
     pub async fn rebalance(
         self: &Arc<Self>,
         b: &Broker,
@@ -180,6 +180,16 @@ impl Cluster {
                 q.leader = Some(to);
             }
         }
-        leads
+        // What the groups say now: a transfer that did not take may still have moved the
+        // leader elsewhere (the group elected again).
+        let mut now: BTreeMap<String, usize> = running.iter().map(|n| (n.clone(), 0)).collect();
+        for q in &queues {
+            if let Some(l) = self.leader_of_group(q.group, &q.members).await {
+                if let Some(n) = now.get_mut(&l) {
+                    *n += 1;
+                }
+            }
+        }
+        now
     }
 }
