@@ -158,6 +158,15 @@ impl Cluster {
         self.nodes.read().clone()
     }
 
+    /// The names of the members running now (this node and those linked to it).
+    pub fn running_members(&self) -> Vec<String> {
+        self.members()
+            .into_iter()
+            .map(|n| n.name)
+            .filter(|n| self.running(n))
+            .collect()
+    }
+
     /// Whether node `name` is this one or linked to it now.
     pub fn running(&self, name: &str) -> bool {
         name == self.me

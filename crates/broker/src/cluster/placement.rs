@@ -21,12 +21,7 @@ impl Cluster {
             .broker()
             .and_then(|b| b.config.queue_master_locator.clone());
         let locator = locator.or(default.as_deref());
-        let running: Vec<String> = self
-            .members()
-            .into_iter()
-            .map(|n| n.name)
-            .filter(|n| self.running(n))
-            .collect();
+        let running = self.running_members();
         match locator {
             Some("min-masters" | "balanced" | "least-leaders") => {
                 let mut load: std::collections::HashMap<&str, usize> =

@@ -143,12 +143,7 @@ impl Cluster {
         for q in &mut queues {
             q.leader = self.leader_of_group(q.group, &q.members).await;
         }
-        let running: Vec<String> = self
-            .members()
-            .into_iter()
-            .map(|n| n.name)
-            .filter(|n| self.running(n))
-            .collect();
+        let running = self.running_members();
         let mut leads: BTreeMap<String, usize> = running.iter().map(|n| (n.clone(), 0)).collect();
         for q in &queues {
             if let Some(n) = q.leader.as_ref().and_then(|l| leads.get_mut(l)) {
