@@ -53,7 +53,7 @@ fn local(b: &Broker, ask: &Ask) -> Result<Value, String> {
     Ok(match ask.view.as_str() {
         "connections" => Value::Array(connection_rows(b)),
         "channels" => Value::Array(stats_api::channel_rows(b)),
-        "consumers" => Value::Array(stats_api::consumer_rows(b, b.vhosts())),
+        "consumers" => Value::Array(stats_api::consumer_rows(b)),
         "ctl_connections" => Value::Array(ctl_rows::connection_rows(b)),
         "ctl_channels" => Value::Array(ctl_rows::channel_rows(b)),
         "ctl_consumers" => Value::Array(ctl_rows::consumer_rows(b)),
@@ -328,7 +328,7 @@ fn overview_part(b: &Broker) -> Value {
         "object_totals": {
             "connections": conns.len(),
             "channels": channels,
-            "consumers": stats_api::consumer_rows(b, b.vhosts()).len(),
+            "consumers": stats_api::consumer_count(b),
         },
         "listeners": listeners(b),
     })

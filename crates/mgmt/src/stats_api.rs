@@ -257,21 +257,26 @@ fn channel_json(
     })
 }
 
-/// Every open channel whose connection passes `keep`, in connection then channel order.
-fn channels_where(b: &Broker, keep: impl Fn(&ConnInfo) -> bool) -> Vec<Value> {
+/// This node's channels, in connection then channel order.
+pub fn channel_rows(b: &Broker) -> Vec<Value> {
     let on = consumers_by_channel(b);
     let mut rows = Vec::new();
-    for c in open_connections(b).iter().filter(|c| keep(c)) {
+    for c in open_connections(b) {
         for ch in c.channels() {
-            rows.push(channel_json(b, c, &ch, &on));
+            rows.push(channel_json(b, &c, &ch, &on));
         }
     }
     rows
 }
 
-/// This node's channels, in connection then channel order.
-pub fn channel_rows(b: &Broker) -> Vec<Value> {
-    channels_where(b, |_| true)
+/// How many consumers this node's channels have (the overview's part of a node).
+pub fn consumer_count(b: &Broker) -> usize {
+    let on = consumers_by_channel(b);
+    open_connections(b)
+        .iter()
+        .flat_map(|c| c.channels())
+        .map(|ch| on.get(&addr(&ch)).copied().unwrap_or(0) as usize)
+        .sum()
 }
 
 /// A consumer as the listings show it.
@@ -313,9 +318,9 @@ pub fn consumers_in(vhosts: Vec<Arc<VHost>>) -> Vec<Listed> {
     out
 }
 
-/// Every consumer of the vhosts given, in RabbitMQ's shape; in a cluster, those whose channel
-/// is on this node (a queue's home also holds stand-ins for other nodes' consumers).
-pub fn consumer_rows(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Vec<Value> {
+/// This node's consumers in RabbitMQ's shape; in a cluster, those whose channel is on this
+/// node (a queue's home also holds stand-ins for other nodes' consumers).
+pub fn consumer_rows(b: &Broker) -> Vec<Value> {
     let clustered = b.cluster_handle().is_some();
     let mut by_channel: HashMap<usize, (Arc<ConnInfo>, u16)> = HashMap::new();
     for c in open_connections(b) {
@@ -323,7 +328,7 @@ pub fn consumer_rows(b: &Broker, vhosts: Vec<Arc<VHost>>) -> Vec<Value> {
             by_channel.insert(addr(&ch), (c.clone(), ch.id));
         }
     }
-    consumers_in(vhosts)
+    consumers_in(b.vhosts())
         .into_iter()
         .filter(|l| !clustered || by_channel.contains_key(&addr(&l.consumer.sink)))
         .map(|l| {
