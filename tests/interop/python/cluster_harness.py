@@ -202,6 +202,9 @@ class Cluster:
             n.start()
         for n in self.nodes:
             n.wait_ready()
+        # Formed, as an operator waits for it (rabbitmqctl await_online_nodes): every node sees
+        # every member running, i.e. linked to it. Answering HTTP alone says nothing of links.
+        _wait_running(self.nodes, {n.name: True for n in self.nodes}, timeout=READY_TIMEOUT)
 
     def stop(self) -> None:
         for n in self.all_nodes():

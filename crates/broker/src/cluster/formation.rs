@@ -82,6 +82,11 @@ impl Cluster {
             .iter()
             .map(|m| m.node.clone())
             .collect();
+        // Dials to seeds that failed while this node was joining (a seed not listening yet) are
+        // no news about the members now: the keeper's first round dials each of them.
+        for n in c.members() {
+            c.links.forget_failure(&n.addr);
+        }
         tokio::spawn(c.clone().watch_members());
         tokio::spawn(c.clone().keep_links());
         c.catch_up().await;

@@ -15,7 +15,20 @@ impl Cluster {
         let mut w = self.meta().watch();
         loop {
             let st = w.borrow_and_update().clone();
-            *self.nodes.write() = st.members.iter().map(|m| m.node.clone()).collect();
+            let now: Vec<warren_cluster::Node> = st.members.iter().map(|m| m.node.clone()).collect();
+            let before = std::mem::replace(&mut *self.nodes.write(), now.clone());
+            // A member just added is up (it asked to join): link to it now, even if a dial to
+            // its address failed a moment ago (a seed dialed before it listened), so the first
+            // request forwarded to it does not fail fast as if it were down.
+            for n in now {
+                if n.name != self.me && !before.iter().any(|b| b.name == n.name) {
+                    self.links.forget_failure(&n.addr);
+                    let links = self.links.clone();
+                    tokio::spawn(async move {
+                        let _ = links.link(&n.addr).await;
+                    });
+                }
+            }
             if w.changed().await.is_err() {
                 return;
             }

@@ -276,6 +276,12 @@ impl Links {
         self.dial(addr).await
     }
 
+    /// Forgets that a dial to `addr` failed: the node is known to be up now (it joined the
+    /// cluster), so the next caller dials rather than failing fast.
+    pub fn forget_failure(&self, addr: &str) {
+        self.failed.lock().remove(addr);
+    }
+
     /// Dials `addr`, unless a dial failed less than a second ago.
     async fn dial(self: &Arc<Self>, addr: &str) -> Result<Arc<Link>, LinkError> {
         let unreachable = |e: String| LinkError::Unreachable(addr.to_string(), e);
@@ -523,5 +529,25 @@ mod tests {
         drop(gone);
         let r = a.call(&gone_addr, 1, b"x", Duration::from_secs(2)).await;
         assert!(matches!(r, Err(LinkError::Unreachable(..))), "{r:?}");
+    }
+
+    /// A dial that failed (a seed dialed before it listened) makes callers fail fast for a
+    /// moment; told that the node is up (it joined the cluster), they dial it at once.
+    #[tokio::test]
+    async fn a_failed_dial_is_forgotten_when_the_node_is_known_up() {
+        let t = Duration::from_secs(2);
+        let (c, _) = node("c", b"secret").await;
+        let dead = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let d_addr = dead.local_addr().expect("addr").to_string();
+        drop(dead);
+        assert!(c.call(&d_addr, 1, b"x", t).await.is_err());
+        let l = TcpListener::bind(&d_addr).await.expect("rebind");
+        let d = Links::new("d".into(), d_addr.clone(), b"secret".to_vec());
+        d.set_handler(Arc::new(Echo::default()));
+        tokio::spawn(d.serve(l));
+        assert!(c.call(&d_addr, 1, b"x", t).await.is_err(), "still failing fast");
+        c.forget_failure(&d_addr);
+        let r = c.call(&d_addr, 1, b"joined", t).await.expect("c dials d");
+        assert_eq!(&r[..], b"joined");
     }
 }
