@@ -15,7 +15,8 @@ impl Cluster {
         let mut w = self.meta().watch();
         loop {
             let st = w.borrow_and_update().clone();
-            let now: Vec<warren_cluster::Node> = st.members.iter().map(|m| m.node.clone()).collect();
+            let now: Vec<warren_cluster::Node> =
+                st.members.iter().map(|m| m.node.clone()).collect();
             let before = std::mem::replace(&mut *self.nodes.write(), now.clone());
             // A member just added is up (it asked to join): link to it now, even if a dial to
             // its address failed a moment ago (a seed dialed before it listened), so the first

@@ -545,7 +545,10 @@ mod tests {
         let d = Links::new("d".into(), d_addr.clone(), b"secret".to_vec());
         d.set_handler(Arc::new(Echo::default()));
         tokio::spawn(d.serve(l));
-        assert!(c.call(&d_addr, 1, b"x", t).await.is_err(), "still failing fast");
+        assert!(
+            c.call(&d_addr, 1, b"x", t).await.is_err(),
+            "still failing fast"
+        );
         c.forget_failure(&d_addr);
         let r = c.call(&d_addr, 1, b"joined", t).await.expect("c dials d");
         assert_eq!(&r[..], b"joined");
