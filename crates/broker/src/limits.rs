@@ -25,8 +25,14 @@ pub const SOCKET_RECV_BUFFER_BYTES: u32 = 192 * 1024;
 /// are queued; each drop costs a retransmission timeout, and deliveries to a consumer that fell
 /// behind collapsed to ~2,260 msg/s (`ss`: drops at the client, `rwnd_limited` here).
 pub const SEGMENT_MAX_BYTES: u32 = 16 * 1024;
-/// Read buffer granted per socket read.
+/// Read buffer granted per socket read once a read has filled the one it had (a client sending
+/// in bulk).
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Read buffer of a connection that sends little (every connection at first): what an idle
+/// connection holds. A read that fills it grows it to `READ_BUFFER_BYTES`; a small read that
+/// leaves nothing unprocessed shrinks it back, so a burst does not pin 64 KiB per connection
+/// (at 10,000 idle connections the two 64 KiB buffers were two thirds of the broker's RSS).
+pub const READ_BUFFER_IDLE_BYTES: usize = 4 * 1024;
 /// A queue with consumers that holds more ready messages (or bytes) than this is falling
 /// behind: connections publishing into it stall their reads (bounded, see `PUBLISH_STALL_MS`).
 pub const QUEUE_PRESSURE_MSGS: usize = 2_000;

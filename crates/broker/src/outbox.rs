@@ -272,7 +272,9 @@ impl Outbox {
     async fn write_loop(&self, sock: &mut Sink<'_>) -> std::io::Result<()> {
         let timeout =
             std::time::Duration::from_millis(self.send_timeout_ms.load(Ordering::Relaxed));
-        let mut spare = BytesMut::with_capacity(64 * 1024);
+        // Empty until the first swap: it then holds what the pushers' buffer grew to, so an
+        // idle connection (whose replies go out through `flush_now`) holds no spare at all.
+        let mut spare = BytesMut::new();
         loop {
             let (closed, waiting) = {
                 let mut g = self.inner.lock();

@@ -27,9 +27,9 @@ pub struct ConnInfo {
     pub connected_at_ms: u64,
     pub user: String,
     pub vhost: String,
-    /// The client's properties (product, version, connection_name, …) as JSON.
-    pub client_properties: serde_json::Value,
-    /// The same as sent, in the client's order: rabbitmqctl lists them that way.
+    /// The client's properties (product, version, connection_name, …) as sent, in the client's
+    /// order: rabbitmqctl lists them that way. Kept once, as decoded; the management API's JSON
+    /// is made when asked ([`Self::client_properties_json`]), not held by every connection.
     pub client_table: FieldTable,
     /// Channels opened on this connection, for `list_channels`; closed ones are dropped as
     /// more open, and skipped when listing.
@@ -50,7 +50,7 @@ impl ConnInfo {
         (peer, local): (SocketAddr, SocketAddr),
         user: String,
         vhost: String,
-        client_properties: &FieldTable,
+        client_properties: FieldTable,
     ) -> ConnInfo {
         ConnInfo {
             node,
@@ -66,8 +66,7 @@ impl ConnInfo {
                 .map_or(0, |d| d.as_millis() as u64),
             user,
             vhost,
-            client_properties: crate::json::table_to_json(client_properties),
-            client_table: client_properties.clone(),
+            client_table: client_properties,
             open_channels: Mutex::new(Vec::new()),
             channels: AtomicU32::new(0),
             frame_max: AtomicU64::new(0),
@@ -75,6 +74,11 @@ impl ConnInfo {
             close_reason: Mutex::new(None),
             close: tokio::sync::Notify::new(),
         }
+    }
+
+    /// The client's properties as the management API shows them.
+    pub fn client_properties_json(&self) -> serde_json::Value {
+        crate::json::table_to_json(&self.client_table)
     }
 
     /// Asks the connection to close with 320 CONNECTION_FORCED and `reason`.

@@ -143,7 +143,7 @@ pub fn connection_json(c: &ConnInfo) -> Value {
         "peer_host": c.peer.ip().to_string(), "peer_port": c.peer.port(),
         "connected_at": c.connected_at_ms, "channels": c.channels.load(Relaxed),
         "frame_max": c.frame_max.load(Relaxed), "timeout": c.heartbeat_s.load(Relaxed),
-        "client_properties": c.client_properties, "ssl": false,
+        "client_properties": c.client_properties_json(), "ssl": false,
         "recv_oct": c.recv_oct.load(Relaxed), "recv_cnt": c.recv_cnt.load(Relaxed),
         "send_oct": c.outbox.sent_octets.load(Relaxed),
         "send_cnt": c.outbox.writes.load(Relaxed),

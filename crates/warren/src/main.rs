@@ -12,7 +12,9 @@ mod data_lock;
 
 /// jemalloc rather than glibc's malloc: after a soak (hundreds of connections, bodies up to
 /// 200 KB) the live heap was back to 0.3 MiB but glibc kept ~200 MiB resident; jemalloc's
-/// background threads return freed pages to the OS after its decay time.
+/// background threads return freed pages to the OS after its decay time. Without the `jemalloc`
+/// feature (a heap profiling build) the system allocator serves.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

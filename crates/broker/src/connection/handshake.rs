@@ -271,7 +271,7 @@ impl Conn {
             (self.peer, local),
             user,
             vhost,
-            &self.client_properties,
+            std::mem::take(&mut self.client_properties),
         ));
         info.frame_max
             .store(self.decoder.frame_max as u64, Ordering::Relaxed);

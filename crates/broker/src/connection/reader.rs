@@ -23,7 +23,9 @@ impl Conn {
         rd: &mut R,
         shutdown: &mut watch::Receiver<bool>,
     ) {
-        let mut buf = BytesMut::with_capacity(limits::READ_BUFFER_BYTES);
+        let mut buf = BytesMut::with_capacity(limits::READ_BUFFER_IDLE_BYTES);
+        // The last read filled the buffer: the client sends in bulk, read in big pieces.
+        let mut bulk = false;
         let mut shutting_down = false;
         let mut alarms = self.broker.alarms.subscribe();
         // Futures that outlive a loop turn: making them afresh each turn (a timer entry, two
@@ -57,7 +59,11 @@ impl Conn {
             };
             let starved = self.starved.first().cloned();
             if buf.capacity() - buf.len() < 4096 {
-                buf.reserve(limits::READ_BUFFER_BYTES);
+                buf.reserve(if bulk {
+                    limits::READ_BUFFER_BYTES
+                } else {
+                    limits::READ_BUFFER_IDLE_BYTES
+                });
             }
             let tick = self.next_tick();
             if timer.deadline() != tick {
@@ -105,7 +111,17 @@ impl Conn {
                         }
                         self.last_read = Instant::now();
                         self.trickle = false;
+                        let filled = limited.get_ref().len() == limited.get_ref().capacity();
                         let pressured = self.process(limited.get_mut());
+                        bulk = filled;
+                        if !filled
+                            && n < limits::READ_BUFFER_IDLE_BYTES
+                            && buf.is_empty()
+                            && buf.capacity() > limits::READ_BUFFER_IDLE_BYTES
+                        {
+                            // Little came and nothing waits: give the big buffer back.
+                            buf = BytesMut::with_capacity(limits::READ_BUFFER_IDLE_BYTES);
+                        }
                         self.await_credit(pressured).await;
                     }
                     Err(e) => {
@@ -241,6 +257,18 @@ impl Conn {
                 erlang_binary(p)
             )));
         }
+        // Decoded in place, fields are slices of the read buffer: anything kept from them (a
+        // consumer's tag, a queue's arguments, the client's properties) would pin that 4-64 KiB
+        // buffer for as long as it lives, one per connection at least. So every method but the
+        // per-message ones (publish, ack, nack, reject, get) is decoded from a copy of its few
+        // octets.
+        let copy;
+        let p = if per_message(p) {
+            p
+        } else {
+            copy = bytes::Bytes::copy_from_slice(p);
+            &copy
+        };
         Method::decode(p).map_err(|e| {
             let (c, m) = (
                 u16::from_be_bytes([p[0], p[1]]),
@@ -312,6 +340,13 @@ impl Conn {
     }
 }
 
+/// basic.publish, basic.ack, basic.nack, basic.reject and basic.get: the methods that come once
+/// per message, decoded in place (no copy on the hot path; nothing of them outlives the frame
+/// but a publish's exchange and routing key, which its message holds with its body anyway).
+fn per_message(p: &[u8]) -> bool {
+    p.len() >= 4 && p[..3] == [0, 60, 0] && matches!(p[3], 40 | 70 | 80 | 90 | 120)
+}
+
 /// Bytes as Erlang prints a binary, which is how RabbitMQ quotes frames in its error texts.
 fn erlang_binary(b: &[u8]) -> String {
     if !b.is_empty() && b.iter().all(|&c| (0x20..0x7f).contains(&c)) {
@@ -324,6 +359,60 @@ fn erlang_binary(b: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// A kept field of a non-message method owns its octets; a publish's are slices of the
+    /// read buffer.
+    #[test]
+    fn only_per_message_methods_are_decoded_in_place() {
+        use bytes::{Bytes, BytesMut};
+        use warren_protocol::method::{BasicConsume, BasicPublish};
+        use warren_protocol::{Frame, FrameKind, Method};
+        let within = |b: &[u8], buf: &Bytes| {
+            let (p, s) = (b.as_ptr() as usize, buf.as_ptr() as usize);
+            p >= s && p < s + buf.len()
+        };
+        for (m, kept_in_place) in [
+            (
+                Method::BasicConsume(BasicConsume {
+                    reserved_1: 0,
+                    queue: "a-queue-name".into(),
+                    consumer_tag: "a-tag".into(),
+                    no_local: false,
+                    no_ack: false,
+                    exclusive: false,
+                    nowait: false,
+                    arguments: Default::default(),
+                }),
+                false,
+            ),
+            (
+                Method::BasicPublish(BasicPublish {
+                    reserved_1: 0,
+                    exchange: "".into(),
+                    routing_key: "a-queue-name".into(),
+                    mandatory: false,
+                    immediate: false,
+                }),
+                true,
+            ),
+        ] {
+            let mut b = BytesMut::new();
+            m.encode_payload(&mut b);
+            let buf = b.freeze();
+            let frame = Frame {
+                kind: FrameKind::Method,
+                channel: 1,
+                payload: buf.clone(),
+            };
+            let name = match super::Conn::decode_method(&frame).expect("decodes") {
+                Method::BasicConsume(c) => c.queue,
+                Method::BasicPublish(p) => p.routing_key,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(&name[..], "a-queue-name");
+            assert_eq!(within(name.as_bytes(), &buf), kept_in_place, "{m:?}");
+        }
+    }
+
     #[test]
     fn erlang_binary_format() {
         assert_eq!(super::erlang_binary(b"abc"), "<<\"abc\">>");
