@@ -4,6 +4,11 @@ server-named queue and a consumer on it, hold them, and report the broker's RSS 
 connection. Loopback only; stops by itself.
 
     bench/idle_connections.py --url amqp://127.0.0.1:5672 --pid PID [--n 10000] [--hold 10]
+                              [--sources 4]
+
+One source address has about 28k ephemeral ports towards one broker port: `--sources K` spreads
+the connections over the loopback source addresses 127.0.0.1 .. 127.0.0.K (for 100,000, K = 4 or
+more). Raises its own open-files limit to the hard limit; the broker needs one above N too.
 
 Speaks the handshake with raw frames (tests/interop/python/rawamqp.py) over asyncio, so one
 process holds 10,000 sockets cheaply. Needs `ulimit -n` above N for this process and the broker.
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import struct
 import sys
 import time
@@ -56,8 +62,10 @@ def basic_consume(channel: int, queue: str) -> bytes:
                           + r.bits(False, True, False, False) + r.table(None))
 
 
-async def open_one(host: str, port: int, user: str, password: str, held: list) -> None:
-    reader, writer = await asyncio.open_connection(host, port)
+async def open_one(host: str, port: int, user: str, password: str, held: list,
+                   source: str | None = None) -> None:
+    local = (source, 0) if source else None
+    reader, writer = await asyncio.open_connection(host, port, local_addr=local)
     writer.write(r.PROTOCOL_HEADER)
     await expect(reader, r.CONNECTION_START)
     writer.write(r.start_ok_plain(user, password))
@@ -84,7 +92,16 @@ async def main() -> int:
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--hold", type=float, default=10.0, help="seconds to hold them open")
     ap.add_argument("--parallel", type=int, default=100)
+    ap.add_argument("--sources", type=int, default=1,
+                    help="spread over loopback source addresses 127.0.0.1..127.0.0.K")
     a = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if hard < a.n + 100:
+        print(f"open-files hard limit {hard} is below --n {a.n}: raise it (ulimit -Hn)",
+              file=sys.stderr)
+        return 2
     u = urlparse(a.url)
     host, port = u.hostname or "127.0.0.1", u.port or 5672
     user, password = u.username or "guest", u.password or "guest"
@@ -93,18 +110,19 @@ async def main() -> int:
     sem = asyncio.Semaphore(a.parallel)
     failures = 0
 
-    async def guarded() -> None:
+    async def guarded(i: int) -> None:
         nonlocal failures
+        source = f"127.0.0.{1 + i % a.sources}" if a.sources > 1 else None
         async with sem:
             try:
-                await asyncio.wait_for(open_one(host, port, user, password, held), 60)
+                await asyncio.wait_for(open_one(host, port, user, password, held, source), 60)
             except Exception as e:  # noqa: BLE001 - counted and reported
                 failures += 1
                 if failures <= 3:
                     print(f"connection failed: {e!r}", file=sys.stderr)
 
     t0 = time.monotonic()
-    await asyncio.gather(*(guarded() for _ in range(a.n)))
+    await asyncio.gather(*(guarded(i) for i in range(a.n)))
     opened = time.monotonic() - t0
     await asyncio.sleep(a.hold)
     after = rss_kb(a.pid)
