@@ -33,10 +33,14 @@ BASIC_CONSUME_OK = (60, 21)
 
 
 def rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
+    """The broker's RSS in KiB; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except FileNotFoundError:
+        pass
     return 0
 
 
@@ -127,6 +131,9 @@ async def main() -> int:
     await asyncio.sleep(a.hold)
     after = rss_kb(a.pid)
     n = len(held)
+    if after == 0:
+        print(f"the broker (pid {a.pid}) died: {n} connections had been opened, {failures} failed")
+        return 1
     per = (after - base) * 1024 / n if n else 0
     print(f"connections={n} failed={failures} open_s={opened:.1f} rss_before_kb={base} "
           f"rss_after_kb={after} bytes_per_connection={per:.0f}")
