@@ -237,12 +237,4 @@ impl Meta {
             .await
             .map_err(|e| MetaError::Unavailable(e.to_string()))
     }
-
-    /// How many entries voter `id` is behind this leader's log (`None`: this node does not
-    /// lead, or has not heard from `id` yet).
-    pub fn lag_of(&self, id: NodeId) -> Option<u64> {
-        let m = self.inner.metrics.borrow();
-        let matched = m.replication.as_ref()?.get(&id)?.as_ref()?.index;
-        Some(m.last_log_index.unwrap_or(0).saturating_sub(matched))
-    }
 }

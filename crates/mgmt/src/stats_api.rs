@@ -134,7 +134,6 @@ fn connection_octets(c: &ConnInfo) -> [u64; 2] {
 
 /// A connection in RabbitMQ's shape (`/api/connections`).
 pub fn connection_json(c: &ConnInfo) -> Value {
-    use std::sync::atomic::Ordering::Relaxed;
     json!({
         "name": c.name, "node": &*c.node, "type": "network", "state": "running",
         "protocol": "AMQP 0-9-1", "auth_mechanism": "PLAIN",
