@@ -50,6 +50,10 @@ pub struct Config {
     /// `client-local` (the default), `min-masters`, `random`, `balanced`, `least-leaders`.
     /// Only a cluster has a choice.
     pub queue_master_locator: Option<String>,
+    /// Threads that run connections, channels and queues (the async runtime's workers).
+    /// Default: one fewer than the cores this process may use, at least one
+    /// ([`Config::worker_threads`]).
+    pub workers: Option<usize>,
 }
 
 /// `[cluster]`: the inter-node link and how this node finds its cluster.
@@ -290,6 +294,7 @@ impl Default for Config {
             consumer_timeout: limits::CONSUMER_TIMEOUT_MS,
             quorum_queues_on_machine: true,
             queue_master_locator: None,
+            workers: None,
         }
     }
 }
@@ -302,6 +307,21 @@ impl Config {
             return 0;
         }
         (warren_cluster::node_id(&self.node_name) & 0xFF_FFFF) << 40
+    }
+
+    /// The runtime's worker threads: `workers`, else one fewer than the cores available. The
+    /// core left over runs what is not a worker: the persister's fsyncs, the kernel's network
+    /// processing of loopback and NIC traffic, the cluster's log thread. On the 2-core machine
+    /// a second worker cost more than it gave under every generator: S1 under `warren perf`
+    /// took 1.7x the broker CPU per message for 0.85x the rate, S2P under PerfTest 0.75x the
+    /// rate (docs/benchmarks/notes/2026-11-27-persistent-confirms-and-workers.md).
+    pub fn worker_threads(&self) -> usize {
+        self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .saturating_sub(1)
+                .max(1)
+        })
     }
 
     pub fn from_toml(text: &str) -> Result<Config, String> {
@@ -334,6 +354,9 @@ impl Config {
                     KNOWN.join(", ")
                 ));
             }
+        }
+        if self.workers == Some(0) {
+            return Err("workers must be at least 1".into());
         }
         if self.limits.frame_max != 0
             && self.limits.frame_max < warren_protocol::frame::FRAME_MIN_SIZE
@@ -478,6 +501,16 @@ mod tests {
         assert_eq!(c.queue_master_locator.as_deref(), Some("min-masters"));
         let e = Config::from_toml("queue_master_locator = \"elsewhere\"\n").expect_err("refused");
         assert!(e.contains("queue_master_locator must be one of"), "{e}");
+    }
+
+    #[test]
+    fn workers_default_to_one_fewer_than_the_cores_and_zero_is_refused() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(Config::default().worker_threads(), (cores - 1).max(1));
+        let c = Config::from_toml("workers = 3\n").expect("valid");
+        assert_eq!(c.worker_threads(), 3);
+        let e = Config::from_toml("workers = 0\n").expect_err("refused");
+        assert!(e.contains("workers must be at least 1"), "{e}");
     }
 
     #[test]

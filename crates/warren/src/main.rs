@@ -182,7 +182,9 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     // Before anything in the data directory is read or written: a second server on it would
     // overwrite the first one's logs.
     let _data_lock = data_lock::acquire(&config.data_dir)?;
+    let workers = config.worker_threads();
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .enable_all()
         .build()?;
     rt.block_on(async move {
@@ -229,7 +231,7 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         tracing::info!(url = %format!("http://{http_addr}/"), "management UI and HTTP API listening");
         // The management API's rates are sampled for as long as the AMQP server runs.
         let sampler = tokio::spawn(warren_mgmt::run_sampler(broker.clone()));
-        tracing::info!(%addr, data_dir = %data_dir.display(), version = env!("CARGO_PKG_VERSION"), "warren listening for AMQP 0-9-1");
+        tracing::info!(%addr, data_dir = %data_dir.display(), workers, version = env!("CARGO_PKG_VERSION"), "warren listening for AMQP 0-9-1");
         let server = tokio::spawn(warren_broker::app::serve(broker.clone(), listener, rx));
         let reloader = tokio::spawn(reload_on_sighup(broker.clone(), config_file));
         wait_for_signal().await;

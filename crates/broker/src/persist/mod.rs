@@ -5,18 +5,18 @@
 //! consumed and acked while still buffered is never written.
 
 use crate::clock::unix_ms;
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use parking_lot::{Condvar, Mutex};
 use warren_protocol::properties::BasicProperties;
 use warren_protocol::ByteString;
 
-use crate::confirm::complete_all;
 use crate::confirm::ConfirmHandle;
 use crate::message::Message;
+
+mod group;
+pub use group::Persister;
 
 /// What a classic queue and the persister need of a queue's log: the store's
 /// [`warren_store::QueueLog`] on disk, or a test's log in memory (`queue/tests.rs`). A queue
@@ -118,134 +118,6 @@ pub trait Logged: Send + Sync {
     fn log_name(&self) -> &str;
 }
 
-pub struct Persister {
-    dirty: Mutex<Vec<Arc<dyn Logged>>>,
-    wake: Condvar,
-    stop: AtomicBool,
-    /// fsync calls made and bytes written, for benchmarks (logged at shutdown).
-    pub fsyncs: AtomicU64,
-    pub bytes: AtomicU64,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-}
-
-impl Persister {
-    pub fn start() -> Arc<Persister> {
-        let p = Arc::new(Persister {
-            dirty: Mutex::new(Vec::new()),
-            wake: Condvar::new(),
-            stop: AtomicBool::new(false),
-            fsyncs: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-            thread: Mutex::new(None),
-        });
-        let runner = p.clone();
-        match std::thread::Builder::new()
-            .name("warren-persister".into())
-            .spawn(move || runner.run())
-        {
-            Ok(h) => *p.thread.lock() = Some(h),
-            Err(e) => tracing::error!(error = %e, "cannot start the persister thread"),
-        }
-        p
-    }
-
-    /// Queues `q` for the next group. Cheap when it is already queued.
-    pub fn mark_dirty<L: Logged + 'static>(&self, q: &Arc<L>) {
-        if q.join_batch() {
-            self.dirty.lock().push(q.clone());
-            self.wake.notify_one();
-        }
-    }
-
-    /// Writes what is still buffered, then stops the thread (clean shutdown).
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
-        {
-            let _g = self.dirty.lock();
-            self.wake.notify_one();
-        }
-        if let Some(h) = self.thread.lock().take() {
-            let _ = h.join();
-        }
-        tracing::info!(
-            fsyncs = self.fsyncs.load(Ordering::Relaxed),
-            bytes_written = self.bytes.load(Ordering::Relaxed),
-            "persister stopped"
-        );
-    }
-
-    /// A persister without its thread, for tests that run each group commit themselves
-    /// ([`Persister::commit_dirty`]).
-    #[cfg(test)]
-    pub(crate) fn manual() -> Arc<Persister> {
-        Arc::new(Persister {
-            dirty: Mutex::new(Vec::new()),
-            wake: Condvar::new(),
-            stop: AtomicBool::new(false),
-            fsyncs: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-            thread: Mutex::new(None),
-        })
-    }
-
-    /// One group commit of what is dirty now, on the caller's thread, as the thread makes it.
-    #[cfg(test)]
-    pub(crate) fn commit_dirty(&self) {
-        let batch = std::mem::take(&mut *self.dirty.lock());
-        self.commit(batch);
-    }
-
-    fn run(self: Arc<Self>) {
-        loop {
-            let batch = {
-                let mut d = self.dirty.lock();
-                while d.is_empty() && !self.stop.load(Ordering::Relaxed) {
-                    self.wake.wait(&mut d);
-                }
-                std::mem::take(&mut *d)
-            };
-            if batch.is_empty() {
-                return;
-            }
-            self.commit(batch);
-        }
-    }
-
-    fn commit(&self, batch: Vec<Arc<dyn Logged>>) {
-        let mut written = Vec::new();
-        let mut failed = Vec::new();
-        let mut files = Vec::new();
-        for q in &batch {
-            match q.write_log() {
-                Ok((tokens, f)) => {
-                    written.extend(tokens);
-                    files.extend(f);
-                }
-                Err((e, tokens)) => {
-                    tracing::error!(queue = %q.log_name(), error = %e, "cannot write queue log; publishes are nacked");
-                    failed.extend(tokens);
-                }
-            }
-        }
-        let mut seen = HashSet::new();
-        let files: Vec<Arc<std::fs::File>> = files
-            .into_iter()
-            .filter(|f| seen.insert(Arc::as_ptr(f)))
-            .collect();
-        self.fsyncs.fetch_add(files.len() as u64, Ordering::Relaxed);
-        let synced = sync_all(&files);
-        for q in &batch {
-            q.synced(synced);
-        }
-        complete_all(
-            written
-                .into_iter()
-                .map(|h| (h, synced))
-                .chain(failed.into_iter().map(|h| (h, false))),
-        );
-    }
-}
-
 /// Writes what `log` buffers (`None`: nothing to write), counting the bytes in `persister`'s
 /// totals; for a [`Logged::write_log`] over a queue log.
 pub fn write_counted<L: MessageLog + ?Sized>(
@@ -262,40 +134,6 @@ pub fn write_counted<L: MessageLog + ?Sized>(
             .fetch_add(log.bytes_written() - before, Ordering::Relaxed);
     }
     r
-}
-
-/// Most files synced at once: each queue has its own log, and one `fdatasync` after another
-/// made a group over 10 queues take 10 flush latencies (S3, S6). Concurrent flushes overlap on
-/// this kind of disk: 10 files synced in parallel took 3.6-12 ms against 24-38 ms in turn.
-const PARALLEL_SYNCS: usize = 16;
-
-/// fdatasyncs every file, concurrently when there are several; false if any failed.
-fn sync_all(files: &[Arc<std::fs::File>]) -> bool {
-    let sync = |f: &Arc<std::fs::File>| match f.sync_data() {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::error!(error = %e, "fsync failed; publishes are nacked");
-            false
-        }
-    };
-    if files.len() <= 1 {
-        return files.iter().all(sync);
-    }
-    let sync_chunk = |chunk: &[Arc<std::fs::File>]| chunk.iter().map(sync).fold(true, |a, b| a & b);
-    std::thread::scope(|s| {
-        let mut ok = true;
-        let mut handles = Vec::new();
-        for chunk in files.chunks(files.len().div_ceil(PARALLEL_SYNCS)) {
-            // Out of threads: sync this chunk here rather than fail the group.
-            match std::thread::Builder::new().spawn_scoped(s, move || sync_chunk(chunk)) {
-                Ok(h) => handles.push(h),
-                Err(_) => ok &= sync_chunk(chunk),
-            }
-        }
-        handles
-            .into_iter()
-            .fold(ok, |a, h| a & h.join().unwrap_or(false))
-    })
 }
 
 /// A message as stored in a queue log: `flags u8 | [deadline u64] | exchange | routing key |
