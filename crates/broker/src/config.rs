@@ -51,8 +51,7 @@ pub struct Config {
     /// Only a cluster has a choice.
     pub queue_master_locator: Option<String>,
     /// Threads that run connections, channels and queues (the async runtime's workers).
-    /// Default: one fewer than the cores this process may use, at least one
-    /// ([`Config::worker_threads`]).
+    /// Default: one per core this process may use ([`Config::worker_threads`]).
     pub workers: Option<usize>,
 }
 
@@ -309,19 +308,15 @@ impl Config {
         (warren_cluster::node_id(&self.node_name) & 0xFF_FFFF) << 40
     }
 
-    /// The runtime's worker threads: `workers`, else one fewer than the cores available. The
-    /// core left over runs what is not a worker: the persister's fsyncs, the kernel's network
-    /// processing of loopback and NIC traffic, the cluster's log thread. On the 2-core machine
-    /// a second worker cost more than it gave under every generator: S1 under `warren perf`
-    /// took 1.7x the broker CPU per message for 0.85x the rate, S2P under PerfTest 0.75x the
-    /// rate (docs/benchmarks/notes/2026-11-27-persistent-confirms-and-workers.md).
+    /// The runtime's worker threads: `workers`, else one per core this process may use (as
+    /// RabbitMQ runs one scheduler per core). On the 2-core machine, with the load generator on
+    /// the same cores, one worker gave PerfTest and lavinmqperf about 10% more (S2P under
+    /// PerfTest: 36k against 33k msg/s) and `warren perf`, whose generator needs little CPU,
+    /// about 10% less (docs/benchmarks/notes/2026-11-27-persistent-confirms-and-workers.md);
+    /// a broker alone on its machine has no generator to leave a core to.
     pub fn worker_threads(&self) -> usize {
-        self.workers.unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .saturating_sub(1)
-                .max(1)
-        })
+        self.workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 
     pub fn from_toml(text: &str) -> Result<Config, String> {
@@ -504,9 +499,9 @@ mod tests {
     }
 
     #[test]
-    fn workers_default_to_one_fewer_than_the_cores_and_zero_is_refused() {
+    fn workers_default_to_the_cores_and_zero_is_refused() {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        assert_eq!(Config::default().worker_threads(), (cores - 1).max(1));
+        assert_eq!(Config::default().worker_threads(), cores);
         let c = Config::from_toml("workers = 3\n").expect("valid");
         assert_eq!(c.worker_threads(), 3);
         let e = Config::from_toml("workers = 0\n").expect_err("refused");
