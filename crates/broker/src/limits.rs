@@ -20,10 +20,14 @@ pub const CLOSE_OK_TIMEOUT_MS: u64 = 3_000;
 pub const MESSAGE_SIZE_MAX_BYTES: u64 = 128 * 1024 * 1024;
 /// Kernel receive buffer of client sockets (RabbitMQ recommends 192 KiB for `recbuf`).
 pub const SOCKET_RECV_BUFFER_BYTES: u32 = 192 * 1024;
-/// Largest TCP segment we send (TCP_MAXSEG). Over loopback the MSS is 64 KiB, and a client with
-/// a fixed 128 KiB receive buffer (the Java client's sockets here) drops such segments once two
-/// are queued; each drop costs a retransmission timeout, and deliveries to a consumer that fell
-/// behind collapsed to ~2,260 msg/s (`ss`: drops at the client, `rwnd_limited` here).
+/// Largest TCP segment we send (TCP_MAXSEG). Over loopback (a 64 KiB MTU) the MSS is 64 KiB; a
+/// Java client's receive window settles at 64,624 bytes, below one such segment, and Linux then
+/// sends nothing until its persist timer fires (the sender-side silly-window test): deliveries
+/// to PerfTest's consumer stalled at ~2,260 msg/s in 6 of 27 runs without the clamp. The MSS is
+/// fixed at the handshake, so it is set on the listener. On links with an MTU up to 16 KiB
+/// (1500: MSS 1,448; 9000: 8,948, measured over a veth pair) it changes nothing.
+/// `TCP_NOTSENT_LOWAT` also avoided the stall (0 of 25 runs) but cost PerfTest 9-14%
+/// (docs/benchmarks/notes/2026-11-27-persistent-confirms-and-workers.md).
 pub const SEGMENT_MAX_BYTES: u32 = 16 * 1024;
 /// Read buffer granted per socket read once a read has filled the one it had (a client sending
 /// in bulk).
