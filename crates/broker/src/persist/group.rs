@@ -19,15 +19,13 @@ use parking_lot::{Condvar, Mutex};
 use super::Logged;
 use crate::confirm::{complete_all, ConfirmHandle};
 
-/// One group: what it wrote, to be synced and then completed.
+/// What one group wrote: its owners, the files to sync, and the confirms to complete.
+#[derive(Default)]
 struct Group {
     owners: Vec<Arc<dyn Logged>>,
     files: Vec<Arc<std::fs::File>>,
     written: Vec<Arc<ConfirmHandle>>,
     failed: Vec<Arc<ConfirmHandle>>,
-    synced: bool,
-    /// When its current stage began.
-    started: Instant,
 }
 
 /// Owners waiting for the next group, and since when the first of them has waited.
@@ -40,7 +38,7 @@ struct Dirty {
 /// Where a group's time goes, summed over groups: from the first owner's `mark_dirty` to the
 /// thread taking the group, its writes, its fsyncs, and completing it (the confirms' frames into
 /// their connections' outboxes). Logged at shutdown: the confirm breakdown of
-/// docs/benchmarks.md.
+/// docs/benchmarks/notes/2026-11-27-persistent-confirms-and-workers.md.
 #[derive(Default)]
 pub struct GroupTimes {
     pub groups: AtomicU64,
@@ -178,38 +176,34 @@ impl Persister {
     fn commit(&self, batch: Dirty) {
         let t = &self.times;
         t.groups.fetch_add(1, Ordering::Relaxed);
-        let mut g = self.write(batch.owners);
+        let start = Instant::now();
         if let Some(since) = batch.since {
-            // `started` was taken before the writes: the wait ends there.
             t.wait_nanos
-                .fetch_add((g.started - since).as_nanos() as u64, Ordering::Relaxed);
+                .fetch_add((start - since).as_nanos() as u64, Ordering::Relaxed);
         }
-        g.started = GroupTimes::add(&t.write_nanos, g.started);
-        g.synced = sync_all(&g.files);
+        let g = self.write(batch.owners);
+        let at = GroupTimes::add(&t.write_nanos, start);
+        let ok = sync_all(&g.files);
         self.fsyncs
             .fetch_add(g.files.len() as u64, Ordering::Relaxed);
-        g.started = GroupTimes::add(&t.sync_nanos, g.started);
+        let at = GroupTimes::add(&t.sync_nanos, at);
         for q in &g.owners {
-            q.synced(g.synced);
+            q.synced(ok);
         }
         complete_all(
             g.written
                 .into_iter()
-                .map(|h| (h, g.synced))
+                .map(|h| (h, ok))
                 .chain(g.failed.into_iter().map(|h| (h, false))),
         );
-        GroupTimes::add(&t.finish_nanos, g.started);
+        GroupTimes::add(&t.finish_nanos, at);
     }
 
     /// Writes each owner's buffer.
     fn write(&self, batch: Vec<Arc<dyn Logged>>) -> Group {
         let mut g = Group {
             owners: Vec::with_capacity(batch.len()),
-            files: Vec::new(),
-            written: Vec::new(),
-            failed: Vec::new(),
-            synced: false,
-            started: Instant::now(),
+            ..Group::default()
         };
         for q in batch {
             match q.write_log() {
@@ -317,7 +311,7 @@ mod tests {
         // Two owners of one file: one fsync.
         assert_eq!(p.fsyncs.load(Ordering::Relaxed), 1);
         assert!(a.synced.load(Ordering::Relaxed) && b.synced.load(Ordering::Relaxed));
-        // Nothing dirty: a commit writes nothing and counts no wait.
+        // Nothing dirty: a commit syncs nothing.
         p.commit_dirty();
         assert_eq!(p.fsyncs.load(Ordering::Relaxed), 1);
         let _ = std::fs::remove_file(path);

@@ -1,8 +1,6 @@
-//! Group commit. Durable queues buffer their log records in memory; the persister thread writes
-//! every dirty queue's buffer and fsyncs the touched files, then confirms what that covered. The
-//! group is formed by load, not by a timer: when idle a publish is written and synced at once;
-//! while one fsync runs, the next publishes gather into the following group. A persistent message
-//! consumed and acked while still buffered is never written.
+//! Durable logs: what the persister writes (`Logged`, a queue's `MessageLog`) and how a message
+//! is stored (`encode_message`, `decode_message`). The persister itself, group commit, is in
+//! `group.rs`. A persistent message consumed and acked while still buffered is never written.
 
 use crate::clock::unix_ms;
 use std::sync::atomic::Ordering;
