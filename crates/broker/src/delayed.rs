@@ -379,6 +379,7 @@ impl DelayStore {
             persistent: msg.persistent,
             priority: msg.priority,
             expiration_ms: msg.expiration_ms,
+            forwarded: crate::message::Forwarded::NONE,
         });
         let mut took = false;
         let dirty = {
@@ -558,6 +559,7 @@ impl DelayStore {
                 persistent: m.persistent,
                 priority: m.priority,
                 expiration_ms: m.expiration_ms,
+                forwarded: crate::message::Forwarded::NONE,
             });
             vhost.route_due(&self.exchange, &msg, &mut targets);
             if h.dead {

@@ -18,6 +18,30 @@ pub struct Message {
     pub priority: Option<u8>,
     /// From the `expiration` property (ms), read only when the publisher set it.
     pub expiration_ms: Option<u64>,
+    /// The bytes this message was read from when another node forwarded it here.
+    pub forwarded: Forwarded,
+}
+
+/// A message as the node that forwarded it here encoded it (`cluster::remote::wire`), kept so
+/// that sending it on (a delivery to a consumer on another node, a basic.get from one) writes
+/// those bytes as they came instead of encoding the fields again. Only the decoder makes one,
+/// from the very bytes the fields were sliced from, and a [`Message`] is not changed once
+/// made (a changed copy, such as a dead-lettered one, is built with [`Forwarded::NONE`]), so
+/// the bytes always say what the fields say.
+#[derive(Debug, Clone, Default)]
+pub struct Forwarded(Option<Bytes>);
+
+impl Forwarded {
+    /// Built on this node: encoded from its fields when forwarded.
+    pub const NONE: Forwarded = Forwarded(None);
+
+    pub(crate) fn new(wire: Bytes) -> Forwarded {
+        Forwarded(Some(wire))
+    }
+
+    pub(crate) fn bytes(&self) -> Option<&Bytes> {
+        self.0.as_ref()
+    }
 }
 
 impl warren_queue::Payload for Message {
@@ -116,6 +140,7 @@ pub fn with_delivery_count(m: &Message, n: u64) -> Message {
         persistent: m.persistent,
         priority: m.priority,
         expiration_ms: m.expiration_ms,
+        forwarded: Forwarded::NONE,
     }
 }
 

@@ -477,6 +477,7 @@ mod tests {
                 persistent: false,
                 priority: None,
                 expiration_ms: None,
+                forwarded: crate::message::Forwarded::NONE,
             };
             let mut fast = BytesMut::new();
             write_delivery(
@@ -507,6 +508,7 @@ mod tests {
             persistent: false,
             priority: None,
             expiration_ms: None,
+            forwarded: crate::message::Forwarded::NONE,
         };
         let mut b = BytesMut::new();
         write_content(&mut b, 1, 4096, &msg);

@@ -190,6 +190,7 @@ pub async fn publish(
         persistent: props.delivery_mode == Some(2),
         priority: props.priority,
         expiration_ms,
+        forwarded: warren_broker::message::Forwarded::NONE,
     };
     let mut targets = Vec::new();
     let delay = vh

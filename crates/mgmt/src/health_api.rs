@@ -168,6 +168,7 @@ pub async fn aliveness_test(State(b): B, Path(vhost): Path<String>) -> ApiResult
         persistent: false,
         priority: None,
         expiration_ms: None,
+        forwarded: warren_broker::message::Forwarded::NONE,
     };
     q.publish(Arc::new(msg), None);
     let mut body = None;

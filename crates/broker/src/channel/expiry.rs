@@ -273,6 +273,7 @@ mod tests {
                     persistent: false,
                     priority: None,
                     expiration_ms: None,
+                    forwarded: crate::message::Forwarded::NONE,
                 }),
                 None,
             );

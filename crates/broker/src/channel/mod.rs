@@ -461,6 +461,7 @@ impl Channel {
             persistent,
             priority,
             expiration_ms,
+            forwarded: crate::message::Forwarded::NONE,
         };
         if let Some(ops) = &mut self.tx {
             ctx.vhost

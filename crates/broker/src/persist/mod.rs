@@ -220,6 +220,7 @@ pub fn decode_message(data: &Bytes) -> Option<(Message, Option<u64>)> {
             persistent: props.delivery_mode == Some(2),
             priority: props.priority,
             expiration_ms,
+            forwarded: crate::message::Forwarded::NONE,
         },
         expires_at,
     ))
@@ -244,6 +245,7 @@ mod tests {
             persistent: true,
             priority: Some(3),
             expiration_ms: None,
+            forwarded: crate::message::Forwarded::NONE,
         };
         let stored = encode_message(&m, None);
         assert_eq!(stored_body_len(&stored), 4);

@@ -157,6 +157,7 @@ pub fn dead_lettered(
         persistent: msg.persistent,
         priority: msg.priority,
         expiration_ms: None,
+        forwarded: crate::message::Forwarded::NONE,
     };
     (m, extra)
 }
@@ -233,6 +234,7 @@ mod tests {
             persistent: false,
             priority: None,
             expiration_ms: None,
+            forwarded: crate::message::Forwarded::NONE,
         };
         let (d, _) = dead_lettered(&m, "q", Reason::Expired, "dlx", None, 1);
         assert!(is_cycle(&deaths_of(&d.properties).expect("x-death"), "q"));
@@ -257,6 +259,7 @@ mod tests {
             persistent: false,
             priority: None,
             expiration_ms: Some(100),
+            forwarded: crate::message::Forwarded::NONE,
         };
         let (d1, _) = dead_lettered(&m, "q", Reason::Expired, "dlx", None, 5);
         assert_eq!((&*d1.exchange, &*d1.routing_key), ("dlx", "rk"));
@@ -302,6 +305,7 @@ mod tests {
             persistent: false,
             priority: None,
             expiration_ms: None,
+            forwarded: crate::message::Forwarded::NONE,
         };
         let keys_of = |d: &Message| {
             let h = BasicProperties::decode(&d.properties)

@@ -117,6 +117,7 @@ fn msg_of(body: Bytes, persistent: bool) -> Arc<Message> {
         persistent,
         priority: None,
         expiration_ms: None,
+        forwarded: crate::message::Forwarded::NONE,
     })
 }
 

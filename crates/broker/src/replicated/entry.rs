@@ -220,6 +220,7 @@ mod tests {
             persistent: true,
             priority: None,
             expiration_ms: None,
+            forwarded: crate::message::Forwarded::NONE,
         }
     }
 

@@ -671,6 +671,7 @@ mod tests {
             persistent: true,
             priority: None,
             expiration_ms: None,
+            forwarded: crate::message::Forwarded::NONE,
         };
         let mut b = BytesMut::new();
         crate::persist::encode_message_into(&mut b, &m, None);

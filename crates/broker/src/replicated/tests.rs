@@ -124,6 +124,7 @@ fn msg(body: &str) -> Arc<Message> {
         persistent: true,
         priority: None,
         expiration_ms: None,
+        forwarded: crate::message::Forwarded::NONE,
     })
 }
 

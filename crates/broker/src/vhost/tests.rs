@@ -240,6 +240,7 @@ async fn a_single_node_applies_its_change_at_once_and_journals_it() {
                 persistent: false,
                 priority: None,
                 expiration_ms: None,
+                forwarded: crate::message::Forwarded::NONE,
             }),
             None,
         );
@@ -300,6 +301,7 @@ async fn a_publish_is_routed_returned_or_refused_whatever_the_protocol() {
         persistent: false,
         priority: None,
         expiration_ms: None,
+        forwarded: crate::message::Forwarded::NONE,
     };
     #[derive(Default)]
     struct Told(parking_lot::Mutex<Vec<(u64, bool)>>);

@@ -5,7 +5,7 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use warren_protocol::ByteString;
 
-use crate::message::Message;
+use crate::message::{Forwarded, Message};
 
 pub const K_PUBLISH: u8 = 16;
 pub const K_CONFIRM: u8 = 17;
@@ -42,6 +42,13 @@ const PRE_MAX: usize = 16;
 /// to `memcpy`; writing each field on its own made encoding a forwarded message cost more
 /// instructions than routing it (callgrind).
 pub(crate) fn put_message(b: &mut BytesMut, pre: &[u8], m: &Message) {
+    if let Some(wire) = m.forwarded.bytes() {
+        // As another node encoded it: sent on as it came (a delivery from the queue's node).
+        b.reserve(pre.len() + wire.len());
+        b.put_slice(pre);
+        b.put_slice(wire);
+        return;
+    }
     let mut head = [0u8; PRE_MAX + MESSAGE_HEAD];
     let n = pre.len();
     head[..n].copy_from_slice(pre);
@@ -71,29 +78,32 @@ pub(crate) fn get_message(b: &mut Bytes) -> Option<Message> {
     if b.len() < MESSAGE_HEAD {
         return None;
     }
-    let exchange_len = b.get_u16() as usize;
-    let key_len = b.get_u16() as usize;
-    let props_len = b.get_u32() as usize;
-    let body_len = b.get_u32() as usize;
-    let flags = b.get_u8();
-    let priority = b.get_u8();
-    let expiration = b.get_u64();
-    if b.len() < exchange_len + key_len + props_len + body_len {
+    let h = &b[..MESSAGE_HEAD];
+    let exchange_len = u16::from_be_bytes([h[0], h[1]]) as usize;
+    let key_len = u16::from_be_bytes([h[2], h[3]]) as usize;
+    let props_len = u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize;
+    let body_len = u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize;
+    let (flags, priority) = (h[12], h[13]);
+    let expiration = u64::from_be_bytes(h[14..22].try_into().ok()?);
+    // Where the routing key, the properties and the body start.
+    let k = MESSAGE_HEAD + exchange_len;
+    let p = k + key_len;
+    let body = p + props_len;
+    if b.len() < body + body_len {
         return None;
     }
-    // Slices of the frame, as the AMQP decoder makes them: no copy, no allocation.
-    let exchange = ByteString::try_from(b.split_to(exchange_len)).ok()?;
-    let routing_key = ByteString::try_from(b.split_to(key_len)).ok()?;
-    let properties = b.split_to(props_len);
-    let body = b.split_to(body_len);
+    // The message's bytes, kept whole ([`Forwarded`]) and sliced into its fields, as the AMQP
+    // decoder slices a frame: no copy, no allocation.
+    let wire = b.split_to(body + body_len);
     Some(Message {
-        exchange,
-        routing_key,
-        properties,
-        body,
+        exchange: ByteString::try_from(wire.slice(MESSAGE_HEAD..k)).ok()?,
+        routing_key: ByteString::try_from(wire.slice(k..p)).ok()?,
+        properties: wire.slice(p..body),
+        body: wire.slice(body..),
         persistent: flags & 1 != 0,
         priority: (flags & 2 != 0).then_some(priority),
         expiration_ms: (flags & 4 != 0).then_some(expiration),
+        forwarded: Forwarded::new(wire),
     })
 }
 
@@ -132,6 +142,7 @@ mod tests {
             persistent: true,
             priority: Some(3),
             expiration_ms: None,
+            forwarded: Forwarded::NONE,
         };
         let mut b = BytesMut::new();
         put_message(&mut b, &[], &m);
@@ -164,5 +175,67 @@ mod tests {
         assert_eq!(got.priority, None);
         assert!(whole.is_empty(), "read to its end");
         assert!(get_message(&mut cut).is_none());
+    }
+
+    /// A message forwarded here goes on in the bytes it came in, and a changed copy of it is
+    /// encoded from its own fields.
+    #[test]
+    fn a_forwarded_message_goes_on_as_it_came() {
+        let m = Message {
+            exchange: "amq.direct".into(),
+            routing_key: "rk".into(),
+            properties: crate::message::with_delivery_count(
+                &Message {
+                    exchange: "".into(),
+                    routing_key: "".into(),
+                    properties: Bytes::new(),
+                    body: Bytes::new(),
+                    persistent: false,
+                    priority: None,
+                    expiration_ms: None,
+                    forwarded: Forwarded::NONE,
+                },
+                1,
+            )
+            .properties,
+            body: Bytes::from_static(b"body"),
+            persistent: true,
+            priority: Some(4),
+            expiration_ms: Some(5),
+            forwarded: Forwarded::NONE,
+        };
+        let mut sent = BytesMut::new();
+        put_message(&mut sent, &[1, 2], &m);
+        let sent = sent.freeze();
+        let mut r = sent.slice(2..);
+        let got = get_message(&mut r).expect("decodes");
+        assert!(r.is_empty());
+        assert_eq!(
+            got.forwarded.bytes().map(|b| b.as_ref()),
+            Some(&sent[2..]),
+            "kept whole"
+        );
+        let mut again = BytesMut::new();
+        put_message(&mut again, &[1, 2], &got);
+        assert_eq!(again.as_ref(), sent.as_ref(), "sent on byte for byte");
+        // What is written is the kept bytes, not a new encoding of the fields.
+        let marked = Message {
+            forwarded: Forwarded::new(Bytes::from_static(b"as it came")),
+            ..get_message(&mut sent.slice(2..)).expect("decodes")
+        };
+        let mut b = BytesMut::new();
+        put_message(&mut b, &[9], &marked);
+        assert_eq!(b.as_ref(), b"\x09as it came");
+        // A copy with another header is encoded from its fields, not from the kept bytes.
+        let changed = crate::message::with_delivery_count(&got, 2);
+        assert!(changed.forwarded.bytes().is_none());
+        let mut b = BytesMut::new();
+        put_message(&mut b, &[], &changed);
+        let back = get_message(&mut b.freeze()).expect("decodes");
+        assert_eq!(back.properties, changed.properties);
+        assert_ne!(back.properties, got.properties);
+        assert_eq!(back.body, got.body);
+        assert_eq!(back.expiration_ms, Some(5));
+        assert_eq!(back.priority, Some(4));
     }
 }

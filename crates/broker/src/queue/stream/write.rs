@@ -42,6 +42,7 @@ impl Stream {
             persistent: msg.persistent,
             priority: msg.priority,
             expiration_ms: None,
+            forwarded: crate::message::Forwarded::NONE,
         });
         g.log.append(ts, data, confirm.cloned());
         g.tail_bytes += m.body.len() as u64;
@@ -201,6 +202,7 @@ mod tests {
             persistent: false,
             priority: None,
             expiration_ms: None,
+            forwarded: crate::message::Forwarded::NONE,
         };
         let (mut b, props, patch) = encode_with_offset(&m);
         b[patch..patch + 8].copy_from_slice(&42u64.to_be_bytes());
