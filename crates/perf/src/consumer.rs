@@ -446,6 +446,7 @@ mod tests {
                 persistent: false,
                 body_size: 16,
                 rate: None,
+                pacing: Duration::from_millis(1),
                 confirm: None,
                 limit: 0,
                 start_delay: Duration::ZERO,

@@ -35,6 +35,8 @@ pub struct ProducerSpec {
     pub body_size: usize,
     /// msg/s; `None`: as fast as the socket takes them.
     pub rate: Option<f64>,
+    /// With a rate: the messages due go out in a train this often.
+    pub pacing: Duration,
     /// Max unconfirmed; `None`: no confirms.
     pub confirm: Option<u32>,
     /// Messages to send; 0: no limit.
@@ -104,6 +106,59 @@ impl Template {
     }
 }
 
+/// Wakes a paced producer every `every`, from a thread of its own. Tokio's timer ticks in whole
+/// milliseconds, so a producer paced by it sends a millisecond's messages in one train, and at
+/// high rates the train's last message waits behind hundreds of others in the broker. The
+/// thread sleeps between ticks (no spinning) with a 1 µs timer slack, and stops when dropped.
+struct Pacer {
+    tick: Arc<Notify>,
+    done: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Pacer {
+    /// `None` if the thread cannot be started: the producer paces by the runtime's timer.
+    fn start(every: Duration) -> Option<Pacer> {
+        let tick = Arc::new(Notify::new());
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (t, d) = (tick.clone(), done.clone());
+        let thread = std::thread::Builder::new()
+            .name("perf-pacer".into())
+            .spawn(move || {
+                // The default slack (50 µs) would stretch every sleep by about that much.
+                let _ = nix::sys::prctl::set_timerslack(1_000);
+                let mut at = std::time::Instant::now();
+                while !d.load(Relaxed) {
+                    at += every;
+                    let now = std::time::Instant::now();
+                    match at.checked_duration_since(now) {
+                        Some(wait) => std::thread::sleep(wait),
+                        // Fell behind (the machine stalled): tick from now on, no catch-up burst.
+                        None => at = now,
+                    }
+                    // A tick the producer is not waiting for stays stored: it is not lost.
+                    t.notify_one();
+                }
+            })
+            .ok()?;
+        Some(Pacer {
+            tick,
+            done,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Pacer {
+    /// Stops the thread and waits for it (at most one tick).
+    fn drop(&mut self) {
+        self.done.store(true, Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// Unconfirmed publishes (sequence number, send time), oldest first.
 struct Pending {
     queue: Mutex<VecDeque<(u64, u64)>>,
@@ -145,6 +200,10 @@ pub async fn run(
     }
     let per_batch = (BATCH_BYTES / template.bytes.len()).max(1) as u64;
     let mut wbuf = BytesMut::with_capacity(BATCH_BYTES + template.bytes.len());
+    let pacer = match spec.rate {
+        Some(_) if spec.pacing < Duration::from_millis(1) => Pacer::start(spec.pacing),
+        _ => None,
+    };
     let start = Instant::now();
     let mut sent: u64 = 0;
     let mut clean = true;
@@ -161,9 +220,16 @@ pub async fn run(
             let due = (start.elapsed().as_secs_f64() * r) as u64 + 1;
             if due <= sent {
                 let next = start + Duration::from_secs_f64(sent as f64 / r);
-                tokio::select! {
-                    _ = tokio::time::sleep_until(next) => {}
-                    _ = stop.wait_for(|s| *s) => {}
+                match &pacer {
+                    // The next train is due at the pacer's next tick.
+                    Some(p) => tokio::select! {
+                        _ = p.tick.notified() => {}
+                        _ = stop.wait_for(|s| *s) => {}
+                    },
+                    None => tokio::select! {
+                        _ = tokio::time::sleep_until(next) => {}
+                        _ = stop.wait_for(|s| *s) => {}
+                    },
                 }
                 continue;
             }
@@ -345,6 +411,7 @@ mod tests {
             persistent,
             body_size: size,
             rate: None,
+            pacing: Duration::from_millis(1),
             confirm: None,
             limit: 0,
             start_delay: Duration::ZERO,
@@ -419,5 +486,22 @@ mod tests {
         settle(&p, &stats, 5, true, true, &mut lat);
         assert!(p.queue.lock().is_empty());
         assert_eq!(lat.len(), 5);
+    }
+
+    /// The pacer's thread wakes a waiting producer again and again, and ends once dropped.
+    #[tokio::test]
+    async fn a_pacer_ticks_until_dropped() {
+        let p = Pacer::start(Duration::from_micros(100)).expect("thread");
+        for _ in 0..3 {
+            tokio::time::timeout(Duration::from_secs(10), p.tick.notified())
+                .await
+                .expect("a tick");
+        }
+        // Dropping joins the thread: it returns only if the thread ended.
+        let dropped = tokio::task::spawn_blocking(move || drop(p));
+        tokio::time::timeout(Duration::from_secs(10), dropped)
+            .await
+            .expect("the thread ended")
+            .expect("joined");
     }
 }

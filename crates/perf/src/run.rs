@@ -151,6 +151,7 @@ fn producer_spec(s: &Scenario, i: usize) -> ProducerSpec {
         persistent: s.persistent,
         body_size: s.body_size,
         rate: s.rate,
+        pacing: s.pacing,
         confirm: s.confirm,
         limit: s.pmessages,
         start_delay,

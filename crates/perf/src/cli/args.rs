@@ -38,6 +38,12 @@ pub struct Args {
     /// Rate limit of each producer, msg/s [default: no limit].
     #[arg(short = 'r', long = "rate")]
     pub rate: Option<f64>,
+    /// With a rate: send the messages due in a train every N microseconds. 1000 (the default)
+    /// is the runtime timer's tick; below it each paced producer has a thread of its own that
+    /// wakes it, which costs CPU (measured in docs/benchmarks/notes) but keeps trains short, so
+    /// a train's last message does not wait behind the rest of a millisecond's worth.
+    #[arg(long = "pacing-us", default_value_t = 1000)]
+    pub pacing_us: u64,
     /// Publishing interval in seconds (one message per interval per producer).
     #[arg(short = 'P', long = "publishing-interval")]
     pub publishing_interval: Option<f64>,

@@ -46,6 +46,8 @@ pub struct Scenario {
     pub body_size: usize,
     /// Per producer, msg/s.
     pub rate: Option<f64>,
+    /// With a rate: how often a producer sends the messages due.
+    pub pacing: std::time::Duration,
     pub persistent: bool,
     pub mandatory: bool,
     /// Max unconfirmed per producer; `None`: no confirms.
@@ -112,6 +114,12 @@ pub fn validate(a: Args, command_line: String) -> Result<Options, String> {
         (_, Some(p)) => Some(1.0 / p),
         _ => None,
     };
+    if !(10..=1_000_000).contains(&a.pacing_us) {
+        return Err(format!(
+            "--pacing-us must be between 10 and 1000000 microseconds, got {}",
+            a.pacing_us
+        ));
+    }
     let confirm = match a.confirm {
         -1 => None,
         n if n >= 1 && n <= u32::MAX as i64 => Some(n as u32),
@@ -255,6 +263,7 @@ pub fn validate(a: Args, command_line: String) -> Result<Options, String> {
         topology,
         body_size: a.size.max(crate::body::HEADER_BYTES),
         rate,
+        pacing: std::time::Duration::from_micros(a.pacing_us),
         persistent,
         mandatory,
         confirm,
@@ -426,6 +435,7 @@ mod tests {
         assert!(err(&["-r", "10", "-P", "1"]).contains("give one"));
         assert!(err(&["-r", "0"]).contains("positive"));
         assert!(err(&["-r", "-5"]).contains("-5"));
+        assert!(err(&["--pacing-us", "5"]).contains("between 10 and 1000000"));
         assert!(err(&["--sweep", "--steps"]).contains("separate modes"));
         assert!(err(&["--sweep", "-r", "100"]).contains("drop --rate"));
         assert!(err(&["--sweep", "1000,fast"]).contains("fast"));
