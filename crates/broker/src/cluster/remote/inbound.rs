@@ -12,8 +12,8 @@ use super::proxy::Proxy;
 use super::serve::local_queue;
 use super::sink::LinkSink;
 use super::wire::{
-    get_bytes, get_message, get_u32, get_u64, get_u8, K_CANCEL, K_CANCEL_OK, K_CONFIRM, K_CREDIT,
-    K_DELIVER, K_PUBLISH, K_PUB_CREDIT, K_SETTLE, SETTLE_ACK, SETTLE_REQUEUE,
+    get_bytes, get_forwarded, get_message, get_u32, get_u64, get_u8, K_CANCEL, K_CANCEL_OK,
+    K_CONFIRM, K_CREDIT, K_DELIVER, K_PUBLISH, K_PUB_CREDIT, K_SETTLE, SETTLE_ACK, SETTLE_REQUEUE,
 };
 use super::{entry, lid, send_confirm, send_settle, GetDelivery};
 use crate::cluster::link::{get_str, put_str, Link};
@@ -39,7 +39,7 @@ pub fn on_message(c: &Arc<Cluster>, link: &Arc<Link>, kind: u8, mut body: Bytes)
             let mut took = 0;
             for _ in 0..n {
                 let Some(id) = get_u64(&mut body) else { break };
-                let Some(msg) = get_message(&mut body) else {
+                let Some(msg) = get_forwarded(&mut body) else {
                     break;
                 };
                 let Some(q) = &target else {

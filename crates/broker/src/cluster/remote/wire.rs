@@ -74,7 +74,19 @@ pub(crate) fn put_message(b: &mut BytesMut, pre: &[u8], m: &Message) {
     }
 }
 
+/// A message as [`put_message`] wrote it, to be handed to a consumer here: its bytes are not
+/// kept.
 pub(crate) fn get_message(b: &mut Bytes) -> Option<Message> {
+    read_message(b, false)
+}
+
+/// A message forwarded to its queue here, which may send it on to a consumer on another node:
+/// it keeps its bytes ([`Forwarded`]), so that sending it on writes them as they came.
+pub(crate) fn get_forwarded(b: &mut Bytes) -> Option<Message> {
+    read_message(b, true)
+}
+
+fn read_message(b: &mut Bytes, keep: bool) -> Option<Message> {
     if b.len() < MESSAGE_HEAD {
         return None;
     }
@@ -103,7 +115,11 @@ pub(crate) fn get_message(b: &mut Bytes) -> Option<Message> {
         persistent: flags & 1 != 0,
         priority: (flags & 2 != 0).then_some(priority),
         expiration_ms: (flags & 4 != 0).then_some(expiration),
-        forwarded: Forwarded::new(wire),
+        forwarded: if keep {
+            Forwarded::new(wire)
+        } else {
+            Forwarded::NONE
+        },
     })
 }
 
@@ -208,7 +224,12 @@ mod tests {
         put_message(&mut sent, &[1, 2], &m);
         let sent = sent.freeze();
         let mut r = sent.slice(2..);
-        let got = get_message(&mut r).expect("decodes");
+        assert!(get_message(&mut sent.slice(2..))
+            .expect("decodes")
+            .forwarded
+            .bytes()
+            .is_none());
+        let got = get_forwarded(&mut r).expect("decodes");
         assert!(r.is_empty());
         assert_eq!(
             got.forwarded.bytes().map(|b| b.as_ref()),
