@@ -325,6 +325,14 @@ func TestPerMessageTTL(t *testing.T) {
 	if want := "PRECONDITION_FAILED - invalid expiration 'soon': no_integer"; e.Reason != want {
 		t.Errorf("reason %q, want %q", e.Reason, want)
 	}
+	// A number followed by more: RabbitMQ 3.10 names what is left over.
+	pub2 := c.confirmCh(conn)
+	closed2 := pub2.NotifyClose(make(chan *amqp.Error, 1))
+	publishMsg(t, pub2, "", q, amqp.Publishing{Expiration: "100abc", Body: []byte("bad")})
+	e = waitErr(t, closed2, "publish with a leftover after the expiration")
+	if want := `PRECONDITION_FAILED - invalid expiration '100abc': {leftover_string,"abc"}`; e.Reason != want {
+		t.Errorf("reason %q, want %q", e.Reason, want)
+	}
 }
 
 func TestQueueTTLAndMaxLength(t *testing.T) {

@@ -236,15 +236,33 @@ impl QueueArgs {
 
 /// Parses a per-message `expiration` property (milliseconds as decimal text), as RabbitMQ does.
 pub fn parse_expiration(s: &str) -> AmqpResult<u64> {
-    match s.parse::<i64>() {
-        Ok(n) if n >= 0 => Ok(n as u64),
-        Ok(n) => Err(AmqpError::precondition_failed(format!(
-            "invalid expiration '{s}': {{value_negative,{n}}}"
-        ))),
-        Err(_) => Err(AmqpError::precondition_failed(format!(
-            "invalid expiration '{s}': no_integer"
-        ))),
+    // As RabbitMQ 3.10 reads it (`rabbit_basic:parse_expiration`): Erlang's `string:to_integer`
+    // (an optional sign, then digits, no leading space), nothing after the number, not
+    // negative. No upper bound: Erlang's integers have none, and 3.10 takes 4294967296.
+    let invalid =
+        |why: String| AmqpError::precondition_failed(format!("invalid expiration '{s}': {why}"));
+    let sign = usize::from(matches!(s.as_bytes().first(), Some(b'+' | b'-')));
+    let digits = s.as_bytes()[sign..]
+        .iter()
+        .take_while(|c| c.is_ascii_digit())
+        .count();
+    if digits == 0 {
+        return Err(invalid("no_integer".into()));
     }
+    let (number, rest) = s.split_at(sign + digits);
+    if !rest.is_empty() {
+        let rest = rest.replace('\\', "\\\\").replace('"', "\\\"");
+        return Err(invalid(format!("{{leftover_string,\"{rest}\"}}")));
+    }
+    if s.starts_with('-') && number[1..].bytes().any(|c| c != b'0') {
+        let n = number.trim_start_matches('-').trim_start_matches('0');
+        return Err(invalid(format!("{{value_negative,-{n}}}")));
+    }
+    // Beyond u64 (584 million years): never expires.
+    Ok(number
+        .trim_start_matches(['+', '-'])
+        .parse::<u64>()
+        .unwrap_or(u64::MAX))
 }
 
 pub use crate::message::type_name;
@@ -358,5 +376,27 @@ mod tests {
             "PRECONDITION_FAILED - invalid expiration 'soon': no_integer"
         );
         assert_eq!(parse_expiration("1500").expect("ok"), 1500);
+        // RabbitMQ 3.10's answers (checked against it with pika).
+        let err = |e: &str| parse_expiration(e).expect_err("bad").text;
+        assert_eq!(
+            err("100abc"),
+            "PRECONDITION_FAILED - invalid expiration '100abc': {leftover_string,\"abc\"}"
+        );
+        assert_eq!(
+            err("-1"),
+            "PRECONDITION_FAILED - invalid expiration '-1': {value_negative,-1}"
+        );
+        assert_eq!(
+            err(" 5"),
+            "PRECONDITION_FAILED - invalid expiration ' 5': no_integer"
+        );
+        assert!(err("-1x").contains("{leftover_string,\"x\"}"));
+        assert_eq!(parse_expiration("+5").expect("ok"), 5);
+        assert_eq!(parse_expiration("-0").expect("ok"), 0);
+        assert_eq!(parse_expiration("4294967296").expect("ok"), 4_294_967_296);
+        assert_eq!(
+            parse_expiration("99999999999999999999999").expect("ok"),
+            u64::MAX
+        );
     }
 }
