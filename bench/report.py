@@ -276,6 +276,65 @@ def cores_model(rows):
     return out
 
 
+# ---- targets ---------------------------------------------------------------------------------
+
+def keeps_up(cell, rate):
+    """A broker kept up with an attempted rate: it received at least 95% of it."""
+    r = num(rate)
+    return r is not None and cell is not None and cell.get("recv") is not None and cell["recv"] >= 0.95 * r
+
+
+def targets_md(model, sw, tname):
+    """Issue 34's targets that this run measures, one line each: the figure and met or not."""
+    rows = []
+    yes = lambda ok: "**met**" if ok else "not met"  # noqa: E731
+    for s, limit in (("S1", 0.6), ("S2P", 1.0)):
+        for t in order(model.get(s, {}), TOOLS):
+            w, lv = model[s][t].get("warren"), model[s][t].get("lavinmq")
+            if not w or not lv:
+                continue
+            if w.get("cpm") is not None and lv.get("cpm"):
+                r = w["cpm"] / lv["cpm"]
+                rows.append([f"{s}: Warren's CPU-s/M ≤ {limit:.1f}x LavinMQ's", tname(t),
+                             f"{r:.2f}x ({f_cpu(w['cpm'])} against {f_cpu(lv['cpm'])})", yes(r <= limit)])
+            ratios = round_ratios(w, lv)
+            if ratios:
+                m = median(ratios)
+                rows.append([f"{s}: Warren's rate ≥ LavinMQ's", tname(t), f"{m:.2f}x", yes(m >= 1.0)])
+    for t in order(sw, TOOLS):
+        w = sw[t].get("warren", {})
+        for b in order(set(sw[t]) - {"warren"}, BROKERS):
+            rates = [r for r in sorted(sw[t][b], key=rate_key)
+                     if keeps_up(sw[t][b][r], r) and w.get(r, {}).get("p99") is not None
+                     and sw[t][b][r].get("p99") is not None]
+            if not rates:
+                continue
+            worse = [r for r in rates if w[r]["p99"] >= sw[t][b][r]["p99"]]
+            fig = (f"lower at {len(rates) - len(worse)} of {len(rates)} rates {BROKER_NAMES.get(b, b)} kept up with"
+                   + (f" (not at {', '.join(f_rate(num(r)) for r in worse)})" if worse else ""))
+            rows.append([f"S4: Warren's p99 below {BROKER_NAMES.get(b, b)}'s at every rate it keeps up with",
+                         tname(t), fig, yes(not worse)])
+    w = sw.get("warren-perf", {}).get("warren", {})
+    top = w.get("unlimited", {}).get("recv")
+    if top:
+        upto = 0.8 * top
+        swept = [r for r in sorted(w, key=rate_key) if num(r) is not None and num(r) <= upto]
+        over = [r for r in swept if w[r].get("p99") is None or w[r]["p99"] >= 1000]
+        reach = max((num(r) for r in swept), default=0)
+        fig = (f"highest rate {f_rate(top)}; p99 under 1 ms at {len(swept) - len(over)} of {len(swept)} rates up to"
+               f" {f_rate(upto)}" + (f" (not at {', '.join(f_rate(num(r)) for r in over)})" if over else "")
+               + (f"; swept only to {f_rate(reach)}" if reach < 0.9 * upto else ""))
+        rows.append(["S4: p99 under 1 ms up to 80% of Warren's highest rate", tname("warren-perf"), fig,
+                     yes(bool(swept) and not over and reach >= 0.9 * upto)])
+    if not rows:
+        return []
+    return (["## Targets of issue 34 that this run measures", "",
+             "Medians from the tables below; the CPU ratio is of the median CPU-s/M. The targets this run does"
+             " not measure (persistent confirms' latency, idle connections, forwarding) are in the sections"
+             " further down and in the notes.", ""]
+            + table(["target", "generator", "this run", ""], rows, ["l", "l", "l", "l"]) + [""])
+
+
 # ---- SVG -------------------------------------------------------------------------------------
 
 def colour(broker, i=0):
@@ -513,6 +572,7 @@ def render(root, named):
             if d]
     md += ["Results: " + (", ".join(used) if used else "none found under `bench/results/`") + ".", ""]
 
+    md += targets_md(model, sw, tname)
     md += ["## Throughput by scenario", ""]
     if not scenarios:
         md += ["No `bench/perf.sh` results yet.", ""]

@@ -143,6 +143,24 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(r, ["warren perf", "Warren", "900,000", "1,550,000", "1.75<br><sub>1.50–2.00</sub>",
                              "1.25", "1.40"])
 
+    def test_targets(self):
+        run("--root", self.root)
+        p = self.page()
+        t = "## Targets of issue 34"
+        # S1 CPU-s/M: Warren 1.00 against LavinMQ 4.00 (warren perf); 0.83 against 1.67 (lavinmqperf).
+        self.assertEqual(row(p, "S1: Warren's CPU-s/M ≤ 0.6x LavinMQ's", t),
+                         ["S1: Warren's CPU-s/M ≤ 0.6x LavinMQ's", "warren perf", "0.25x (1.00 against 4.00)",
+                          "**met**"])
+        self.assertEqual(row(p, "S1: Warren's rate ≥ LavinMQ's", t)[1:], ["warren perf", "2.00x", "**met**"])
+        # The sweep: LavinMQ kept up at 1,000 only ('unlimited' is no rate to keep up with).
+        self.assertEqual(row(p, "S4: Warren's p99 below LavinMQ's at every rate it keeps up with", t)[2:],
+                         ["lower at 1 of 1 rates LavinMQ kept up with", "**met**"])
+        # Highest 880,000: 80% is 704,000, and the sweep stops at 1,000.
+        self.assertEqual(row(p, "S4: p99 under 1 ms up to 80% of Warren's highest rate", t)[2:],
+                         ["highest rate 880,000; p99 under 1 ms at 1 of 1 rates up to 704,000; swept only to 1,000",
+                          "not met"])
+        self.assertNotIn("S2P:", p)  # not in this run
+
     def test_sections_and_svgs(self):
         run("--root", self.root)
         p = self.page()
