@@ -300,7 +300,9 @@ def targets_md(model, sw, tname):
             ratios = round_ratios(w, lv)
             if ratios:
                 m = median(ratios)
-                rows.append([f"{s}: Warren's rate ≥ LavinMQ's", tname(t), f"{m:.2f}x", yes(m >= 1.0)])
+                # Three decimals where two would round a miss up to 1.00.
+                fig = f"{m:.3f}x" if 0.995 <= m < 1.0 else f"{m:.2f}x"
+                rows.append([f"{s}: Warren's rate ≥ LavinMQ's", tname(t), fig, yes(m >= 1.0)])
     for t in order(sw, TOOLS):
         w = sw[t].get("warren", {})
         for b in order(set(sw[t]) - {"warren"}, BROKERS):
