@@ -10,7 +10,9 @@ use warren_protocol::frame;
 use warren_protocol::method::{BasicCancel, BasicGetOk};
 use warren_protocol::Method;
 
-use super::{remove_consumer, Channel, ChannelShared, Offer, PublishState, Settle, TxOp, Unacked};
+use super::{
+    remove_consumer, Channel, ChannelShared, Deliveries, Offer, PublishState, Settle, TxOp, Unacked,
+};
 use crate::consumer_timeout as timeout;
 use crate::error::{AmqpError, AmqpResult};
 use crate::flow::SpaceWaiter;
@@ -88,7 +90,9 @@ impl ChannelShared {
     pub(super) fn take(&self, tag: u64, multiple: bool) -> AmqpResult<Vec<Unacked>> {
         let mut d = self.deliveries.lock();
         let taken: Vec<Unacked> = if multiple {
-            if tag != 0 && !d.unacked.iter().any(|u| u.tag == tag) && !d.reclaimed.contains(&tag) {
+            // `unacked` is in tag order (deliveries append, `untake` inserts in place).
+            let known = |d: &Deliveries| d.unacked.binary_search_by_key(&tag, |u| u.tag).is_ok();
+            if tag != 0 && !known(&d) && !d.reclaimed.contains(&tag) {
                 return Err(unknown_tag(tag));
             }
             if !d.reclaimed.is_empty() {
@@ -101,7 +105,12 @@ impl ChannelShared {
             };
             d.unacked.drain(..n).collect()
         } else {
-            match d.unacked.binary_search_by_key(&tag, |u| u.tag) {
+            // Acks mostly come in delivery order: the oldest first, before searching.
+            let at = match d.unacked.front() {
+                Some(u) if u.tag == tag => Ok(0),
+                _ => d.unacked.binary_search_by_key(&tag, |u| u.tag),
+            };
+            match at {
                 Ok(i) => d.unacked.remove(i).into_iter().collect(),
                 // Taken back by a consumer timeout: the client did not know yet.
                 Err(_) if d.reclaimed.remove(&tag) => Vec::new(),

@@ -348,6 +348,30 @@ mod tests {
         );
     }
 
+    /// Acks in order (the oldest first), out of order, multiple and "all", and tags not (or
+    /// no longer) outstanding refused.
+    #[test]
+    fn acks_take_what_they_name() {
+        let (_vhost, q, mut ch) = setup(FieldTable::new());
+        consume(&mut ch, &q, "c", None);
+        publish(&q, 6);
+        let tags = |v: Vec<super::Unacked>| v.iter().map(|u| u.tag).collect::<Vec<_>>();
+        let all: Vec<u64> = unacked(&ch).iter().map(|u| u.0).collect();
+        assert_eq!(all.len(), 6);
+        let t = |i: usize| all[i];
+        assert_eq!(tags(ch.shared.take(t(0), false).expect("oldest")), [t(0)]);
+        assert_eq!(tags(ch.shared.take(t(3), false).expect("out of order")), [t(3)]);
+        assert!(ch.shared.take(t(3), false).is_err(), "taken already");
+        assert_eq!(
+            tags(ch.shared.take(t(4), true).expect("multiple")),
+            [t(1), t(2), t(4)]
+        );
+        assert!(ch.shared.take(t(4), true).is_err(), "multiple up to a taken tag");
+        assert!(ch.shared.take(99, true).is_err());
+        assert_eq!(tags(ch.shared.take(0, true).expect("all")), [t(5)]);
+        assert!(unacked(&ch).is_empty());
+    }
+
     #[test]
     fn without_cancel_notify_the_channel_is_closed_with_rabbitmqs_text() {
         let mut args = FieldTable::new();
