@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions per message of forwarding, repeatable where wall-clock rates are not: a 3-node
+# Instructions per message of forwarding, steadier than wall-clock rates: a 3-node
 # cluster on loopback with one node under callgrind, 2 queues homed on node 1, 2 producers and
 # 2 consumers on one node, 100k messages of 12 B (20k msg/s per producer, so the node under
 # callgrind keeps up), counters zeroed before the run and dumped after it.
@@ -8,6 +8,9 @@
 #     home    node 1 under callgrind, clients on node 2: the queue's side of a forwarded message
 #     client  node 2 under callgrind, clients on node 2: the clients' side
 #   prints instructions per message of each, and home + client against leader.
+# The totals move by up to 5% between runs of one build (how many messages share a read and a
+# run depends on timing): compare builds in one invocation, or per function from the
+# callgrind.out files left under the printed folder (callgrind_annotate --inclusive=yes).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BASE="${BASE:-7780}"
