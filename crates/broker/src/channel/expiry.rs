@@ -360,13 +360,19 @@ mod tests {
         assert_eq!(all.len(), 6);
         let t = |i: usize| all[i];
         assert_eq!(tags(ch.shared.take(t(0), false).expect("oldest")), [t(0)]);
-        assert_eq!(tags(ch.shared.take(t(3), false).expect("out of order")), [t(3)]);
+        assert_eq!(
+            tags(ch.shared.take(t(3), false).expect("out of order")),
+            [t(3)]
+        );
         assert!(ch.shared.take(t(3), false).is_err(), "taken already");
         assert_eq!(
             tags(ch.shared.take(t(4), true).expect("multiple")),
             [t(1), t(2), t(4)]
         );
-        assert!(ch.shared.take(t(4), true).is_err(), "multiple up to a taken tag");
+        assert!(
+            ch.shared.take(t(4), true).is_err(),
+            "multiple up to a taken tag"
+        );
         assert!(ch.shared.take(99, true).is_err());
         assert_eq!(tags(ch.shared.take(0, true).expect("all")), [t(5)]);
         assert!(unacked(&ch).is_empty());
