@@ -7,8 +7,8 @@
 # Between 1 and 2, a bounded fuzzing run of the protocol decoders and the queue state machine
 # (scripts/fuzz.sh), the benchmark page renderer's own test (bench/test_report.py: a fixture,
 # no load, no timing), and the structure checker (scripts/check_structure.py: no file over 800
-# lines; no import cycle among the broker's parts, nor among the modules of queue, store, mgmt
-# and cluster), and the docs' link checker (scripts/check_links.py: every relative link and
+# lines; no import cycle among the broker's parts, nor among the modules of queue, store, mgmt,
+# cluster and shovel), and the docs' link checker (scripts/check_links.py: every relative link and
 # anchor resolves).
 # CARGO_TARGET_DIR is honoured. Exits non-zero if anything fails.
 set -euo pipefail
@@ -53,10 +53,10 @@ python3 bench/test_report.py
 # The structure checker, tested on fixture crates first. It fails the run on any crates/*/src
 # file over 800 lines, on an import cycle among the broker's parts (its top-level modules, each
 # with its files: the layers of docs/ARCHITECTURE.md), and on one among the modules of queue,
-# store, mgmt and cluster.
-echo "== scripts/check_structure.py (file sizes; the broker's layers; import cycles of queue, store, mgmt and cluster)"
+# store, mgmt, cluster and shovel.
+echo "== scripts/check_structure.py (file sizes; the broker's layers; import cycles of queue, store, mgmt, cluster and shovel)"
 python3 scripts/test_check_structure.py
-python3 scripts/check_structure.py --crate crates/queue --crate crates/store --crate crates/mgmt --crate crates/cluster
+python3 scripts/check_structure.py --crate crates/queue --crate crates/store --crate crates/mgmt --crate crates/cluster --crate crates/shovel
 python3 scripts/check_structure.py --layers --crate crates/broker
 
 # The docs' relative links (README.md, docs/**/*.md, examples/**/*.md): every path exists and

@@ -191,6 +191,17 @@ pub fn import(broker: &Broker, doc: &Value) -> Result<(), String> {
     for p in policies {
         broker.put_policy(p).map_err(|e| e.to_string())?;
     }
+    // Other components' parameters (shovels, ...), checked by their components.
+    for p in &parameters {
+        let (component, name) = (field(p, "component"), field(p, "name"));
+        if component != crate::access::VHOST_LIMITS_COMPONENT {
+            let value = p.get("value").cloned().unwrap_or(Value::Null);
+            broker
+                .access
+                .set_parameter(component, field(p, "vhost"), name, value)
+                .map_err(|e| format!("parameter '{name}' of component '{component}': {e}"))?;
+        }
+    }
     let vhost = |o: &Value| {
         let name = field(o, "vhost");
         broker

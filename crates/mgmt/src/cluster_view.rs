@@ -7,6 +7,7 @@
 //! (`unknown`, never 0), as RabbitMQ lists a queue whose node is down.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -14,6 +15,7 @@ use serde_json::{json, Value};
 use warren_broker::cluster::Cluster;
 use warren_broker::queue::QueueRef;
 use warren_broker::server::{Broker, LocalView};
+use warren_shovel::Shovels;
 
 use crate::ctl_rows;
 use crate::stats_api::{self, connection_json, hosted_here};
@@ -24,8 +26,9 @@ pub const ASK_WAIT: Duration = Duration::from_secs(2);
 /// A question to another node.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Ask {
-    /// `connections`, `channels`, `consumers`, `queues`, `exchanges`, `overview`, `close`, or
-    /// `warren ctl`'s `ctl_connections`, `ctl_channels`, `ctl_consumers`.
+    /// `connections`, `channels`, `consumers`, `queues`, `exchanges`, `overview`, `close`,
+    /// `shovels`, `restart_shovel`, or `warren ctl`'s `ctl_connections`, `ctl_channels`,
+    /// `ctl_consumers`.
     view: String,
     /// `queues`, `exchanges`: only this vhost's; `close`: unused.
     #[serde(default)]
@@ -38,15 +41,40 @@ struct Ask {
     reason: String,
 }
 
-/// This node's answers (registered with the broker by the router).
-pub struct NodeView;
+/// This node's answers (registered with the broker by the router), with the shovels it runs.
+pub struct NodeView {
+    pub shovels: Arc<Shovels>,
+}
 
 impl LocalView for NodeView {
     fn answer(&self, b: &Broker, request: &[u8]) -> Result<Vec<u8>, String> {
         let ask: Ask = serde_json::from_slice(request).map_err(|e| e.to_string())?;
-        let v = local(b, &ask)?;
+        let v = match ask.view.as_str() {
+            "shovels" => Value::Array(self.shovels.status(ask.vhost.as_deref())),
+            "restart_shovel" => Value::Bool(self.shovels.restart(
+                ask.vhost.as_deref().unwrap_or(""),
+                ask.name.as_deref().unwrap_or(""),
+            )),
+            _ => local(b, &ask)?,
+        };
         serde_json::to_vec(&v).map_err(|e| e.to_string())
     }
+}
+
+/// Asks every other node for `view` (`shovels`, `restart_shovel`: answered by [`NodeView`]).
+pub(crate) async fn ask_others_view(
+    b: &Broker,
+    view: &str,
+    vhost: Option<&str>,
+    name: Option<&str>,
+) -> Vec<(String, Value)> {
+    let ask = Ask {
+        view: view.into(),
+        vhost: vhost.map(Into::into),
+        name: name.map(Into::into),
+        ..Default::default()
+    };
+    ask_others(b, &ask).await
 }
 
 fn local(b: &Broker, ask: &Ask) -> Result<Value, String> {

@@ -66,7 +66,7 @@ macro_rules! asset {
 const HTML: &str = "text/html; charset=utf-8";
 const JS: &str = "text/javascript; charset=utf-8";
 
-static ASSETS: [Asset; 10] = [
+static ASSETS: [Asset; 11] = [
     asset!("/", "index.html", HTML),
     asset!("/index.html", "index.html", HTML),
     asset!("/ui/app.js", "app.js", JS),
@@ -75,6 +75,7 @@ static ASSETS: [Asset; 10] = [
     asset!("/ui/list.js", "list.js", JS),
     asset!("/ui/bindings.js", "bindings.js", JS),
     asset!("/ui/nodes.js", "nodes.js", JS),
+    asset!("/ui/shovels.js", "shovels.js", JS),
     asset!("/ui/app.css", "app.css", "text/css; charset=utf-8"),
     asset!("/ui/favicon.svg", "favicon.svg", "image/svg+xml"),
 ];

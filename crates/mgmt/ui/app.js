@@ -14,6 +14,7 @@ import { LineChart } from './chart.js';
 import { pagedList } from './list.js';
 import { exchangeBindings, queueBindings } from './bindings.js';
 import { nodesView } from './nodes.js';
+import { shovelsView } from './shovels.js';
 import {
   $, AUTH_KEY, ApiError, add, api, apiPath, argTags, argumentsEditor, auth, basicAuth, busy,
   clearFlash, clock, deleteButton, exchangeLabel, exchangeSeg, fail, flash, fmtBytes, fmtCount,
@@ -576,8 +577,8 @@ function exchangeView(vhost, seg) {
 
 function adminNav(active) {
   const items = isAdmin()
-    ? [['users', 'Users'], ['vhosts', 'Virtual hosts'], ['policies', 'Policies'], ['definitions', 'Definitions']]
-    : [['policies', 'Policies']];
+    ? [['users', 'Users'], ['vhosts', 'Virtual hosts'], ['policies', 'Policies'], ['shovels', 'Shovels'], ['definitions', 'Definitions']]
+    : [['policies', 'Policies'], ['shovels', 'Shovels']];
   return h('nav', { class: 'subnav' }, items.map(([k, label]) =>
     h('a', { href: '#/' + k, class: k === active ? 'active' : null }, label)));
 }
@@ -791,6 +792,7 @@ function resolve(parts) {
     case 'users': return isAdmin() ? usersView() : notFoundView();
     case 'vhosts': return isAdmin() ? vhostsView() : notFoundView();
     case 'policies': return isPolicymaker() ? policiesView() : notFoundView();
+    case 'shovels': return isPolicymaker() ? shovelsView(adminNav) : notFoundView();
     case 'definitions': return isAdmin() ? definitionsView() : notFoundView();
     default: return notFoundView();
   }

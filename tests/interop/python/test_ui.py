@@ -755,3 +755,40 @@ def test_ui_counts_left_out_are_shown_unknown(driver, broker):
             d.get(base + "/#/")
             d.refresh()
         api(broker, "DELETE", "/queues/%2F/" + name)
+
+
+def test_ui_shovels_page(driver, broker):
+    """Admin > Shovels: a shovel added with the form moves a queue's messages, is listed running
+    (its row from /api/shovels), restarts and is deleted from its row."""
+    d = driver
+    base = f"http://127.0.0.1:{broker.http_port}"
+    tag = uuid.uuid4().hex[:8]
+    name, src, dest = f"ui-shovel-{tag}<b>", f"ui-src-{tag}", f"ui-dest-{tag}"
+    conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+    try:
+        ch = conn.channel()
+        ch.queue_declare(src)
+        ch.confirm_delivery()
+        for i in range(5):
+            ch.basic_publish("", src, f"m{i}".encode())
+        ensure_login(d, base)
+        d.get(base + "/#/shovels")
+        _submit(d, "add-shovel", {"add-shovel-name": name, "add-shovel-src": src, "add-shovel-dest": dest})
+        flash_text(d, "added")
+        st, p = api(broker, "GET", "/parameters/shovel/%2F/" + urllib.parse.quote(name, safe=""))
+        assert st == 200 and p["value"]["src-queue"] == src and p["value"]["dest-queue"] == dest, p
+        row = wait(d, lambda drv: (r := _row(drv, "data-shovel", name)) is not None
+                   and r.get_attribute("data-state") == "running" and r, "the shovel running")
+        assert name in row.text  # the name as text, not markup
+        wait(d, lambda drv: ch.queue_declare(dest, passive=True).method.message_count == 5, "the messages moved")
+        click_in_row(d, "data-shovel", name, "button.restart")
+        flash_text(d, "restarted")
+        click_in_row(d, "data-shovel", name, "button.danger")
+        accept_confirm(d, "deleting the shovel")
+        flash_text(d, "deleted")
+        assert api(broker, "GET", "/parameters/shovel/%2F/" + urllib.parse.quote(name, safe=""))[0] == 404
+        wait(d, lambda drv: _row(drv, "data-shovel", name) is None, "the row gone")
+    except Exception as e:
+        raise AssertionError(f"{e}\n{_debug(d)}") from e
+    finally:
+        conn.close()

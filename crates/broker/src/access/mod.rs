@@ -32,6 +32,8 @@
 mod globals;
 pub use globals::{validate_global, CLUSTER_NAME};
 mod limits;
+mod parameters;
+pub use parameters::{validation_failed, Component};
 mod permissions;
 mod policies;
 
@@ -56,8 +58,9 @@ pub use crate::definitions::records::{
 };
 use crate::error::AmqpError;
 
-/// A vhost-scoped runtime parameter as RabbitMQ's definitions list it. Warren keeps only
-/// component `vhost-limits` (name `limits`, value `{"max-connections": N, "max-queues": N}`).
+/// A vhost-scoped runtime parameter as RabbitMQ's definitions list it: a vhost's limits
+/// (component `vhost-limits`, name `limits`, value `{"max-connections": N, "max-queues": N}`)
+/// or another component's parameter (`shovel`, ...; `parameters.rs`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ParameterDef {
     pub vhost: String,
@@ -205,6 +208,8 @@ struct Inner {
     vhost_limits: BTreeMap<String, Limits>,
     /// Global runtime parameters by name.
     globals: BTreeMap<String, serde_json::Value>,
+    /// Other components' runtime parameters by (component, vhost, name) (`parameters.rs`).
+    params: BTreeMap<(String, String, String), serde_json::Value>,
 }
 
 pub struct Access {
@@ -215,6 +220,10 @@ pub struct Access {
     /// Where a change asked for goes, to be made when applied: the cluster, or a single
     /// node's applier (`server/apply.rs`).
     proposer: std::sync::OnceLock<Arc<dyn Proposer>>,
+    /// The components whose parameters may be set, by name (`parameters.rs`).
+    components: RwLock<BTreeMap<String, Arc<dyn Component>>>,
+    /// Moves on every change of a runtime parameter.
+    params_changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// A user who logged in: what connections keep of it.

@@ -86,10 +86,14 @@ impl Access {
             inner.policies.insert((p.vhost.clone(), p.name.clone()), p);
         }
         for p in f.parameters {
-            if let (VHOST_LIMITS_COMPONENT, serde_json::Value::Object(l)) =
-                (p.component.as_str(), p.value)
-            {
-                inner.vhost_limits.insert(p.vhost, l);
+            match (p.component.as_str(), p.value) {
+                (VHOST_LIMITS_COMPONENT, serde_json::Value::Object(l)) => {
+                    inner.vhost_limits.insert(p.vhost, l);
+                }
+                (VHOST_LIMITS_COMPONENT, _) => {}
+                (_, value) => {
+                    inner.params.insert((p.component, p.vhost, p.name), value);
+                }
             }
         }
         for g in f.global_parameters {
@@ -100,6 +104,8 @@ impl Access {
             generation: AtomicU64::new(1),
             file,
             proposer: std::sync::OnceLock::new(),
+            components: RwLock::new(Default::default()),
+            params_changed: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -122,7 +128,9 @@ impl Access {
             *i = new;
             Ok(())
         })
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+        self.params_changed.send_modify(|g| *g += 1);
+        Ok(())
     }
 
     pub fn generation(&self) -> u64 {
@@ -153,6 +161,12 @@ impl Access {
                     name: "limits".into(),
                     value: serde_json::Value::Object(l.clone()),
                 })
+                .chain(inner.params.iter().map(|((c, v, n), value)| ParameterDef {
+                    vhost: v.clone(),
+                    component: c.clone(),
+                    name: n.clone(),
+                    value: value.clone(),
+                }))
                 .collect(),
             global_parameters: inner
                 .globals

@@ -100,14 +100,17 @@ impl Access {
         self.change(|i| Ok(i.vhosts.insert(def.name.clone(), def).is_none()))
     }
 
-    /// Forgets a vhost with its permissions and policies.
+    /// Forgets a vhost with its permissions, policies and runtime parameters.
     pub fn remove_vhost(&self, name: &str) -> Result<(), MgmtError> {
         self.change(|i| {
             i.vhosts.remove(name);
             i.grants.retain(|(_, v), _| v != name);
             i.policies.retain(|(v, _), _| v != name);
             i.vhost_limits.remove(name);
+            i.params.retain(|(_, v, _), _| v != name);
             Ok(())
-        })
+        })?;
+        self.params_changed.send_modify(|g| *g += 1);
+        Ok(())
     }
 }

@@ -41,9 +41,8 @@ use crate::error::{AmqpError, AmqpResult};
 use crate::message::{header_routes, Message};
 use crate::metrics::{bump, delivered, ChannelStats, PublishStats};
 use crate::outbox::{self, Outbox};
-use crate::queue::args::parse_expiration;
 use crate::queue::{ConfirmTo, Consumer, FannedOut, Offer, Queue, QueueRef, QueuedMessage};
-use crate::vhost::publish::Published;
+use crate::vhost::publish::{priority_and_expiration, Published};
 use crate::vhost::{VHost, DIRECT_REPLY_TO};
 
 /// A delivery awaiting ack.
@@ -406,17 +405,7 @@ impl Channel {
             }
         }
         let persistent = properties::delivery_mode(&raw) == Some(2);
-        // priority (flag bit 11) and expiration (bit 8): decode only when present.
-        let (mut priority, mut expiration_ms) = (None, None);
-        if raw.len() >= 2 && raw[0] & 0x09 != 0 {
-            let props = BasicProperties::decode(&raw).map_err(|e| {
-                AmqpError::frame_error(format!("cannot decode properties: {e}")).on(60, 40)
-            })?;
-            priority = props.priority;
-            if let Some(e) = props.expiration {
-                expiration_ms = Some(parse_expiration(&e).map_err(|e| e.on(60, 40))?);
-            }
-        }
+        let (priority, expiration_ms) = priority_and_expiration(&raw).map_err(|e| e.on(60, 40))?;
         self.allow(
             ctx,
             Perm::Write,

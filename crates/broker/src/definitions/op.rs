@@ -51,6 +51,18 @@ pub enum DefOp {
         name: String,
         value: serde_json::Value,
     },
+    /// A component's runtime parameter (`shovel`, ...), checked where it was asked for.
+    SetParameter {
+        component: String,
+        vhost: String,
+        name: String,
+        value: serde_json::Value,
+    },
+    ClearParameter {
+        component: String,
+        vhost: String,
+        name: String,
+    },
     /// A replicated queue's members changed (add_member, delete_member, grow, shrink).
     QueueMembers {
         vhost: String,

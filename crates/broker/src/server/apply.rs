@@ -90,6 +90,20 @@ pub fn apply(b: &Arc<Broker>, op: DefOp, at: Applying) -> DefReply {
         DefOp::SetGlobalParameter { name, value } => {
             DefReply::mgmt(b.access.set_global_parameter_at(&name, value, now))
         }
+        DefOp::SetParameter {
+            component,
+            vhost,
+            name,
+            value,
+        } => DefReply::mgmt(
+            b.access
+                .set_parameter_at(&component, &vhost, &name, value, now),
+        ),
+        DefOp::ClearParameter {
+            component,
+            vhost,
+            name,
+        } => DefReply::mgmt(b.access.clear_parameter_at(&component, &vhost, &name, now)),
         // A replicated queue's members: only a cluster has them, and its state machine applies
         // this op itself (`cluster/state_machine.rs`).
         DefOp::QueueMembers { vhost, queue, .. } => DefReply::Mgmt {

@@ -6,12 +6,54 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+use warren_protocol::properties::{self, BasicProperties};
 use warren_protocol::ByteString;
 
 use super::VHost;
-use crate::error::AmqpResult;
-use crate::message::Message;
+use crate::error::{AmqpError, AmqpResult};
+use crate::message::{Forwarded, Message};
+use crate::queue::args::parse_expiration;
 use crate::queue::{fan_out, ConfirmTo, FannedOut, QueueRef};
+
+/// A message to publish from its exchange, routing key, encoded properties and body, with
+/// what the broker reads from the properties (persistent, priority, expiration) read as a
+/// publish's are; a bad `expiration` is the publisher's error (406).
+pub fn message(
+    exchange: ByteString,
+    routing_key: ByteString,
+    raw: Bytes,
+    body: Bytes,
+) -> AmqpResult<Message> {
+    let persistent = properties::delivery_mode(&raw) == Some(2);
+    let (priority, expiration_ms) = priority_and_expiration(&raw)?;
+    Ok(Message {
+        exchange,
+        routing_key,
+        properties: raw,
+        body,
+        persistent,
+        priority,
+        expiration_ms,
+        forwarded: Forwarded::NONE,
+    })
+}
+
+/// The `priority` and `expiration` (ms) properties, decoded only when either flag is set
+/// (bits 11 and 8).
+#[inline]
+pub fn priority_and_expiration(raw: &Bytes) -> AmqpResult<(Option<u8>, Option<u64>)> {
+    if raw.len() < 2 || raw[0] & 0x09 == 0 {
+        return Ok((None, None));
+    }
+    let props = BasicProperties::decode(raw)
+        .map_err(|e| AmqpError::frame_error(format!("cannot decode properties: {e}")))?;
+    let expiration_ms = match props.expiration {
+        Some(e) => Some(parse_expiration(&e)?),
+        None => None,
+    };
+    Ok((props.priority, expiration_ms))
+}
 
 /// What became of a publish.
 pub enum Published {

@@ -1,7 +1,7 @@
 //! The HTTP management API: the subset of RabbitMQ's (same URLs, same JSON shapes, same error
 //! bodies) that `warren ctl` and scripts need. HTTP basic auth against the broker's users; any
 //! of the tags administrator, management, monitoring or policymaker may read, administrator may
-//! write (policymaker may also write policies). Loopback-only users stay loopback-only here.
+//! write (policymaker may also write policies and runtime parameters). Loopback-only users stay loopback-only here.
 //! Figures are read on demand from the queues, and in a cluster from every node
 //! (`cluster_view`); nothing here sits on the message path.
 //!
@@ -10,7 +10,7 @@
 //! file per kind of object: `overview` (and `whoami`, definitions), `users` (and permissions),
 //! `vhosts`, `queues`, `exchanges` (and the binding listings), `bindings` (one exchange's or
 //! queue's, adding and removing one), `connections`, `channels` (and consumers), `policies`,
-//! `limits`; `paging` sorts, filters and pages any list reply with RabbitMQ's query
+//! `limits`, `parameters` (and shovels); `paging` sorts, filters and pages any list reply with RabbitMQ's query
 //! parameters; the other API modules (`stats_api`, `cluster_view`, `ctl_api`, `health_api`,
 //! `api_messages`, `ui`) sit beside this one. This file names the handlers only to route to
 //! them; none of them imports it.
@@ -23,6 +23,7 @@ pub(crate) mod exchanges;
 mod limits;
 mod overview;
 pub(crate) mod paging;
+mod parameters;
 mod policies;
 mod queues;
 mod users;
@@ -41,6 +42,7 @@ use base64::Engine;
 use serde_json::json;
 use tower::Layer;
 use warren_broker::server::Broker;
+use warren_shovel::Shovels;
 
 use crate::api::{not_found, ApiError, B};
 
@@ -62,10 +64,11 @@ use vhosts::{delete_vhost, get_vhost, list_vhosts, put_vhost, vhost_permissions}
 /// Serves the API on `listener` until `shutdown` turns true.
 pub async fn serve(
     broker: Arc<Broker>,
+    shovels: Arc<Shovels>,
     listener: tokio::net::TcpListener,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let app = tower::util::MapRequestLayer::new(trim_trailing_slash).layer(router(broker));
+    let app = tower::util::MapRequestLayer::new(trim_trailing_slash).layer(router(broker, shovels));
     let r = axum::serve(
         listener,
         axum::ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app),
@@ -106,9 +109,11 @@ fn trim_trailing_slash(mut req: Request) -> Request {
     req
 }
 
-pub fn router(broker: Arc<Broker>) -> Router {
+pub fn router(broker: Arc<Broker>, shovels: Arc<Shovels>) -> Router {
     // Other nodes' management questions are answered by this layer.
-    broker.set_local_view(Arc::new(crate::cluster_view::NodeView));
+    broker.set_local_view(Arc::new(crate::cluster_view::NodeView {
+        shovels: shovels.clone(),
+    }));
     let api = Router::new()
         .route("/api/overview", get(overview))
         .route(
@@ -258,8 +263,34 @@ pub fn router(broker: Arc<Broker>) -> Router {
             "/api/definitions",
             get(get_definitions).post(post_definitions),
         )
+        .route("/api/parameters", get(parameters::list_all))
+        .route(
+            "/api/parameters/{component}",
+            get(parameters::list_component),
+        )
+        .route(
+            "/api/parameters/{component}/{vhost}",
+            get(parameters::list_in),
+        )
+        .route(
+            "/api/parameters/{component}/{vhost}/{name}",
+            get(parameters::get_one)
+                .put(parameters::put_one)
+                .delete(parameters::delete_one),
+        )
+        .route("/api/shovels", get(parameters::list_shovels))
+        .route("/api/shovels/{vhost}", get(parameters::list_shovels_in))
+        .route(
+            "/api/shovels/vhost/{vhost}/{name}",
+            get(parameters::get_shovel),
+        )
+        .route(
+            "/api/shovels/vhost/{vhost}/{name}/restart",
+            axum::routing::delete(parameters::restart_shovel),
+        )
         .merge(crate::ctl_api::routes())
         .fallback(|| async { not_found() })
+        .layer(axum::Extension(shovels))
         .layer(middleware::from_fn_with_state(broker.clone(), authenticate));
     // Prometheus scrapes without credentials, as it does RabbitMQ's plugin (port 15692 there).
     Router::new()
@@ -321,7 +352,9 @@ async fn authenticate(
         .into_response();
     }
     let write = req.method() != Method::GET && req.method() != Method::HEAD;
-    let policy_write = req.uri().path().starts_with("/api/policies/")
+    // RabbitMQ's policymaker may also set and clear runtime parameters (shovels).
+    let path = req.uri().path();
+    let policy_write = (path.starts_with("/api/policies/") || path.starts_with("/api/parameters/"))
         && user.tags.iter().any(|t| t == "policymaker");
     if write && !user.is_administrator() && !policy_write {
         return ApiError(

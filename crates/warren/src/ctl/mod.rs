@@ -16,6 +16,7 @@ mod connections;
 mod definitions;
 mod limits;
 mod node;
+mod parameters;
 mod queues;
 mod users;
 mod vhosts;
@@ -228,6 +229,38 @@ enum Cmd {
     },
     DeleteQueue(queues::DeleteQueueArgs),
     /// DEFINITION is a JSON object, e.g. '{"max-length":10}'.
+    /// Sets runtime parameter NAME of COMPONENT (`shovel`, ...); VALUE is JSON.
+    SetParameter {
+        #[command(flatten)]
+        v: VhostOpt,
+        component: String,
+        name: String,
+        value: String,
+    },
+    ClearParameter {
+        #[command(flatten)]
+        v: VhostOpt,
+        component: String,
+        name: String,
+    },
+    ListParameters {
+        #[command(flatten)]
+        v: VhostOpt,
+    },
+    /// Every shovel of the cluster: its state, ends and counts.
+    ShovelStatus,
+    /// Deletes shovel NAME (its parameter).
+    DeleteShovel {
+        #[command(flatten)]
+        v: VhostOpt,
+        name: String,
+    },
+    /// Restarts shovel NAME on the node that runs it.
+    RestartShovel {
+        #[command(flatten)]
+        v: VhostOpt,
+        name: String,
+    },
     SetPolicy(vhosts::SetPolicyArgs),
     ClearPolicy {
         #[command(flatten)]
@@ -366,6 +399,19 @@ fn run(api: &Api, cmd: Cmd, view: View, out: &mut impl Write) -> Result<(), Fail
         Cmd::SetVmMemoryHighWatermark { args } => node::set_vm_memory_high_watermark(api, q, &args),
         Cmd::PurgeQueue { v, name } => queues::purge_queue(api, q, &v, &name),
         Cmd::DeleteQueue(a) => queues::delete_queue(api, q, &a),
+        Cmd::SetParameter {
+            v,
+            component,
+            name,
+            value,
+        } => parameters::set_parameter(api, q, &v, &component, &name, &value),
+        Cmd::ClearParameter { v, component, name } => {
+            parameters::clear_parameter(api, q, &v, &component, &name)
+        }
+        Cmd::ListParameters { v } => parameters::list_parameters(api, q, out, &v),
+        Cmd::ShovelStatus => parameters::shovel_status(api, q, out),
+        Cmd::DeleteShovel { v, name } => parameters::delete_shovel(api, q, &v, &name),
+        Cmd::RestartShovel { v, name } => parameters::restart_shovel(api, q, &v, &name),
         Cmd::SetPolicy(a) => vhosts::set_policy(api, q, &a),
         Cmd::ClearPolicy { v, name } => vhosts::clear_policy(api, q, &v, &name),
         Cmd::ListPolicies { v } => vhosts::list_policies(api, q, out, &v),
