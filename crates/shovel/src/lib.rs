@@ -2,7 +2,7 @@
 //! parameter of component `shovel` (`params.rs` checks and reads it), and this node runs each
 //! shovel it is to run (all of them on a single node; on a cluster, the one node that
 //! rendezvous hashing picks among the members it can reach, so a shovel moves when its node
-//! is lost). Each runs in a task of its own (`worker.rs`) that starts again after its
+//! is lost; a node that reaches no majority of the members runs none). Each runs in a task of its own (`worker.rs`) that starts again after its
 //! `reconnect-delay` when a connection fails, and deletes its parameter once its
 //! `delete-after` is reached. A local end goes through the broker API (`local.rs`), a remote
 //! one over AMQP 0-9-1 (`remote.rs`).
@@ -85,11 +85,16 @@ impl Shovels {
             .cluster_handle()
             .map(|h| h.links().into_iter().map(|(n, _)| n).collect())
             .unwrap_or_default();
-        let candidates = cluster
-            .members()
-            .into_iter()
-            .map(|n| n.name)
-            .filter(|n| *n == me || live.contains(n));
+        let members: Vec<String> = cluster.members().into_iter().map(|n| n.name).collect();
+        let reachable: Vec<&String> = members
+            .iter()
+            .filter(|n| **n == me || live.contains(n))
+            .collect();
+        // A node cut off from most of its cluster runs none: the majority's side runs them.
+        if reachable.len() * 2 <= members.len() {
+            return false;
+        }
+        let candidates = reachable.into_iter().cloned();
         let weight = |node: &str| {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             (vhost, name, node).hash(&mut h);

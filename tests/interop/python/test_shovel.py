@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import time
 
@@ -508,3 +509,129 @@ def test_rabbitmqs_own_shovel_into_warren(amqp_url, res, rabbitmq):
     finally:
         rapi.call("DELETE", f"/api/parameters/shovel/%2F/{q(name)}")
         drop_queue(rmq, src)
+
+
+# ---- TLS ----
+
+@warren_only
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs the openssl CLI to make certificates")
+def test_over_tls_with_a_client_certificate(api, amqp_url, res, shovels, tmp_path):
+    """A shovel into a second Warren whose AMQPS listener requires a client certificate from
+    its CA: with the CA and the client's certificate it moves the messages; with a client
+    certificate from another CA it is refused, and says so in its status."""
+    from conftest import _free_port
+    from test_limits import start
+    from test_tls import make_ca, make_cert, tls_config, tls_params
+
+    d = str(tmp_path)
+    make_ca(d, "ca")
+    make_ca(d, "other-ca")
+    make_cert(d, "server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    make_cert(d, "client", "ca", "extendedKeyUsage=clientAuth\n")
+    make_cert(d, "stranger", "other-ca", "extendedKeyUsage=clientAuth\n")
+    tls_port = _free_port()
+    other = start(tls_config(d, tls_port, f"ca_file = '{d}/ca.pem'\nverify = 'verify_peer'\nfail_if_no_peer_cert = true\n"))
+    try:
+        src, dest = res.queue("tls-src"), uname("tls-dest")
+        c = connect(amqp_url)
+        c.channel().queue_declare(src)
+        safe_close(c)
+        publish(amqp_url, src, 20, headers={"over": "tls"})
+
+        def uri(client: str) -> str:
+            return (f"amqps://guest:guest@localhost:{tls_port}/%2F?cacertfile={d}/ca.pem"
+                    f"&certfile={d}/{client}.pem&keyfile={d}/{client}.key&verify=verify_peer")
+
+        refused = shovels("tls-refused")
+        st, body = put_shovel(api, refused, {"src-uri": "amqp://", "src-queue": src,
+                                             "dest-uri": uri("stranger"), "dest-queue": dest})
+        assert st == 201, body
+        row = wait_state(api, refused, "terminated")
+        assert row["reason"], row
+        delete_shovel(api, refused)
+        name = shovels("tls")
+        st, body = put_shovel(api, name, {"src-uri": "amqp://", "src-queue": src,
+                                          "dest-uri": uri("client"), "dest-queue": dest})
+        assert st == 201, body
+        row = wait_state(api, name, "running")
+        assert row["dest_uri"].startswith(f"amqps://localhost:{tls_port}/"), row
+        tc = pika.BlockingConnection(tls_params(d, tls_port, "client"))
+        try:
+            wait_until(lambda: tc.channel().queue_declare(dest, passive=True).method.message_count == 20,
+                       timeout=20, what="20 moved over TLS")
+            (_, props, _), = get_all(tc.channel(), dest, 1)
+            assert props.headers == {"over": "tls"}
+        finally:
+            safe_close(tc)
+    finally:
+        other.cleanup()
+
+
+# ---- LavinMQ 2.8.2 at the other end ----
+
+LAVINMQ_SH = os.path.join(os.path.dirname(RABBITMQ_SH), "lavinmq.sh")
+
+
+@pytest.fixture(scope="module")
+def lavinmq():
+    """LavinMQ 2.8.2 on 5674 (../shared/bench/lavinmq.sh, started here if it is down and
+    stopped after), or LAVINMQ_URL."""
+    if not BIN:
+        pytest.skip("Warren at one end, LavinMQ at the other: needs WARREN_BIN")
+    url = os.environ.get("LAVINMQ_URL")
+    if url:
+        yield url
+        return
+    script = os.path.abspath(LAVINMQ_SH)
+    if not os.path.exists(script):
+        pytest.skip(f"no LavinMQ: set LAVINMQ_URL, or provide {script}")
+    was_up = subprocess.run([script, "status"], capture_output=True, text=True).stdout.strip().startswith("up")
+    if not was_up:
+        r = subprocess.run([script, "start"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"cannot start LavinMQ: {r.stdout[-1000:]} {r.stderr[-1000:]}"
+    try:
+        yield "amqp://guest:guest@127.0.0.1:5674/%2F"
+    finally:
+        if not was_up:
+            subprocess.run([script, "stop"], capture_output=True, timeout=60)
+
+
+def test_lavinmq_to_warren_and_back(api, amqp_url, res, shovels, lavinmq):
+    src, dest, back = uname("lmq-src"), res.queue("from-lmq"), uname("lmq-back")
+    purge_declare(lavinmq, src)
+    try:
+        publish(lavinmq, src, 100, delivery_mode=2, headers={"origin": "lavinmq"})
+        into, out = shovels("from-lmq"), shovels("to-lmq")
+        st, body = put_shovel(api, into, {"src-uri": lavinmq, "src-queue": src,
+                                          "dest-uri": "amqp://", "dest-queue": dest})
+        assert st == 201, body
+        wait_until(lambda: depth(amqp_url, dest) == 100 and depth(lavinmq, src) == 0, timeout=30,
+                   what="100 moved from LavinMQ")
+        st, body = put_shovel(api, out, {"src-uri": "amqp://", "src-queue": dest,
+                                         "dest-uri": lavinmq, "dest-queue": back})
+        assert st == 201, body
+        wait_until(lambda: depth(lavinmq, back) == 100, timeout=30, what="100 moved to LavinMQ")
+        c = connect(lavinmq)
+        (_, props, _), = get_all(c.channel(), back, 1)
+        safe_close(c)
+        assert props.headers == {"origin": "lavinmq"} and props.delivery_mode == 2
+    finally:
+        drop_queue(lavinmq, src)
+        drop_queue(lavinmq, back)
+
+
+@warren_only
+def test_definitions_import_starts_shovels_and_checks_them(api, amqp_url, res, shovels):
+    src, dest = res.queue("def-src"), res.queue("def-dest")
+    name = shovels("def")
+    doc = {"parameters": [{"vhost": "/", "component": "shovel", "name": name, "value": {
+        "src-uri": "amqp://", "src-queue": src, "dest-uri": "amqp://", "dest-queue": dest}}]}
+    st, body = api.call("POST", "/api/definitions", doc)
+    assert st in (200, 201, 204), body
+    wait_state(api, name, "running")
+    publish(amqp_url, src, 10)
+    wait_until(lambda: depth(amqp_url, dest) == 10, timeout=20, what="10 moved")
+    bad = {"parameters": [{"vhost": "/", "component": "shovel", "name": uname("bad"),
+                           "value": {"src-uri": "amqp://", "dest-uri": "amqp://"}}]}
+    st, body = api.call("POST", "/api/definitions", bad)
+    assert st == 400 and "Must specify 'src-exchange' or 'src-queue'" in body["reason"], body
