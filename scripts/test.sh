@@ -8,7 +8,7 @@
 # (scripts/fuzz.sh), the benchmark page renderer's own test (bench/test_report.py: a fixture,
 # no load, no timing), and the structure checker (scripts/check_structure.py: no file over 800
 # lines; no import cycle among the broker's parts, nor among the modules of queue, store, mgmt,
-# cluster and shovel), and the docs' link checker (scripts/check_links.py: every relative link and
+# cluster, shovel and federation), and the docs' link checker (scripts/check_links.py: every relative link and
 # anchor resolves).
 # CARGO_TARGET_DIR is honoured. Exits non-zero if anything fails.
 set -euo pipefail
@@ -54,9 +54,9 @@ python3 bench/test_report.py
 # file over 800 lines, on an import cycle among the broker's parts (its top-level modules, each
 # with its files: the layers of docs/ARCHITECTURE.md), and on one among the modules of queue,
 # store, mgmt, cluster and shovel.
-echo "== scripts/check_structure.py (file sizes; the broker's layers; import cycles of queue, store, mgmt, cluster and shovel)"
+echo "== scripts/check_structure.py (file sizes; the broker's layers; import cycles of queue, store, mgmt, cluster, shovel and federation)"
 python3 scripts/test_check_structure.py
-python3 scripts/check_structure.py --crate crates/queue --crate crates/store --crate crates/mgmt --crate crates/cluster --crate crates/shovel
+python3 scripts/check_structure.py --crate crates/queue --crate crates/store --crate crates/mgmt --crate crates/cluster --crate crates/shovel --crate crates/federation
 python3 scripts/check_structure.py --layers --crate crates/broker
 
 # The docs' relative links (README.md, docs/**/*.md, examples/**/*.md): every path exists and

@@ -116,8 +116,20 @@ pub fn validate(p: &PolicyDef) -> Result<(), String> {
                 return bad("max age")
             }
             "stream-max-segment-size-bytes" if !non_neg() => return bad("segment size"),
+            // The federation plugin's keys (their upstreams are `crates/federation`'s).
+            "federation-upstream" if !v.is_string() => return bad("federation upstream name"),
+            "federation-upstream-set" if !v.is_string() => {
+                return bad("federation upstream set name")
+            }
             _ => {}
         }
+    }
+    if p.definition.contains_key("federation-upstream")
+        && p.definition.contains_key("federation-upstream-set")
+    {
+        return Err(validation_failed(
+            "cannot specify federation-upstream, federation-upstream-set or federation-upstream-pattern together".into(),
+        ));
     }
     let text = |k: &str| p.definition.get(k).and_then(Value::as_str);
     let num = |k: &str| p.definition.get(k).and_then(Value::as_i64);
@@ -308,6 +320,21 @@ mod tests {
             "Validation failed\n\n-1 is not a valid segment size\n"
         );
         assert!(validate(&pol("p", ".*", 0, r#"{"max-age":"7D"}"#)).is_ok());
+        assert_eq!(
+            validate(&pol("p", ".*", 0, r#"{"federation-upstream":5}"#)).expect_err("type"),
+            "Validation failed\n\n5 is not a valid federation upstream name\n"
+        );
+        assert_eq!(
+            validate(&pol(
+                "p",
+                ".*",
+                0,
+                r#"{"federation-upstream":"a","federation-upstream-set":"all"}"#
+            ))
+            .expect_err("both"),
+            "Validation failed\n\ncannot specify federation-upstream, federation-upstream-set or federation-upstream-pattern together\n"
+        );
+        assert!(validate(&pol("p", ".*", 0, r#"{"federation-upstream-set":"all"}"#)).is_ok());
         assert!(validate(&pol("p", ".*", 0, r#"{"max-priority":5}"#)).is_err());
         assert!(validate(&pol("p", "(", 0, r#"{"max-length":5}"#)).is_err());
         assert!(validate(&pol("p", ".*", 0, "{}")).is_err());

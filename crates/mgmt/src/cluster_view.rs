@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use warren_broker::cluster::Cluster;
 use warren_broker::queue::QueueRef;
 use warren_broker::server::{Broker, LocalView};
+use warren_federation::Federation;
 use warren_shovel::Shovels;
 
 use crate::ctl_rows;
@@ -27,7 +28,7 @@ pub const ASK_WAIT: Duration = Duration::from_secs(2);
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Ask {
     /// `connections`, `channels`, `consumers`, `queues`, `exchanges`, `overview`, `close`,
-    /// `shovels`, `restart_shovel`, or `warren ctl`'s `ctl_connections`, `ctl_channels`,
+    /// `shovels`, `restart_shovel`, `federation_links`, or `warren ctl`'s `ctl_connections`, `ctl_channels`,
     /// `ctl_consumers`.
     view: String,
     /// `queues`, `exchanges`: only this vhost's; `close`: unused.
@@ -44,6 +45,7 @@ struct Ask {
 /// This node's answers (registered with the broker by the router), with the shovels it runs.
 pub struct NodeView {
     pub shovels: Arc<Shovels>,
+    pub federation: Arc<Federation>,
 }
 
 impl LocalView for NodeView {
@@ -51,6 +53,7 @@ impl LocalView for NodeView {
         let ask: Ask = serde_json::from_slice(request).map_err(|e| e.to_string())?;
         let v = match ask.view.as_str() {
             "shovels" => Value::Array(self.shovels.status(ask.vhost.as_deref())),
+            "federation_links" => Value::Array(self.federation.status(ask.vhost.as_deref())),
             "restart_shovel" => Value::Bool(self.shovels.restart(
                 ask.vhost.as_deref().unwrap_or(""),
                 ask.name.as_deref().unwrap_or(""),
@@ -61,7 +64,8 @@ impl LocalView for NodeView {
     }
 }
 
-/// Asks every other node for `view` (`shovels`, `restart_shovel`: answered by [`NodeView`]).
+/// Asks every other node for `view` (`shovels`, `restart_shovel`, `federation_links`:
+/// answered by [`NodeView`]).
 pub(crate) async fn ask_others_view(
     b: &Broker,
     view: &str,

@@ -9,6 +9,7 @@
 
 pub mod consistent_hash;
 pub mod counter;
+pub mod federation;
 pub mod headers;
 pub mod topic;
 
@@ -33,6 +34,9 @@ pub enum ExchangeKind {
     Headers,
     /// `x-consistent-hash`: binding keys are weights; a message goes to one destination.
     ConsistentHash,
+    /// `x-federation-upstream`: a fanout that drops a message past its hops or back at its
+    /// downstream (`federation.rs`).
+    FederationUpstream,
 }
 
 impl ExchangeKind {
@@ -43,6 +47,7 @@ impl ExchangeKind {
             "topic" => ExchangeKind::Topic,
             "headers" => ExchangeKind::Headers,
             "x-consistent-hash" => ExchangeKind::ConsistentHash,
+            "x-federation-upstream" => ExchangeKind::FederationUpstream,
             _ => return None,
         })
     }
@@ -53,6 +58,7 @@ impl ExchangeKind {
             ExchangeKind::Topic => "topic",
             ExchangeKind::Headers => "headers",
             ExchangeKind::ConsistentHash => "x-consistent-hash",
+            ExchangeKind::FederationUpstream => "x-federation-upstream",
         }
     }
 }
@@ -138,6 +144,7 @@ impl<Q: Clone> Exchange<Q> {
         match self.kind {
             ExchangeKind::Direct => &*b.routing_key == routing_key,
             ExchangeKind::Fanout => true,
+            ExchangeKind::FederationUpstream => federation::forwards(&self.arguments, headers),
             // Routed by `topic` in `Table::walk`, never binding by binding.
             ExchangeKind::Topic => false,
             ExchangeKind::Headers => headers::matches(&b.arguments, headers),
@@ -240,7 +247,7 @@ impl<Q: Clone + QueueKey> Table<Q> {
                 continue;
             };
             let needs_props = match ex.kind {
-                ExchangeKind::Headers => true,
+                ExchangeKind::Headers | ExchangeKind::FederationUpstream => true,
                 ExchangeKind::ConsistentHash => ex.ring.on.needs_properties(),
                 _ => false,
             };

@@ -76,31 +76,7 @@ impl Shovels {
 
     /// Whether this node runs shovel `name` of `vhost`.
     fn runs_here(&self, vhost: &str, name: &str) -> bool {
-        let b = &self.broker;
-        let Some(cluster) = warren_broker::cluster::Cluster::of(b) else {
-            return true;
-        };
-        let me = b.config.node_name.clone();
-        let live: Vec<String> = b
-            .cluster_handle()
-            .map(|h| h.links().into_iter().map(|(n, _)| n).collect())
-            .unwrap_or_default();
-        let members: Vec<String> = cluster.members().into_iter().map(|n| n.name).collect();
-        let reachable: Vec<&String> = members
-            .iter()
-            .filter(|n| **n == me || live.contains(n))
-            .collect();
-        // A node cut off from most of its cluster runs none: the majority's side runs them.
-        if reachable.len() * 2 <= members.len() {
-            return false;
-        }
-        let candidates = reachable.into_iter().cloned();
-        let weight = |node: &str| {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            (vhost, name, node).hash(&mut h);
-            h.finish()
-        };
-        candidates.max_by_key(|n| (weight(n), n.clone())).as_deref() == Some(me.as_str())
+        placed_here(&self.broker, &[vhost, name])
     }
 
     /// Starts the shovels this node is to run, stops those it is not (deleted, changed, or
@@ -178,6 +154,39 @@ impl Shovels {
         });
         rows
     }
+}
+
+/// Whether this node is the one to run the task named by `key` (a shovel, a federation link):
+/// always on a single node; on a cluster, the member with the highest rendezvous hash of `key`
+/// among those this node reaches, and none if it reaches no majority of the members.
+pub fn placed_here(b: &Broker, key: &[&str]) -> bool {
+    let Some(cluster) = warren_broker::cluster::Cluster::of(b) else {
+        return true;
+    };
+    let me = b.config.node_name.clone();
+    let live: Vec<String> = b
+        .cluster_handle()
+        .map(|h| h.links().into_iter().map(|(n, _)| n).collect())
+        .unwrap_or_default();
+    let members: Vec<String> = cluster.members().into_iter().map(|n| n.name).collect();
+    let reachable: Vec<&String> = members
+        .iter()
+        .filter(|n| **n == me || live.contains(n))
+        .collect();
+    // A node cut off from most of its cluster runs none: the majority's side runs them.
+    if reachable.len() * 2 <= members.len() {
+        return false;
+    }
+    let weight = |node: &str| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (key, node).hash(&mut h);
+        h.finish()
+    };
+    reachable
+        .into_iter()
+        .max_by_key(|n| (weight(n), (*n).clone()))
+        .map(String::as_str)
+        == Some(me.as_str())
 }
 
 async fn supervise(shovels: std::sync::Weak<Shovels>) {

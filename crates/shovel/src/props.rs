@@ -59,6 +59,28 @@ impl Amend {
     }
 }
 
+/// `raw` properties with `entry` prepended to the array header `key` (RabbitMQ's
+/// `prepend_table_header`); `raw` unchanged if it does not decode.
+pub fn prepend_header_table(raw: Bytes, key: &str, entry: FieldTable) -> Bytes {
+    let Ok(mut p) = BasicProperties::decode(&raw) else {
+        return raw;
+    };
+    prepend_table(p.headers.get_or_insert_with(FieldTable::new), key, entry);
+    p.to_bytes()
+}
+
+/// A field table as the client's type (through the AMQP encoding both share).
+pub fn table_to_client(t: &FieldTable) -> lapin::types::FieldTable {
+    let raw = BasicProperties {
+        headers: Some(t.clone()),
+        ..Default::default()
+    }
+    .to_bytes();
+    to_client(&raw)
+        .and_then(|p| p.headers().clone())
+        .unwrap_or_default()
+}
+
 /// RabbitMQ's `rabbit_basic:prepend_table_header`: `entry` goes first in the array under
 /// `key`, which is made one if it was absent (a value of another type is replaced).
 fn prepend_table(headers: &mut FieldTable, key: &str, entry: FieldTable) {

@@ -32,7 +32,7 @@ fn err(e: lapin::Error) -> String {
 }
 
 /// A JSON table (queue or consumer arguments) as the client's type.
-fn client_table(args: &Map<String, Value>) -> FieldTable {
+pub fn client_table(args: &Map<String, Value>) -> FieldTable {
     let mut t = FieldTable::default();
     for (k, v) in args {
         t.insert(ShortString::from(k.as_str()), client_value(v));
@@ -56,8 +56,9 @@ fn client_value(v: &Value) -> AMQPValue {
     }
 }
 
-/// Opens a connection named after the shovel, as RabbitMQ names its shovels' connections.
-pub async fn connect(r: &Remote, shovel: &str) -> Result<Connection, String> {
+/// Opens a connection with the client-provided name `name` (RabbitMQ names a shovel's
+/// `Shovel NAME`, a federation link's `Federation link (upstream: U, policy: P)`).
+pub async fn connect(r: &Remote, name: &str) -> Result<Connection, String> {
     if r.tls && !r.verify_peer {
         return Err("verify_none is not supported: give the server's CA as cacertfile".into());
     }
@@ -97,8 +98,7 @@ pub async fn connect(r: &Remote, shovel: &str) -> Result<Connection, String> {
             });
         }
     }
-    let props = ConnectionProperties::default()
-        .with_connection_name(LongString::from(format!("Shovel {shovel}")));
+    let props = ConnectionProperties::default().with_connection_name(LongString::from(name));
     let runtime = lapin::runtime::default_runtime().map_err(err)?;
     let wait = r
         .connection_timeout

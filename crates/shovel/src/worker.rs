@@ -147,7 +147,7 @@ pub async fn run(ctx: &Ctx, def: &ShovelDef) -> Result<Finished, String> {
     let mut dest = match &dest_uri.target {
         Target::Local { vhost } => DestEnd::Local(LocalDest::open(&ctx.broker, vhost, dest_queue)?),
         Target::Remote(r) => {
-            let conn = crate::remote::connect(r, &ctx.name).await?;
+            let conn = crate::remote::connect(r, &format!("Shovel {}", ctx.name)).await?;
             DestEnd::Remote(Box::new(
                 RemoteDest::open(conn, dest_queue, def.ack_mode == AckMode::OnConfirm).await?,
             ))
@@ -162,7 +162,8 @@ pub async fn run(ctx: &Ctx, def: &ShovelDef) -> Result<Finished, String> {
             &def.consumer_args,
         )
         .map(SourceEnd::Local),
-        Target::Remote(r) => match crate::remote::connect(r, &ctx.name).await {
+        Target::Remote(r) => match crate::remote::connect(r, &format!("Shovel {}", ctx.name)).await
+        {
             Ok(conn) => RemoteSource::open(
                 conn,
                 &def.source,

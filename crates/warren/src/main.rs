@@ -213,8 +213,10 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         if broker.config.cluster.is_some() {
             warren_broker::cluster::Cluster::start(&broker).await?;
         }
-        // Before definitions are imported: their shovels are checked by the component.
+        // Before definitions are imported: their shovels and upstreams are checked by their
+        // components.
         let shovels = warren_shovel::Shovels::start(&broker);
+        let federation = warren_federation::Federation::start(&broker);
         if let Some(path) = definitions {
             let text = std::fs::read(&path)
                 .with_context(|| format!("cannot read definitions file {}", path.display()))?;
@@ -225,7 +227,7 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             tracing::info!(file = %path.display(), "definitions loaded");
         }
         let (tx, rx) = tokio::sync::watch::channel(false);
-        let api = tokio::spawn(warren_mgmt::serve(broker.clone(), shovels, http, rx.clone()));
+        let api = tokio::spawn(warren_mgmt::serve(broker.clone(), shovels, federation, http, rx.clone()));
         let tls_server = tls.map(|(l, a, addr, verify)| {
             tracing::info!(%addr, ?verify, "warren listening for AMQP 0-9-1 over TLS");
             tokio::spawn(warren_broker::tls::serve(broker.clone(), l, a, rx.clone()))

@@ -222,7 +222,7 @@ pub struct Access {
     proposer: std::sync::OnceLock<Arc<dyn Proposer>>,
     /// The components whose parameters may be set, by name (`parameters.rs`).
     components: RwLock<BTreeMap<String, Arc<dyn Component>>>,
-    /// Moves on every change of a runtime parameter.
+    /// Moves on every change of a runtime parameter or a policy.
     params_changed: tokio::sync::watch::Sender<u64>,
 }
 

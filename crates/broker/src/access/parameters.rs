@@ -31,7 +31,8 @@ impl Access {
         self.components.write().insert(component.to_string(), c);
     }
 
-    /// Moves on every change of a runtime parameter (set, cleared, replaced by a snapshot).
+    /// Moves on every change of a runtime parameter or a policy (set, cleared, replaced by a
+    /// snapshot).
     pub fn parameters_changed(&self) -> tokio::sync::watch::Receiver<u64> {
         self.params_changed.subscribe()
     }

@@ -36,7 +36,10 @@ impl Access {
             }
             i.policies.insert((p.vhost.clone(), p.name.clone()), p);
             Ok(())
-        })
+        })?;
+        // Federation follows its policy keys.
+        self.params_changed.send_modify(|g| *g += 1);
+        Ok(())
     }
 
     pub fn delete_policy(&self, vhost: &str, name: &str) -> Result<(), MgmtError> {
@@ -63,6 +66,8 @@ impl Access {
                 .ok_or_else(|| {
                     MgmtError::NotFound(format!("no policy '{name}' in vhost '{vhost}'"))
                 })
-        })
+        })?;
+        self.params_changed.send_modify(|g| *g += 1);
+        Ok(())
     }
 }

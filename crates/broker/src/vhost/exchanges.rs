@@ -174,6 +174,10 @@ impl VHost {
                 }
             }
         }
+        if kind == ExchangeKind::FederationUpstream {
+            warren_routing::federation::validate(spec.arguments)
+                .map_err(AmqpError::precondition_failed)?;
+        }
         let hash_on = match kind {
             ExchangeKind::ConsistentHash => consistent_hash_args(spec.arguments)?,
             _ => HashOn::RoutingKey,

@@ -42,6 +42,7 @@ use base64::Engine;
 use serde_json::json;
 use tower::Layer;
 use warren_broker::server::Broker;
+use warren_federation::Federation;
 use warren_shovel::Shovels;
 
 use crate::api::{not_found, ApiError, B};
@@ -65,10 +66,12 @@ use vhosts::{delete_vhost, get_vhost, list_vhosts, put_vhost, vhost_permissions}
 pub async fn serve(
     broker: Arc<Broker>,
     shovels: Arc<Shovels>,
+    federation: Arc<Federation>,
     listener: tokio::net::TcpListener,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let app = tower::util::MapRequestLayer::new(trim_trailing_slash).layer(router(broker, shovels));
+    let app = tower::util::MapRequestLayer::new(trim_trailing_slash)
+        .layer(router(broker, shovels, federation));
     let r = axum::serve(
         listener,
         axum::ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app),
@@ -109,10 +112,11 @@ fn trim_trailing_slash(mut req: Request) -> Request {
     req
 }
 
-pub fn router(broker: Arc<Broker>, shovels: Arc<Shovels>) -> Router {
+pub fn router(broker: Arc<Broker>, shovels: Arc<Shovels>, federation: Arc<Federation>) -> Router {
     // Other nodes' management questions are answered by this layer.
     broker.set_local_view(Arc::new(crate::cluster_view::NodeView {
         shovels: shovels.clone(),
+        federation: federation.clone(),
     }));
     let api = Router::new()
         .route("/api/overview", get(overview))
@@ -288,9 +292,15 @@ pub fn router(broker: Arc<Broker>, shovels: Arc<Shovels>) -> Router {
             "/api/shovels/vhost/{vhost}/{name}/restart",
             axum::routing::delete(parameters::restart_shovel),
         )
+        .route("/api/federation-links", get(parameters::list_links))
+        .route(
+            "/api/federation-links/{vhost}",
+            get(parameters::list_links_in),
+        )
         .merge(crate::ctl_api::routes())
         .fallback(|| async { not_found() })
         .layer(axum::Extension(shovels))
+        .layer(axum::Extension(federation))
         .layer(middleware::from_fn_with_state(broker.clone(), authenticate));
     // Prometheus scrapes without credentials, as it does RabbitMQ's plugin (port 15692 there).
     Router::new()

@@ -1,5 +1,6 @@
-//! Runtime parameters (RabbitMQ's `/api/parameters`) and the shovels they describe
-//! (`/api/shovels`, from the shovel management plugin). A parameter is checked by its
+//! Runtime parameters (RabbitMQ's `/api/parameters`), the shovels they describe
+//! (`/api/shovels`, from the shovel management plugin) and the federation links
+//! (`/api/federation-links`, from the federation management plugin). A parameter is checked by its
 //! component (`shovel`); `vhost-limits` rows are the vhosts' limits, listed with the others.
 //! Shovel status is cluster-wide: each node lists the shovels it runs (`cluster_view`).
 
@@ -10,6 +11,7 @@ use axum::Extension;
 use serde_json::{json, Value};
 use warren_broker::access::{LimitScope, MgmtError, ParameterDef, VHOST_LIMITS_COMPONENT};
 use warren_broker::server::Broker;
+use warren_federation::Federation;
 use warren_shovel::Shovels;
 
 use crate::api::{
@@ -175,4 +177,32 @@ pub(super) async fn restart_shovel(
     } else {
         Err(not_found())
     }
+}
+
+// ---- federation links ----
+
+type F = Extension<Arc<Federation>>;
+
+/// Every node's federation links (this node's, then the others'), optionally one vhost's.
+async fn link_rows(b: &Broker, f: &Federation, vhost: Option<&str>) -> Vec<Value> {
+    let mut out = f.status(vhost);
+    for (_, v) in crate::cluster_view::ask_others_view(b, "federation_links", vhost, None).await {
+        if let Value::Array(a) = v {
+            out.extend(a);
+        }
+    }
+    out
+}
+
+pub(super) async fn list_links(State(b): B, Extension(f): F) -> ApiResult {
+    ok_json(Value::Array(link_rows(&b, &f, None).await))
+}
+
+pub(super) async fn list_links_in(
+    State(b): B,
+    Extension(f): F,
+    Path(vhost): Path<String>,
+) -> ApiResult {
+    vhost_of(&b, &vhost)?;
+    ok_json(Value::Array(link_rows(&b, &f, Some(&vhost)).await))
 }

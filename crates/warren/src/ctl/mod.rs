@@ -249,6 +249,8 @@ enum Cmd {
     },
     /// Every shovel of the cluster: its state, ends and counts.
     ShovelStatus,
+    /// Every federation link of the cluster: its upstream, status and error.
+    FederationStatus,
     /// Deletes shovel NAME (its parameter).
     DeleteShovel {
         #[command(flatten)]
@@ -410,6 +412,7 @@ fn run(api: &Api, cmd: Cmd, view: View, out: &mut impl Write) -> Result<(), Fail
         }
         Cmd::ListParameters { v } => parameters::list_parameters(api, q, out, &v),
         Cmd::ShovelStatus => parameters::shovel_status(api, q, out),
+        Cmd::FederationStatus => parameters::federation_status(api, q, out),
         Cmd::DeleteShovel { v, name } => parameters::delete_shovel(api, q, &v, &name),
         Cmd::RestartShovel { v, name } => parameters::restart_shovel(api, q, &v, &name),
         Cmd::SetPolicy(a) => vhosts::set_policy(api, q, &a),

@@ -1,6 +1,6 @@
-//! Runtime parameters and shovels: set_parameter, clear_parameter, list_parameters (as
-//! rabbitmqctl's), shovel_status, delete_shovel and restart_shovel (as the shovel plugin's
-//! rabbitmqctl commands).
+//! Runtime parameters, shovels and federation: set_parameter, clear_parameter,
+//! list_parameters (as rabbitmqctl's), shovel_status, delete_shovel and restart_shovel (as the
+//! shovel plugin's rabbitmqctl commands), federation_status (the federation plugin's).
 
 use std::io::Write;
 
@@ -172,4 +172,36 @@ pub(super) fn restart_shovel(
         ),
     )?;
     Ok(())
+}
+
+/// rabbitmqctl federation_status's columns, from `/api/federation-links` rows.
+const FEDERATION_COLUMNS: &[&str] = &[
+    "type",
+    "name",
+    "vhost",
+    "upstream",
+    "status",
+    "error",
+    "local_connection",
+    "uri",
+    "timestamp",
+    "upstream_exchange",
+    "upstream_queue",
+];
+
+fn federation_cell(r: &Value, c: &str) -> Option<Value> {
+    match c {
+        "name" => r.get("exchange").or_else(|| r.get("queue")).cloned(),
+        _ => r.get(c).cloned(),
+    }
+}
+
+pub(super) fn federation_status(
+    api: &Api,
+    quiet: bool,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    let rows = list(api.get("/api/federation-links")?);
+    info(quiet, "Listing federation links ...".to_string());
+    table(out, FEDERATION_COLUMNS, &rows, federation_cell)
 }

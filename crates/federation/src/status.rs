@@ -1,0 +1,89 @@
+//! A federation link's status as `/api/federation-links` and `warren ctl federation_status`
+//! show it (RabbitMQ's `rabbit_federation_status` rows: `starting`, `running`, `error` with the
+//! reason).
+
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone)]
+pub struct LinkStatus {
+    /// `starting`, `running` or `error`.
+    pub status: &'static str,
+    pub error: Option<String>,
+    pub since: SystemTime,
+    /// While running: the upstream's URI (without credentials), exchange, queue and internal
+    /// exchange.
+    pub uri: Option<String>,
+    pub upstream_exchange: Option<String>,
+    pub upstream_queue: Option<String>,
+    pub internal_exchange: Option<String>,
+    /// Messages moved since the link started on this node.
+    pub forwarded: u64,
+}
+
+impl Default for LinkStatus {
+    fn default() -> LinkStatus {
+        LinkStatus {
+            status: "starting",
+            error: None,
+            since: SystemTime::now(),
+            uri: None,
+            upstream_exchange: None,
+            upstream_queue: None,
+            internal_exchange: None,
+            forwarded: 0,
+        }
+    }
+}
+
+impl LinkStatus {
+    pub fn starting(&mut self) {
+        self.status = "starting";
+        self.since = SystemTime::now();
+    }
+
+    pub fn running(&mut self, uri: String, exchange: String, queue: String, internal: String) {
+        self.status = "running";
+        self.error = None;
+        self.since = SystemTime::now();
+        self.uri = Some(uri);
+        self.upstream_exchange = Some(exchange);
+        self.upstream_queue = Some(queue);
+        self.internal_exchange = Some(internal);
+    }
+
+    pub fn failed(&mut self, reason: String) {
+        self.status = "error";
+        self.error = Some(reason);
+        self.since = SystemTime::now();
+    }
+
+    /// The `/api/federation-links` row of an exchange link.
+    pub fn row(&self, node: &str, vhost: &str, exchange: &str, upstream: &str) -> Value {
+        let mut row = json!({
+            "node": node,
+            "vhost": vhost,
+            "type": "exchange",
+            "exchange": exchange,
+            "upstream": upstream,
+            "status": self.status,
+            "timestamp": warren_shovel::status::timestamp(self.since),
+            "forwarded": self.forwarded,
+        });
+        let o = row.as_object_mut().expect("a JSON object");
+        if let Some(e) = &self.error {
+            o.insert("error".into(), e.clone().into());
+        }
+        if self.status == "running" {
+            o.insert("uri".into(), self.uri.clone().into());
+            o.insert(
+                "upstream_exchange".into(),
+                self.upstream_exchange.clone().into(),
+            );
+            o.insert("upstream_queue".into(), self.upstream_queue.clone().into());
+            o.insert("local_connection".into(), "<none>".into());
+        }
+        row
+    }
+}

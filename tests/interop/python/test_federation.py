@@ -1,0 +1,287 @@
+"""Federated exchanges as RabbitMQ 3.10's federation plugin runs them: `federation-upstream`
+and `federation-upstream-set` parameters checked with RabbitMQ's texts, policies with
+`federation-upstream(-set)`, a link per exchange and upstream that declares RabbitMQ's queue
+and `x-federation-upstream` exchange on the upstream, follows the downstream's bindings, and
+republishes with `x-received-from`; `/api/federation-links`. Validation runs against RabbitMQ
+3.10 too (the default AMQP_URL broker); the links need a second broker (WARREN_BIN), and the
+RabbitMQ tests RabbitMQ 3.10 at the other end (test_shovel.py's fixture)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pika
+import pytest
+
+from helpers import connect, get_all, safe_close, uname, wait_until
+from test_access import Api, api, q  # noqa: F401 - fixtures
+from test_durability import Node
+from test_shovel import RABBITMQ_AMQP, rabbitmq  # noqa: F401 - fixture
+
+BIN = os.environ.get("WARREN_BIN")
+warren_only = pytest.mark.skipif(not BIN, reason="links a second Warren (WARREN_BIN)")
+
+
+def put(api: Api, component: str, name: str, value, vhost: str = "/"):
+    return api.call("PUT", f"/api/parameters/{component}/{q(vhost)}/{q(name)}", {"value": value})
+
+
+@pytest.fixture
+def cleanup(api):
+    """(kind, name) of parameters and policies made by the test; deleted at teardown."""
+    made: list[tuple[Api, str, str]] = []
+    yield made
+    for a, path, _ in reversed(made):
+        a.call("DELETE", path)
+
+
+# ---- validation (RabbitMQ 3.10.8's texts) ----
+
+UPSTREAM_BAD = [
+    ({}, 'Key "uri" not found in {name}'),
+    ({"uri": 5}, "uri should be list, actually was 5"),
+    ({"uri": "amqp://x", "max-hops": "a", "colour": 1},
+     'Unrecognised terms [{&lt;&lt;"colour"&gt;&gt;,1}] in {name}\n'
+     'max-hops should be a number, actually was &lt;&lt;"a"&gt;&gt;'),
+    ({"uri": "amqp://x", "ack-mode": "x", "expires": "1"},
+     'ack-mode should be one of [&lt;&lt;"no-ack"&gt;&gt;,&lt;&lt;"on-publish"&gt;&gt;,&lt;&lt;"on-confirm"&gt;&gt;], '
+     'actually was &lt;&lt;"x"&gt;&gt;\nexpires should be a number, actually was &lt;&lt;"1"&gt;&gt;'),
+]
+
+
+@pytest.mark.parametrize("value,reason", UPSTREAM_BAD, ids=[r[:30] for _, r in UPSTREAM_BAD])
+def test_bad_upstreams(api, value, reason):
+    name = uname("up")
+    st, body = put(api, "federation-upstream", name, value)
+    assert st == 400, body
+    assert body == {"error": "bad_request",
+                    "reason": "Validation failed\n\n" + reason.replace("{name}", name) + "\n"}
+
+
+def test_upstreams_sets_and_policies(api, cleanup):
+    up, s, pol = uname("up"), uname("set"), uname("fedpol")
+    value = {"uri": ["amqp://a", "amqp://b"], "bind-nowait": True, "trust-user-id": False,
+             "prefetch-count": 10, "reconnect-delay": 1, "message-ttl": 5, "exchange": "e",
+             "max-hops": 2, "expires": 60000, "ack-mode": "on-publish"}
+    st, body = put(api, "federation-upstream", up, value)
+    assert st == 201, body
+    cleanup.append((api, f"/api/parameters/federation-upstream/%2F/{q(up)}", ""))
+    st, got = api.call("GET", f"/api/parameters/federation-upstream/%2F/{q(up)}")
+    assert st == 200 and got["value"] == value and got["component"] == "federation-upstream", got
+    st, body = put(api, "federation-upstream-set", s, [{}])
+    assert st == 400 and body["reason"] == f'Validation failed\n\nKey "upstream" not found in {s}\n', body
+    st, body = put(api, "federation-upstream-set", s, [{"upstream": up, "max-hops": 2}])
+    assert st == 201, body
+    cleanup.append((api, f"/api/parameters/federation-upstream-set/%2F/{q(s)}", ""))
+    for definition, reason in [
+        ({"federation-upstream": 5}, "5 is not a valid federation upstream name"),
+        ({"federation-upstream-set": 5}, "5 is not a valid federation upstream set name"),
+        ({"federation-upstream": "a", "federation-upstream-set": "all"},
+         "cannot specify federation-upstream, federation-upstream-set or federation-upstream-pattern together"),
+    ]:
+        st, body = api.call("PUT", f"/api/policies/%2F/{q(pol)}",
+                            {"pattern": "^fed-none$", "definition": definition, "apply-to": "exchanges"})
+        assert st == 400 and body["reason"] == f"Validation failed\n\n{reason}\n", body
+
+
+# ---- links ----
+
+def declare_x(url: str, x: str, kind: str = "topic") -> None:
+    c = connect(url)
+    try:
+        c.channel().exchange_declare(x, kind, durable=True)
+    finally:
+        safe_close(c)
+
+
+def bound_queue(url: str, x: str, key: str) -> str:
+    qn = uname("fedq")
+    c = connect(url)
+    try:
+        ch = c.channel()
+        ch.queue_declare(qn, durable=True)
+        ch.queue_bind(qn, x, key)
+    finally:
+        safe_close(c)
+    return qn
+
+
+def publish(url: str, x: str, key: str, body: bytes) -> None:
+    c = connect(url)
+    try:
+        ch = c.channel()
+        ch.confirm_delivery()
+        ch.basic_publish(x, key, body, pika.BasicProperties(delivery_mode=2, headers={"k": "v"}))
+    finally:
+        safe_close(c)
+
+
+def depth(url: str, queue: str) -> int:
+    c = connect(url)
+    try:
+        return c.channel().queue_declare(queue, passive=True).method.message_count
+    finally:
+        safe_close(c)
+
+
+def link_rows(a: Api, x: str) -> list[dict]:
+    st, rows = a.call("GET", "/api/federation-links")
+    assert st == 200, rows
+    return [r for r in rows if r.get("exchange") == x]
+
+
+def federate(a: Api, cleanup, x: str, upstream_uri: str, max_hops: int = 1) -> str:
+    """An upstream named after x, and a policy federating x from it; returns the upstream."""
+    up, pol = f"up-{x}", f"pol-{x}"
+    st, body = put(a, "federation-upstream", up, {"uri": upstream_uri, "max-hops": max_hops,
+                                                 "reconnect-delay": 1})
+    assert st == 201, body
+    cleanup.append((a, f"/api/parameters/federation-upstream/%2F/{q(up)}", ""))
+    st, body = a.call("PUT", f"/api/policies/%2F/{q(pol)}", {
+        "pattern": f"^{x}$", "definition": {"federation-upstream": up}, "apply-to": "exchanges"})
+    assert st in (201, 204), body
+    cleanup.append((a, f"/api/policies/%2F/{q(pol)}", ""))
+    return up
+
+
+def wait_running(a: Api, x: str, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = link_rows(a, x)
+        if rows and rows[0]["status"] == "running":
+            return rows[0]
+        assert time.monotonic() < deadline, f"link of {x} not running: {rows}"
+        time.sleep(0.2)
+
+
+def received(url: str, queue: str, n: int) -> list:
+    c = connect(url)
+    try:
+        return get_all(c.channel(), queue, n)
+    finally:
+        safe_close(c)
+
+
+@warren_only
+def test_warren_to_warren_follows_bindings(api, amqp_url, cleanup):
+    upstream = Node()
+    upstream.start()
+    try:
+        x = uname("fedx")
+        declare_x(amqp_url, x)
+        qa = bound_queue(amqp_url, x, "a.#")
+        up = federate(api, cleanup, x, f"amqp://guest:guest@127.0.0.1:{upstream.port}")
+        row = wait_running(api, x)
+        assert row["upstream"] == up and row["type"] == "exchange" and row["vhost"] == "/"
+        assert row["uri"] == f"amqp://127.0.0.1:{upstream.port}", row
+        assert row["upstream_queue"].startswith(f"federation: {x} -> "), row
+        publish(upstream.url, x, "a.b", b"wanted")
+        publish(upstream.url, x, "c.d", b"not bound")
+        wait_until(lambda: depth(amqp_url, qa) == 1, timeout=20, what="the federated message")
+        (_, props, body), = received(amqp_url, qa, 1)
+        assert body == b"wanted" and props.headers["k"] == "v"
+        (hop,) = props.headers["x-received-from"]
+        assert hop["exchange"] == x and hop["redelivered"] is False, hop
+        # A binding added downstream is followed upstream.
+        qc = bound_queue(amqp_url, x, "c.#")
+        time.sleep(3)
+        publish(upstream.url, x, "c.d", b"bound now")
+        wait_until(lambda: depth(amqp_url, qc) == 1, timeout=20, what="the newly bound key")
+        assert depth(amqp_url, qa) == 0
+    finally:
+        upstream.cleanup()
+
+
+@warren_only
+def test_a_cycle_of_two_warrens_delivers_once(api, amqp_url, cleanup):
+    """A federates X from B and B from A (max-hops 1): a message published on either side
+    reaches each side's bound queue once, and goes no further."""
+    other = Node()
+    other.start()
+    try:
+        b_api = Api(f"http://127.0.0.1:{other.http_port}")
+        x = uname("cyclex")
+        declare_x(amqp_url, x)
+        declare_x(other.url, x)
+        qa = bound_queue(amqp_url, x, "#")
+        qb = bound_queue(other.url, x, "#")
+        port = amqp_url.split("@127.0.0.1:")[1].split("/")[0]
+        federate(api, cleanup, x, f"amqp://guest:guest@127.0.0.1:{other.port}")
+        federate(b_api, cleanup, x, f"amqp://guest:guest@127.0.0.1:{port}")
+        wait_running(api, x)
+        wait_running(b_api, x)
+        time.sleep(2)
+        publish(amqp_url, x, "k", b"from a")
+        wait_until(lambda: depth(other.url, qb) == 1, timeout=20, what="A's message at B")
+        time.sleep(2)
+        assert depth(amqp_url, qa) == 1 and depth(other.url, qb) == 1
+    finally:
+        other.cleanup()
+
+
+def test_rabbitmq_upstream_to_warren(api, amqp_url, cleanup, rabbitmq):
+    rmq, _ = rabbitmq
+    x = uname("rmqfedx")
+    declare_x(rmq, x)
+    declare_x(amqp_url, x)
+    qa = bound_queue(amqp_url, x, "orders.*")
+    try:
+        federate(api, cleanup, x, rmq.split("?")[0])
+        wait_running(api, x)
+        for i in range(20):
+            publish(rmq, x, "orders.new", f"o{i}".encode())
+        publish(rmq, x, "audit.log", b"not bound")
+        wait_until(lambda: depth(amqp_url, qa) == 20, timeout=30, what="20 from RabbitMQ")
+        got = received(amqp_url, qa, 20)
+        assert [b for _, _, b in got] == [f"o{i}".encode() for i in range(20)]
+        # The link's queue on RabbitMQ, named as RabbitMQ's own plugin names it.
+        st, overview = api.call("GET", "/api/overview")
+        link_queue = f"federation: {x} -> {overview['cluster_name']}"
+        assert depth(rmq, link_queue) == 0
+    finally:
+        c = connect(rmq)
+        try:
+            ch = c.channel()
+            ch.exchange_delete(x)
+            ch.queue_delete(f"federation: {x} -> {api.call('GET', '/api/overview')[1]['cluster_name']}")
+        finally:
+            safe_close(c)
+
+
+def test_rabbitmqs_federation_from_warren(api, amqp_url, rabbitmq):
+    """RabbitMQ 3.10's federation plugin on the downstream side, Warren upstream: RabbitMQ's link
+    declares an `x-federation-upstream` exchange on Warren."""
+    rmq, rmq_mgmt = rabbitmq
+    rapi = Api(rmq_mgmt)
+    x = uname("fromwarren")
+    declare_x(amqp_url, x)
+    declare_x(rmq, x)
+    qr = bound_queue(rmq, x, "#")
+    up, pol = f"up-{x}", f"pol-{x}"
+    try:
+        st, body = put(rapi, "federation-upstream", up, {"uri": amqp_url.split("?")[0]})
+        assert st in (201, 204), body
+        st, body = rapi.call("PUT", f"/api/policies/%2F/{q(pol)}", {
+            "pattern": f"^{x}$", "definition": {"federation-upstream": up}, "apply-to": "exchanges"})
+        assert st in (201, 204), body
+
+        def running():
+            st, rows = rapi.call("GET", "/api/federation-links")
+            return any(r.get("exchange") == x and r.get("status") == "running" for r in rows)
+
+        wait_until(running, timeout=30, what="RabbitMQ's link to Warren running")
+        time.sleep(2)
+        for i in range(10):
+            publish(amqp_url, x, "any.key", f"w{i}".encode())
+        wait_until(lambda: depth(rmq, qr) == 10, timeout=30, what="10 from Warren at RabbitMQ")
+        (_, props, _), *_ = received(rmq, qr, 10)
+        assert props.headers["x-received-from"][0]["exchange"] == x
+    finally:
+        rapi.call("DELETE", f"/api/policies/%2F/{q(pol)}")
+        rapi.call("DELETE", f"/api/parameters/federation-upstream/%2F/{q(up)}")
+        c = connect(rmq)
+        try:
+            c.channel().exchange_delete(x)
+        finally:
+            safe_close(c)
