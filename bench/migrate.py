@@ -137,6 +137,15 @@ def declare(url: str, queues: list[str], purge: bool) -> None:
     c.close()
 
 
+def preload_all(url: str, queues: list[str], n: int, size: int) -> None:
+    """n messages in each queue (ids QUEUE-0..), a publishing thread per queue."""
+    threads = [threading.Thread(target=preload, args=(url, q, n, size, q)) for q in queues]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def preload(url: str, queue: str, n: int, size: int, prefix: str) -> None:
     """n persistent messages with ids PREFIX-0.., confirmed in batches (a transaction of 500
     is RabbitMQ's fastest safe path for pika's blocking client)."""
@@ -223,11 +232,7 @@ def rabbitmq_own_shovel(queues: list[str], per_queue: int, size: int) -> tuple[f
     srcs = [f"{q}-rmq-src" for q in queues]
     dests = [f"{q}-rmq-dest" for q in queues]
     declare(RMQ_URL, srcs + dests, purge=True)
-    threads = [threading.Thread(target=preload, args=(RMQ_URL, s, per_queue, size, s)) for s in srcs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    preload_all(RMQ_URL, srcs, per_queue, size)
     t0 = time.monotonic()
     for s, d in zip(srcs, dests):
         st, body = api(RMQ_API, "PUT", f"/api/parameters/shovel/%2F/{s}", {"value": {
@@ -258,11 +263,7 @@ def timed_move(w: Warren, queues: list[str], per_queue: int, size: int, src_uri:
     src_url = w.url if local else RMQ_URL
     declare(src_url, srcs, purge=True)
     declare(w.url, dests, purge=True)
-    threads = [threading.Thread(target=preload, args=(src_url, s, per_queue, size, s)) for s in srcs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    preload_all(src_url, srcs, per_queue, size)
     t0 = time.monotonic()
     for s_, d in zip(srcs, dests):
         st, body = api(w.api, "PUT", f"/api/parameters/shovel/%2F/{s_}", {"value": {
@@ -304,11 +305,7 @@ def main() -> int:
     per_queue = a.messages // a.queues
     print(f"== preloading RabbitMQ: {per_queue * a.queues} persistent {a.size}-byte messages in {a.queues} queues", flush=True)
     declare(RMQ_URL, queues, purge=True)
-    t = [threading.Thread(target=preload, args=(RMQ_URL, q, per_queue, a.size, q)) for q in queues]
-    for x in t:
-        x.start()
-    for x in t:
-        x.join()
+    preload_all(RMQ_URL, queues, per_queue, a.size)
     preloaded = {f"{q}-{i}" for q in queues for i in range(per_queue)}
     w = Warren(binary)
     w.start()

@@ -20,6 +20,7 @@ import pytest
 from helpers import connect, get_all, safe_close, uname, wait_until
 from test_access import Api, api, q  # noqa: F401 - fixtures
 from test_durability import Node
+from test_tls import certs  # noqa: F401 - fixture: a CA, another CA, server, client, stranger
 
 BIN = os.environ.get("WARREN_BIN")
 warren_only = pytest.mark.skipif(not BIN, reason="starts a second Warren (WARREN_BIN)")
@@ -206,14 +207,20 @@ def test_exchange_source_and_destination_key_with_forward_headers(api, amqp_url,
     assert abs(props.headers["x-shovelled-timestamp"] - time.time()) < 60
 
 
-def test_delete_after_queue_length(api, amqp_url, res, shovels):
+def src_and_dest(url: str, res, n: int) -> tuple[str, str]:
+    """Two fresh queues, the first holding n messages."""
     src, dest = res.queue("src"), res.queue("dest")
-    c = connect(amqp_url)
+    c = connect(url)
     ch = c.channel()
     ch.queue_declare(src)
     ch.queue_declare(dest)
     safe_close(c)
-    publish(amqp_url, src, 20)
+    publish(url, src, n)
+    return src, dest
+
+
+def test_delete_after_queue_length(api, amqp_url, res, shovels):
+    src, dest = src_and_dest(amqp_url, res, 20)
     name = shovels()
     st, body = put_shovel(api, name, {"src-uri": "amqp://", "src-queue": src, "dest-uri": "amqp://",
                                       "dest-queue": dest, "src-delete-after": "queue-length"})
@@ -228,13 +235,7 @@ def test_delete_after_queue_length(api, amqp_url, res, shovels):
 
 
 def test_delete_after_a_number(api, amqp_url, res, shovels):
-    src, dest = res.queue("src"), res.queue("dest")
-    c = connect(amqp_url)
-    ch = c.channel()
-    ch.queue_declare(src)
-    ch.queue_declare(dest)
-    safe_close(c)
-    publish(amqp_url, src, 10)
+    src, dest = src_and_dest(amqp_url, res, 10)
     name = shovels()
     st, body = put_shovel(api, name, {"src-uri": "amqp://", "src-queue": src, "dest-uri": "amqp://",
                                       "dest-queue": dest, "src-delete-after": 4, "src-prefetch-count": 1})
@@ -387,9 +388,20 @@ def test_ctl_commands(api, amqp_url, mgmt_url, res):
     assert r.returncode == 1 and "Validation failed" in r.stderr, r.stderr
     r = subprocess.run(ctl + ["delete_shovel", name], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert shovel_row(api, name) is None
+    wait_until(lambda: shovel_row(api, name) is None, timeout=10, what="the shovel stopped")
     r = subprocess.run(ctl + ["delete_shovel", name], capture_output=True, text=True)
     assert r.returncode == 1 and "not found" in r.stderr, r.stderr
+    # set_parameter / clear_parameter, as rabbitmqctl's, for any component.
+    other = uname("ctl2")
+    r = subprocess.run(ctl + ["set_parameter", "shovel", other, value], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    wait_state(api, other, "running")
+    r = subprocess.run(ctl + ["clear_parameter", "shovel", other], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert api.call("GET", f"/api/parameters/shovel/%2F/{q(other)}")[0] == 404
+    wait_until(lambda: shovel_row(api, other) is None, timeout=10, what="the shovel stopped")
+    r = subprocess.run(ctl + ["clear_parameter", "shovel", other], capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
 
 
 # ---- RabbitMQ 3.10 at the other end ----
@@ -515,20 +527,15 @@ def test_rabbitmqs_own_shovel_into_warren(amqp_url, res, rabbitmq):
 
 @warren_only
 @pytest.mark.skipif(not shutil.which("openssl"), reason="needs the openssl CLI to make certificates")
-def test_over_tls_with_a_client_certificate(api, amqp_url, res, shovels, tmp_path):
+def test_over_tls_with_a_client_certificate(api, amqp_url, res, shovels, certs):
     """A shovel into a second Warren whose AMQPS listener requires a client certificate from
     its CA: with the CA and the client's certificate it moves the messages; with a client
     certificate from another CA it is refused, and says so in its status."""
     from conftest import _free_port
     from test_limits import start
-    from test_tls import make_ca, make_cert, tls_config, tls_params
+    from test_tls import tls_config, tls_params
 
-    d = str(tmp_path)
-    make_ca(d, "ca")
-    make_ca(d, "other-ca")
-    make_cert(d, "server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
-    make_cert(d, "client", "ca", "extendedKeyUsage=clientAuth\n")
-    make_cert(d, "stranger", "other-ca", "extendedKeyUsage=clientAuth\n")
+    d = certs
     tls_port = _free_port()
     other = start(tls_config(d, tls_port, f"ca_file = '{d}/ca.pem'\nverify = 'verify_peer'\nfail_if_no_peer_cert = true\n"))
     try:
