@@ -82,7 +82,6 @@ impl LinkStatus {
                 self.upstream_exchange.clone().into(),
             );
             o.insert("upstream_queue".into(), self.upstream_queue.clone().into());
-            o.insert("local_connection".into(), "<none>".into());
         }
         row
     }

@@ -182,7 +182,6 @@ const FEDERATION_COLUMNS: &[&str] = &[
     "upstream",
     "status",
     "error",
-    "local_connection",
     "uri",
     "timestamp",
     "upstream_exchange",
