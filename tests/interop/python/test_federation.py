@@ -12,6 +12,7 @@ import os
 import time
 
 import pika
+import pika.exceptions
 import pytest
 
 from helpers import connect, get_all, safe_close, uname, wait_until
@@ -286,5 +287,20 @@ def test_rabbitmqs_federation_from_warren(api, amqp_url, rabbitmq):
         c = connect(rmq)
         try:
             c.channel().exchange_delete(x)
+        finally:
+            safe_close(c)
+
+
+def test_the_upstream_exchange_type_checks_its_hops(amqp_url):
+    """`x-federation-upstream`, the type a downstream's link declares on its upstream, needs
+    `x-max-hops` as a long (RabbitMQ's texts)."""
+    for args, text in [(None, "PRECONDITION_FAILED - Argument x-max-hops missing"),
+                       ({"x-max-hops": "a"}, "PRECONDITION_FAILED - Argument x-max-hops must be of type long")]:
+        c = connect(amqp_url)
+        try:
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+                c.channel().exchange_declare(uname("xfu"), "x-federation-upstream", arguments=args,
+                                             auto_delete=True)
+            assert (e.value.reply_code, e.value.reply_text) == (406, text)
         finally:
             safe_close(c)
