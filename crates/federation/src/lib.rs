@@ -76,7 +76,12 @@ impl Federation {
             broker: broker.clone(),
             running: Mutex::new(HashMap::new()),
         });
-        tokio::spawn(supervise(Arc::downgrade(&f)));
+        tokio::spawn(warren_shovel::reconcile_on_changes(
+            Arc::downgrade(&f),
+            broker.access.parameters_changed(),
+            RECHECK,
+            |f: &Arc<Federation>| f.reconcile(),
+        ));
         f
     }
 
@@ -200,25 +205,6 @@ impl Federation {
             .collect();
         rows.sort_by(|a, b| a.0.cmp(&b.0));
         rows.into_iter().map(|(_, v)| v).collect()
-    }
-}
-
-async fn supervise(f: std::sync::Weak<Federation>) {
-    let Some(s) = f.upgrade() else {
-        return;
-    };
-    let mut changed = s.broker.access.parameters_changed();
-    drop(s);
-    loop {
-        let Some(s) = f.upgrade() else {
-            return;
-        };
-        s.reconcile();
-        drop(s);
-        tokio::select! {
-            r = changed.changed() => if r.is_err() { return },
-            _ = tokio::time::sleep(RECHECK) => {}
-        }
     }
 }
 

@@ -23,9 +23,8 @@ use bytes::Bytes;
 use bytestring::ByteString;
 use futures_core::Stream;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, ExchangeBindOptions,
-    ExchangeDeclareOptions, ExchangeDeleteOptions, ExchangeUnbindOptions, QueueBindOptions,
-    QueueDeclareOptions,
+    BasicConsumeOptions, BasicQosOptions, ExchangeBindOptions, ExchangeDeclareOptions,
+    ExchangeDeleteOptions, ExchangeUnbindOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable as ClientTable, LongString, ShortString};
 use lapin::{Channel, Connection, ExchangeKind};
@@ -384,7 +383,7 @@ pub async fn run(ctx: &LinkCtx, suffix: &mut char) -> Result<(), String> {
             c = dest.confirmed(), if !waiting.is_empty() => {
                 let (s, ok) = c;
                 if let Some(tag) = waiting.remove(&s) {
-                    settle(&ch, tag, ok).await?;
+                    warren_shovel::remote::settle(&ch, tag, ok).await?;
                 }
             }
             d = poll_fn(|cx| std::pin::Pin::new(&mut consumer).poll_next(cx)) => {
@@ -414,8 +413,8 @@ pub async fn run(ctx: &LinkCtx, suffix: &mut char) -> Result<(), String> {
                     (AckMode::OnConfirm, None) => {
                         waiting.insert(seq, d.delivery_tag);
                     }
-                    (AckMode::OnConfirm, Some(ok)) => settle(&ch, d.delivery_tag, ok).await?,
-                    (AckMode::OnPublish, _) => settle(&ch, d.delivery_tag, true).await?,
+                    (AckMode::OnConfirm, Some(ok)) => warren_shovel::remote::settle(&ch, d.delivery_tag, ok).await?,
+                    (AckMode::OnPublish, _) => warren_shovel::remote::settle(&ch, d.delivery_tag, true).await?,
                 }
                 ctx.status.lock().forwarded += 1;
             }
@@ -438,22 +437,6 @@ fn received_from(ep: &Endpoint, up_x: &str, r: &Remote, redelivered: bool) -> Fi
         ("redelivered".into(), FieldValue::Bool(redelivered)),
         ("vhost".into(), long(&r.vhost)),
     ])
-}
-
-async fn settle(ch: &Channel, tag: u64, ok: bool) -> Result<(), String> {
-    if ok {
-        ch.basic_ack(tag, BasicAckOptions::default()).await
-    } else {
-        ch.basic_nack(
-            tag,
-            BasicNackOptions {
-                requeue: true,
-                ..Default::default()
-            },
-        )
-        .await
-    }
-    .map_err(err)
 }
 
 /// Binds the upstream exchange to the internal one with each binding the downstream exchange

@@ -54,21 +54,7 @@ fn check_one(key: &str, check: Check, v: &Value) -> Result<(), String> {
         }
     };
     match check {
-        Check::Uri => match v {
-            Value::String(s) => warren_shovel::uri::parse(s).map(|_| ()),
-            Value::Array(items) if !items.is_empty() => {
-                for i in items {
-                    match i {
-                        Value::String(s) => warren_shovel::uri::parse(s).map(|_| ())?,
-                        _ => {
-                            return Err(format!("{key} should be binary, actually was {}", erl(i)))
-                        }
-                    }
-                }
-                Ok(())
-            }
-            _ => Err(format!("{key} should be list, actually was {}", got())),
-        },
+        Check::Uri => warren_shovel::params::check_uris(key, v),
         Check::Binary if v.is_string() => Ok(()),
         Check::Binary => Err(format!("{key} should be binary, actually was {}", got())),
         Check::Number if v.is_number() => Ok(()),

@@ -70,7 +70,12 @@ impl Shovels {
             broker: broker.clone(),
             running: Mutex::new(HashMap::new()),
         });
-        tokio::spawn(supervise(Arc::downgrade(&s)));
+        tokio::spawn(reconcile_on_changes(
+            Arc::downgrade(&s),
+            broker.access.parameters_changed(),
+            RECHECK,
+            |s: &Arc<Shovels>| s.reconcile(),
+        ));
         s
     }
 
@@ -189,21 +194,24 @@ pub fn placed_here(b: &Broker, key: &[&str]) -> bool {
         == Some(me.as_str())
 }
 
-async fn supervise(shovels: std::sync::Weak<Shovels>) {
-    let Some(s) = shovels.upgrade() else {
-        return;
-    };
-    let mut changed = s.broker.access.parameters_changed();
-    drop(s);
+/// Runs `reconcile` now, on every change of the runtime parameters or policies (`changed`),
+/// and every `every`, for as long as `owner` lives: the supervisor loop of the shovels and of
+/// the federation links.
+pub async fn reconcile_on_changes<T>(
+    owner: std::sync::Weak<T>,
+    mut changed: tokio::sync::watch::Receiver<u64>,
+    every: Duration,
+    reconcile: impl Fn(&Arc<T>),
+) {
     loop {
-        let Some(s) = shovels.upgrade() else {
+        let Some(s) = owner.upgrade() else {
             return;
         };
-        s.reconcile();
+        reconcile(&s);
         drop(s);
         tokio::select! {
             r = changed.changed() => if r.is_err() { return },
-            _ = tokio::time::sleep(RECHECK) => {}
+            _ = tokio::time::sleep(every) => {}
         }
     }
 }

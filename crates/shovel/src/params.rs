@@ -230,24 +230,28 @@ pub fn validate(name: &str, value: &Value) -> Result<(), Vec<String>> {
     }
 }
 
+/// RabbitMQ's check of a URI key (a shovel's ends, a federation upstream's `uri`): one URI or
+/// a list of them, each a valid AMQP URI.
+pub fn check_uris(key: &str, v: &Value) -> Result<(), String> {
+    match v {
+        Value::String(s) => crate::uri::parse(s).map(|_| ()),
+        Value::Array(items) => {
+            for i in items {
+                match i {
+                    Value::String(s) => crate::uri::parse(s).map(|_| ())?,
+                    _ => return Err(format!("{key} should be binary, actually was {}", erl(i))),
+                }
+            }
+            Ok(())
+        }
+        _ => Err(format!("{key} should be list, actually was {}", erl(v))),
+    }
+}
+
 fn check_one(key: &str, check: Check, v: &Value) -> Result<(), String> {
     let got = || erl(v);
     match check {
-        Check::Uri => match v {
-            Value::String(s) => crate::uri::parse(s).map(|_| ()),
-            Value::Array(items) => {
-                for i in items {
-                    match i {
-                        Value::String(s) => crate::uri::parse(s).map(|_| ())?,
-                        _ => {
-                            return Err(format!("{key} should be binary, actually was {}", erl(i)))
-                        }
-                    }
-                }
-                Ok(())
-            }
-            _ => Err(format!("{key} should be list, actually was {}", got())),
-        },
+        Check::Uri => check_uris(key, v),
         Check::Binary => match v {
             Value::String(_) => Ok(()),
             _ => Err(format!("{key} should be binary, actually was {}", got())),

@@ -150,6 +150,23 @@ async fn ensure_queue(
     }
 }
 
+/// Acks a delivery (`ok`) or puts it back in its queue (a destination refused it).
+pub async fn settle(ch: &Channel, tag: u64, ok: bool) -> Result<(), String> {
+    if ok {
+        ch.basic_ack(tag, BasicAckOptions::default()).await
+    } else {
+        ch.basic_nack(
+            tag,
+            BasicNackOptions {
+                requeue: true,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+    .map_err(err)
+}
+
 /// A queue on another broker that the shovel consumes.
 pub struct RemoteSource {
     conn: Connection,
@@ -248,23 +265,11 @@ impl RemoteSource {
         if self.no_ack {
             return Ok(());
         }
-        self.ch
-            .basic_ack(tag, BasicAckOptions::default())
-            .await
-            .map_err(err)
+        settle(&self.ch, tag, true).await
     }
 
     pub async fn requeue(&mut self, tag: u64) -> Result<(), String> {
-        self.ch
-            .basic_nack(
-                tag,
-                BasicNackOptions {
-                    requeue: true,
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(err)
+        settle(&self.ch, tag, false).await
     }
 
     /// Closes the connection; unacked deliveries go back to their queue with it.
