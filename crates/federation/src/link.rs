@@ -296,7 +296,10 @@ pub async fn run(ctx: &LinkCtx, suffix: &mut char) -> Result<(), String> {
     })
     .await;
     let mut xfu = ClientTable::default();
-    xfu.insert(MAX_HOPS_ARG.into(), AMQPValue::LongInt(up.max_hops));
+    xfu.insert(
+        MAX_HOPS_ARG.into(),
+        AMQPValue::LongLongInt(up.max_hops as i64),
+    );
     xfu.insert(DOWNSTREAM_NAME_ARG.into(), long_string(&cluster));
     xfu.insert(DOWNSTREAM_VHOST_ARG.into(), long_string(&ctx.vhost));
     xfu.insert("x-internal-purpose".into(), long_string("federation"));

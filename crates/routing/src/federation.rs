@@ -15,11 +15,12 @@ pub const DOWNSTREAM_VHOST_ARG: &str = "x-downstream-vhost";
 /// The header a federation link prepends an entry to, one per hop.
 pub const RECEIVED_FROM: &str = "x-received-from";
 
-/// RabbitMQ's check of a declare: `x-max-hops` present, of AMQP type long (32-bit signed).
+/// RabbitMQ's check of a declare: `x-max-hops` present, of RabbitMQ's table type `long`
+/// (`l`, 64-bit signed; a 32-bit `I` is its `signedint`, refused).
 pub fn validate(args: &FieldTable) -> Result<(), String> {
     match args.get(MAX_HOPS_ARG) {
         None => Err(format!("Argument {MAX_HOPS_ARG} missing")),
-        Some(FieldValue::I32(_)) => Ok(()),
+        Some(FieldValue::I64(_)) => Ok(()),
         Some(_) => Err(format!("Argument {MAX_HOPS_ARG} must be of type long")),
     }
 }
@@ -36,10 +37,10 @@ pub fn forwards(args: &FieldTable, headers: Option<&FieldTable>) -> bool {
     let Some(FieldValue::Array(hops)) = headers.and_then(|h| h.get(RECEIVED_FROM)) else {
         return true;
     };
-    let max_hops = match args.get(MAX_HOPS_ARG) {
-        Some(FieldValue::I32(n)) => *n as i64,
-        _ => i64::MAX,
-    };
+    let max_hops = args
+        .get(MAX_HOPS_ARG)
+        .and_then(FieldValue::as_i64)
+        .unwrap_or(i64::MAX);
     if hops.len() as i64 >= max_hops {
         return false;
     }
@@ -81,7 +82,7 @@ mod tests {
     #[test]
     fn hops_and_cycles() {
         let args = table(&[
-            (MAX_HOPS_ARG, FieldValue::I32(2)),
+            (MAX_HOPS_ARG, FieldValue::I64(2)),
             (DOWNSTREAM_NAME_ARG, s("down")),
             (DOWNSTREAM_VHOST_ARG, s("/")),
         ]);
@@ -105,9 +106,9 @@ mod tests {
             "Argument x-max-hops missing"
         );
         assert_eq!(
-            validate(&table(&[(MAX_HOPS_ARG, FieldValue::I64(1))])).unwrap_err(),
+            validate(&table(&[(MAX_HOPS_ARG, FieldValue::I32(1))])).unwrap_err(),
             "Argument x-max-hops must be of type long"
         );
-        assert!(validate(&table(&[(MAX_HOPS_ARG, FieldValue::I32(1))])).is_ok());
+        assert!(validate(&table(&[(MAX_HOPS_ARG, FieldValue::I64(1))])).is_ok());
     }
 }

@@ -22,6 +22,8 @@ from test_shovel import RABBITMQ_AMQP, rabbitmq  # noqa: F401 - fixture
 
 BIN = os.environ.get("WARREN_BIN")
 warren_only = pytest.mark.skipif(not BIN, reason="links a second Warren (WARREN_BIN)")
+# Moving messages between brokers, each step bounded by its own wait: more than the suite's 30 s.
+pytestmark = pytest.mark.timeout(120)
 
 
 def put(api: Api, component: str, name: str, value, vhost: str = "/"):

@@ -24,6 +24,8 @@ from test_tls import certs  # noqa: F401 - fixture: a CA, another CA, server, cl
 
 BIN = os.environ.get("WARREN_BIN")
 warren_only = pytest.mark.skipif(not BIN, reason="starts a second Warren (WARREN_BIN)")
+# Moving messages between brokers, each step bounded by its own wait: more than the suite's 30 s.
+pytestmark = pytest.mark.timeout(120)
 
 
 def put_shovel(api: Api, name: str, value: dict, vhost: str = "/"):

@@ -9,12 +9,13 @@ from __future__ import annotations
 import time
 
 import pika
+import pytest
 
 from cluster_harness import needs_warren_bin, q
 from cluster_harness import _mark_logs, _node_logs, lossy  # noqa: F401
 from helpers import uname, wait_until
 
-pytestmark = needs_warren_bin
+pytestmark = [needs_warren_bin, pytest.mark.timeout(180)]
 
 
 def shovel_rows(node, name: str) -> list[dict]:

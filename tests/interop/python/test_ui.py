@@ -757,6 +757,7 @@ def test_ui_counts_left_out_are_shown_unknown(driver, broker):
         api(broker, "DELETE", "/queues/%2F/" + name)
 
 
+@pytest.mark.timeout(90)
 def test_ui_shovels_page(driver, broker):
     """Admin > Shovels: a shovel added with the form moves a queue's messages, is listed running
     (its row from /api/shovels), restarts and is deleted from its row."""
