@@ -227,7 +227,7 @@ def test_a_cycle_of_two_warrens_delivers_once(api, amqp_url, cleanup):
 
 
 def test_rabbitmq_upstream_to_warren(api, amqp_url, cleanup, rabbitmq):
-    rmq, _ = rabbitmq
+    rmq, rmq_mgmt = rabbitmq
     x = uname("rmqfedx")
     declare_x(rmq, x)
     declare_x(amqp_url, x)
@@ -241,10 +241,14 @@ def test_rabbitmq_upstream_to_warren(api, amqp_url, cleanup, rabbitmq):
         wait_until(lambda: depth(amqp_url, qa) == 20, timeout=30, what="20 from RabbitMQ")
         got = received(amqp_url, qa, 20)
         assert [b for _, _, b in got] == [f"o{i}".encode() for i in range(20)]
-        # The link's queue on RabbitMQ, named as RabbitMQ's own plugin names it.
+        # The link's queue on RabbitMQ, named as RabbitMQ's own plugin names it, and its
+        # internal exchange of RabbitMQ's x-federation-upstream type (x-max-hops a long).
         st, overview = api.call("GET", "/api/overview")
         link_queue = f"federation: {x} -> {overview['cluster_name']}"
         assert depth(rmq, link_queue) == 0
+        st, ix = Api(rmq_mgmt).call("GET", f"/api/exchanges/%2F/{q(link_queue + ' A')}")
+        assert st == 200 and ix["type"] == "x-federation-upstream" and ix["internal"], ix
+        assert ix["arguments"]["x-max-hops"] == 1, ix
     finally:
         c = connect(rmq)
         try:
