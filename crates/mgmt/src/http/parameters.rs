@@ -22,10 +22,15 @@ use crate::api::{
 fn rows(b: &Broker, component: Option<&str>, vhost: Option<&str>) -> Vec<Value> {
     let limits = b
         .access
-        .export()
-        .parameters
+        .all_limits(LimitScope::Vhost)
         .into_iter()
-        .filter(|p| p.component == VHOST_LIMITS_COMPONENT);
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(vhost, l)| ParameterDef {
+            vhost,
+            component: VHOST_LIMITS_COMPONENT.into(),
+            name: "limits".into(),
+            value: Value::Object(l),
+        });
     let mut all: Vec<ParameterDef> = limits.chain(b.access.parameters(None, None)).collect();
     all.retain(|p| {
         component.is_none_or(|c| c == p.component) && vhost.is_none_or(|v| v == p.vhost)
@@ -119,15 +124,24 @@ fn escape_html_tags(s: &str) -> String {
 
 type S = Extension<Arc<Shovels>>;
 
-/// Every node's shovels (this node's, then the others' that answer), optionally one vhost's.
-pub(crate) async fn shovel_rows(b: &Broker, s: &Shovels, vhost: Option<&str>) -> Vec<Value> {
-    let mut out = s.status(vhost);
-    for (_, v) in crate::cluster_view::ask_others_view(b, "shovels", vhost, None).await {
+/// This node's rows of `view` (`local`) and every other node's that answers, optionally one
+/// vhost's: the shovels and the federation links each node runs.
+async fn cluster_rows(
+    b: &Broker,
+    view: &str,
+    mut local: Vec<Value>,
+    vhost: Option<&str>,
+) -> Vec<Value> {
+    for (_, v) in crate::cluster_view::ask_others_view(b, view, vhost, None).await {
         if let Value::Array(a) = v {
-            out.extend(a);
+            local.extend(a);
         }
     }
-    out
+    local
+}
+
+async fn shovel_rows(b: &Broker, s: &Shovels, vhost: Option<&str>) -> Vec<Value> {
+    cluster_rows(b, "shovels", s.status(vhost), vhost).await
 }
 
 pub(super) async fn list_shovels(State(b): B, Extension(s): S) -> ApiResult {
@@ -183,15 +197,8 @@ pub(super) async fn restart_shovel(
 
 type F = Extension<Arc<Federation>>;
 
-/// Every node's federation links (this node's, then the others'), optionally one vhost's.
 async fn link_rows(b: &Broker, f: &Federation, vhost: Option<&str>) -> Vec<Value> {
-    let mut out = f.status(vhost);
-    for (_, v) in crate::cluster_view::ask_others_view(b, "federation_links", vhost, None).await {
-        if let Value::Array(a) = v {
-            out.extend(a);
-        }
-    }
-    out
+    cluster_rows(b, "federation_links", f.status(vhost), vhost).await
 }
 
 pub(super) async fn list_links(State(b): B, Extension(f): F) -> ApiResult {
