@@ -155,6 +155,18 @@ impl<C, M: Payload> State<C, M> {
         &self.consumers
     }
 
+    /// Whether a consumer of priority `min_priority` or more waits for messages: none is
+    /// ready and such a consumer has credit. RabbitMQ's federation queue decorator runs a
+    /// federated queue's links exactly while this holds for priority 0 (`is_empty` and
+    /// `max_active_consumer_priority >= 0`); the links' own consumers upstream take -1.
+    pub fn starving(&self, min_priority: i64) -> bool {
+        self.ready_len == 0
+            && self
+                .consumers
+                .iter()
+                .any(|c| c.priority >= min_priority && c.has_credit())
+    }
+
     pub fn is_deleted(&self) -> bool {
         self.deleted
     }

@@ -55,6 +55,34 @@ fn credit_is_spent_by_deliveries_and_given_back_by_settles_naming_the_consumer()
 }
 
 #[test]
+fn starving_while_nothing_is_ready_and_a_consumer_of_the_priority_has_credit() {
+    let mut s = sim_with(&[(1, 1), (2, 0)]);
+    let mut q = Q::new(Config::default(), Limits::default(), 0);
+    assert!(!q.starving(0), "no consumer");
+    // A federation link's consumer (priority -1) does not count for priority 0.
+    q.add_consumer(consumer(2, -1), 0).unwrap();
+    assert!(!q.starving(0));
+    assert!(q.starving(-1));
+    q.remove_consumer(2, &mut s);
+    let mut c = consumer(1, 0);
+    c.prefetch = 1;
+    q.add_consumer(c, 0).unwrap();
+    assert!(q.starving(0), "empty, with credit");
+    q.publish(msg(0, 1, None, None), false, &mut s);
+    assert!(!q.starving(0), "its one credit spent");
+    q.publish(msg(1, 1, None, None), false, &mut s);
+    let held = s.consumers.get_mut(&1).unwrap().held.remove(0);
+    q.settle([(Some(1), held)], true, &mut s);
+    assert_eq!(s.delivered.len(), 2, "the second delivered on the settle");
+    assert!(!q.starving(0), "its credit spent again");
+    let held = s.consumers.get_mut(&1).unwrap().held.remove(0);
+    q.settle([(Some(1), held)], true, &mut s);
+    assert!(q.starving(0));
+    assert!(!q.starving(1), "no consumer of priority 1");
+    assert!(s.errors.is_empty(), "{:?}", s.errors);
+}
+
+#[test]
 fn single_active_consumer_feeds_only_the_first_and_hands_over_on_cancel() {
     let mut s = sim_with(&[(1, 0), (2, 0)]);
     let config = Config {

@@ -145,6 +145,10 @@ pub trait QueueKind: Send + Sync + std::fmt::Debug + 'static {
     /// Its consumers on this node.
     fn consumers(&self) -> Vec<Arc<Consumer>>;
     fn purge(&self) -> u32;
+    /// See [`QueueRef::starving`]; false where this node does not hold the queue's state.
+    fn starving(&self) -> bool {
+        false
+    }
     fn mark_deleted(&self) -> (u32, Vec<Arc<Consumer>>);
     fn is_deleted(&self) -> bool;
     fn touch(&self) {}
@@ -593,6 +597,18 @@ impl QueueRef {
             QueueRef::Local(q) => q.consumer_count(),
             QueueRef::Stream(q) => q.consumer_count(),
             QueueRef::Other(q) => q.consumer_count(),
+        }
+    }
+
+    /// Nothing ready, and a consumer of priority 0 or more has credit: when a federated
+    /// queue's links fetch from their upstreams (RabbitMQ's federation queue decorator). Known
+    /// where the queue's state is: a queue that runs here, a replicated queue's member; false
+    /// elsewhere, and for a stream.
+    pub fn starving(&self) -> bool {
+        match self {
+            QueueRef::Local(q) => q.starving(),
+            QueueRef::Stream(_) => false,
+            QueueRef::Other(q) => q.starving(),
         }
     }
 

@@ -644,6 +644,16 @@ impl Queue {
         })
     }
 
+    /// Nothing ready, and a consumer of priority 0 or more has credit: a federated queue's
+    /// links fetch from their upstreams while this holds ([`warren_queue::State::starving`]).
+    pub fn starving(self: &Arc<Self>) -> bool {
+        self.locked(|_, st, host| {
+            let now = host.now();
+            st.expire(now, host);
+            st.starving(0)
+        })
+    }
+
     pub fn purge(self: &Arc<Self>) -> u32 {
         self.locked(|_, st, host| st.purge(host))
     }

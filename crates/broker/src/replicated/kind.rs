@@ -199,6 +199,10 @@ impl QueueKind for ReplicatedQueue {
     fn consumer_count(&self) -> u32 {
         self.counts().2
     }
+    /// From this member's copy of the state (a member applies what the leader committed).
+    fn starving(&self) -> bool {
+        self.is_member() && self.sm.state.lock().machine.starving(0)
+    }
     fn consumers(&self) -> Vec<Arc<Consumer>> {
         self.consumers
             .lock()
