@@ -33,6 +33,7 @@ const IGNORED_KEYS: &[&str] = &[
     "queue-leader-locator",
     "federation-upstream",
     "federation-upstream-set",
+    "federation-upstream-pattern",
 ];
 
 fn validation_failed(why: String) -> String {
@@ -121,11 +122,31 @@ pub fn validate(p: &PolicyDef) -> Result<(), String> {
             "federation-upstream-set" if !v.is_string() => {
                 return bad("federation upstream set name")
             }
+            "federation-upstream-pattern" => match v.as_str() {
+                None => return bad("federation upstream pattern name"),
+                // RabbitMQ's text ends with Erlang's compile error; this one, the regex
+                // crate's.
+                Some(s) => {
+                    if let Err(e) = Regex::new(s) {
+                        return Err(validation_failed(format!(
+                            "could not compile pattern {s} to a regular expression. Error: {e}"
+                        )));
+                    }
+                }
+            },
             _ => {}
         }
     }
-    if p.definition.contains_key("federation-upstream")
-        && p.definition.contains_key("federation-upstream-set")
+    let federation_keys = [
+        "federation-upstream",
+        "federation-upstream-set",
+        "federation-upstream-pattern",
+    ];
+    if federation_keys
+        .iter()
+        .filter(|k| p.definition.contains_key(**k))
+        .count()
+        > 1
     {
         return Err(validation_failed(
             "cannot specify federation-upstream, federation-upstream-set or federation-upstream-pattern together".into(),
@@ -335,6 +356,33 @@ mod tests {
             "Validation failed\n\ncannot specify federation-upstream, federation-upstream-set or federation-upstream-pattern together\n"
         );
         assert!(validate(&pol("p", ".*", 0, r#"{"federation-upstream-set":"all"}"#)).is_ok());
+        assert_eq!(
+            validate(&pol("p", ".*", 0, r#"{"federation-upstream-pattern":5}"#)).expect_err("type"),
+            "Validation failed\n\n5 is not a valid federation upstream pattern name\n"
+        );
+        assert!(validate(&pol(
+            "p",
+            ".*",
+            0,
+            r#"{"federation-upstream-pattern":"(("}"#
+        ))
+        .expect_err("regex")
+        .starts_with("Validation failed\n\ncould not compile pattern (( to a regular expression."));
+        assert!(validate(&pol(
+            "p",
+            ".*",
+            0,
+            r#"{"federation-upstream-pattern":"a","federation-upstream-set":"all"}"#
+        ))
+        .expect_err("both")
+        .contains("together"));
+        assert!(validate(&pol(
+            "p",
+            ".*",
+            0,
+            r#"{"federation-upstream-pattern":"^a"}"#
+        ))
+        .is_ok());
         assert!(validate(&pol("p", ".*", 0, r#"{"max-priority":5}"#)).is_err());
         assert!(validate(&pol("p", "(", 0, r#"{"max-length":5}"#)).is_err());
         assert!(validate(&pol("p", ".*", 0, "{}")).is_err());
