@@ -16,11 +16,9 @@
 
 use std::collections::BTreeMap;
 use std::future::poll_fn;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use bytestring::ByteString;
 use futures_core::Stream;
 use lapin::options::{
     BasicConsumeOptions, BasicQosOptions, ExchangeBindOptions, ExchangeDeclareOptions,
@@ -28,34 +26,21 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable as ClientTable, LongString, ShortString};
 use lapin::{Channel, Connection, ExchangeKind};
-use parking_lot::Mutex;
-use warren_broker::server::Broker;
 use warren_protocol::{FieldTable, FieldValue};
 use warren_routing::federation::{
     DOWNSTREAM_NAME_ARG, DOWNSTREAM_VHOST_ARG, MAX_HOPS_ARG, RECEIVED_FROM,
 };
-use warren_shovel::local::LocalDest;
 use warren_shovel::params::AckMode;
-use warren_shovel::uri::{Endpoint, Remote, Target};
+use warren_shovel::uri::{Endpoint, Target};
 
-use crate::params::Upstream;
-use crate::status::LinkStatus;
+use crate::ctx::LinkCtx;
+use crate::forward::Forwarder;
+use crate::probe::ServerInfo;
 
 /// RabbitMQ's binding header: where a binding came from, hop by hop.
 const BOUND_FROM: &str = "x-bound-from";
 /// How often the downstream exchange's bindings are compared with those made upstream.
 const BINDINGS_CHECK: Duration = Duration::from_secs(1);
-
-/// Who the link is.
-pub struct LinkCtx {
-    pub broker: Arc<Broker>,
-    pub vhost: String,
-    pub exchange: String,
-    /// The policy that federates the exchange (for the connection's name).
-    pub policy: String,
-    pub upstream: Upstream,
-    pub status: Arc<Mutex<LinkStatus>>,
-}
 
 fn err(e: lapin::Error) -> String {
     e.to_string()
@@ -104,7 +89,7 @@ fn downstream_bindings(ctx: &LinkCtx) -> BTreeMap<Bound, FieldTable> {
         return BTreeMap::new();
     };
     let snap = v.snapshot();
-    let Some(x) = snap.table.exchanges.get(ctx.exchange.as_str()) else {
+    let Some(x) = snap.table.exchanges.get(ctx.name.as_str()) else {
         return BTreeMap::new();
     };
     x.bindings
@@ -118,13 +103,32 @@ fn downstream_bindings(ctx: &LinkCtx) -> BTreeMap<Bound, FieldTable> {
         .collect()
 }
 
+/// The upstream as its server properties name it (`probe.rs`) and the vhost the link uses.
+pub struct Peer {
+    pub cluster_name: Option<String>,
+    pub vhost: String,
+}
+
+/// RabbitMQ's `already_seen`: an entry of `x-bound-from` (or `x-received-from`) names the
+/// upstream's cluster and vhost.
+fn seen(entries: &[FieldValue], peer: &Peer) -> bool {
+    let Some(name) = &peer.cluster_name else {
+        return false;
+    };
+    let is = |t: &FieldTable, k: &str, v: &str| matches!(t.get(k), Some(FieldValue::LongStr(b)) if b.as_ref() == v.as_bytes());
+    entries.iter().any(|e| match e {
+        FieldValue::Table(t) => is(t, "cluster-name", name) && is(t, "vhost", &peer.vhost),
+        _ => false,
+    })
+}
+
 /// RabbitMQ's `update_binding`: the binding's arguments with this hop prepended to
-/// `x-bound-from`, or `None` when it is to go no further (no hops left). RabbitMQ also stops a
-/// binding that already came from this upstream (by the upstream's cluster name, from its
-/// server properties, which lapin does not pass on); here the hops alone bound it.
-fn bound_from(ctx: &LinkCtx, suffix: char, args: &FieldTable) -> Option<FieldTable> {
+/// `x-bound-from`, or `None` when it is to go no further: no hops left, or it came from the
+/// upstream in the first place (a cycle, known by the upstream's cluster name).
+fn bound_from(ctx: &LinkCtx, peer: &Peer, suffix: char, args: &FieldTable) -> Option<FieldTable> {
     let max_hops = ctx.upstream.max_hops as i64;
     let hops = match args.get(BOUND_FROM) {
+        Some(FieldValue::Array(all)) if seen(all, peer) => 0,
         Some(FieldValue::Array(all)) => {
             let prev = all.first().and_then(|h| match h {
                 FieldValue::Table(t) => t.get("hops").and_then(FieldValue::as_i64),
@@ -144,7 +148,7 @@ fn bound_from(ctx: &LinkCtx, suffix: char, args: &FieldTable) -> Option<FieldTab
         ("vhost".into(), long(&ctx.vhost)),
         (
             "exchange".into(),
-            long(&format!("{}:{} {suffix}", ctx.vhost, ctx.exchange)),
+            long(&format!("{}:{} {suffix}", ctx.vhost, ctx.name)),
         ),
         (
             "hops".into(),
@@ -208,8 +212,8 @@ pub async fn run(ctx: &LinkCtx, suffix: &mut char) -> Result<(), String> {
         let x = snap
             .table
             .exchanges
-            .get(ctx.exchange.as_str())
-            .ok_or_else(|| format!("no exchange '{}' in vhost '{}'", ctx.exchange, ctx.vhost))?;
+            .get(ctx.name.as_str())
+            .ok_or_else(|| format!("no exchange '{}' in vhost '{}'", ctx.name, ctx.vhost))?;
         (
             x.type_name().to_string(),
             x.durable,
@@ -219,7 +223,13 @@ pub async fn run(ctx: &LinkCtx, suffix: &mut char) -> Result<(), String> {
         )
     };
     let cluster = ctx.broker.cluster_name();
-    let up_x = up.exchange.clone().unwrap_or_else(|| ctx.exchange.clone());
+    let up_x = up.exchange.clone().unwrap_or_else(|| ctx.name.clone());
+    let peer = Peer {
+        cluster_name: crate::probe::server_info(r)
+            .await?
+            .and_then(|i: ServerInfo| i.cluster_name),
+        vhost: r.vhost.clone(),
+    };
     let conn = warren_shovel::remote::connect(
         r,
         &format!(
@@ -261,7 +271,7 @@ pub async fn run(ctx: &LinkCtx, suffix: &mut char) -> Result<(), String> {
     }
     let ch = conn.create_channel().await.map_err(err)?;
     // 2. The queue.
-    let q = queue_name(&up_x, &r.vhost, &ctx.vhost, &ctx.exchange, &cluster);
+    let q = queue_name(&up_x, &r.vhost, &ctx.vhost, &ctx.name, &cluster);
     let mut qargs = ClientTable::default();
     if let Some(e) = up.expires {
         qargs.insert(
@@ -342,7 +352,7 @@ pub async fn run(ctx: &LinkCtx, suffix: &mut char) -> Result<(), String> {
     .await
     .map_err(err)?;
     let mut bound: BTreeMap<Bound, Option<FieldTable>> = BTreeMap::new();
-    sync_bindings(ctx, &ch, &up_x, &int_x, new, &mut bound).await?;
+    sync_bindings(ctx, &peer, &ch, &up_x, &int_x, new, &mut bound).await?;
     let _ = on_fresh_channel(&conn, async |c| {
         c.exchange_delete(
             format!("{q} {old}").as_str().into(),
@@ -371,24 +381,17 @@ pub async fn run(ctx: &LinkCtx, suffix: &mut char) -> Result<(), String> {
         )
         .await
         .map_err(err)?;
-    let mut dest = LocalDest::open(&ctx.broker, &ctx.vhost, None)?;
+    let mut fwd = Forwarder::open(&ctx.broker, &ctx.vhost, up.ack_mode)?;
     ctx.status
         .lock()
         .running(ep.redacted(), up_x.clone(), q.clone(), int_x.clone());
-    let received_from = |redelivered: bool| received_from(ep, &up_x, r, redelivered);
-    let mut waiting: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut seq = 0u64;
+    let received_from = |redelivered: bool| received_from(ep, &ctx.name, &peer, redelivered);
     let mut tick = tokio::time::interval(BINDINGS_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             biased;
-            c = dest.confirmed(), if !waiting.is_empty() => {
-                let (s, ok) = c;
-                if let Some(tag) = waiting.remove(&s) {
-                    warren_shovel::remote::settle(&ch, tag, ok).await?;
-                }
-            }
+            c = fwd.confirmed(), if fwd.waiting() => fwd.settle(&ch, c).await?,
             d = poll_fn(|cx| std::pin::Pin::new(&mut consumer).poll_next(cx)) => {
                 let d = match d {
                     Some(Ok(d)) => d,
@@ -401,45 +404,33 @@ pub async fn run(ctx: &LinkCtx, suffix: &mut char) -> Result<(), String> {
                     RECEIVED_FROM,
                     received_from(d.redelivered),
                 );
-                seq += 1;
-                let at_once = dest
-                    .publish(
-                        seq,
-                        ByteString::from(ctx.exchange.as_str()),
-                        ByteString::from(d.routing_key.as_str()),
-                        props,
-                        Bytes::from(d.data),
-                    )
-                    .await?;
-                match (up.ack_mode, at_once) {
-                    (AckMode::NoAck, _) => {}
-                    (AckMode::OnConfirm, None) => {
-                        waiting.insert(seq, d.delivery_tag);
-                    }
-                    (AckMode::OnConfirm, Some(ok)) => warren_shovel::remote::settle(&ch, d.delivery_tag, ok).await?,
-                    (AckMode::OnPublish, _) => warren_shovel::remote::settle(&ch, d.delivery_tag, true).await?,
-                }
+                fwd.forward(&ch, d.delivery_tag, &ctx.name, d.routing_key.as_str(), props, Bytes::from(d.data)).await?;
                 ctx.status.lock().forwarded += 1;
             }
             _ = tick.tick() => {
-                sync_bindings(ctx, &ch, &up_x, &int_x, new, &mut bound).await?;
+                sync_bindings(ctx, &peer, &ch, &up_x, &int_x, new, &mut bound).await?;
             }
         }
     }
 }
 
-/// The `x-received-from` entry for a message from this upstream: its URI (without
-/// credentials), exchange, redelivered flag and vhost. (RabbitMQ adds the upstream's
-/// `cluster-name` from its server properties, which lapin does not pass on: left out, as
-/// RabbitMQ leaves it out when it does not know it.)
-fn received_from(ep: &Endpoint, up_x: &str, r: &Remote, redelivered: bool) -> FieldTable {
+/// The `x-received-from` entry for a message from this upstream, as RabbitMQ's
+/// `update_routing_headers` writes it: its URI (without credentials), the (downstream)
+/// exchange, redelivered
+/// flag, cluster name (when the upstream sent one) and vhost. The upstream's
+/// `x-federation-upstream` exchange drops a message that already names the downstream there.
+fn received_from(ep: &Endpoint, x: &str, peer: &Peer, redelivered: bool) -> FieldTable {
     let long = |s: &str| FieldValue::LongStr(Bytes::copy_from_slice(s.as_bytes()));
-    FieldTable(vec![
+    let mut t = vec![
         ("uri".into(), long(&ep.redacted())),
-        ("exchange".into(), long(up_x)),
+        ("exchange".into(), long(x)),
         ("redelivered".into(), FieldValue::Bool(redelivered)),
-        ("vhost".into(), long(&r.vhost)),
-    ])
+    ];
+    if let Some(n) = &peer.cluster_name {
+        t.push(("cluster-name".into(), long(n)));
+    }
+    t.push(("vhost".into(), long(&peer.vhost)));
+    FieldTable(t)
 }
 
 /// Binds the upstream exchange to the internal one with each binding the downstream exchange
@@ -447,6 +438,7 @@ fn received_from(ep: &Endpoint, up_x: &str, r: &Remote, redelivered: bool) -> Fi
 /// (`None`: not bound upstream, its hops used up).
 async fn sync_bindings(
     ctx: &LinkCtx,
+    peer: &Peer,
     ch: &Channel,
     up_x: &str,
     int_x: &str,
@@ -458,7 +450,7 @@ async fn sync_bindings(
         if bound.contains_key(key) {
             continue;
         }
-        let with = bound_from(ctx, suffix, args);
+        let with = bound_from(ctx, peer, suffix, args);
         if let Some(a) = &with {
             ch.exchange_bind(
                 int_x.into(),

@@ -1,13 +1,19 @@
 //! Federation, as RabbitMQ's `rabbitmq_federation` runs it: upstreams and upstream sets are
 //! runtime parameters (`federation-upstream`, `federation-upstream-set`, checked by
-//! `params.rs`), a policy with `federation-upstream` or `federation-upstream-set` federates the
-//! exchanges it matches, and this node runs one link (`link.rs`) per federated exchange and
-//! upstream that it is to run (placed as shovels are: `warren_shovel::placed_here`). A link
-//! starts again after its upstream's `reconnect-delay` when it fails. Federated queues are not
-//! here yet (docs/design/federation.md).
+//! `params.rs`), a policy with `federation-upstream`, `federation-upstream-set` or
+//! `federation-upstream-pattern` federates the exchanges and queues it matches, and this node
+//! runs one link per federated exchange or queue and upstream that it is to run: an
+//! exchange's placed as shovels are (`warren_shovel::placed_here`), a queue's where the queue
+//! is. `exchange_link.rs` and `queue_link.rs` are the two kinds; `forward.rs` their shared
+//! downstream half, `probe.rs` what the upstream says of itself. A link starts again after
+//! its upstream's `reconnect-delay` when it fails.
 
-pub mod link;
+mod ctx;
+pub mod exchange_link;
+mod forward;
 pub mod params;
+pub mod probe;
+pub mod queue_link;
 pub mod status;
 
 use std::collections::HashMap;
@@ -18,14 +24,18 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use tokio::task::JoinHandle;
 use warren_broker::access::Component;
+use warren_broker::queue::QueueRef;
 use warren_broker::server::Broker;
 
-use crate::link::LinkCtx;
+pub use crate::ctx::{Kind, LinkCtx};
 use crate::params::Upstream;
 use crate::status::LinkStatus;
 
 pub const UPSTREAM: &str = "federation-upstream";
 pub const UPSTREAM_SET: &str = "federation-upstream-set";
+pub const UPSTREAM_PATTERN: &str = "federation-upstream-pattern";
+/// The policy keys that federate what they match.
+const FEDERATES: [&str; 3] = [UPSTREAM, UPSTREAM_SET, UPSTREAM_PATTERN];
 
 /// How often exchanges and policies are checked again without a parameter change.
 const RECHECK: Duration = Duration::from_secs(2);
@@ -46,8 +56,8 @@ impl Component for SetComponent {
     }
 }
 
-/// (vhost, exchange, upstream name).
-type Key = (String, String, String);
+/// (vhost, what, its name, upstream name).
+type Key = (String, Kind, String, String);
 
 struct Running {
     upstream: Upstream,
@@ -60,6 +70,59 @@ struct Running {
 pub struct Federation {
     broker: Arc<Broker>,
     running: Mutex<HashMap<Key, Running>>,
+}
+
+/// The upstreams (name, a set entry's overrides) a policy's definition names: one
+/// (`federation-upstream`), a set's or all (`federation-upstream-set`), or those whose names
+/// match a pattern (`federation-upstream-pattern`), as RabbitMQ's `rabbit_federation_upstream`
+/// reads them.
+fn chosen(
+    b: &Broker,
+    vhost: &str,
+    definition: &Map<String, Value>,
+    upstreams: &HashMap<String, Value>,
+) -> Vec<(String, Map<String, Value>)> {
+    let every = |keep: &dyn Fn(&str) -> bool| {
+        upstreams
+            .keys()
+            .filter(|u| keep(u))
+            .map(|u| (u.clone(), Map::new()))
+            .collect()
+    };
+    if let Some(u) = definition.get(UPSTREAM).and_then(Value::as_str) {
+        vec![(u.to_string(), Map::new())]
+    } else if let Some(set) = definition.get(UPSTREAM_SET).and_then(Value::as_str) {
+        if set == "all" {
+            return every(&|_| true);
+        }
+        b.access
+            .parameter(UPSTREAM_SET, vhost, set)
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| {
+                let o = e.as_object()?.clone();
+                Some((o.get("upstream")?.as_str()?.to_string(), o))
+            })
+            .collect()
+    } else if let Some(pattern) = definition.get(UPSTREAM_PATTERN).and_then(Value::as_str) {
+        match regex::Regex::new(pattern) {
+            Ok(re) => every(&|u| re.is_match(u)),
+            Err(_) => Vec::new(),
+        }
+    } else {
+        Vec::new()
+    }
+}
+
+/// Whether this node runs a federated queue's links: where the queue's state is (a classic
+/// queue's home; a replicated queue's leader), which is where it is known to be starving.
+fn queue_runs_here(q: &QueueRef) -> bool {
+    match q {
+        QueueRef::Local(_) => true,
+        QueueRef::Stream(_) => false,
+        QueueRef::Other(_) => q.home().is_none() && q.leader().is_some(),
+    }
 }
 
 impl Federation {
@@ -92,11 +155,13 @@ impl Federation {
         for v in b.vhosts() {
             let vhost = v.name.to_string();
             let policies = b.access.policies_of(&vhost);
-            // Matching every exchange against the patterns is for vhosts where federation is
-            // asked for at all (the highest-priority policy still decides for each exchange).
-            if !policies.iter().any(|p| {
-                p.definition.contains_key(UPSTREAM) || p.definition.contains_key(UPSTREAM_SET)
-            }) {
+            // Matching every exchange and queue against the patterns is for vhosts where
+            // federation is asked for at all (the highest-priority policy still decides for
+            // each).
+            if !policies
+                .iter()
+                .any(|p| FEDERATES.iter().any(|k| p.definition.contains_key(*k)))
+            {
                 continue;
             }
             let upstreams: HashMap<String, Value> = b
@@ -106,41 +171,33 @@ impl Federation {
                 .map(|p| (p.name, p.value))
                 .collect();
             let snap = v.snapshot();
-            for (name, x) in snap.table.exchanges.iter() {
-                if name.is_empty() || name.starts_with("amq.") || x.internal {
-                    continue;
-                }
-                let Some(p) = warren_broker::policy::matching(&policies, name, false) else {
-                    continue;
-                };
-                let chosen: Vec<(String, Map<String, Value>)> = if let Some(u) =
-                    p.definition.get(UPSTREAM).and_then(Value::as_str)
-                {
-                    vec![(u.to_string(), Map::new())]
-                } else if let Some(set) = p.definition.get(UPSTREAM_SET).and_then(Value::as_str) {
-                    if set == "all" {
-                        upstreams.keys().map(|u| (u.clone(), Map::new())).collect()
-                    } else {
-                        b.access
-                            .parameter(UPSTREAM_SET, &vhost, set)
-                            .and_then(|v| v.as_array().cloned())
-                            .unwrap_or_default()
-                            .into_iter()
-                            .filter_map(|e| {
-                                let o = e.as_object()?.clone();
-                                Some((o.get("upstream")?.as_str()?.to_string(), o))
-                            })
-                            .collect()
-                    }
-                } else {
+            let exchanges = snap
+                .table
+                .exchanges
+                .iter()
+                .filter(|(name, x)| !name.is_empty() && !name.starts_with("amq.") && !x.internal)
+                .map(|(name, _)| (Kind::Exchange, name.to_string()));
+            let queues = snap
+                .queues
+                .values()
+                .filter(|q| queue_runs_here(q))
+                .map(|q| (Kind::Queue, q.name().to_string()));
+            for (kind, name) in exchanges.chain(queues).collect::<Vec<_>>() {
+                let Some(p) =
+                    warren_broker::policy::matching(&policies, &name, kind == Kind::Queue)
+                else {
                     continue;
                 };
-                for (u, overrides) in chosen {
+                for (u, overrides) in chosen(b, &vhost, &p.definition, &upstreams) {
                     let Some(value) = upstreams.get(&u) else {
                         continue;
                     };
-                    let key = (vhost.clone(), name.to_string(), u.clone());
-                    if !warren_shovel::placed_here(b, &[&key.0, &key.1, &key.2]) {
+                    let key = (vhost.clone(), kind, name.clone(), u.clone());
+                    // An exchange's links go to one node by its name; a queue's run where
+                    // the queue is.
+                    if kind == Kind::Exchange
+                        && !warren_shovel::placed_here(b, &[&key.0, &key.2, &key.3])
+                    {
                         continue;
                     }
                     match Upstream::read(&u, value, &overrides) {
@@ -148,7 +205,7 @@ impl Federation {
                             out.insert(key, (up, p.name.clone()));
                         }
                         Err(e) => {
-                            tracing::warn!(vhost, exchange = %name, upstream = u, error = %e, "federation upstream unusable")
+                            tracing::warn!(vhost, %name, upstream = u, error = %e, "federation upstream unusable")
                         }
                     }
                 }
@@ -166,23 +223,23 @@ impl Federation {
                 .is_some_and(|(up, policy)| *up == r.upstream && *policy == r.policy);
             if !keep {
                 r.task.abort();
-                tracing::info!(vhost = %key.0, exchange = %key.1, upstream = %key.2, "federation link stopped");
+                tracing::info!(vhost = %key.0, kind = key.1.as_str(), name = %key.2, upstream = %key.3, "federation link stopped");
             }
             keep
         });
         for (key, (up, policy)) in want {
             if let std::collections::hash_map::Entry::Vacant(e) = running.entry(key) {
-                let (vhost, exchange, _) = e.key().clone();
+                let (vhost, kind, name, _) = e.key().clone();
                 let status = Arc::new(Mutex::new(LinkStatus::default()));
                 let ctx = LinkCtx {
                     broker: self.broker.clone(),
                     vhost,
-                    exchange,
+                    name,
                     policy: policy.clone(),
                     upstream: up.clone(),
                     status: status.clone(),
                 };
-                let task = tokio::spawn(run_link(ctx));
+                let task = tokio::spawn(run_link(ctx, kind));
                 e.insert(Running {
                     upstream: up,
                     policy,
@@ -200,8 +257,11 @@ impl Federation {
             .running
             .lock()
             .iter()
-            .filter(|((v, _, _), _)| vhost.is_none_or(|x| x == v))
-            .map(|(k, r)| (k.clone(), r.status.lock().row(node, &k.0, &k.1, &k.2)))
+            .filter(|((v, ..), _)| vhost.is_none_or(|x| x == v))
+            .map(|(k, r)| {
+                let row = r.status.lock().row(node, &k.0, k.1.as_str(), &k.2, &k.3);
+                (k.clone(), row)
+            })
             .collect();
         rows.sort_by(|a, b| a.0.cmp(&b.0));
         rows.into_iter().map(|(_, v)| v).collect()
@@ -210,13 +270,18 @@ impl Federation {
 
 /// One link for as long as this node runs it: after a failure, waits the upstream's
 /// `reconnect-delay` and starts again.
-async fn run_link(ctx: LinkCtx) {
-    tracing::info!(vhost = %ctx.vhost, exchange = %ctx.exchange, upstream = %ctx.upstream.name, "federation link starting");
+async fn run_link(ctx: LinkCtx, kind: Kind) {
+    let what = kind.as_str();
+    tracing::info!(vhost = %ctx.vhost, kind = what, name = %ctx.name, upstream = %ctx.upstream.name, "federation link starting");
     let mut suffix = 'B';
     loop {
         ctx.status.lock().starting();
-        if let Err(reason) = link::run(&ctx, &mut suffix).await {
-            tracing::warn!(vhost = %ctx.vhost, exchange = %ctx.exchange, upstream = %ctx.upstream.name, %reason, "federation link failed");
+        let ran = match kind {
+            Kind::Exchange => exchange_link::run(&ctx, &mut suffix).await,
+            Kind::Queue => queue_link::run(&ctx).await,
+        };
+        if let Err(reason) = ran {
+            tracing::warn!(vhost = %ctx.vhost, kind = what, name = %ctx.name, upstream = %ctx.upstream.name, %reason, "federation link failed");
             ctx.status.lock().failed(reason);
         }
         let delay = ctx.upstream.reconnect_delay.max(0.1);

@@ -136,6 +136,11 @@ pub struct Upstream {
     pub uris: Vec<Endpoint>,
     /// The upstream exchange's name (`exchange`; default: the downstream's).
     pub exchange: Option<String>,
+    /// The upstream queue's name (`queue`; default: the downstream's).
+    pub queue: Option<String>,
+    /// A queue link's consumer tag upstream (`consumer-tag`; RabbitMQ's default:
+    /// `federation-link-NAME`).
+    pub consumer_tag: String,
     pub prefetch: u16,
     pub reconnect_delay: f64,
     pub max_hops: i32,
@@ -178,6 +183,11 @@ impl Upstream {
                 .map(|u| warren_shovel::uri::parse(u))
                 .collect::<Result<_, _>>()?,
             exchange: v.get("exchange").and_then(Value::as_str).map(String::from),
+            queue: v.get("queue").and_then(Value::as_str).map(String::from),
+            consumer_tag: v
+                .get("consumer-tag")
+                .and_then(Value::as_str)
+                .map_or_else(|| format!("federation-link-{name}"), String::from),
             prefetch: num("prefetch-count").map_or(1000, |n| n.clamp(0.0, 65535.0) as u16),
             reconnect_delay: num("reconnect-delay").unwrap_or(5.0).max(0.0),
             max_hops: num("max-hops").map_or(1, |n| n.clamp(1.0, i32::MAX as f64) as i32),

@@ -59,13 +59,14 @@ impl LinkStatus {
         self.since = SystemTime::now();
     }
 
-    /// The `/api/federation-links` row of an exchange link.
-    pub fn row(&self, node: &str, vhost: &str, exchange: &str, upstream: &str) -> Value {
+    /// The `/api/federation-links` row of a link federating the exchange or queue (`kind`)
+    /// `name`.
+    pub fn row(&self, node: &str, vhost: &str, kind: &str, name: &str, upstream: &str) -> Value {
         let mut row = json!({
             "node": node,
             "vhost": vhost,
-            "type": "exchange",
-            "exchange": exchange,
+            "type": kind,
+            kind: name,
             "upstream": upstream,
             "status": self.status,
             "timestamp": warren_shovel::status::timestamp(self.since),
@@ -77,12 +78,33 @@ impl LinkStatus {
         }
         if self.status == "running" {
             o.insert("uri".into(), self.uri.clone().into());
-            o.insert(
-                "upstream_exchange".into(),
-                self.upstream_exchange.clone().into(),
-            );
+            if kind == "exchange" {
+                o.insert(
+                    "upstream_exchange".into(),
+                    self.upstream_exchange.clone().into(),
+                );
+            }
             o.insert("upstream_queue".into(), self.upstream_queue.clone().into());
         }
         row
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_links_row_names_its_queue() {
+        let mut s = LinkStatus::default();
+        s.running("amqp://h".into(), String::new(), "uq".into(), String::new());
+        let row = s.row("n1", "/", "queue", "q1", "up1");
+        assert_eq!(row["type"], "queue");
+        assert_eq!(row["queue"], "q1");
+        assert_eq!(row["upstream_queue"], "uq");
+        assert!(row.get("upstream_exchange").is_none());
+        assert!(row.get("exchange").is_none());
+        let row = s.row("n1", "/", "exchange", "x1", "up1");
+        assert_eq!(row["exchange"], "x1");
     }
 }

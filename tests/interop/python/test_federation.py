@@ -1,8 +1,9 @@
-"""Federated exchanges as RabbitMQ 3.10's federation plugin runs them: `federation-upstream`
-and `federation-upstream-set` parameters checked with RabbitMQ's texts, policies with
-`federation-upstream(-set)`, a link per exchange and upstream that declares RabbitMQ's queue
-and `x-federation-upstream` exchange on the upstream, follows the downstream's bindings, and
-republishes with `x-received-from`; `/api/federation-links`. Validation runs against RabbitMQ
+"""Federation as RabbitMQ 3.10's federation plugin runs it: `federation-upstream` and
+`federation-upstream-set` parameters checked with RabbitMQ's texts, policies with
+`federation-upstream(-set|-pattern)`; a federated exchange's link declares RabbitMQ's queue and
+`x-federation-upstream` exchange on the upstream, follows the downstream's bindings, and
+republishes with `x-received-from`; a federated queue's link consumes its upstream queue (at
+priority -1) only while the downstream queue has consumers waiting; `/api/federation-links`. Validation runs against RabbitMQ
 3.10 too (the default AMQP_URL broker); the links need a second broker (WARREN_BIN), and the
 RabbitMQ tests RabbitMQ 3.10 at the other end (test_shovel.py's fixture)."""
 
@@ -15,7 +16,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from helpers import connect, get_all, safe_close, uname, wait_until
+from helpers import Collector, connect, get_all, pump, safe_close, settle, uname, wait_until
 from test_access import Api, api, q  # noqa: F401 - fixtures
 from test_durability import Node
 from test_shovel import RABBITMQ_AMQP, rabbitmq  # noqa: F401 - fixture
@@ -308,5 +309,261 @@ def test_the_upstream_exchange_type_checks_its_hops(amqp_url):
                 c.channel().exchange_declare(uname("xfu"), "x-federation-upstream", arguments=args,
                                              auto_delete=True)
             assert (e.value.reply_code, e.value.reply_text) == (406, text)
+        finally:
+            safe_close(c)
+
+
+def cluster_name(a: Api, name: str | None = None) -> str:
+    """The broker's cluster name (set first when `name` is given)."""
+    if name is not None:
+        st, body = a.call("PUT", "/api/cluster-name", {"name": name})
+        assert st in (200, 204), body
+    st, body = a.call("GET", "/api/cluster-name")
+    assert st == 200, body
+    return body["name"]
+
+
+@warren_only
+def test_a_cycle_with_two_hops_is_stopped_by_cluster_name(api, amqp_url, cleanup):
+    """A and B federate X from each other with max-hops 2: hops alone would bring A's message
+    back to A through B; the upstream's cluster name (from its connection.start) in
+    `x-received-from` and `x-bound-from` stops it, as RabbitMQ's plugin does."""
+    other = Node()
+    other.start()
+    try:
+        b_api = Api(f"http://127.0.0.1:{other.http_port}")
+        b_name = cluster_name(b_api, uname("cluster-b"))
+        a_name = cluster_name(api)
+        assert a_name != b_name
+        x = uname("cycle2x")
+        declare_x(amqp_url, x)
+        declare_x(other.url, x)
+        qa = bound_queue(amqp_url, x, "#")
+        qb = bound_queue(other.url, x, "#")
+        port = amqp_url.split("@127.0.0.1:")[1].split("/")[0]
+        federate(api, cleanup, x, f"amqp://guest:guest@127.0.0.1:{other.port}", max_hops=2)
+        federate(b_api, cleanup, x, f"amqp://guest:guest@127.0.0.1:{port}", max_hops=2)
+        wait_running(api, x)
+        wait_running(b_api, x)
+        time.sleep(3)
+        publish(amqp_url, x, "k", b"from a")
+        wait_until(lambda: depth(other.url, qb) == 1, timeout=20, what="A's message at B")
+        time.sleep(3)
+        assert depth(amqp_url, qa) == 1, "A's message came back to A"
+        assert depth(other.url, qb) == 1
+        (_, props, _), = received(other.url, qb, 1)
+        (hop,) = props.headers["x-received-from"]
+        assert hop["cluster-name"] == a_name and hop["vhost"] == "/", hop
+        publish(other.url, x, "k", b"from b")
+        wait_until(lambda: depth(amqp_url, qa) == 2, timeout=20, what="B's message at A")
+        time.sleep(3)
+        assert depth(other.url, qb) == 1, "B's message came back to B"
+    finally:
+        other.cleanup()
+
+
+# ---- federated queues ----
+
+def federate_queue(a: Api, cleanup, qn: str, upstream_uri: str, how: str = "federation-upstream",
+                   **extra) -> str:
+    """An upstream named after the queue, and a policy federating it; `how` is the policy key
+    (`federation-upstream`, or `federation-upstream-pattern` with the upstream's name as the
+    pattern)."""
+    up, pol = f"up-{qn}", f"pol-{qn}"
+    st, body = put(a, "federation-upstream", up, {"uri": upstream_uri, "reconnect-delay": 1, **extra})
+    assert st == 201, body
+    cleanup.append((a, f"/api/parameters/federation-upstream/%2F/{q(up)}", ""))
+    value = up if how == "federation-upstream" else f"^{up}$"
+    st, body = a.call("PUT", f"/api/policies/%2F/{q(pol)}", {
+        "pattern": f"^{qn}$", "definition": {how: value}, "apply-to": "queues"})
+    assert st in (201, 204), body
+    cleanup.append((a, f"/api/policies/%2F/{q(pol)}", ""))
+    return up
+
+
+def queue_link(a: Api, qn: str, timeout: float = 30) -> dict:
+    def row():
+        st, rows = a.call("GET", "/api/federation-links")
+        assert st == 200, rows
+        r = [r for r in rows if r.get("type") == "queue" and r.get("queue") == qn]
+        return r[0] if r and r[0]["status"] == "running" else None
+    return wait_until(row, timeout=timeout, what=f"the link of queue {qn} running")
+
+
+def fill(url: str, qn: str, bodies: list[bytes], declare: bool = True) -> None:
+    c = connect(url)
+    try:
+        ch = c.channel()
+        if declare:
+            ch.queue_declare(qn, durable=True)
+        ch.confirm_delivery()
+        for b in bodies:
+            ch.basic_publish("", qn, b, pika.BasicProperties(delivery_mode=2, headers={"k": "v"}))
+    finally:
+        safe_close(c)
+
+
+def declare_q(url: str, qn: str) -> None:
+    c = connect(url)
+    try:
+        c.channel().queue_declare(qn, durable=True)
+    finally:
+        safe_close(c)
+
+
+def consume_n(url: str, qn: str, n: int, prefetch: int = 3, timeout: float = 30) -> list:
+    """Consumes (acking) until n deliveries came; returns them."""
+    c = connect(url)
+    try:
+        ch = c.channel()
+        ch.basic_qos(prefetch_count=prefetch)
+        got = Collector()
+
+        def on(ch_, m, p, b):
+            got(ch_, m, p, b)
+            ch_.basic_ack(m.delivery_tag)
+
+        ch.basic_consume(qn, on)
+        pump(c, lambda: len(got) >= n, timeout=timeout, what=f"{n} deliveries from {qn}")
+        settle(c, 1.0)
+        return got.deliveries
+    finally:
+        safe_close(c)
+
+
+@warren_only
+def test_a_federated_queue_moves_messages_only_while_its_consumers_wait(api, amqp_url, cleanup):
+    upstream = Node()
+    upstream.start()
+    try:
+        qn = uname("fedqq")
+        declare_q(amqp_url, qn)
+        fill(upstream.url, qn, [f"m{i}".encode() for i in range(10)])
+        up = federate_queue(api, cleanup, qn, f"amqp://guest:guest@127.0.0.1:{upstream.port}",
+                            how="federation-upstream-pattern")
+        row = queue_link(api, qn)
+        assert row["upstream"] == up and row["upstream_queue"] == qn and row["vhost"] == "/", row
+        assert row["uri"] == f"amqp://127.0.0.1:{upstream.port}", row
+        # No consumer downstream: nothing moves.
+        time.sleep(2)
+        assert depth(upstream.url, qn) == 10 and depth(amqp_url, qn) == 0
+        # A consumer downstream: everything comes over, each message once.
+        got = consume_n(amqp_url, qn, 10)
+        assert sorted(b for _, _, b in got) == sorted(f"m{i}".encode() for i in range(10))
+        _, props, _ = got[0]
+        assert props.headers["k"] == "v"
+        (hop,) = props.headers["x-received-from"]
+        assert hop["uri"] == f"amqp://127.0.0.1:{upstream.port}" and hop["queue"] == qn, hop
+        assert hop["visit-count"] == 1 and hop["redelivered"] is False, hop
+        assert props.headers["x-original-exchange"] == "" and props.headers["x-original-routing-key"] == qn
+        assert depth(upstream.url, qn) == 0
+        # The upstream's own consumer comes first (the link's consumer has priority -1),
+        # while the downstream's consumer waits too.
+        down = connect(amqp_url)
+        upc = connect(upstream.url)
+        try:
+            dch = down.channel()
+            dch.basic_qos(prefetch_count=5)
+            down_got = Collector()
+            dch.basic_consume(qn, down_got, auto_ack=True)
+            settle(down, 1.0)
+            uch = upc.channel()
+            uch.basic_qos(prefetch_count=100)
+            up_got = Collector()
+            uch.basic_consume(qn, up_got, auto_ack=False)
+            fill(upstream.url, qn, [f"u{i}".encode() for i in range(20)], declare=False)
+            pump(upc, lambda: len(up_got) == 20, timeout=20, what="20 to the upstream's consumer")
+            settle(down, 1.0)
+            assert len(down_got) == 0, down_got.bodies
+            # The upstream's consumer gone, what it held goes downstream.
+            uch.close()
+            pump(down, lambda: len(down_got) == 20, timeout=20, what="20 moved downstream")
+        finally:
+            safe_close(upc)
+            safe_close(down)
+    finally:
+        upstream.cleanup()
+
+
+@warren_only
+def test_mutually_federated_queues_move_each_message_once(api, amqp_url, cleanup):
+    """A and B federate Q from each other (a ring, as RabbitMQ's docs describe): messages move
+    to where consumers wait, and do not bounce back and forth."""
+    other = Node()
+    other.start()
+    try:
+        b_api = Api(f"http://127.0.0.1:{other.http_port}")
+        qn = uname("ringq")
+        declare_q(amqp_url, qn)
+        declare_q(other.url, qn)
+        port = amqp_url.split("@127.0.0.1:")[1].split("/")[0]
+        federate_queue(api, cleanup, qn, f"amqp://guest:guest@127.0.0.1:{other.port}")
+        federate_queue(b_api, cleanup, qn, f"amqp://guest:guest@127.0.0.1:{port}")
+        queue_link(api, qn)
+        queue_link(b_api, qn)
+        fill(amqp_url, qn, [f"a{i}".encode() for i in range(5)])
+        time.sleep(2)
+        assert depth(amqp_url, qn) == 5 and depth(other.url, qn) == 0, "moved without a consumer"
+        got = consume_n(other.url, qn, 5)
+        assert sorted(b for _, _, b in got) == [f"a{i}".encode() for i in range(5)]
+        assert all(p.headers["x-received-from"][0]["visit-count"] == 1 for _, p, _ in got)
+        time.sleep(2)
+        assert depth(amqp_url, qn) == 0 and depth(other.url, qn) == 0
+    finally:
+        other.cleanup()
+
+
+def test_rabbitmq_upstream_queue_to_warren(api, amqp_url, cleanup, rabbitmq):
+    rmq, _ = rabbitmq
+    qn = uname("rmqfedq")
+    declare_q(amqp_url, qn)
+    fill(rmq, qn, [f"r{i}".encode() for i in range(10)])
+    try:
+        federate_queue(api, cleanup, qn, rmq.split("?")[0])
+        queue_link(api, qn)
+        time.sleep(1)
+        assert depth(rmq, qn) == 10, "moved without a consumer"
+        got = consume_n(amqp_url, qn, 10)
+        assert sorted(b for _, _, b in got) == sorted(f"r{i}".encode() for i in range(10))
+        assert got[0][1].headers["x-received-from"][0]["queue"] == qn
+        assert depth(rmq, qn) == 0
+    finally:
+        c = connect(rmq)
+        try:
+            c.channel().queue_delete(qn)
+        finally:
+            safe_close(c)
+
+
+def test_rabbitmqs_queue_federation_from_warren(api, amqp_url, rabbitmq):
+    """RabbitMQ 3.10's plugin federates a queue from Warren: it checks Warren's
+    consumer_priorities capability and consumes at x-priority -1."""
+    rmq, rmq_mgmt = rabbitmq
+    rapi = Api(rmq_mgmt)
+    qn = uname("fromwarrenq")
+    declare_q(rmq, qn)
+    fill(amqp_url, qn, [f"w{i}".encode() for i in range(10)])
+    up, pol = f"up-{qn}", f"pol-{qn}"
+    try:
+        st, body = put(rapi, "federation-upstream", up, {"uri": amqp_url.split("?")[0]})
+        assert st in (201, 204), body
+        st, body = rapi.call("PUT", f"/api/policies/%2F/{q(pol)}", {
+            "pattern": f"^{qn}$", "definition": {"federation-upstream": up}, "apply-to": "queues"})
+        assert st in (201, 204), body
+
+        def running():
+            st, rows = rapi.call("GET", "/api/federation-links")
+            return any(r.get("queue") == qn and r.get("status") == "running" for r in rows)
+
+        wait_until(running, timeout=30, what="RabbitMQ's queue link to Warren running")
+        got = consume_n(rmq, qn, 10)
+        assert sorted(b for _, _, b in got) == sorted(f"w{i}".encode() for i in range(10))
+        assert depth(amqp_url, qn) == 0
+    finally:
+        rapi.call("DELETE", f"/api/policies/%2F/{q(pol)}")
+        rapi.call("DELETE", f"/api/parameters/federation-upstream/%2F/{q(up)}")
+        c = connect(rmq)
+        try:
+            c.channel().queue_delete(qn)
         finally:
             safe_close(c)
