@@ -23,6 +23,7 @@ use futures_core::Stream;
 use lapin::options::{
     BasicConsumeOptions, BasicQosOptions, ExchangeBindOptions, ExchangeDeclareOptions,
     ExchangeDeleteOptions, ExchangeUnbindOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable as ClientTable, LongString, ShortString};
 use lapin::{Channel, Connection, ExchangeKind};
@@ -31,7 +32,7 @@ use warren_routing::federation::{
     DOWNSTREAM_NAME_ARG, DOWNSTREAM_VHOST_ARG, MAX_HOPS_ARG, RECEIVED_FROM,
 };
 use warren_shovel::params::AckMode;
-use warren_shovel::uri::{Endpoint, Target};
+use warren_shovel::uri::{Endpoint, Remote, Target};
 
 use crate::ctx::LinkCtx;
 use crate::forward::Forwarder;
@@ -382,9 +383,11 @@ pub async fn run(ctx: &LinkCtx, suffix: &mut char) -> Result<(), String> {
         .await
         .map_err(err)?;
     let mut fwd = Forwarder::open(&ctx.broker, &ctx.vhost, up.ack_mode)?;
-    ctx.status
-        .lock()
-        .running(ep.redacted(), up_x.clone(), q.clone(), int_x.clone());
+    {
+        let mut st = ctx.status.lock();
+        st.running(ep.redacted(), up_x.clone(), q.clone(), int_x.clone());
+        st.made_upstream = Some((r.clone(), q.clone(), int_x.clone()));
+    }
     let received_from = |redelivered: bool| received_from(ep, &ctx.name, &peer, redelivered);
     let mut tick = tokio::time::interval(BINDINGS_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -412,6 +415,24 @@ pub async fn run(ctx: &LinkCtx, suffix: &mut char) -> Result<(), String> {
             }
         }
     }
+}
+
+/// Deletes what a link made on its upstream (its queue and internal exchange), as RabbitMQ's
+/// link does when it stops for good (`resource-cleanup-mode` `default`).
+pub async fn clean_up(r: &Remote, queue: &str, internal: &str) -> Result<(), String> {
+    let conn = warren_shovel::remote::connect(r, "Federation link clean-up").await?;
+    let _ = on_fresh_channel(&conn, async |c| {
+        c.exchange_delete(internal.into(), ExchangeDeleteOptions::default())
+            .await
+    })
+    .await?;
+    let _ = on_fresh_channel(&conn, async |c| {
+        c.queue_delete(queue.into(), QueueDeleteOptions::default())
+            .await
+    })
+    .await?;
+    let _ = conn.close(200, "OK".into()).await;
+    Ok(())
 }
 
 /// The `x-received-from` entry for a message from this upstream, as RabbitMQ's

@@ -16,7 +16,7 @@ pub mod probe;
 pub mod queue_link;
 pub mod status;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -148,10 +148,12 @@ impl Federation {
         f
     }
 
-    /// The links the parameters and policies ask for now, by key: (upstream, policy name).
-    fn wanted(&self) -> HashMap<Key, (Upstream, String)> {
+    /// The links the parameters and policies ask this node for now, by key: (upstream, policy
+    /// name); and the keys of the links they ask for anywhere.
+    fn wanted(&self) -> (HashMap<Key, (Upstream, String)>, HashSet<Key>) {
         let b = &self.broker;
         let mut out = HashMap::new();
+        let mut anywhere = HashSet::new();
         for v in b.vhosts() {
             let vhost = v.name.to_string();
             let policies = b.access.policies_of(&vhost);
@@ -193,6 +195,7 @@ impl Federation {
                         continue;
                     };
                     let key = (vhost.clone(), kind, name.clone(), u.clone());
+                    anywhere.insert(key.clone());
                     // An exchange's links go to one node by its name; a queue's run where
                     // the queue is.
                     if kind == Kind::Exchange
@@ -211,11 +214,11 @@ impl Federation {
                 }
             }
         }
-        out
+        (out, anywhere)
     }
 
     fn reconcile(&self) {
-        let want = self.wanted();
+        let (want, anywhere) = self.wanted();
         let mut running = self.running.lock();
         running.retain(|key, r| {
             let keep = want
@@ -224,6 +227,20 @@ impl Federation {
             if !keep {
                 r.task.abort();
                 tracing::info!(vhost = %key.0, kind = key.1.as_str(), name = %key.2, upstream = %key.3, "federation link stopped");
+                // Stopped for good (not moved to another node, not restarted with new
+                // settings): what it made upstream goes, as RabbitMQ's link deletes it.
+                let made = r.status.lock().made_upstream.take();
+                if let Some((remote, queue, internal)) = made {
+                    if !anywhere.contains(key) && !r.upstream.keep_resources {
+                        tokio::spawn(async move {
+                            if let Err(e) =
+                                exchange_link::clean_up(&remote, &queue, &internal).await
+                            {
+                                tracing::warn!(%queue, error = %e, "federation link clean-up failed");
+                            }
+                        });
+                    }
+                }
             }
             keep
         });

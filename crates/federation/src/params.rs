@@ -147,6 +147,9 @@ pub struct Upstream {
     pub expires: Option<i64>,
     pub message_ttl: Option<i64>,
     pub ack_mode: warren_shovel::params::AckMode,
+    /// `resource-cleanup-mode` `never`: an exchange link that is no longer wanted leaves its
+    /// queue and internal exchange on the upstream (`default`: it deletes them).
+    pub keep_resources: bool,
 }
 
 impl Upstream {
@@ -198,6 +201,7 @@ impl Upstream {
                 Some("on-publish") => warren_shovel::params::AckMode::OnPublish,
                 _ => warren_shovel::params::AckMode::OnConfirm,
             },
+            keep_resources: v.get("resource-cleanup-mode").and_then(Value::as_str) == Some("never"),
         })
     }
 }

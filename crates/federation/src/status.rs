@@ -5,6 +5,7 @@
 use std::time::SystemTime;
 
 use serde_json::{json, Value};
+use warren_shovel::uri::Remote;
 
 #[derive(Debug, Clone)]
 pub struct LinkStatus {
@@ -20,6 +21,9 @@ pub struct LinkStatus {
     pub internal_exchange: Option<String>,
     /// Messages moved since the link started on this node.
     pub forwarded: u64,
+    /// What an exchange link made on its upstream (where, its queue, its internal
+    /// exchange): deleted when the link is no longer wanted.
+    pub made_upstream: Option<(Remote, String, String)>,
 }
 
 impl Default for LinkStatus {
@@ -33,6 +37,7 @@ impl Default for LinkStatus {
             upstream_queue: None,
             internal_exchange: None,
             forwarded: 0,
+            made_upstream: None,
         }
     }
 }

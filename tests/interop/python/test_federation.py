@@ -196,6 +196,19 @@ def test_warren_to_warren_follows_bindings(api, amqp_url, cleanup):
         publish(upstream.url, x, "c.d", b"bound now")
         wait_until(lambda: depth(amqp_url, qc) == 1, timeout=20, what="the newly bound key")
         assert depth(amqp_url, qa) == 0
+        # The policy gone, the link deletes its queue and internal exchange upstream (RabbitMQ's
+        # resource-cleanup-mode default).
+        up_api = Api(f"http://127.0.0.1:{upstream.http_port}")
+
+        def made_upstream():
+            _, queues = up_api.call("GET", "/api/queues")
+            _, exchanges = up_api.call("GET", "/api/exchanges")
+            return [e["name"] for e in queues + exchanges if e["name"].startswith("federation: ")]
+
+        assert len(made_upstream()) == 2, made_upstream()
+        st, _ = api.call("DELETE", f"/api/policies/%2F/{q('pol-' + x)}")
+        assert st == 204
+        wait_until(lambda: made_upstream() == [], timeout=20, what="the link's queue and exchange deleted")
     finally:
         upstream.cleanup()
 
@@ -390,12 +403,12 @@ def queue_link(a: Api, qn: str, timeout: float = 30) -> dict:
     return wait_until(row, timeout=timeout, what=f"the link of queue {qn} running")
 
 
-def fill(url: str, qn: str, bodies: list[bytes], declare: bool = True) -> None:
+def fill(url: str, qn: str, bodies: list[bytes], declare: bool = True, args=None) -> None:
     c = connect(url)
     try:
         ch = c.channel()
         if declare:
-            ch.queue_declare(qn, durable=True)
+            ch.queue_declare(qn, durable=True, arguments=args)
         ch.confirm_delivery()
         for b in bodies:
             ch.basic_publish("", qn, b, pika.BasicProperties(delivery_mode=2, headers={"k": "v"}))
@@ -481,6 +494,32 @@ def test_a_federated_queue_moves_messages_only_while_its_consumers_wait(api, amq
         finally:
             safe_close(upc)
             safe_close(down)
+    finally:
+        upstream.cleanup()
+
+
+@warren_only
+def test_a_federated_quorum_queue_fetches_for_its_consumers(api, amqp_url, cleanup):
+    """A replicated (quorum) queue downstream: its link runs where it leads and reads whether it
+    starves from the replicated state."""
+    upstream = Node()
+    upstream.start()
+    try:
+        qn = uname("fedqq-quorum")
+        c = connect(amqp_url)
+        try:
+            c.channel().queue_declare(qn, durable=True, arguments={"x-queue-type": "quorum"})
+        finally:
+            safe_close(c)
+        # The link declares the upstream queue as the downstream one is: a quorum queue too.
+        fill(upstream.url, qn, [f"m{i}".encode() for i in range(5)], args={"x-queue-type": "quorum"})
+        federate_queue(api, cleanup, qn, f"amqp://guest:guest@127.0.0.1:{upstream.port}")
+        queue_link(api, qn)
+        time.sleep(2)
+        assert depth(upstream.url, qn) == 5 and depth(amqp_url, qn) == 0
+        got = consume_n(amqp_url, qn, 5)
+        assert sorted(b for _, _, b in got) == [f"m{i}".encode() for i in range(5)]
+        assert depth(upstream.url, qn) == 0
     finally:
         upstream.cleanup()
 
