@@ -10,6 +10,7 @@ RabbitMQ tests RabbitMQ 3.10 at the other end (test_shovel.py's fixture)."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import pika
@@ -20,6 +21,7 @@ from helpers import Collector, connect, get_all, pump, safe_close, settle, uname
 from test_access import Api, api, q  # noqa: F401 - fixtures
 from test_durability import Node
 from test_shovel import RABBITMQ_AMQP, rabbitmq  # noqa: F401 - fixture
+from test_tls import certs  # noqa: F401 - fixture: a CA, another CA, server, client, stranger
 
 BIN = os.environ.get("WARREN_BIN")
 warren_only = pytest.mark.skipif(not BIN, reason="links a second Warren (WARREN_BIN)")
@@ -606,3 +608,54 @@ def test_rabbitmqs_queue_federation_from_warren(api, amqp_url, rabbitmq):
             c.channel().queue_delete(qn)
         finally:
             safe_close(c)
+
+
+@warren_only
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs the openssl CLI to make certificates")
+def test_an_upstream_over_tls_with_a_client_certificate(api, amqp_url, cleanup, certs):
+    """An upstream Warren whose AMQPS listener requires a client certificate: the link (and its
+    look at the upstream's connection.start, for the cluster name) connects with the CA and the
+    client's certificate; with a certificate from another CA the link is in error."""
+    from conftest import _free_port
+    from test_limits import start
+    from test_tls import tls_config, tls_params
+
+    d = certs
+    tls_port = _free_port()
+    other = start(tls_config(d, tls_port, f"ca_file = '{d}/ca.pem'\nverify = 'verify_peer'\nfail_if_no_peer_cert = true\n"))
+    try:
+        name = cluster_name(Api(f"http://127.0.0.1:{other.http_port}"), uname("tls-cluster"))
+
+        def uri(client: str) -> str:
+            return (f"amqps://guest:guest@localhost:{tls_port}/%2F?cacertfile={d}/ca.pem"
+                    f"&certfile={d}/{client}.pem&keyfile={d}/{client}.key&verify=verify_peer")
+
+        bad = uname("tlsx-refused")
+        declare_x(amqp_url, bad)
+        federate(api, cleanup, bad, uri("stranger"))
+
+        def in_error():
+            rows = link_rows(api, bad)
+            return rows and rows[0]["status"] == "error" and rows[0].get("error")
+
+        wait_until(in_error, timeout=30, what="the link with a stranger's certificate in error")
+        x = uname("tlsx")
+        declare_x(amqp_url, x)
+        qa = bound_queue(amqp_url, x, "#")
+        federate(api, cleanup, x, uri("client"))
+        row = wait_running(api, x)
+        assert row["uri"].startswith(f"amqps://localhost:{tls_port}/"), row
+        time.sleep(2)
+        tc = pika.BlockingConnection(tls_params(d, tls_port, "client"))
+        try:
+            ch = tc.channel()
+            ch.confirm_delivery()
+            ch.basic_publish(x, "k", b"over tls")
+        finally:
+            safe_close(tc)
+        wait_until(lambda: depth(amqp_url, qa) == 1, timeout=20, what="the message over TLS")
+        (_, props, body), = received(amqp_url, qa, 1)
+        (hop,) = props.headers["x-received-from"]
+        assert body == b"over tls" and hop["cluster-name"] == name, hop
+    finally:
+        other.cleanup()
