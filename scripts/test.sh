@@ -53,10 +53,10 @@ python3 bench/test_report.py
 # The structure checker, tested on fixture crates first. It fails the run on any crates/*/src
 # file over 800 lines, on an import cycle among the broker's parts (its top-level modules, each
 # with its files: the layers of docs/ARCHITECTURE.md), and on one among the modules of queue,
-# store, mgmt, cluster and shovel.
-echo "== scripts/check_structure.py (file sizes; the broker's layers; import cycles of queue, store, mgmt, cluster, shovel and federation)"
+# store, mgmt, cluster, shovel, federation and stream-protocol.
+echo "== scripts/check_structure.py (file sizes; the broker's layers; import cycles of queue, store, mgmt, cluster, shovel, federation and stream-protocol)"
 python3 scripts/test_check_structure.py
-python3 scripts/check_structure.py --crate crates/queue --crate crates/store --crate crates/mgmt --crate crates/cluster --crate crates/shovel --crate crates/federation
+python3 scripts/check_structure.py --crate crates/queue --crate crates/store --crate crates/mgmt --crate crates/cluster --crate crates/shovel --crate crates/federation --crate crates/stream-protocol
 python3 scripts/check_structure.py --layers --crate crates/broker
 
 # The docs' relative links (README.md, docs/**/*.md, examples/**/*.md): every path exists and

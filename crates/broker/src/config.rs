@@ -16,6 +16,9 @@ pub struct Config {
     pub amqp_port: u16,
     pub http_bind: IpAddr,
     pub http_port: u16,
+    /// RabbitMQ's stream protocol on this port (bound to `amqp_bind`), when set: off by
+    /// default, as RabbitMQ's stream plugin is (it uses 5552).
+    pub stream_port: Option<u16>,
     /// Where durable state lives.
     pub data_dir: PathBuf,
     /// Virtual hosts that exist at boot.
@@ -276,6 +279,7 @@ impl Default for Config {
             amqp_port: 5672,
             http_bind: IpAddr::from([127, 0, 0, 1]),
             http_port: 15672,
+            stream_port: None,
             data_dir: PathBuf::from("./warren-data"),
             vhosts: vec!["/".to_string()],
             users: vec![UserConfig {

@@ -67,6 +67,9 @@ struct ServerArgs {
     /// Address the management API binds [default: 127.0.0.1].
     #[arg(long, value_name = "ADDR")]
     http_bind: Option<IpAddr>,
+    /// TCP port for RabbitMQ's stream protocol (RabbitMQ uses 5552) [default: off].
+    #[arg(long, value_name = "PORT")]
+    stream_port: Option<u16>,
     /// Definitions (RabbitMQ's JSON format) to import at boot.
     #[arg(long, value_name = "FILE")]
     definitions: Option<PathBuf>,
@@ -117,6 +120,9 @@ fn load_config(args: &ServerArgs) -> anyhow::Result<Config> {
     }
     if let Some(a) = args.http_bind {
         c.http_bind = a;
+    }
+    if let Some(p) = args.stream_port {
+        c.stream_port = Some(p);
     }
     if let Some(f) = &args.definitions {
         c.definitions_file = Some(f.clone());
@@ -202,6 +208,16 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             }
             None => None,
         };
+        let stream = match config.stream_port {
+            Some(port) => {
+                let addr = std::net::SocketAddr::new(config.amqp_bind, port);
+                let l = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen for the stream protocol on {addr}"))?;
+                Some((l, addr))
+            }
+            None => None,
+        };
         let http_addr = std::net::SocketAddr::new(config.http_bind, config.http_port);
         let http = tokio::net::TcpListener::bind(http_addr)
             .await
@@ -232,6 +248,10 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             tracing::info!(%addr, ?verify, "warren listening for AMQP 0-9-1 over TLS");
             tokio::spawn(warren_broker::tls::serve(broker.clone(), l, a, rx.clone()))
         });
+        let stream_server = stream.map(|(l, addr)| {
+            tracing::info!(%addr, "warren listening for the stream protocol");
+            tokio::spawn(warren_stream_protocol::serve(broker.clone(), l, rx.clone()))
+        });
         tracing::info!(url = %format!("http://{http_addr}/"), "management UI and HTTP API listening");
         // The management API's rates are sampled for as long as the AMQP server runs.
         let sampler = tokio::spawn(warren_mgmt::run_sampler(broker.clone()));
@@ -246,6 +266,9 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         sampler.abort();
         if let Some(t) = tls_server {
             let _ = t.await;
+        }
+        if let Some(s) = stream_server {
+            let _ = s.await;
         }
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), api).await;
         tracing::info!("stopped");

@@ -104,6 +104,9 @@ class WarrenProcess:
         self.http_port = _free_port()
         while self.http_port == self.amqp_port:
             self.http_port = _free_port()
+        self.stream_port = _free_port()
+        while self.stream_port in (self.amqp_port, self.http_port):
+            self.stream_port = _free_port()
         self.data_dir = os.path.join(self.dir, "data")
         os.makedirs(self.data_dir)
         self.stdout_path = os.path.join(self.dir, "stdout.log")
@@ -123,7 +126,8 @@ class WarrenProcess:
 
     def start(self) -> None:
         cmd = [self.binary, "server", "--amqp-port", str(self.amqp_port),
-               "--http-port", str(self.http_port), "--data-dir", self.data_dir]
+               "--http-port", str(self.http_port), "--stream-port", str(self.stream_port),
+               "--data-dir", self.data_dir]
         if self.config is not None:
             path = os.path.join(self.dir, "warren.toml")
             with open(path, "w") as f:
@@ -322,10 +326,22 @@ def amqp_url(cluster_mode):
     w = WarrenProcess(binary, config=os.environ.get("WARREN_SESSION_CONFIG"))
     w.start()
     _SESSION["http_port"] = w.http_port
+    _SESSION["stream_port"] = w.stream_port
     try:
         yield w.url
     finally:
         w.stop()
+
+
+@pytest.fixture(scope="session")
+def stream_port(amqp_url, cluster_mode):
+    """The stream protocol's port of the `amqp_url` broker: the session Warren's, or STREAM_PORT
+    (default: the reference RabbitMQ's, 5553). Not in cluster mode (streams are single-node)."""
+    if cluster_mode is not None:
+        pytest.skip("the stream protocol runs on a single node")
+    if "stream_port" in _SESSION:
+        return _SESSION["stream_port"]
+    return int(os.environ.get("STREAM_PORT", "5553"))
 
 
 @pytest.fixture(scope="session")

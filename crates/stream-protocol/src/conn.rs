@@ -1,0 +1,737 @@
+//! One stream-protocol connection: the handshake (peer properties, SASL PLAIN, tune, open),
+//! then commands, each answered as RabbitMQ 3.10's `rabbit_stream_reader` answers it.
+//!
+//! The reading task runs the commands; what the server sends goes through [`Out`], a buffer a
+//! writer task flushes to the socket (responses, publish confirms from the persister's
+//! thread, and each subscription's chunks from its own task, `subscription.rs`).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use bytestring::ByteString;
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use warren_broker::access::Perm;
+use warren_broker::auth::AuthError;
+use warren_broker::confirm::ConfirmTarget;
+use warren_broker::queue::{ConfirmTo, FannedOut, QueueRef};
+use warren_broker::server::Broker;
+use warren_broker::vhost::publish::Published as Routed;
+use warren_broker::vhost::{QueueSpec, VHost};
+use warren_protocol::{FieldTable, FieldValue};
+
+use crate::frame::*;
+use crate::frame::{code, Malformed, OffsetSpec, Request, Writer, RESPONSE};
+use crate::out::Out;
+use crate::subscription::Subscription;
+
+/// The largest frame the server offers (RabbitMQ's default `frame_max`, 1 MiB).
+pub const FRAME_MAX: u32 = 1_048_576;
+/// The heartbeat the server offers, in seconds (RabbitMQ's default).
+pub const HEARTBEAT_S: u32 = 60;
+
+/// Publish confirms from the persister: mapped back to (publisher, publishing id) and sent
+/// as `PublishConfirm` / `PublishError` frames.
+struct Confirms {
+    out: Arc<Out>,
+    /// seq -> (publisher id, publishing id).
+    waiting: Mutex<HashMap<u64, (u8, u64)>>,
+}
+
+impl ConfirmTarget for Confirms {
+    fn confirmed(self: Arc<Self>, seq: u64, ok: bool) {
+        let Some((publisher, id)) = self.waiting.lock().remove(&seq) else {
+            return;
+        };
+        self.out.send(|w| confirm(w, publisher, id, ok));
+    }
+}
+
+fn confirm(w: &mut Writer, publisher: u8, id: u64, ok: bool) {
+    if ok {
+        w.begin(PUBLISH_CONFIRM, 1)
+            .u8(publisher)
+            .u32(1)
+            .u64(id)
+            .end();
+    } else {
+        w.begin(PUBLISH_ERROR, 1)
+            .u8(publisher)
+            .u32(1)
+            .u64(id)
+            .u16(code::INTERNAL_ERROR)
+            .end();
+    }
+}
+
+struct Publisher {
+    stream: String,
+}
+
+/// Where a connection is in its handshake.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    PeerProperties,
+    Sasl,
+    Authenticated,
+    Tuned,
+    Open,
+}
+
+pub struct Conn {
+    broker: Arc<Broker>,
+    peer: SocketAddr,
+    /// The address and port the client reached (advertised in metadata, as RabbitMQ
+    /// advertises its host and port).
+    local: SocketAddr,
+    id: u64,
+    out: Arc<Out>,
+    phase: Phase,
+    user: String,
+    vhost: Option<Arc<VHost>>,
+    frame_max: u32,
+    heartbeat_s: u32,
+    publishers: HashMap<u8, Publisher>,
+    subscriptions: HashMap<u8, Arc<Subscription>>,
+    confirms: Arc<Confirms>,
+    target: Arc<dyn ConfirmTarget>,
+    next_seq: u64,
+    targets: Vec<QueueRef>,
+    closing: bool,
+}
+
+/// Serves one connection until it closes.
+pub async fn serve(broker: Arc<Broker>, sock: TcpStream, peer: SocketAddr) {
+    let local = sock.local_addr().unwrap_or(peer);
+    let _ = sock.set_nodelay(true);
+    let (mut rd, mut wr) = sock.into_split();
+    let out = Out::new();
+    let writer = {
+        let out = out.clone();
+        tokio::spawn(async move {
+            loop {
+                let b = out.next().await;
+                if wr.write_all(&b).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let confirms = Arc::new(Confirms {
+        out: out.clone(),
+        waiting: Mutex::new(HashMap::new()),
+    });
+    let mut c = Conn {
+        id: broker.next_connection_id(),
+        broker,
+        peer,
+        local,
+        out: out.clone(),
+        phase: Phase::PeerProperties,
+        user: String::new(),
+        vhost: None,
+        frame_max: FRAME_MAX,
+        heartbeat_s: HEARTBEAT_S,
+        publishers: HashMap::new(),
+        subscriptions: HashMap::new(),
+        target: confirms.clone(),
+        confirms,
+        next_seq: 0,
+        targets: Vec::new(),
+        closing: false,
+    };
+    tracing::debug!(peer = %peer, conn = c.id, "stream connection accepted");
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let why = loop {
+        // Until tuned, a silent client is dropped after RabbitMQ's handshake timeout (10 s);
+        // after, twice the heartbeat.
+        let idle = match (c.phase, c.heartbeat_s) {
+            (Phase::Tuned | Phase::Open, 0) => Duration::from_secs(u64::MAX / 4),
+            (Phase::Tuned | Phase::Open, h) => Duration::from_secs(2 * h as u64),
+            _ => Duration::from_secs(10),
+        };
+        let read = tokio::time::timeout(idle, rd.read_buf(&mut buf)).await;
+        match read {
+            Err(_) => break "missed heartbeats".to_string(),
+            Ok(Err(e)) => break e.to_string(),
+            Ok(Ok(0)) => break "closed by the client".to_string(),
+            Ok(Ok(_)) => {}
+        }
+        let mut failed = None;
+        while buf.len() >= 4 {
+            let size = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+            if c.frame_max != 0 && size > c.frame_max.max(FRAME_MAX) {
+                failed = Some(format!("frame of {size} bytes, over frame_max"));
+                break;
+            }
+            if buf.len() < 4 + size as usize {
+                break;
+            }
+            let _ = buf.split_to(4);
+            let frame = buf.split_to(size as usize).freeze();
+            if let Err(e) = c.handle(&frame).await {
+                failed = Some(e);
+                break;
+            }
+        }
+        if let Some(e) = failed {
+            break e;
+        }
+        if c.closing {
+            break "closed".to_string();
+        }
+    };
+    tracing::debug!(peer = %peer, conn = c.id, reason = %why, "stream connection closed");
+    c.stop();
+    // Let the writer send what is queued (a close response), bounded.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+    while out.pending() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    writer.abort();
+}
+
+impl Conn {
+    fn stop(&mut self) {
+        for (_, s) in self.subscriptions.drain() {
+            s.stop();
+        }
+    }
+
+    fn respond(&self, key: u16, corr: u32, code: u16) {
+        self.out.send(|w| w.response(key, corr, code));
+    }
+
+    async fn handle(&mut self, frame: &Bytes) -> Result<(), String> {
+        let req = match Request::parse(frame) {
+            Ok(r) => r,
+            Err(Malformed(why)) => return Err(format!("malformed frame: {why}")),
+        };
+        // Before open, only the handshake's commands (RabbitMQ closes the connection).
+        let handshake = matches!(
+            req,
+            Request::PeerProperties { .. }
+                | Request::SaslHandshake { .. }
+                | Request::SaslAuthenticate { .. }
+                | Request::Tune { .. }
+                | Request::Open { .. }
+                | Request::Close { .. }
+                | Request::Heartbeat
+        );
+        if self.phase != Phase::Open && !handshake {
+            return Err(format!("{req:?} before the connection was opened"));
+        }
+        match req {
+            Request::PeerProperties { corr, .. } => {
+                let cluster = self.broker.cluster_name();
+                let props = [
+                    ("product", "Warren"),
+                    ("version", env!("CARGO_PKG_VERSION")),
+                    ("platform", "Rust"),
+                    ("cluster_name", cluster.as_str()),
+                    ("copyright", "Warren authors"),
+                    ("information", "Licensed under the Apache License 2.0"),
+                ];
+                self.out.send(|w| {
+                    w.begin(PEER_PROPERTIES | RESPONSE, 1)
+                        .u32(corr)
+                        .u16(code::OK)
+                        .properties(props.iter().copied())
+                        .end()
+                });
+                self.phase = Phase::Sasl;
+            }
+            Request::SaslHandshake { corr } => self.out.send(|w| {
+                w.begin(SASL_HANDSHAKE | RESPONSE, 1)
+                    .u32(corr)
+                    .u16(code::OK)
+                    .u32(2)
+                    .string("PLAIN")
+                    .string("AMQPLAIN")
+                    .end()
+            }),
+            Request::SaslAuthenticate {
+                corr,
+                mechanism,
+                data,
+            } => return self.authenticate(corr, &mechanism, &data).await,
+            Request::Tune {
+                frame_max,
+                heartbeat,
+            } => {
+                self.frame_max = if frame_max == 0 {
+                    FRAME_MAX
+                } else {
+                    frame_max.min(FRAME_MAX)
+                };
+                self.heartbeat_s = heartbeat;
+                if self.phase == Phase::Authenticated {
+                    self.phase = Phase::Tuned;
+                }
+                if heartbeat > 0 {
+                    let out = self.out.clone();
+                    tokio::spawn(heartbeats(out, heartbeat));
+                }
+            }
+            Request::Open { corr, vhost } => self.open(corr, &vhost),
+            Request::Close { corr, .. } => {
+                self.respond(CLOSE, corr, code::OK);
+                self.closing = true;
+            }
+            Request::CloseOk { .. } => self.closing = true,
+            Request::Heartbeat => {}
+            Request::Create {
+                corr,
+                stream,
+                arguments,
+            } => self.create(corr, &stream, &arguments),
+            Request::Delete { corr, stream } => self.delete(corr, &stream),
+            Request::Metadata { corr, streams } => self.metadata(corr, &streams),
+            Request::DeclarePublisher {
+                corr, id, stream, ..
+            } => {
+                let code = if self.publishers.contains_key(&id) {
+                    code::PRECONDITION_FAILED
+                } else if !self.permitted(Perm::Write, &stream) {
+                    code::ACCESS_REFUSED
+                } else if self.stream(&stream).is_none() {
+                    code::STREAM_DOES_NOT_EXIST
+                } else {
+                    self.publishers.insert(id, Publisher { stream });
+                    code::OK
+                };
+                self.respond(DECLARE_PUBLISHER, corr, code);
+            }
+            Request::DeletePublisher { corr, id } => {
+                let code = match self.publishers.remove(&id) {
+                    Some(_) => code::OK,
+                    None => code::PUBLISHER_DOES_NOT_EXIST,
+                };
+                self.respond(DELETE_PUBLISHER, corr, code);
+            }
+            Request::Publish {
+                publisher,
+                messages,
+            } => self.publish(publisher, messages).await,
+            Request::QueryPublisherSequence { corr, .. } => {
+                // Deduplication is not kept yet: no sequence is known for any reference.
+                self.out.send(|w| {
+                    w.begin(QUERY_PUBLISHER_SEQUENCE | RESPONSE, 1)
+                        .u32(corr)
+                        .u16(code::OK)
+                        .u64(0)
+                        .end()
+                });
+            }
+            Request::Subscribe {
+                corr,
+                id,
+                stream,
+                offset,
+                credit,
+                ..
+            } => self.subscribe(corr, id, &stream, offset, credit),
+            Request::Credit { id, credit } => match self.subscriptions.get(&id) {
+                Some(s) => s.add_credit(credit),
+                None => self.out.send(|w| {
+                    w.begin(CREDIT | RESPONSE, 1)
+                        .u16(code::SUBSCRIPTION_ID_DOES_NOT_EXIST)
+                        .u8(id)
+                        .end()
+                }),
+            },
+            Request::Unsubscribe { corr, id } => {
+                let code = match self.subscriptions.remove(&id) {
+                    Some(s) => {
+                        s.stop();
+                        code::OK
+                    }
+                    None => code::SUBSCRIPTION_ID_DOES_NOT_EXIST,
+                };
+                self.respond(UNSUBSCRIBE, corr, code);
+            }
+            Request::StoreOffset { .. } => {}
+            Request::QueryOffset { corr, .. } => self.out.send(|w| {
+                w.begin(QUERY_OFFSET | RESPONSE, 1)
+                    .u32(corr)
+                    .u16(code::NO_OFFSET)
+                    .u64(0)
+                    .end()
+            }),
+            Request::ExchangeCommandVersions { corr, .. } => self.out.send(|w| {
+                let ours: &[(u16, u16, u16)] = &[
+                    (DECLARE_PUBLISHER, 1, 1),
+                    (PUBLISH, 1, 1),
+                    (QUERY_PUBLISHER_SEQUENCE, 1, 1),
+                    (DELETE_PUBLISHER, 1, 1),
+                    (SUBSCRIBE, 1, 1),
+                    (DELIVER, 1, 1),
+                    (CREDIT, 1, 1),
+                    (UNSUBSCRIBE, 1, 1),
+                    (CREATE, 1, 1),
+                    (DELETE, 1, 1),
+                    (METADATA, 1, 1),
+                    (METADATA_UPDATE, 1, 1),
+                    (PEER_PROPERTIES, 1, 1),
+                    (SASL_HANDSHAKE, 1, 1),
+                    (SASL_AUTHENTICATE, 1, 1),
+                    (TUNE, 1, 1),
+                    (OPEN, 1, 1),
+                    (CLOSE, 1, 1),
+                    (HEARTBEAT, 1, 1),
+                    (EXCHANGE_COMMAND_VERSIONS, 1, 1),
+                    (STREAM_STATS, 1, 1),
+                ];
+                w.begin(EXCHANGE_COMMAND_VERSIONS | RESPONSE, 1)
+                    .u32(corr)
+                    .u16(code::OK)
+                    .u32(ours.len() as u32);
+                for (k, lo, hi) in ours {
+                    w.u16(*k).u16(*lo).u16(*hi);
+                }
+                w.end();
+            }),
+            Request::StreamStats { corr, stream } => {
+                let stats = self.stream(&stream).and_then(|q| match q {
+                    QueueRef::Stream(s) => Some((s.first_offset(), s.committed())),
+                    _ => None,
+                });
+                self.out.send(|w| match stats {
+                    Some((first, committed)) => {
+                        w.begin(STREAM_STATS | RESPONSE, 1)
+                            .u32(corr)
+                            .u16(code::OK)
+                            .u32(2)
+                            .string("first_chunk_id")
+                            .u64(first)
+                            .string("committed_chunk_id")
+                            .u64(committed.saturating_sub(1))
+                            .end();
+                    }
+                    None => w.response(STREAM_STATS, corr, code::STREAM_DOES_NOT_EXIST),
+                });
+            }
+            Request::Route { corr, .. } | Request::Partitions { corr, .. } => {
+                // Super streams are not here yet: no super stream exists.
+                let key = if frame.get(..2) == Some(&ROUTE.to_be_bytes()[..]) {
+                    ROUTE
+                } else {
+                    PARTITIONS
+                };
+                self.out.send(|w| {
+                    w.begin(key | RESPONSE, 1)
+                        .u32(corr)
+                        .u16(code::STREAM_DOES_NOT_EXIST)
+                        .u32(0)
+                        .end()
+                });
+            }
+            Request::ConsumerUpdateReply { .. } => {}
+            Request::Unknown { key, .. } => {
+                tracing::debug!(conn = self.id, key, "unknown stream command");
+                if let Some(corr) = frame
+                    .get(4..8)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+                {
+                    self.respond(key, corr, code::UNKNOWN_FRAME);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn authenticate(
+        &mut self,
+        corr: u32,
+        mechanism: &str,
+        data: &Bytes,
+    ) -> Result<(), String> {
+        match self
+            .broker
+            .users
+            .authenticate(mechanism, data, self.peer.ip())
+        {
+            Ok(user) => {
+                self.user = user.name;
+                self.respond(SASL_AUTHENTICATE, corr, code::OK);
+                self.phase = Phase::Authenticated;
+                self.out.send(|w| {
+                    w.begin(TUNE, 1).u32(FRAME_MAX).u32(HEARTBEAT_S).end();
+                });
+                Ok(())
+            }
+            Err(e) => {
+                let (code, why) = match e {
+                    AuthError::UnknownMechanism => (
+                        code::SASL_MECHANISM_NOT_SUPPORTED,
+                        "unknown mechanism".to_string(),
+                    ),
+                    AuthError::Malformed => (code::SASL_ERROR, "malformed SASL response".into()),
+                    AuthError::BadCredentials { user } => (
+                        code::AUTHENTICATION_FAILURE,
+                        format!("invalid credentials for '{user}'"),
+                    ),
+                    AuthError::LoopbackOnly { user } => (
+                        code::SASL_AUTHENTICATION_FAILURE_LOOPBACK,
+                        format!("user '{user}' can only connect via localhost"),
+                    ),
+                };
+                tracing::warn!(peer = %self.peer, mechanism, why = %why, "stream authentication failed");
+                // As for AMQP: the answer comes after a delay, so each guess costs time.
+                let delay = self.broker.config.limits.auth_failure_delay_ms;
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                self.respond(SASL_AUTHENTICATE, corr, code);
+                Err(format!("authentication failed: {why}"))
+            }
+        }
+    }
+
+    fn open(&mut self, corr: u32, vhost: &str) {
+        let ok = self.phase == Phase::Tuned
+            && self.broker.access.can_open(&self.user, vhost)
+            && self.broker.vhost(vhost).is_some();
+        if !ok {
+            self.respond(OPEN, corr, code::VIRTUAL_HOST_ACCESS_FAILURE);
+            self.closing = true;
+            return;
+        }
+        self.vhost = self.broker.vhost(vhost);
+        self.phase = Phase::Open;
+        let host = self.local.ip().to_string();
+        let port = self.local.port().to_string();
+        self.out.send(|w| {
+            w.begin(OPEN | RESPONSE, 1)
+                .u32(corr)
+                .u16(code::OK)
+                .properties(
+                    [
+                        ("advertised_host", host.as_str()),
+                        ("advertised_port", port.as_str()),
+                    ]
+                    .into_iter(),
+                )
+                .end()
+        });
+        tracing::info!(peer = %self.peer, conn = self.id, user = %self.user, vhost, "stream connection opened");
+    }
+
+    fn vhost(&self) -> &Arc<VHost> {
+        self.vhost.as_ref().expect("open before any command")
+    }
+
+    fn permitted(&self, perm: Perm, name: &str) -> bool {
+        self.broker
+            .access
+            .permitted(&self.user, &self.vhost().name, perm, name)
+    }
+
+    /// The stream `name`, if it is one.
+    fn stream(&self, name: &str) -> Option<QueueRef> {
+        self.vhost()
+            .queue(name)
+            .filter(|q| matches!(q, QueueRef::Stream(_)))
+    }
+
+    fn create(&mut self, corr: u32, name: &str, arguments: &[(String, String)]) {
+        if !self.permitted(Perm::Configure, name) {
+            return self.respond(CREATE, corr, code::ACCESS_REFUSED);
+        }
+        if self.vhost().queue(name).is_some() {
+            return self.respond(CREATE, corr, code::STREAM_ALREADY_EXISTS);
+        }
+        let mut args = FieldTable(vec![(
+            "x-queue-type".into(),
+            FieldValue::LongStr(Bytes::from_static(b"stream")),
+        )]);
+        for (k, v) in arguments {
+            let (key, value) = match k.as_str() {
+                "max-length-bytes" | "stream-max-segment-size-bytes" | "initial-cluster-size" => {
+                    match v.parse::<i64>() {
+                        Ok(n) => (format!("x-{k}"), FieldValue::I64(n)),
+                        Err(_) => return self.respond(CREATE, corr, code::PRECONDITION_FAILED),
+                    }
+                }
+                "max-age" | "queue-leader-locator" => (
+                    format!("x-{k}"),
+                    FieldValue::LongStr(Bytes::from(v.clone())),
+                ),
+                _ => return self.respond(CREATE, corr, code::PRECONDITION_FAILED),
+            };
+            args.0.push((key.as_str().into(), value));
+        }
+        let spec = QueueSpec {
+            name,
+            passive: false,
+            durable: true,
+            exclusive: false,
+            auto_delete: false,
+            arguments: &args,
+            conn_id: self.id,
+            server_named: false,
+            home: None,
+            members: None,
+        };
+        let code = match self.vhost().declare_queue(&spec) {
+            Ok(_) => code::OK,
+            Err(e) => {
+                tracing::debug!(conn = self.id, stream = name, error = %e.text, "stream create refused");
+                code::PRECONDITION_FAILED
+            }
+        };
+        self.respond(CREATE, corr, code);
+    }
+
+    fn delete(&mut self, corr: u32, name: &str) {
+        if !self.permitted(Perm::Configure, name) {
+            return self.respond(DELETE, corr, code::ACCESS_REFUSED);
+        }
+        if self.stream(name).is_none() {
+            return self.respond(DELETE, corr, code::STREAM_DOES_NOT_EXIST);
+        }
+        let code = match self.vhost().delete_queue(name, false, false, Some(self.id)) {
+            Ok(_) => code::OK,
+            Err(_) => code::STREAM_DOES_NOT_EXIST,
+        };
+        self.respond(DELETE, corr, code);
+    }
+
+    fn metadata(&self, corr: u32, streams: &[String]) {
+        let host = self.local.ip().to_string();
+        let port = self.local.port() as u32;
+        let known: Vec<bool> = streams.iter().map(|s| self.stream(s).is_some()).collect();
+        self.out.send(|w| {
+            w.begin(METADATA | RESPONSE, 1)
+                .u32(corr)
+                .u32(1)
+                .u16(0)
+                .string(&host)
+                .u32(port)
+                .u32(streams.len() as u32);
+            for (s, known) in streams.iter().zip(known) {
+                w.string(s);
+                if known {
+                    w.u16(code::OK).u16(0).u32(0);
+                } else {
+                    w.u16(code::STREAM_DOES_NOT_EXIST).u16(u16::MAX).u32(0);
+                }
+            }
+            w.end();
+        });
+    }
+
+    async fn publish(&mut self, publisher: u8, messages: Vec<Published>) {
+        let Some(p) = self.publishers.get(&publisher) else {
+            let ids: Vec<u64> = messages.iter().map(|m| m.publishing_id).collect();
+            self.out.send(|w| {
+                w.begin(PUBLISH_ERROR, 1)
+                    .u8(publisher)
+                    .u32(ids.len() as u32);
+                for id in ids {
+                    w.u64(id).u16(code::PUBLISHER_DOES_NOT_EXIST);
+                }
+                w.end();
+            });
+            return;
+        };
+        let stream = ByteString::from(p.stream.as_str());
+        let vhost = self.vhost().clone();
+        let mut pressured: Vec<QueueRef> = Vec::new();
+        for m in messages {
+            let built = crate::amqp10::to_amqp091(&m.message).and_then(|(props, body)| {
+                warren_broker::vhost::publish::message(
+                    ByteString::from_static(""),
+                    stream.clone(),
+                    props.to_bytes(),
+                    body,
+                )
+                .map_err(|e| e.text.to_string())
+            });
+            let msg = match built {
+                Ok(msg) => msg,
+                Err(why) => {
+                    tracing::debug!(conn = self.id, why = %why, "unreadable message published");
+                    self.out
+                        .send(|w| confirm(w, publisher, m.publishing_id, false));
+                    continue;
+                }
+            };
+            self.next_seq += 1;
+            let seq = self.next_seq;
+            self.confirms
+                .waiting
+                .lock()
+                .insert(seq, (publisher, m.publishing_id));
+            let r = vhost.publish(
+                msg,
+                &[],
+                false,
+                Some(ConfirmTo::Target(&self.target, seq)),
+                &mut self.targets,
+                |q| {
+                    if q.pressured() {
+                        pressured.push(q.clone());
+                    }
+                },
+            );
+            let settled = match r {
+                Ok(Routed::Routed(FannedOut::Pending)) | Ok(Routed::Held) => None,
+                Ok(Routed::Routed(FannedOut::Settled { accepted })) => Some(accepted),
+                Ok(Routed::Unroutable(_)) | Err(_) => Some(false),
+            };
+            if let Some(ok) = settled {
+                if self.confirms.waiting.lock().remove(&seq).is_some() {
+                    self.out
+                        .send(|w| confirm(w, publisher, m.publishing_id, ok));
+                }
+            }
+        }
+        // A stream that falls behind its writes holds this connection's reads (credit flow, as
+        // for AMQP publishers).
+        for q in pressured {
+            q.stall(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn subscribe(&mut self, corr: u32, id: u8, name: &str, offset: OffsetSpec, credit: u16) {
+        if self.subscriptions.contains_key(&id) {
+            return self.respond(SUBSCRIBE, corr, code::SUBSCRIPTION_ID_ALREADY_EXISTS);
+        }
+        if !self.permitted(Perm::Read, name) {
+            return self.respond(SUBSCRIBE, corr, code::ACCESS_REFUSED);
+        }
+        let Some(QueueRef::Stream(s)) = self.stream(name) else {
+            return self.respond(SUBSCRIBE, corr, code::STREAM_DOES_NOT_EXIST);
+        };
+        let out = self.out.clone();
+        let max = self.frame_max;
+        match Subscription::start(s, id, offset, credit, out.clone(), max, || {
+            out.send(|w| w.response(SUBSCRIBE, corr, code::OK))
+        }) {
+            Ok(sub) => {
+                self.subscriptions.insert(id, sub);
+            }
+            Err(e) => {
+                tracing::debug!(conn = self.id, stream = name, error = %e, "subscribe refused");
+                self.respond(SUBSCRIBE, corr, code::INTERNAL_ERROR);
+            }
+        }
+    }
+}
+
+async fn heartbeats(out: Arc<Out>, every_s: u32) {
+    let mut t = tokio::time::interval(Duration::from_secs(every_s as u64));
+    t.tick().await;
+    loop {
+        t.tick().await;
+        if Arc::strong_count(&out) <= 1 {
+            return;
+        }
+        out.send(|w| {
+            w.begin(HEARTBEAT, 1).end();
+        });
+    }
+}

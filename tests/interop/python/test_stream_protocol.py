@@ -1,0 +1,233 @@
+"""RabbitMQ's stream protocol with the Python client rstream: the handshake, streams created and
+deleted, publishing with confirms, subscribing from each kind of offset, and a message crossing
+between the stream protocol and AMQP 0-9-1 with RabbitMQ 3.10's mapping of its properties. Each
+test runs against the suite's broker: the session Warren (WARREN_BIN, its `--stream-port`) or the
+reference RabbitMQ 3.10 with its stream plugin (STREAM_PORT, default 5553), and passes on both."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pika
+import pytest
+from rstream import (AMQPMessage, Consumer, ConsumerOffsetSpecification, MessageContext,
+                     OffsetType, Producer, amqp_decoder)
+from rstream import exceptions as rx
+from rstream._pyamqp.message import Properties
+
+from helpers import connect, safe_close, uname
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.single_node("the stream protocol is single-node")]
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 45))
+
+
+def producer(port: int, **kw) -> Producer:
+    return Producer("127.0.0.1", port=port, username=kw.pop("username", "guest"),
+                    password=kw.pop("password", "guest"), **kw)
+
+
+def consumer(port: int) -> Consumer:
+    return Consumer("127.0.0.1", port=port, username="guest", password="guest")
+
+
+async def publish(port: int, stream: str, messages: list[AMQPMessage], create: bool = True) -> None:
+    async with producer(port) as p:
+        if create:
+            await p.create_stream(stream, exists_ok=True)
+        for m in messages:
+            await p.send_wait(stream, m)
+
+
+async def read(port: int, stream: str, n: int, spec: ConsumerOffsetSpecification,
+               settle: float = 0.0) -> list[tuple[int, AMQPMessage]]:
+    """Subscribes at `spec` and returns (offset, message) of the first n messages (waiting
+    `settle` seconds more for any that should not come)."""
+    got: list[tuple[int, AMQPMessage]] = []
+    enough = asyncio.Event()
+
+    async def on(msg: AMQPMessage, ctx: MessageContext) -> None:
+        got.append((ctx.offset, msg))
+        if len(got) >= n:
+            enough.set()
+
+    async with consumer(port) as c:
+        await c.start()
+        await c.subscribe(stream, on, decoder=amqp_decoder, offset_specification=spec)
+        if n:
+            await asyncio.wait_for(enough.wait(), 20)
+        await asyncio.sleep(settle)
+    return got
+
+
+async def delete(port: int, stream: str) -> None:
+    async with producer(port) as p:
+        try:
+            await p.delete_stream(stream)
+        except rx.StreamDoesNotExist:
+            pass
+
+
+def first() -> ConsumerOffsetSpecification:
+    return ConsumerOffsetSpecification(OffsetType.FIRST, None)
+
+
+def test_publish_with_confirms_and_read_from_the_first_offset(stream_port):
+    s = uname("sp")
+
+    async def go():
+        msgs = [AMQPMessage(body=f"m{i}".encode(), application_properties={"i": i, "kind": "t"})
+                for i in range(50)]
+        await publish(stream_port, s, msgs)
+        got = await read(stream_port, s, 50, first(), settle=0.5)
+        await delete(stream_port, s)
+        return got
+
+    got = run(go())
+    assert [o for o, _ in got] == list(range(50))
+    assert [bytes(m.body) for _, m in got] == [f"m{i}".encode() for i in range(50)]
+    assert got[7][1].application_properties == {b"i": 7, b"kind": b"t"}
+
+
+def test_offset_specifications(stream_port):
+    s = uname("sp-offsets")
+
+    async def go():
+        await publish(stream_port, s, [AMQPMessage(body=f"m{i}".encode()) for i in range(10)])
+        at = await read(stream_port, s, 4, ConsumerOffsetSpecification(OffsetType.OFFSET, 6), settle=0.5)
+        # `next`: only what is published after the subscription.
+        got: list = []
+        came = asyncio.Event()
+
+        async def on(msg, ctx):
+            got.append((ctx.offset, bytes(msg.body)))
+            came.set()
+
+        async with consumer(stream_port) as c:
+            await c.start()
+            await c.subscribe(s, on, decoder=amqp_decoder,
+                              offset_specification=ConsumerOffsetSpecification(OffsetType.NEXT, None))
+            await asyncio.sleep(0.5)
+            await publish(stream_port, s, [AMQPMessage(body=b"later")], create=False)
+            await asyncio.wait_for(came.wait(), 20)
+            await asyncio.sleep(0.3)
+        # A timestamp in the future: nothing yet.
+        future = int(time.time() * 1000) + 3_600_000
+        none = await read(stream_port, s, 0, ConsumerOffsetSpecification(OffsetType.TIMESTAMP, future), settle=0.5)
+        await delete(stream_port, s)
+        return at, got, none
+
+    at, nxt, none = run(go())
+    assert [o for o, _ in at] == [6, 7, 8, 9]
+    assert nxt == [(10, b"later")]
+    assert none == []
+
+
+def test_errors_as_rabbitmq_answers_them(stream_port):
+    s = uname("sp-errors")
+
+    async def go():
+        out = {}
+        async with producer(stream_port) as p:
+            await p.create_stream(s)
+            try:
+                await p.create_stream(s)
+            except rx.StreamAlreadyExists:
+                out["create twice"] = "StreamAlreadyExists"
+            await p.delete_stream(s)
+            try:
+                await p.delete_stream(s)
+            except rx.StreamDoesNotExist:
+                out["delete missing"] = "StreamDoesNotExist"
+            try:
+                await p.send_wait(s, AMQPMessage(body=b"x"))
+            except (rx.StreamDoesNotExist, rx.ServerError) as e:
+                out["publish to missing"] = type(e).__name__
+        try:
+            async with consumer(stream_port) as c:
+                await c.start()
+                await c.subscribe(s, lambda m, ctx: None, offset_specification=first())
+        except rx.StreamDoesNotExist:
+            out["subscribe to missing"] = "StreamDoesNotExist"
+        try:
+            async with producer(stream_port, password="wrong"):
+                pass
+        except rx.AuthenticationFailure:
+            out["bad password"] = "AuthenticationFailure"
+        return out
+
+    assert run(go()) == {
+        "create twice": "StreamAlreadyExists",
+        "delete missing": "StreamDoesNotExist",
+        "publish to missing": "StreamDoesNotExist",
+        "subscribe to missing": "StreamDoesNotExist",
+        "bad password": "AuthenticationFailure",
+    }
+
+
+def test_amqp091_publish_reads_over_the_stream_protocol(stream_port, amqp_url):
+    """Published with pika (AMQP 0-9-1), read with rstream: RabbitMQ's mapping of properties."""
+    s = uname("sp-from091")
+    c = connect(amqp_url)
+    try:
+        ch = c.channel()
+        ch.queue_declare(s, durable=True, arguments={"x-queue-type": "stream"})
+        ch.confirm_delivery()
+        ch.basic_publish("", s, b"from pika", pika.BasicProperties(
+            content_type="text/plain", content_encoding="utf-8", message_id="m-1",
+            correlation_id="c-1", reply_to="r", priority=3, delivery_mode=2,
+            timestamp=1_700_000_000, type="order", app_id="shop", expiration="60000",
+            headers={"region": "eu", "n": 5}))
+    finally:
+        safe_close(c)
+
+    async def go():
+        got = await read(stream_port, s, 1, first())
+        await delete(stream_port, s)
+        return got
+
+    ((offset, m),) = run(go())
+    assert offset == 0 and bytes(m.body) == b"from pika"
+    p = m.properties
+    assert (p.message_id, p.correlation_id, p.reply_to) == (b"m-1", b"c-1", b"r")
+    assert (p.content_type, p.content_encoding) == (b"text/plain", b"utf-8")
+    assert p.creation_time == 1_700_000_000_000
+    ap = m.application_properties
+    assert ap[b"region"] == b"eu" and ap[b"n"] == 5, ap
+    assert ap[b"x-basic-type"] == b"order" and ap[b"x-basic-app-id"] == b"shop", ap
+    ma = m.message_annotations
+    assert ma[b"x-basic-priority"] == 3 and ma[b"x-basic-delivery-mode"] == 2, ma
+    assert ma[b"x-basic-expiration"] == b"60000", ma
+
+
+def test_stream_protocol_publish_reads_over_amqp091(stream_port, amqp_url):
+    """Published with rstream, read with pika: properties, application properties as headers,
+    the offset in x-stream-offset."""
+    s = uname("sp-to091")
+    msg = AMQPMessage(body=b"from rstream", application_properties={"region": "us", "n": 9},
+                      properties=Properties(message_id="id-9", correlation_id="corr",
+                                            content_type="application/json", reply_to="back"))
+    run(publish(stream_port, s, [msg]))
+    c = connect(amqp_url)
+    try:
+        ch = c.channel()
+        ch.basic_qos(prefetch_count=10)
+        got = []
+        ch.basic_consume(s, lambda ch_, m, p, b: got.append((p, b)),
+                         arguments={"x-stream-offset": "first"})
+        deadline = time.monotonic() + 20
+        while not got and time.monotonic() < deadline:
+            c.process_data_events(time_limit=0.1)
+        assert got, "nothing delivered over AMQP 0-9-1"
+        props, body = got[0]
+        assert body == b"from rstream"
+        assert (props.message_id, props.correlation_id, props.reply_to) == ("id-9", "corr", "back")
+        assert props.content_type == "application/json"
+        assert props.headers["region"] == "us" and props.headers["n"] == 9, props.headers
+        assert props.headers["x-stream-offset"] == 0
+        ch.queue_delete(s)
+    finally:
+        safe_close(c)
