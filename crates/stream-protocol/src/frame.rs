@@ -34,6 +34,8 @@ pub const PARTITIONS: u16 = 0x19;
 pub const CONSUMER_UPDATE: u16 = 0x1a;
 pub const EXCHANGE_COMMAND_VERSIONS: u16 = 0x1b;
 pub const STREAM_STATS: u16 = 0x1c;
+pub const CREATE_SUPER_STREAM: u16 = 0x1d;
+pub const DELETE_SUPER_STREAM: u16 = 0x1e;
 /// The key's top bit marks a response.
 pub const RESPONSE: u16 = 0x8000;
 
@@ -163,6 +165,16 @@ impl<'a> Reader<'a> {
             return Err(Malformed(format!("array of {n} elements")));
         }
         Ok(n as usize)
+    }
+
+    /// `[string]`.
+    pub fn strings(&mut self) -> R<Vec<String>> {
+        let n = self.count()?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(self.string()?);
+        }
+        Ok(out)
     }
 
     /// `[Key Value]` string pairs.
@@ -314,6 +326,17 @@ pub enum Request {
         corr: u32,
         stream: String,
     },
+    CreateSuperStream {
+        corr: u32,
+        name: String,
+        partitions: Vec<String>,
+        binding_keys: Vec<String>,
+        arguments: Vec<(String, String)>,
+    },
+    DeleteSuperStream {
+        corr: u32,
+        name: String,
+    },
     /// A command this server does not know (answered with `UNKNOWN_FRAME` where it has a
     /// correlation id).
     Unknown {
@@ -446,15 +469,21 @@ impl Request {
                 corr: r.u32()?,
                 stream: r.string()?,
             },
-            METADATA => {
-                let corr = r.u32()?;
-                let n = r.count()?;
-                let mut streams = Vec::with_capacity(n);
-                for _ in 0..n {
-                    streams.push(r.string()?);
-                }
-                Request::Metadata { corr, streams }
-            }
+            METADATA => Request::Metadata {
+                corr: r.u32()?,
+                streams: r.strings()?,
+            },
+            CREATE_SUPER_STREAM => Request::CreateSuperStream {
+                corr: r.u32()?,
+                name: r.string()?,
+                partitions: r.strings()?,
+                binding_keys: r.strings()?,
+                arguments: r.properties()?,
+            },
+            DELETE_SUPER_STREAM => Request::DeleteSuperStream {
+                corr: r.u32()?,
+                name: r.string()?,
+            },
             ROUTE => Request::Route {
                 corr: r.u32()?,
                 routing_key: r.string()?,
@@ -513,7 +542,9 @@ impl Request {
             | Route { corr, .. }
             | Partitions { corr, .. }
             | ExchangeCommandVersions { corr, .. }
-            | StreamStats { corr, .. } => Some(*corr),
+            | StreamStats { corr, .. }
+            | CreateSuperStream { corr, .. }
+            | DeleteSuperStream { corr, .. } => Some(*corr),
             _ => None,
         }
     }

@@ -9,6 +9,7 @@
 //! - `subscription.rs`: a subscription: a stream consumer whose messages go out as chunks
 //!   under the client's chunk credit.
 //! - `chunk.rs`: the osiris chunk format a `Deliver` carries.
+//! - `super_stream.rs`: super streams (a direct exchange over partition streams).
 //! - `amqp10.rs`: messages between AMQP 1.0 (the stream protocol's) and the AMQP 0-9-1 form
 //!   Warren's streams hold, with RabbitMQ's mapping.
 
@@ -18,6 +19,7 @@ mod conn;
 pub mod frame;
 mod out;
 mod subscription;
+pub mod super_stream;
 
 use std::sync::Arc;
 

@@ -231,3 +231,146 @@ def test_stream_protocol_publish_reads_over_amqp091(stream_port, amqp_url):
         ch.queue_delete(s)
     finally:
         safe_close(c)
+
+
+# ---- super streams ----
+
+def declare_super_stream(amqp_url: str, name: str, keys: list[str]) -> list[str]:
+    """A super stream as RabbitMQ's tools lay it out, made over AMQP 0-9-1 (RabbitMQ 3.10 has no
+    command for it): a direct exchange, a stream per key, bindings with the partition's order."""
+    c = connect(amqp_url)
+    try:
+        ch = c.channel()
+        ch.exchange_declare(name, "direct", durable=True, arguments={"x-super-stream": True})
+        parts = []
+        for i, k in enumerate(keys):
+            p = f"{name}-{k}"
+            ch.queue_declare(p, durable=True, arguments={"x-queue-type": "stream"})
+            ch.queue_bind(p, name, k, arguments={"x-stream-partition-order": i})
+            parts.append(p)
+        return parts
+    finally:
+        safe_close(c)
+
+
+def drop_super_stream(amqp_url: str, name: str, parts: list[str]) -> None:
+    c = connect(amqp_url)
+    try:
+        ch = c.channel()
+        for p in parts:
+            ch.queue_delete(p)
+        ch.exchange_delete(name)
+    finally:
+        safe_close(c)
+
+
+# RabbitMQ 3.10's route and partitions responses carry no response code (its protocol then);
+# rstream speaks the later protocol (3.11 on), so against 3.10 these run on Warren only.
+warren_only = pytest.mark.skipif(not __import__("os").environ.get("WARREN_BIN"),
+                                 reason="super streams as clients use them came after RabbitMQ 3.10")
+
+
+@warren_only
+def test_a_super_streams_route_and_partitions(stream_port, amqp_url):
+    """rstream's super stream producer: by routing key (the route command) and by hash over the
+    partitions (the partitions command, in their x-stream-partition-order)."""
+    from rstream import RouteType, SuperStreamProducer
+
+    ss = uname("ss")
+    keys = ["amer", "emea", "apac"]
+    parts = declare_super_stream(amqp_url, ss, keys)
+
+    async def key_of(m):
+        return m.application_properties["region"]
+
+    async def go():
+        # One producer per key: rstream 1.1.1 keeps the first route it is given for every key.
+        for k in keys:
+            async with SuperStreamProducer("127.0.0.1", port=stream_port, username="guest",
+                                           password="guest", super_stream=ss,
+                                           routing=RouteType.Key, routing_extractor=key_of) as p:
+                for i in range(3):
+                    await p.send(AMQPMessage(body=f"{k}{i}".encode(), application_properties={"region": k}))
+                await asyncio.sleep(0.5)
+        async with SuperStreamProducer("127.0.0.1", port=stream_port, username="guest",
+                                       password="guest", super_stream=ss,
+                                       routing=RouteType.Hash, routing_extractor=key_of) as p:
+            for i in range(30):
+                await p.send(AMQPMessage(body=f"h{i}".encode(), application_properties={"region": f"r{i}"}))
+            await asyncio.sleep(1)
+        async with consumer(stream_port) as c:
+            await c.start()
+            client = await c.default_client
+            listed = await client.partitions(ss)
+            routed = await client.route("emea", ss)
+            nowhere = await client.route("none", ss)
+        got = {}
+        for p in parts:
+            msgs = await read(stream_port, p, 0, first(), settle=1.0)
+            got[p] = [bytes(m.body) for _, m in msgs]
+        return listed, routed, nowhere, got
+
+    try:
+        listed, routed, nowhere, got = run(go())
+    finally:
+        drop_super_stream(amqp_url, ss, parts)
+    assert listed == parts
+    assert routed == [f"{ss}-emea"] and nowhere == []
+    for k in keys:
+        by_key = [b for b in got[f"{ss}-{k}"] if not b.startswith(b"h")]
+        assert by_key == [f"{k}{i}".encode() for i in range(3)], got
+    hashed = [b for p in parts for b in got[p] if b.startswith(b"h")]
+    assert sorted(hashed) == sorted(f"h{i}".encode() for i in range(30))
+    assert all(any(b.startswith(b"h") for b in got[p]) for p in parts), "hash routing used one partition"
+
+
+@warren_only
+def test_super_streams_made_by_the_client_and_by_warren_ctl(stream_port, amqp_url, mgmt_url):
+    import os
+    import subprocess
+
+    from rstream import SuperStreamProducer
+
+    ss, ss2 = uname("ss-client"), uname("ss-ctl")
+
+    async def key_of(m):
+        return "k"
+
+    async def go():
+        async with SuperStreamProducer("127.0.0.1", port=stream_port, username="guest",
+                                       password="guest", super_stream=ss, routing_extractor=key_of) as p:
+            await p.create_super_stream(ss, n_partitions=3)
+            async with consumer(stream_port) as c:
+                await c.start()
+                made = await (await c.default_client).partitions(ss)
+            try:
+                await p.create_super_stream(ss, n_partitions=3)
+                twice = "created twice"
+            except rx.StreamAlreadyExists:
+                twice = "StreamAlreadyExists"
+            await p.delete_super_stream(ss)
+        async with consumer(stream_port) as c:
+            await c.start()
+            client = await c.default_client
+            ctl_made = await client.partitions(ss2)
+            gone = await client.partitions(ss)
+        return twice, made, ctl_made, gone
+
+    ctl = [os.environ["WARREN_BIN"], "ctl", "--url", mgmt_url]
+    r = subprocess.run(ctl + ["add_super_stream", ss2, "--binding-keys", "a,b"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(ctl + ["add_super_stream", ss2, "--partitions", "2"], capture_output=True, text=True)
+    assert r.returncode != 0 and f"there is already an exchange named {ss2}" in r.stderr, r.stderr
+    twice, made, ctl_made, gone = run(go())
+    assert twice == "StreamAlreadyExists"
+    assert made == [f"{ss}-0", f"{ss}-1", f"{ss}-2"]
+    assert ctl_made == [f"{ss2}-a", f"{ss2}-b"]
+    assert gone == []
+    r = subprocess.run(ctl + ["delete_super_stream", ss2], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    c = connect(amqp_url)
+    try:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+            c.channel().queue_declare(f"{ss2}-a", passive=True)
+    finally:
+        safe_close(c)

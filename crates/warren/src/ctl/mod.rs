@@ -18,6 +18,7 @@ mod limits;
 mod node;
 mod parameters;
 mod queues;
+mod streams;
 mod users;
 mod vhosts;
 mod view;
@@ -228,6 +229,15 @@ enum Cmd {
         name: String,
     },
     DeleteQueue(queues::DeleteQueueArgs),
+    /// Makes super stream NAME (rabbitmq-streams add_super_stream): a direct exchange bound to
+    /// a stream per partition (3 unless --partitions or --binding-keys say).
+    AddSuperStream(streams::AddSuperStreamArgs),
+    /// Deletes super stream NAME: its exchange and its partitions.
+    DeleteSuperStream {
+        #[command(flatten)]
+        v: VhostOpt,
+        name: String,
+    },
     /// DEFINITION is a JSON object, e.g. '{"max-length":10}'.
     /// Sets runtime parameter NAME of COMPONENT (`shovel`, ...); VALUE is JSON.
     SetParameter {
@@ -401,6 +411,8 @@ fn run(api: &Api, cmd: Cmd, view: View, out: &mut impl Write) -> Result<(), Fail
         Cmd::SetVmMemoryHighWatermark { args } => node::set_vm_memory_high_watermark(api, q, &args),
         Cmd::PurgeQueue { v, name } => queues::purge_queue(api, q, &v, &name),
         Cmd::DeleteQueue(a) => queues::delete_queue(api, q, &a),
+        Cmd::AddSuperStream(a) => streams::add_super_stream(api, q, &a),
+        Cmd::DeleteSuperStream { v, name } => streams::delete_super_stream(api, q, &v, &name),
         Cmd::SetParameter {
             v,
             component,

@@ -21,11 +21,12 @@ use warren_broker::confirm::ConfirmTarget;
 use warren_broker::queue::{ConfirmTo, FannedOut, QueueRef};
 use warren_broker::server::Broker;
 use warren_broker::vhost::publish::Published as Routed;
-use warren_broker::vhost::{QueueSpec, VHost};
-use warren_protocol::{FieldTable, FieldValue};
+use warren_broker::vhost::VHost;
 
 use crate::frame::*;
 use crate::frame::{code, Malformed, OffsetSpec, Request, Writer, RESPONSE};
+mod manage;
+
 use crate::out::Out;
 use crate::subscription::Subscription;
 
@@ -383,8 +384,12 @@ impl Conn {
                     (OPEN, 1, 1),
                     (CLOSE, 1, 1),
                     (HEARTBEAT, 1, 1),
+                    (ROUTE, 1, 1),
+                    (PARTITIONS, 1, 1),
                     (EXCHANGE_COMMAND_VERSIONS, 1, 1),
                     (STREAM_STATS, 1, 1),
+                    (CREATE_SUPER_STREAM, 1, 1),
+                    (DELETE_SUPER_STREAM, 1, 1),
                 ];
                 w.begin(EXCHANGE_COMMAND_VERSIONS | RESPONSE, 1)
                     .u32(corr)
@@ -415,20 +420,45 @@ impl Conn {
                     None => w.response(STREAM_STATS, corr, code::STREAM_DOES_NOT_EXIST),
                 });
             }
-            Request::Route { corr, .. } | Request::Partitions { corr, .. } => {
-                // Super streams are not here yet: no super stream exists.
-                let key = if frame.get(..2) == Some(&ROUTE.to_be_bytes()[..]) {
-                    ROUTE
+            Request::Route {
+                corr,
+                routing_key,
+                super_stream,
+            } => {
+                let found = if self.permitted(Perm::Read, &super_stream) {
+                    crate::super_stream::route(self.vhost(), &super_stream, &routing_key)
                 } else {
-                    PARTITIONS
+                    None
                 };
-                self.out.send(|w| {
-                    w.begin(key | RESPONSE, 1)
-                        .u32(corr)
-                        .u16(code::STREAM_DOES_NOT_EXIST)
-                        .u32(0)
-                        .end()
-                });
+                self.streams_response(ROUTE, corr, found);
+            }
+            Request::Partitions { corr, super_stream } => {
+                let found = if self.permitted(Perm::Read, &super_stream) {
+                    crate::super_stream::partitions(self.vhost(), &super_stream)
+                } else {
+                    None
+                };
+                self.streams_response(PARTITIONS, corr, found);
+            }
+            Request::CreateSuperStream {
+                corr,
+                name,
+                partitions,
+                binding_keys,
+                arguments,
+            } => {
+                let code = self.create_super_stream(&name, &partitions, &binding_keys, &arguments);
+                self.respond(CREATE_SUPER_STREAM, corr, code);
+            }
+            Request::DeleteSuperStream { corr, name } => {
+                let code = if !self.permitted(Perm::Configure, &name) {
+                    code::ACCESS_REFUSED
+                } else if crate::super_stream::delete(self.vhost(), &name, self.id) {
+                    code::OK
+                } else {
+                    code::STREAM_DOES_NOT_EXIST
+                };
+                self.respond(DELETE_SUPER_STREAM, corr, code);
             }
             Request::ConsumerUpdateReply { .. } => {}
             Request::Unknown { key, .. } => {
@@ -534,93 +564,6 @@ impl Conn {
         self.vhost()
             .queue(name)
             .filter(|q| matches!(q, QueueRef::Stream(_)))
-    }
-
-    fn create(&mut self, corr: u32, name: &str, arguments: &[(String, String)]) {
-        if !self.permitted(Perm::Configure, name) {
-            return self.respond(CREATE, corr, code::ACCESS_REFUSED);
-        }
-        if self.vhost().queue(name).is_some() {
-            return self.respond(CREATE, corr, code::STREAM_ALREADY_EXISTS);
-        }
-        let mut args = FieldTable(vec![(
-            "x-queue-type".into(),
-            FieldValue::LongStr(Bytes::from_static(b"stream")),
-        )]);
-        for (k, v) in arguments {
-            let (key, value) = match k.as_str() {
-                "max-length-bytes" | "stream-max-segment-size-bytes" | "initial-cluster-size" => {
-                    match v.parse::<i64>() {
-                        Ok(n) => (format!("x-{k}"), FieldValue::I64(n)),
-                        Err(_) => return self.respond(CREATE, corr, code::PRECONDITION_FAILED),
-                    }
-                }
-                "max-age" | "queue-leader-locator" => (
-                    format!("x-{k}"),
-                    FieldValue::LongStr(Bytes::from(v.clone())),
-                ),
-                _ => return self.respond(CREATE, corr, code::PRECONDITION_FAILED),
-            };
-            args.0.push((key.as_str().into(), value));
-        }
-        let spec = QueueSpec {
-            name,
-            passive: false,
-            durable: true,
-            exclusive: false,
-            auto_delete: false,
-            arguments: &args,
-            conn_id: self.id,
-            server_named: false,
-            home: None,
-            members: None,
-        };
-        let code = match self.vhost().declare_queue(&spec) {
-            Ok(_) => code::OK,
-            Err(e) => {
-                tracing::debug!(conn = self.id, stream = name, error = %e.text, "stream create refused");
-                code::PRECONDITION_FAILED
-            }
-        };
-        self.respond(CREATE, corr, code);
-    }
-
-    fn delete(&mut self, corr: u32, name: &str) {
-        if !self.permitted(Perm::Configure, name) {
-            return self.respond(DELETE, corr, code::ACCESS_REFUSED);
-        }
-        if self.stream(name).is_none() {
-            return self.respond(DELETE, corr, code::STREAM_DOES_NOT_EXIST);
-        }
-        let code = match self.vhost().delete_queue(name, false, false, Some(self.id)) {
-            Ok(_) => code::OK,
-            Err(_) => code::STREAM_DOES_NOT_EXIST,
-        };
-        self.respond(DELETE, corr, code);
-    }
-
-    fn metadata(&self, corr: u32, streams: &[String]) {
-        let host = self.local.ip().to_string();
-        let port = self.local.port() as u32;
-        let known: Vec<bool> = streams.iter().map(|s| self.stream(s).is_some()).collect();
-        self.out.send(|w| {
-            w.begin(METADATA | RESPONSE, 1)
-                .u32(corr)
-                .u32(1)
-                .u16(0)
-                .string(&host)
-                .u32(port)
-                .u32(streams.len() as u32);
-            for (s, known) in streams.iter().zip(known) {
-                w.string(s);
-                if known {
-                    w.u16(code::OK).u16(0).u32(0);
-                } else {
-                    w.u16(code::STREAM_DOES_NOT_EXIST).u16(u16::MAX).u32(0);
-                }
-            }
-            w.end();
-        });
     }
 
     async fn publish(&mut self, publisher: u8, messages: Vec<Published>) {

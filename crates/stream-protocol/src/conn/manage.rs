@@ -1,0 +1,169 @@
+//! A connection's commands that manage streams: create and delete (of streams and super
+//! streams), metadata, and a super stream's route and partitions.
+
+use bytes::Bytes;
+use warren_broker::access::Perm;
+use warren_broker::vhost::QueueSpec;
+use warren_protocol::{FieldTable, FieldValue};
+
+use super::Conn;
+use crate::frame::*;
+
+impl Conn {
+    pub(super) fn streams_response(&self, key: u16, corr: u32, found: Option<Vec<String>>) {
+        self.out.send(|w| {
+            w.begin(key | RESPONSE, 1).u32(corr);
+            match &found {
+                Some(streams) => {
+                    w.u16(code::OK).u32(streams.len() as u32);
+                    for s in streams {
+                        w.string(s);
+                    }
+                }
+                None => {
+                    w.u16(code::STREAM_DOES_NOT_EXIST).u32(0);
+                }
+            }
+            w.end();
+        });
+    }
+
+    pub(super) fn create_super_stream(
+        &self,
+        name: &str,
+        partitions: &[String],
+        keys: &[String],
+        arguments: &[(String, String)],
+    ) -> u16 {
+        if !self.permitted(Perm::Configure, name)
+            || partitions
+                .iter()
+                .any(|p| !self.permitted(Perm::Configure, p))
+        {
+            return code::ACCESS_REFUSED;
+        }
+        let Some(mut args) = stream_arguments(arguments) else {
+            return code::PRECONDITION_FAILED;
+        };
+        // RabbitMQ spreads a super stream's leaders unless told otherwise.
+        if !args.0.iter().any(|(k, _)| &**k == "x-queue-leader-locator") {
+            args.0.push((
+                "x-queue-leader-locator".into(),
+                FieldValue::LongStr(Bytes::from_static(b"balanced")),
+            ));
+        }
+        match crate::super_stream::create(self.vhost(), name, partitions, keys, &args, self.id) {
+            Ok(()) => code::OK,
+            Err(crate::super_stream::Refused::Exists(why)) => {
+                tracing::debug!(
+                    conn = self.id,
+                    super_stream = name,
+                    why,
+                    "super stream refused"
+                );
+                code::STREAM_ALREADY_EXISTS
+            }
+            Err(crate::super_stream::Refused::Invalid(why)) => {
+                tracing::debug!(
+                    conn = self.id,
+                    super_stream = name,
+                    why,
+                    "super stream refused"
+                );
+                code::PRECONDITION_FAILED
+            }
+        }
+    }
+
+    pub(super) fn create(&mut self, corr: u32, name: &str, arguments: &[(String, String)]) {
+        if !self.permitted(Perm::Configure, name) {
+            return self.respond(CREATE, corr, code::ACCESS_REFUSED);
+        }
+        if self.vhost().queue(name).is_some() {
+            return self.respond(CREATE, corr, code::STREAM_ALREADY_EXISTS);
+        }
+        let Some(extra) = stream_arguments(arguments) else {
+            return self.respond(CREATE, corr, code::PRECONDITION_FAILED);
+        };
+        let mut args = FieldTable(vec![(
+            "x-queue-type".into(),
+            FieldValue::LongStr(Bytes::from_static(b"stream")),
+        )]);
+        args.0.extend(extra.0);
+        let spec = QueueSpec {
+            name,
+            passive: false,
+            durable: true,
+            exclusive: false,
+            auto_delete: false,
+            arguments: &args,
+            conn_id: self.id,
+            server_named: false,
+            home: None,
+            members: None,
+        };
+        let code = match self.vhost().declare_queue(&spec) {
+            Ok(_) => code::OK,
+            Err(e) => {
+                tracing::debug!(conn = self.id, stream = name, error = %e.text, "stream create refused");
+                code::PRECONDITION_FAILED
+            }
+        };
+        self.respond(CREATE, corr, code);
+    }
+
+    pub(super) fn delete(&mut self, corr: u32, name: &str) {
+        if !self.permitted(Perm::Configure, name) {
+            return self.respond(DELETE, corr, code::ACCESS_REFUSED);
+        }
+        if self.stream(name).is_none() {
+            return self.respond(DELETE, corr, code::STREAM_DOES_NOT_EXIST);
+        }
+        let code = match self.vhost().delete_queue(name, false, false, Some(self.id)) {
+            Ok(_) => code::OK,
+            Err(_) => code::STREAM_DOES_NOT_EXIST,
+        };
+        self.respond(DELETE, corr, code);
+    }
+
+    pub(super) fn metadata(&self, corr: u32, streams: &[String]) {
+        let host = self.local.ip().to_string();
+        let port = self.local.port() as u32;
+        let known: Vec<bool> = streams.iter().map(|s| self.stream(s).is_some()).collect();
+        self.out.send(|w| {
+            w.begin(METADATA | RESPONSE, 1)
+                .u32(corr)
+                .u32(1)
+                .u16(0)
+                .string(&host)
+                .u32(port)
+                .u32(streams.len() as u32);
+            for (s, known) in streams.iter().zip(known) {
+                w.string(s);
+                if known {
+                    w.u16(code::OK).u16(0).u32(0);
+                } else {
+                    w.u16(code::STREAM_DOES_NOT_EXIST).u16(u16::MAX).u32(0);
+                }
+            }
+            w.end();
+        });
+    }
+}
+
+/// A create's arguments as a stream's `x-` arguments (RabbitMQ's `stream_queue_arguments`);
+/// `None` when a number does not read. Unknown keys are left out, as RabbitMQ leaves them.
+fn stream_arguments(arguments: &[(String, String)]) -> Option<FieldTable> {
+    let mut args = FieldTable::new();
+    for (k, v) in arguments {
+        let value = match k.as_str() {
+            "max-length-bytes" | "stream-max-segment-size-bytes" | "initial-cluster-size" => {
+                FieldValue::I64(v.parse::<i64>().ok()?)
+            }
+            "max-age" | "queue-leader-locator" => FieldValue::LongStr(Bytes::from(v.clone())),
+            _ => continue,
+        };
+        args.0.push((format!("x-{k}").as_str().into(), value));
+    }
+    Some(args)
+}
