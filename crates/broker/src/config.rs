@@ -180,6 +180,10 @@ pub struct TlsConfig {
     /// With `verify_peer`: refuse clients that present no certificate.
     #[serde(default)]
     pub fail_if_no_peer_cert: bool,
+    /// RabbitMQ's stream protocol over TLS on this port (RabbitMQ uses 5551), with the same
+    /// certificate and client checks.
+    #[serde(default)]
+    pub stream_port: Option<u16>,
 }
 
 fn default_tls_port() -> u16 {

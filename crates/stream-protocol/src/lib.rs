@@ -25,19 +25,39 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 use warren_broker::server::Broker;
 
-/// Accepts stream-protocol connections until `shutdown` turns true.
+/// Accepts stream-protocol connections until `shutdown` turns true; over TLS (RabbitMQ's 5551)
+/// when an `acceptor` is given, the handshake bounded as AMQP's is.
 pub async fn serve(
     broker: Arc<Broker>,
     listener: TcpListener,
+    acceptor: Option<TlsAcceptor>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((sock, peer)) => {
-                    tokio::spawn(conn::serve(broker.clone(), sock, peer));
+                    let _ = sock.set_nodelay(true);
+                    let local = sock.local_addr().unwrap_or(peer);
+                    let broker = broker.clone();
+                    match &acceptor {
+                        None => {
+                            tokio::spawn(conn::serve(broker, sock, peer, local));
+                        }
+                        Some(a) => {
+                            let a = a.clone();
+                            tokio::spawn(async move {
+                                match tokio::time::timeout(TLS_HANDSHAKE, a.accept(sock)).await {
+                                    Ok(Ok(tls)) => conn::serve(broker, tls, peer, local).await,
+                                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "stream TLS handshake failed"),
+                                    Err(_) => tracing::debug!(%peer, "stream TLS handshake timed out"),
+                                }
+                            });
+                        }
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "stream listener accept failed");
@@ -52,3 +72,6 @@ pub async fn serve(
         }
     }
 }
+
+/// How long a TLS client may take to finish its handshake.
+const TLS_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);

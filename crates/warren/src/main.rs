@@ -214,7 +214,18 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
                 let l = tokio::net::TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("cannot listen for the stream protocol on {addr}"))?;
-                Some((l, addr))
+                Some((l, addr, None))
+            }
+            None => None,
+        };
+        let stream_tls = match config.tls.as_ref().and_then(|t| t.stream_port.map(|p| (t, p))) {
+            Some((t, port)) => {
+                let acceptor = warren_broker::tls::acceptor(t).map_err(anyhow::Error::msg)?;
+                let addr = std::net::SocketAddr::new(t.bind.unwrap_or(config.amqp_bind), port);
+                let l = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen for the stream protocol over TLS on {addr}"))?;
+                Some((l, addr, Some(acceptor)))
             }
             None => None,
         };
@@ -248,10 +259,14 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             tracing::info!(%addr, ?verify, "warren listening for AMQP 0-9-1 over TLS");
             tokio::spawn(warren_broker::tls::serve(broker.clone(), l, a, rx.clone()))
         });
-        let stream_server = stream.map(|(l, addr)| {
-            tracing::info!(%addr, "warren listening for the stream protocol");
-            tokio::spawn(warren_stream_protocol::serve(broker.clone(), l, rx.clone()))
-        });
+        let stream_servers: Vec<_> = stream
+            .into_iter()
+            .chain(stream_tls)
+            .map(|(l, addr, tls)| {
+                tracing::info!(%addr, tls = tls.is_some(), "warren listening for the stream protocol");
+                tokio::spawn(warren_stream_protocol::serve(broker.clone(), l, tls, rx.clone()))
+            })
+            .collect();
         tracing::info!(url = %format!("http://{http_addr}/"), "management UI and HTTP API listening");
         // The management API's rates are sampled for as long as the AMQP server runs.
         let sampler = tokio::spawn(warren_mgmt::run_sampler(broker.clone()));
@@ -267,7 +282,7 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         if let Some(t) = tls_server {
             let _ = t.await;
         }
-        if let Some(s) = stream_server {
+        for s in stream_servers {
             let _ = s.await;
         }
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), api).await;

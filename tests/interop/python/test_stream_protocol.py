@@ -17,6 +17,7 @@ from rstream import exceptions as rx
 from rstream._pyamqp.message import Properties
 
 from helpers import connect, safe_close, uname
+from test_tls import certs  # noqa: F401 - fixture: a CA, another CA, server, client, stranger
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.single_node("the stream protocol is single-node")]
 
@@ -374,3 +375,61 @@ def test_super_streams_made_by_the_client_and_by_warren_ctl(stream_port, amqp_ur
             c.channel().queue_declare(f"{ss2}-a", passive=True)
     finally:
         safe_close(c)
+
+
+@warren_only
+def test_over_tls_with_a_client_certificate(certs):
+    """The stream protocol over TLS ([tls] stream_port, RabbitMQ's 5551), the AMQPS listener's
+    certificate and client checks: with the CA's client certificate it works, without one the
+    handshake is refused."""
+    import os
+    import ssl
+
+    from conftest import _free_port
+    from test_limits import start
+    from test_tls import tls_config
+
+    d = certs
+    tls_port, stream_tls = _free_port(), _free_port()
+    node = start(tls_config(d, tls_port, f"ca_file = '{d}/ca.pem'\nverify = 'verify_peer'\n"
+                                          f"fail_if_no_peer_cert = true\nstream_port = {stream_tls}\n"))
+    s = uname("sp-tls")
+
+    def context(client: str | None) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.pem"))
+        if client:
+            ctx.load_cert_chain(os.path.join(d, f"{client}.pem"), os.path.join(d, f"{client}.key"))
+        return ctx
+
+    async def go():
+        async with Producer("localhost", port=stream_tls, username="guest", password="guest",
+                            ssl_context=context("client")) as p:
+            await p.create_stream(s)
+            await p.send_wait(s, AMQPMessage(body=b"over tls"))
+        got = []
+        done = asyncio.Event()
+
+        async def on(m, ctx):
+            got.append(bytes(m.body))
+            done.set()
+
+        async with Consumer("localhost", port=stream_tls, username="guest", password="guest",
+                            ssl_context=context("client")) as c:
+            await c.start()
+            await c.subscribe(s, on, decoder=amqp_decoder, offset_specification=first())
+            await asyncio.wait_for(done.wait(), 20)
+        refused = None
+        try:
+            async with Producer("localhost", port=stream_tls, username="guest", password="guest",
+                                ssl_context=context(None)) as p:
+                await p.create_stream(uname("sp-tls-no"))
+        except Exception as e:  # the server ends the handshake: an SSL or connection error
+            refused = type(e).__name__
+        return got, refused
+
+    try:
+        got, refused = run(go())
+    finally:
+        node.cleanup()
+    assert got == [b"over tls"]
+    assert refused is not None, "a client without a certificate got through"

@@ -13,8 +13,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use bytestring::ByteString;
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use warren_broker::access::Perm;
 use warren_broker::auth::AuthError;
 use warren_broker::confirm::ConfirmTarget;
@@ -106,10 +105,11 @@ pub struct Conn {
 }
 
 /// Serves one connection until it closes.
-pub async fn serve(broker: Arc<Broker>, sock: TcpStream, peer: SocketAddr) {
-    let local = sock.local_addr().unwrap_or(peer);
-    let _ = sock.set_nodelay(true);
-    let (mut rd, mut wr) = sock.into_split();
+pub async fn serve<S>(broker: Arc<Broker>, sock: S, peer: SocketAddr, local: SocketAddr)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(sock);
     let out = Out::new();
     let writer = {
         let out = out.clone();
