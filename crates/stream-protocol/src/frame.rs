@@ -373,7 +373,8 @@ impl Request {
                 mechanism: r.string()?,
                 data: r.bytes()?,
             },
-            TUNE => Request::Tune {
+            // Some clients (the Go one) answer the server's tune as a response.
+            k if k & !RESPONSE == TUNE => Request::Tune {
                 frame_max: r.u32()?,
                 heartbeat: r.u32()?,
             },
@@ -671,6 +672,15 @@ mod tests {
         assert_eq!(publisher, 1);
         assert_eq!(messages[1].publishing_id, 11);
         assert_eq!(&messages[1].message[..], b"bc");
+        // The Go client answers the server's tune as a response.
+        let f = frame(|w| w.begin(TUNE | RESPONSE, 1).u32(1024).u32(30).end());
+        assert_eq!(
+            Request::parse(&f).unwrap(),
+            Request::Tune {
+                frame_max: 1024,
+                heartbeat: 30
+            }
+        );
         // Version 2 carries a filter value per message.
         let f = frame(|w| {
             w.begin(PUBLISH, 2).u8(1).u32(1);

@@ -90,6 +90,7 @@ func runMain(m *testing.M) int {
 		defer w.stop()
 		brokerURL = fmt.Sprintf("amqp://guest:guest@%s/", w.addr)
 		mgmtURL = fmt.Sprintf("http://127.0.0.1:%d", w.httpPort)
+		streamPort = w.streamPort
 	} else if u := os.Getenv("AMQP_URL"); u != "" {
 		brokerURL = u
 	} else {
@@ -179,7 +180,9 @@ type warren struct {
 	stop     func()
 	addr     string // plain AMQP, 127.0.0.1:port
 	httpPort int
-	stderr   *lockedBuffer
+	// The stream protocol's port.
+	streamPort int
+	stderr     *lockedBuffer
 }
 
 // startWarren starts `bin server` on free loopback ports with its own data directory, extra
@@ -196,6 +199,10 @@ func startWarren(bin string, extra ...string) (*warren, error) {
 	if err != nil {
 		return nil, err
 	}
+	streamPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	dataDir, err := os.MkdirTemp("", "warren-interop-go-")
 	if err != nil {
 		return nil, err
@@ -203,6 +210,7 @@ func startWarren(bin string, extra ...string) (*warren, error) {
 	args := append([]string{"server",
 		"--amqp-port", fmt.Sprint(amqpPort),
 		"--http-port", fmt.Sprint(httpPort),
+		"--stream-port", fmt.Sprint(streamPort),
 		"--data-dir", dataDir}, extra...)
 	cmd := exec.Command(bin, args...)
 	stderr := &lockedBuffer{}
@@ -249,7 +257,7 @@ func startWarren(bin string, extra ...string) (*warren, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return &warren{stop: stop, addr: addr, httpPort: httpPort, stderr: stderr}, nil
+	return &warren{stop: stop, addr: addr, httpPort: httpPort, streamPort: streamPort, stderr: stderr}, nil
 }
 
 // ---------------------------------------------------------------------------

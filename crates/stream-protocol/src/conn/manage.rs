@@ -79,9 +79,9 @@ impl Conn {
         if !self.permitted(Perm::Configure, name) {
             return self.respond(CREATE, corr, code::ACCESS_REFUSED);
         }
-        if self.vhost().queue(name).is_some() {
-            return self.respond(CREATE, corr, code::STREAM_ALREADY_EXISTS);
-        }
+        // A queue of that name already: "already exists" when it is declared as asked, a
+        // failed precondition when not (RabbitMQ checks the equivalence first).
+        let existed = self.vhost().queue(name).is_some();
         let Some(extra) = stream_arguments(arguments) else {
             return self.respond(CREATE, corr, code::PRECONDITION_FAILED);
         };
@@ -103,6 +103,7 @@ impl Conn {
             members: None,
         };
         let code = match self.vhost().declare_queue(&spec) {
+            Ok(_) if existed => code::STREAM_ALREADY_EXISTS,
             Ok(_) => code::OK,
             Err(e) => {
                 tracing::debug!(conn = self.id, stream = name, error = %e.text, "stream create refused");

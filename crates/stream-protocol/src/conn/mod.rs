@@ -212,6 +212,7 @@ impl Conn {
             Ok(r) => r,
             Err(Malformed(why)) => return Err(format!("malformed frame: {why}")),
         };
+        tracing::trace!(conn = self.id, ?req, "stream command");
         // Before open, only the handshake's commands (RabbitMQ closes the connection).
         let handshake = matches!(
             req,
@@ -229,9 +230,12 @@ impl Conn {
         match req {
             Request::PeerProperties { corr, .. } => {
                 let cluster = self.broker.cluster_name();
+                // As announced to AMQP clients (`[server_properties]`): clients gate features on
+                // the version.
+                let announced = &self.broker.config.server_properties;
                 let props = [
-                    ("product", "Warren"),
-                    ("version", env!("CARGO_PKG_VERSION")),
+                    ("product", announced.product.as_str()),
+                    ("version", announced.version.as_str()),
                     ("platform", "Rust"),
                     ("cluster_name", cluster.as_str()),
                     ("copyright", "Warren authors"),
