@@ -10,6 +10,7 @@
 //!   under the client's chunk credit.
 //! - `chunk.rs`: the osiris chunk format a `Deliver` carries.
 //! - `super_stream.rs`: super streams (a direct exchange over partition streams).
+//! - `sac.rs`: single active consumer groups, across this node's connections.
 //! - `amqp10.rs`: messages between AMQP 1.0 (the stream protocol's) and the AMQP 0-9-1 form
 //!   Warren's streams hold, with RabbitMQ's mapping.
 
@@ -18,6 +19,7 @@ pub mod chunk;
 mod conn;
 pub mod frame;
 mod out;
+pub mod sac;
 mod subscription;
 pub mod super_stream;
 
@@ -29,9 +31,11 @@ use tokio_rustls::TlsAcceptor;
 use warren_broker::server::Broker;
 
 /// Accepts stream-protocol connections until `shutdown` turns true; over TLS (RabbitMQ's 5551)
-/// when an `acceptor` is given, the handshake bounded as AMQP's is.
+/// when an `acceptor` is given, the handshake bounded as AMQP's is. `groups`: the node's single
+/// active consumer groups, shared by its stream listeners.
 pub async fn serve(
     broker: Arc<Broker>,
+    groups: Arc<sac::Groups>,
     listener: TcpListener,
     acceptor: Option<TlsAcceptor>,
     mut shutdown: watch::Receiver<bool>,
@@ -43,15 +47,16 @@ pub async fn serve(
                     let _ = sock.set_nodelay(true);
                     let local = sock.local_addr().unwrap_or(peer);
                     let broker = broker.clone();
+                    let groups = groups.clone();
                     match &acceptor {
                         None => {
-                            tokio::spawn(conn::serve(broker, sock, peer, local));
+                            tokio::spawn(conn::serve(broker, groups, sock, peer, local));
                         }
                         Some(a) => {
                             let a = a.clone();
                             tokio::spawn(async move {
                                 match tokio::time::timeout(TLS_HANDSHAKE, a.accept(sock)).await {
-                                    Ok(Ok(tls)) => conn::serve(broker, tls, peer, local).await,
+                                    Ok(Ok(tls)) => conn::serve(broker, groups, tls, peer, local).await,
                                     Ok(Err(e)) => tracing::debug!(%peer, error = %e, "stream TLS handshake failed"),
                                     Err(_) => tracing::debug!(%peer, "stream TLS handshake timed out"),
                                 }

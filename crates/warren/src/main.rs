@@ -259,12 +259,13 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             tracing::info!(%addr, ?verify, "warren listening for AMQP 0-9-1 over TLS");
             tokio::spawn(warren_broker::tls::serve(broker.clone(), l, a, rx.clone()))
         });
+        let groups = std::sync::Arc::new(warren_stream_protocol::sac::Groups::default());
         let stream_servers: Vec<_> = stream
             .into_iter()
             .chain(stream_tls)
             .map(|(l, addr, tls)| {
                 tracing::info!(%addr, tls = tls.is_some(), "warren listening for the stream protocol");
-                tokio::spawn(warren_stream_protocol::serve(broker.clone(), l, tls, rx.clone()))
+                tokio::spawn(warren_stream_protocol::serve(broker.clone(), groups.clone(), l, tls, rx.clone()))
             })
             .collect();
         tracing::info!(url = %format!("http://{http_addr}/"), "management UI and HTTP API listening");

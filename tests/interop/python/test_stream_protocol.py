@@ -433,3 +433,55 @@ def test_over_tls_with_a_client_certificate(certs):
         node.cleanup()
     assert got == [b"over tls"]
     assert refused is not None, "a client without a certificate got through"
+
+
+@warren_only
+def test_single_active_consumer_hands_over_when_the_active_one_goes(stream_port):
+    """Two subscriptions of one name (single-active-consumer, RabbitMQ 3.11's): only the first
+    receives; when it goes, the other is told it is active (a consumer update), answers where
+    to start, and receives from there."""
+    from rstream.schema import OffsetSpecification
+
+    s = uname("sp-sac")
+    sac = {"single-active-consumer": "true", "name": "billing"}
+
+    async def go():
+        await publish(stream_port, s, [AMQPMessage(body=f"a{i}".encode()) for i in range(5)])
+        got = {"one": [], "two": []}
+        updates = {"one": [], "two": []}
+
+        def collect(who):
+            async def on(msg, ctx):
+                got[who].append(bytes(msg.body))
+            return on
+
+        def listener(who, start):
+            async def on_update(active, ctx):
+                updates[who].append(active)
+                return start
+            return on_update
+
+        one, two = consumer(stream_port), consumer(stream_port)
+        await one.start()
+        await two.start()
+        await one.subscribe(s, collect("one"), decoder=amqp_decoder, properties=sac,
+                            consumer_update_listener=listener("one", OffsetSpecification(OffsetType.FIRST, 0)))
+        await two.subscribe(s, collect("two"), decoder=amqp_decoder, properties=sac,
+                            consumer_update_listener=listener("two", OffsetSpecification(OffsetType.OFFSET, 5)))
+        await asyncio.sleep(1)
+        await one.close()
+        await asyncio.sleep(1)
+        await publish(stream_port, s, [AMQPMessage(body=f"b{i}".encode()) for i in range(3)], create=False)
+        deadline = asyncio.get_running_loop().time() + 20
+        while len(got["two"]) < 3 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.3)
+        await two.close()
+        await delete(stream_port, s)
+        return got, updates
+
+    got, updates = run(go())
+    assert got["one"] == [f"a{i}".encode() for i in range(5)]
+    assert updates["one"] == [True]
+    assert updates["two"] == [True], "the second subscription was not made active"
+    assert got["two"] == [b"b0", b"b1", b"b2"], got

@@ -14,6 +14,7 @@ use bytes::{Bytes, BytesMut};
 use bytestring::ByteString;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
 use warren_broker::access::Perm;
 use warren_broker::auth::AuthError;
 use warren_broker::confirm::ConfirmTarget;
@@ -27,6 +28,7 @@ use crate::frame::{code, Malformed, OffsetSpec, Request, Writer, RESPONSE};
 mod manage;
 
 use crate::out::Out;
+use crate::sac::{Event, GroupKey, Groups};
 use crate::subscription::Subscription;
 
 /// The largest frame the server offers (RabbitMQ's default `frame_max`, 1 MiB).
@@ -97,6 +99,13 @@ pub struct Conn {
     heartbeat_s: u32,
     publishers: HashMap<u8, Publisher>,
     subscriptions: HashMap<u8, Arc<Subscription>>,
+    /// Single-active-consumer subscriptions: their group, and what starts them once active.
+    sac: HashMap<u8, SacMember>,
+    groups: Arc<Groups>,
+    events: mpsc::UnboundedSender<Event>,
+    /// Consumer updates sent, by correlation id: the subscription each activates.
+    updates: HashMap<u32, u8>,
+    next_corr: u32,
     confirms: Arc<Confirms>,
     target: Arc<dyn ConfirmTarget>,
     next_seq: u64,
@@ -105,8 +114,20 @@ pub struct Conn {
 }
 
 /// Serves one connection until it closes.
-pub async fn serve<S>(broker: Arc<Broker>, sock: S, peer: SocketAddr, local: SocketAddr)
-where
+/// A single-active-consumer subscription: started when its group makes it active.
+struct SacMember {
+    key: GroupKey,
+    stream: Arc<warren_broker::queue::stream::Stream>,
+    credit: u16,
+}
+
+pub async fn serve<S>(
+    broker: Arc<Broker>,
+    groups: Arc<Groups>,
+    sock: S,
+    peer: SocketAddr,
+    local: SocketAddr,
+) where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (mut rd, mut wr) = tokio::io::split(sock);
@@ -126,7 +147,13 @@ where
         out: out.clone(),
         waiting: Mutex::new(HashMap::new()),
     });
+    let (events, mut events_rx) = mpsc::unbounded_channel();
     let mut c = Conn {
+        sac: HashMap::new(),
+        groups,
+        events,
+        updates: HashMap::new(),
+        next_corr: 0,
         id: broker.next_connection_id(),
         broker,
         peer,
@@ -155,7 +182,13 @@ where
             (Phase::Tuned | Phase::Open, h) => Duration::from_secs(2 * h as u64),
             _ => Duration::from_secs(10),
         };
-        let read = tokio::time::timeout(idle, rd.read_buf(&mut buf)).await;
+        let read = tokio::select! {
+            r = tokio::time::timeout(idle, rd.read_buf(&mut buf)) => r,
+            Some(Event::Activate { id }) = events_rx.recv() => {
+                c.activate(id);
+                continue;
+            }
+        };
         match read {
             Err(_) => break "missed heartbeats".to_string(),
             Ok(Err(e)) => break e.to_string(),
@@ -200,6 +233,49 @@ impl Conn {
     fn stop(&mut self) {
         for (_, s) in self.subscriptions.drain() {
             s.stop();
+        }
+        for (id, m) in self.sac.drain() {
+            self.groups.leave(&m.key, self.id, id);
+        }
+    }
+
+    /// Subscription `id` became its group's active member: the client is asked where to start
+    /// (a consumer update); its answer starts it.
+    fn activate(&mut self, id: u8) {
+        if !self.sac.contains_key(&id) || self.subscriptions.contains_key(&id) {
+            return;
+        }
+        self.next_corr = self.next_corr.wrapping_add(1);
+        let corr = self.next_corr;
+        self.updates.insert(corr, id);
+        self.out
+            .send(|w| w.begin(CONSUMER_UPDATE, 1).u32(corr).u8(id).u8(1).end());
+    }
+
+    /// The client's answer to a consumer update: start the subscription at its offset.
+    fn activated(&mut self, corr: u32, offset: Option<OffsetSpec>) {
+        let Some(id) = self.updates.remove(&corr) else {
+            return;
+        };
+        let Some(m) = self.sac.get(&id) else {
+            return;
+        };
+        let started = Subscription::start(
+            m.stream.clone(),
+            id,
+            offset.unwrap_or(OffsetSpec::Next),
+            m.credit,
+            self.out.clone(),
+            self.frame_max,
+            || {},
+        );
+        match started {
+            Ok(s) => {
+                self.subscriptions.insert(id, s);
+            }
+            Err(e) => {
+                tracing::debug!(conn = self.id, subscription = id, error = %e, "active consumer not started")
+            }
         }
     }
 
@@ -338,8 +414,8 @@ impl Conn {
                 stream,
                 offset,
                 credit,
-                ..
-            } => self.subscribe(corr, id, &stream, offset, credit),
+                properties,
+            } => self.subscribe(corr, id, &stream, offset, credit, &properties),
             Request::Credit { id, credit } => match self.subscriptions.get(&id) {
                 Some(s) => s.add_credit(credit),
                 None => self.out.send(|w| {
@@ -350,12 +426,18 @@ impl Conn {
                 }),
             },
             Request::Unsubscribe { corr, id } => {
-                let code = match self.subscriptions.remove(&id) {
-                    Some(s) => {
-                        s.stop();
-                        code::OK
-                    }
-                    None => code::SUBSCRIPTION_ID_DOES_NOT_EXIST,
+                let member = self.sac.remove(&id);
+                let running = self.subscriptions.remove(&id);
+                if let Some(s) = &running {
+                    s.stop();
+                }
+                if let Some(m) = &member {
+                    self.groups.leave(&m.key, self.id, id);
+                }
+                let code = if running.is_some() || member.is_some() {
+                    code::OK
+                } else {
+                    code::SUBSCRIPTION_ID_DOES_NOT_EXIST
                 };
                 self.respond(UNSUBSCRIBE, corr, code);
             }
@@ -393,6 +475,7 @@ impl Conn {
                     (EXCHANGE_COMMAND_VERSIONS, 1, 1),
                     (STREAM_STATS, 1, 1),
                     (CREATE_SUPER_STREAM, 1, 1),
+                    (CONSUMER_UPDATE, 1, 1),
                     (DELETE_SUPER_STREAM, 1, 1),
                 ];
                 w.begin(EXCHANGE_COMMAND_VERSIONS | RESPONSE, 1)
@@ -464,7 +547,7 @@ impl Conn {
                 };
                 self.respond(DELETE_SUPER_STREAM, corr, code);
             }
-            Request::ConsumerUpdateReply { .. } => {}
+            Request::ConsumerUpdateReply { corr, offset, .. } => self.activated(corr, offset),
             Request::Unknown { key, .. } => {
                 tracing::debug!(conn = self.id, key, "unknown stream command");
                 if let Some(corr) = frame
@@ -643,8 +726,16 @@ impl Conn {
         }
     }
 
-    fn subscribe(&mut self, corr: u32, id: u8, name: &str, offset: OffsetSpec, credit: u16) {
-        if self.subscriptions.contains_key(&id) {
+    fn subscribe(
+        &mut self,
+        corr: u32,
+        id: u8,
+        name: &str,
+        offset: OffsetSpec,
+        credit: u16,
+        properties: &[(String, String)],
+    ) {
+        if self.subscriptions.contains_key(&id) || self.sac.contains_key(&id) {
             return self.respond(SUBSCRIBE, corr, code::SUBSCRIPTION_ID_ALREADY_EXISTS);
         }
         if !self.permitted(Perm::Read, name) {
@@ -653,6 +744,36 @@ impl Conn {
         let Some(QueueRef::Stream(s)) = self.stream(name) else {
             return self.respond(SUBSCRIBE, corr, code::STREAM_DOES_NOT_EXIST);
         };
+        let prop = |k: &str| {
+            properties
+                .iter()
+                .find(|(p, _)| p == k)
+                .map(|(_, v)| v.as_str())
+        };
+        if prop("single-active-consumer") == Some("true") {
+            // RabbitMQ needs the group's name.
+            let Some(group) = prop("name") else {
+                return self.respond(SUBSCRIBE, corr, code::PRECONDITION_FAILED);
+            };
+            let key: GroupKey = (
+                self.vhost().name.to_string(),
+                name.to_string(),
+                group.to_string(),
+            );
+            self.sac.insert(
+                id,
+                SacMember {
+                    key: key.clone(),
+                    stream: s,
+                    credit,
+                },
+            );
+            self.respond(SUBSCRIBE, corr, code::OK);
+            if self.groups.join(key, self.id, id, self.events.clone()) {
+                self.activate(id);
+            }
+            return;
+        }
         let out = self.out.clone();
         let max = self.frame_max;
         match Subscription::start(s, id, offset, credit, out.clone(), max, || {
