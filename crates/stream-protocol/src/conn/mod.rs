@@ -24,7 +24,8 @@ use warren_broker::vhost::publish::Published as Routed;
 use warren_broker::vhost::VHost;
 
 use crate::frame::*;
-use crate::frame::{code, Malformed, OffsetSpec, Request, Writer, RESPONSE};
+use crate::frame::{code, Malformed, Request, Writer, RESPONSE};
+mod consume;
 mod manage;
 
 use crate::out::Out;
@@ -236,46 +237,6 @@ impl Conn {
         }
         for (id, m) in self.sac.drain() {
             self.groups.leave(&m.key, self.id, id);
-        }
-    }
-
-    /// Subscription `id` became its group's active member: the client is asked where to start
-    /// (a consumer update); its answer starts it.
-    fn activate(&mut self, id: u8) {
-        if !self.sac.contains_key(&id) || self.subscriptions.contains_key(&id) {
-            return;
-        }
-        self.next_corr = self.next_corr.wrapping_add(1);
-        let corr = self.next_corr;
-        self.updates.insert(corr, id);
-        self.out
-            .send(|w| w.begin(CONSUMER_UPDATE, 1).u32(corr).u8(id).u8(1).end());
-    }
-
-    /// The client's answer to a consumer update: start the subscription at its offset.
-    fn activated(&mut self, corr: u32, offset: Option<OffsetSpec>) {
-        let Some(id) = self.updates.remove(&corr) else {
-            return;
-        };
-        let Some(m) = self.sac.get(&id) else {
-            return;
-        };
-        let started = Subscription::start(
-            m.stream.clone(),
-            id,
-            offset.unwrap_or(OffsetSpec::Next),
-            m.credit,
-            self.out.clone(),
-            self.frame_max,
-            || {},
-        );
-        match started {
-            Ok(s) => {
-                self.subscriptions.insert(id, s);
-            }
-            Err(e) => {
-                tracing::debug!(conn = self.id, subscription = id, error = %e, "active consumer not started")
-            }
         }
     }
 
@@ -723,69 +684,6 @@ impl Conn {
         // for AMQP publishers).
         for q in pressured {
             q.stall(Duration::from_millis(200)).await;
-        }
-    }
-
-    fn subscribe(
-        &mut self,
-        corr: u32,
-        id: u8,
-        name: &str,
-        offset: OffsetSpec,
-        credit: u16,
-        properties: &[(String, String)],
-    ) {
-        if self.subscriptions.contains_key(&id) || self.sac.contains_key(&id) {
-            return self.respond(SUBSCRIBE, corr, code::SUBSCRIPTION_ID_ALREADY_EXISTS);
-        }
-        if !self.permitted(Perm::Read, name) {
-            return self.respond(SUBSCRIBE, corr, code::ACCESS_REFUSED);
-        }
-        let Some(QueueRef::Stream(s)) = self.stream(name) else {
-            return self.respond(SUBSCRIBE, corr, code::STREAM_DOES_NOT_EXIST);
-        };
-        let prop = |k: &str| {
-            properties
-                .iter()
-                .find(|(p, _)| p == k)
-                .map(|(_, v)| v.as_str())
-        };
-        if prop("single-active-consumer") == Some("true") {
-            // RabbitMQ needs the group's name.
-            let Some(group) = prop("name") else {
-                return self.respond(SUBSCRIBE, corr, code::PRECONDITION_FAILED);
-            };
-            let key: GroupKey = (
-                self.vhost().name.to_string(),
-                name.to_string(),
-                group.to_string(),
-            );
-            self.sac.insert(
-                id,
-                SacMember {
-                    key: key.clone(),
-                    stream: s,
-                    credit,
-                },
-            );
-            self.respond(SUBSCRIBE, corr, code::OK);
-            if self.groups.join(key, self.id, id, self.events.clone()) {
-                self.activate(id);
-            }
-            return;
-        }
-        let out = self.out.clone();
-        let max = self.frame_max;
-        match Subscription::start(s, id, offset, credit, out.clone(), max, || {
-            out.send(|w| w.response(SUBSCRIBE, corr, code::OK))
-        }) {
-            Ok(sub) => {
-                self.subscriptions.insert(id, sub);
-            }
-            Err(e) => {
-                tracing::debug!(conn = self.id, stream = name, error = %e, "subscribe refused");
-                self.respond(SUBSCRIBE, corr, code::INTERNAL_ERROR);
-            }
         }
     }
 }
