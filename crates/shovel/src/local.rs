@@ -17,10 +17,8 @@ use tokio::sync::mpsc;
 use warren_broker::confirm::ConfirmTarget;
 use warren_broker::error::AmqpError;
 use warren_broker::flow::SpaceWaiter;
-use warren_broker::queue::fan_out::{ConfirmTo, FannedOut};
 use warren_broker::queue::{Consumer, DeliverySink, Offer, Queue, QueueRef, QueuedMessage};
 use warren_broker::server::Broker;
-use warren_broker::vhost::publish::Published;
 use warren_broker::vhost::{gen_name, QueueSpec, VHost};
 use warren_protocol::FieldTable;
 
@@ -331,30 +329,20 @@ impl LocalDest {
     ) -> Result<Option<bool>, String> {
         let msg = warren_broker::vhost::publish::message(exchange, routing_key, properties, body)
             .map_err(amqp_text)?;
-        let pressured = &mut self.pressured;
         let r = self
             .vhost
-            .publish(
+            .publish_confirmed(
                 msg,
-                &[],
-                false,
-                Some(ConfirmTo::Target(&self.target, seq)),
+                &self.target,
+                seq,
                 &mut self.targets,
-                |q| {
-                    if q.pressured() {
-                        pressured.push(q.clone());
-                    }
-                },
+                &mut self.pressured,
             )
             .map_err(amqp_text)?;
         for q in std::mem::take(&mut self.pressured) {
             q.stall(STALL).await;
         }
-        Ok(match r {
-            Published::Routed(FannedOut::Pending) | Published::Held => None,
-            Published::Routed(FannedOut::Settled { accepted }) => Some(accepted),
-            Published::Unroutable(_) => Some(true),
-        })
+        Ok(r)
     }
 
     /// The next confirm of a publish that waited for a write: (seq, stored).

@@ -11,6 +11,7 @@ use warren_protocol::properties::{self, BasicProperties};
 use warren_protocol::ByteString;
 
 use super::VHost;
+use crate::confirm::ConfirmTarget;
 use crate::error::{AmqpError, AmqpResult};
 use crate::message::{Forwarded, Message};
 use crate::queue::args::parse_expiration;
@@ -103,6 +104,39 @@ impl VHost {
         let out = fan_out(&Arc::new(msg), targets, confirm, each);
         targets.clear();
         Ok(Published::Routed(out))
+    }
+
+    /// [`VHost::publish`] for a front end that confirms every publish (a shovel's or federation
+    /// link's local end, a stream-protocol publisher): `seq` is confirmed to `target`, and the
+    /// queues it went to that are falling behind are added to `pressured` (the caller waits
+    /// for them before it takes more). What it came to: `None` while its confirm is to come,
+    /// `Some(stored)` when it is settled now (no write to wait for, or unroutable, which
+    /// RabbitMQ confirms).
+    pub fn publish_confirmed(
+        self: &Arc<Self>,
+        msg: Message,
+        target: &Arc<dyn ConfirmTarget>,
+        seq: u64,
+        targets: &mut Vec<QueueRef>,
+        pressured: &mut Vec<QueueRef>,
+    ) -> AmqpResult<Option<bool>> {
+        let r = self.publish(
+            msg,
+            &[],
+            false,
+            Some(ConfirmTo::Target(target, seq)),
+            targets,
+            |q| {
+                if q.pressured() {
+                    pressured.push(q.clone());
+                }
+            },
+        )?;
+        Ok(match r {
+            Published::Routed(FannedOut::Pending) | Published::Held => None,
+            Published::Routed(FannedOut::Settled { accepted }) => Some(accepted),
+            Published::Unroutable(_) => Some(true),
+        })
     }
 
     /// Whether no binding of a delayed exchange would take `msg` now (`targets` is left empty).

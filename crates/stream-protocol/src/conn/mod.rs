@@ -18,9 +18,8 @@ use tokio::sync::mpsc;
 use warren_broker::access::Perm;
 use warren_broker::auth::AuthError;
 use warren_broker::confirm::ConfirmTarget;
-use warren_broker::queue::{ConfirmTo, FannedOut, QueueRef};
+use warren_broker::queue::QueueRef;
 use warren_broker::server::Broker;
-use warren_broker::vhost::publish::Published as Routed;
 use warren_broker::vhost::VHost;
 
 use crate::frame::*;
@@ -615,19 +614,25 @@ impl Conn {
     }
 
     async fn publish(&mut self, publisher: u8, messages: Vec<Published>) {
-        let Some(p) = self.publishers.get(&publisher) else {
-            let ids: Vec<u64> = messages.iter().map(|m| m.publishing_id).collect();
-            self.out.send(|w| {
+        let refuse = |out: &Out, code: u16| {
+            out.send(|w| {
                 w.begin(PUBLISH_ERROR, 1)
                     .u8(publisher)
-                    .u32(ids.len() as u32);
-                for id in ids {
-                    w.u64(id).u16(code::PUBLISHER_DOES_NOT_EXIST);
+                    .u32(messages.len() as u32);
+                for m in &messages {
+                    w.u64(m.publishing_id).u16(code);
                 }
                 w.end();
-            });
-            return;
+            })
         };
+        let Some(p) = self.publishers.get(&publisher) else {
+            return refuse(&self.out, code::PUBLISHER_DOES_NOT_EXIST);
+        };
+        // Routed through the default exchange, a message for a deleted stream would be
+        // unroutable, which AMQP confirms; here it is an error, as RabbitMQ's.
+        if self.stream(&p.stream).is_none() {
+            return refuse(&self.out, code::STREAM_DOES_NOT_EXIST);
+        }
         let stream = ByteString::from(p.stream.as_str());
         let vhost = self.vhost().clone();
         let mut pressured: Vec<QueueRef> = Vec::new();
@@ -656,23 +661,9 @@ impl Conn {
                 .waiting
                 .lock()
                 .insert(seq, (publisher, m.publishing_id));
-            let r = vhost.publish(
-                msg,
-                &[],
-                false,
-                Some(ConfirmTo::Target(&self.target, seq)),
-                &mut self.targets,
-                |q| {
-                    if q.pressured() {
-                        pressured.push(q.clone());
-                    }
-                },
-            );
-            let settled = match r {
-                Ok(Routed::Routed(FannedOut::Pending)) | Ok(Routed::Held) => None,
-                Ok(Routed::Routed(FannedOut::Settled { accepted })) => Some(accepted),
-                Ok(Routed::Unroutable(_)) | Err(_) => Some(false),
-            };
+            let settled = vhost
+                .publish_confirmed(msg, &self.target, seq, &mut self.targets, &mut pressured)
+                .unwrap_or(Some(false));
             if let Some(ok) = settled {
                 if self.confirms.waiting.lock().remove(&seq).is_some() {
                     self.out
