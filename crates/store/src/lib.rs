@@ -7,6 +7,8 @@
 //!   record in the middle.
 //! - [`stream`]: [`stream::StreamLog`], a stream's segments: offsets, a sparse index, reads by
 //!   offset or time without a lock, retention by whole segments.
+//! - [`tracking`]: a stream's stored consumer offsets and publisher sequences, beside its
+//!   segments.
 //! - [`snapshot`]: a small file replaced atomically (write, fsync, rename, fsync dir).
 //!
 //! Invariant: this crate knows record bytes, sequence numbers and files, never AMQP methods.
@@ -16,5 +18,6 @@ pub mod log;
 pub mod record;
 pub mod snapshot;
 pub mod stream;
+pub mod tracking;
 
 pub use log::{segment_ids, segment_path, Cursor, LiveSet, QueueLog, Recovery, Written};

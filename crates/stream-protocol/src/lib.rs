@@ -4,8 +4,9 @@
 //!
 //! - `frame.rs`: the protocol's frames (what clients send, and a writer for what the server
 //!   sends).
-//! - `conn.rs`: a connection: the handshake, then each command; `out.rs`: what it sends, one
-//!   socket write at a time.
+//! - `conn/`: a connection: the handshake, then each command (`manage.rs`: streams and super
+//!   streams; `publish.rs`: publishers; `consume.rs`: subscriptions); `out.rs`: what it sends,
+//!   one socket write at a time; `publishers.rs`: publishers' confirms and deduplication.
 //! - `subscription.rs`: a subscription: a stream consumer whose messages go out as chunks
 //!   under the client's chunk credit.
 //! - `chunk.rs`: the osiris chunk format a `Deliver` carries.
@@ -19,6 +20,7 @@ pub mod chunk;
 mod conn;
 pub mod frame;
 mod out;
+mod publishers;
 pub mod sac;
 mod subscription;
 pub mod super_stream;

@@ -11,8 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use bytestring::ByteString;
-use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use warren_broker::access::Perm;
@@ -23,11 +21,13 @@ use warren_broker::server::Broker;
 use warren_broker::vhost::VHost;
 
 use crate::frame::*;
-use crate::frame::{code, Malformed, Request, Writer, RESPONSE};
+use crate::frame::{code, Malformed, Request, RESPONSE};
 mod consume;
 mod manage;
+mod publish;
 
 use crate::out::Out;
+use crate::publishers::{Confirms, Publisher};
 use crate::sac::{Event, GroupKey, Groups};
 use crate::subscription::Subscription;
 
@@ -35,44 +35,6 @@ use crate::subscription::Subscription;
 pub const FRAME_MAX: u32 = 1_048_576;
 /// The heartbeat the server offers, in seconds (RabbitMQ's default).
 pub const HEARTBEAT_S: u32 = 60;
-
-/// Publish confirms from the persister: mapped back to (publisher, publishing id) and sent
-/// as `PublishConfirm` / `PublishError` frames.
-struct Confirms {
-    out: Arc<Out>,
-    /// seq -> (publisher id, publishing id).
-    waiting: Mutex<HashMap<u64, (u8, u64)>>,
-}
-
-impl ConfirmTarget for Confirms {
-    fn confirmed(self: Arc<Self>, seq: u64, ok: bool) {
-        let Some((publisher, id)) = self.waiting.lock().remove(&seq) else {
-            return;
-        };
-        self.out.send(|w| confirm(w, publisher, id, ok));
-    }
-}
-
-fn confirm(w: &mut Writer, publisher: u8, id: u64, ok: bool) {
-    if ok {
-        w.begin(PUBLISH_CONFIRM, 1)
-            .u8(publisher)
-            .u32(1)
-            .u64(id)
-            .end();
-    } else {
-        w.begin(PUBLISH_ERROR, 1)
-            .u8(publisher)
-            .u32(1)
-            .u64(id)
-            .u16(code::INTERNAL_ERROR)
-            .end();
-    }
-}
-
-struct Publisher {
-    stream: String,
-}
 
 /// Where a connection is in its handshake.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -143,10 +105,7 @@ pub async fn serve<S>(
             }
         })
     };
-    let confirms = Arc::new(Confirms {
-        out: out.clone(),
-        waiting: Mutex::new(HashMap::new()),
-    });
+    let confirms = Arc::new(Confirms::new(out.clone()));
     let (events, mut events_rx) = mpsc::unbounded_channel();
     let mut c = Conn {
         sac: HashMap::new(),
@@ -231,6 +190,9 @@ pub async fn serve<S>(
 
 impl Conn {
     fn stop(&mut self) {
+        for (_, p) in self.publishers.drain() {
+            p.flush();
+        }
         for (_, s) in self.subscriptions.drain() {
             s.stop();
         }
@@ -333,23 +295,17 @@ impl Conn {
             Request::Delete { corr, stream } => self.delete(corr, &stream),
             Request::Metadata { corr, streams } => self.metadata(corr, &streams),
             Request::DeclarePublisher {
-                corr, id, stream, ..
-            } => {
-                let code = if self.publishers.contains_key(&id) {
-                    code::PRECONDITION_FAILED
-                } else if !self.permitted(Perm::Write, &stream) {
-                    code::ACCESS_REFUSED
-                } else if self.stream(&stream).is_none() {
-                    code::STREAM_DOES_NOT_EXIST
-                } else {
-                    self.publishers.insert(id, Publisher { stream });
-                    code::OK
-                };
-                self.respond(DECLARE_PUBLISHER, corr, code);
-            }
+                corr,
+                id,
+                reference,
+                stream,
+            } => self.declare_publisher(corr, id, reference, stream),
             Request::DeletePublisher { corr, id } => {
                 let code = match self.publishers.remove(&id) {
-                    Some(_) => code::OK,
+                    Some(p) => {
+                        p.flush();
+                        code::OK
+                    }
                     None => code::PUBLISHER_DOES_NOT_EXIST,
                 };
                 self.respond(DELETE_PUBLISHER, corr, code);
@@ -358,16 +314,11 @@ impl Conn {
                 publisher,
                 messages,
             } => self.publish(publisher, messages).await,
-            Request::QueryPublisherSequence { corr, .. } => {
-                // Deduplication is not kept yet: no sequence is known for any reference.
-                self.out.send(|w| {
-                    w.begin(QUERY_PUBLISHER_SEQUENCE | RESPONSE, 1)
-                        .u32(corr)
-                        .u16(code::OK)
-                        .u64(0)
-                        .end()
-                });
-            }
+            Request::QueryPublisherSequence {
+                corr,
+                reference,
+                stream,
+            } => self.query_publisher_sequence(corr, &reference, &stream),
             Request::Subscribe {
                 corr,
                 id,
@@ -401,14 +352,40 @@ impl Conn {
                 };
                 self.respond(UNSUBSCRIBE, corr, code);
             }
-            Request::StoreOffset { .. } => {}
-            Request::QueryOffset { corr, .. } => self.out.send(|w| {
-                w.begin(QUERY_OFFSET | RESPONSE, 1)
-                    .u32(corr)
-                    .u16(code::NO_OFFSET)
-                    .u64(0)
-                    .end()
-            }),
+            Request::StoreOffset {
+                reference,
+                stream,
+                offset,
+            } => {
+                if self.permitted(Perm::Read, &stream) {
+                    if let Some(QueueRef::Stream(s)) = self.stream(&stream) {
+                        s.store_offset(&reference, offset);
+                    }
+                }
+            }
+            Request::QueryOffset {
+                corr,
+                reference,
+                stream,
+            } => {
+                let (code, offset) = match self.stream(&stream) {
+                    Some(QueueRef::Stream(s)) if self.permitted(Perm::Read, &stream) => {
+                        match s.stored_offset(&reference) {
+                            Some(o) => (code::OK, o),
+                            None => (code::NO_OFFSET, 0),
+                        }
+                    }
+                    Some(_) => (code::ACCESS_REFUSED, 0),
+                    None => (code::STREAM_DOES_NOT_EXIST, 0),
+                };
+                self.out.send(|w| {
+                    w.begin(QUERY_OFFSET | RESPONSE, 1)
+                        .u32(corr)
+                        .u16(code)
+                        .u64(offset)
+                        .end()
+                });
+            }
             Request::ExchangeCommandVersions { corr, .. } => self.out.send(|w| {
                 let ours: &[(u16, u16, u16)] = &[
                     (DECLARE_PUBLISHER, 1, 1),
@@ -611,71 +588,6 @@ impl Conn {
         self.vhost()
             .queue(name)
             .filter(|q| matches!(q, QueueRef::Stream(_)))
-    }
-
-    async fn publish(&mut self, publisher: u8, messages: Vec<Published>) {
-        let refuse = |out: &Out, code: u16| {
-            out.send(|w| {
-                w.begin(PUBLISH_ERROR, 1)
-                    .u8(publisher)
-                    .u32(messages.len() as u32);
-                for m in &messages {
-                    w.u64(m.publishing_id).u16(code);
-                }
-                w.end();
-            })
-        };
-        let Some(p) = self.publishers.get(&publisher) else {
-            return refuse(&self.out, code::PUBLISHER_DOES_NOT_EXIST);
-        };
-        // Routed through the default exchange, a message for a deleted stream would be
-        // unroutable, which AMQP confirms; here it is an error, as RabbitMQ's.
-        if self.stream(&p.stream).is_none() {
-            return refuse(&self.out, code::STREAM_DOES_NOT_EXIST);
-        }
-        let stream = ByteString::from(p.stream.as_str());
-        let vhost = self.vhost().clone();
-        let mut pressured: Vec<QueueRef> = Vec::new();
-        for m in messages {
-            let built = crate::amqp10::to_amqp091(&m.message).and_then(|(props, body)| {
-                warren_broker::vhost::publish::message(
-                    ByteString::from_static(""),
-                    stream.clone(),
-                    props.to_bytes(),
-                    body,
-                )
-                .map_err(|e| e.text.to_string())
-            });
-            let msg = match built {
-                Ok(msg) => msg,
-                Err(why) => {
-                    tracing::debug!(conn = self.id, why = %why, "unreadable message published");
-                    self.out
-                        .send(|w| confirm(w, publisher, m.publishing_id, false));
-                    continue;
-                }
-            };
-            self.next_seq += 1;
-            let seq = self.next_seq;
-            self.confirms
-                .waiting
-                .lock()
-                .insert(seq, (publisher, m.publishing_id));
-            let settled = vhost
-                .publish_confirmed(msg, &self.target, seq, &mut self.targets, &mut pressured)
-                .unwrap_or(Some(false));
-            if let Some(ok) = settled {
-                if self.confirms.waiting.lock().remove(&seq).is_some() {
-                    self.out
-                        .send(|w| confirm(w, publisher, m.publishing_id, ok));
-                }
-            }
-        }
-        // A stream that falls behind its writes holds this connection's reads (credit flow, as
-        // for AMQP publishers).
-        for q in pressured {
-            q.stall(Duration::from_millis(200)).await;
-        }
     }
 }
 

@@ -24,6 +24,7 @@
 //!   (`Logged`) that commit offsets and wake readers.
 //! - `consumers`: adding and removing consumers, their credit (acks), counts.
 //! - `read`: a consumer's task, reading from the tail cache or the segment files.
+//! - `tracking`: stored consumer offsets and publisher sequences (the stream protocol's).
 //!
 //! The shared types stay here, not in a child: every child imports `super`, and this file imports
 //! no child, so the split adds no import cycle. No benchmark counts a stream method by its symbol
@@ -31,6 +32,7 @@
 
 mod consumers;
 mod read;
+mod tracking;
 mod write;
 
 use crate::clock::unix_ms;
@@ -226,6 +228,9 @@ pub struct Stream {
     pressure: AtomicBool,
     relieved: tokio::sync::Notify,
     pub stats: QueueStats,
+    /// Stored consumer offsets and publisher sequences (`tracking`); `None` if its file could
+    /// not be opened (logged; the stream works without them).
+    tracking: Mutex<Option<warren_store::tracking::Tracking>>,
 }
 
 impl std::fmt::Debug for Stream {
@@ -249,6 +254,13 @@ impl Stream {
         let log = StreamLog::open(&dir, segment)?;
         let next = log.next_offset();
         let first = log.first_offset();
+        let tracking = match warren_store::tracking::Tracking::open(&dir) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::error!(vhost = %vhost, stream = %name, error = %e, "cannot open the stream's tracking: stored offsets are not kept");
+                None
+            }
+        };
         if next > 0 {
             tracing::info!(vhost = %vhost, stream = %name, first, next, segments = log.segment_count(), "stream recovered");
         }
@@ -278,6 +290,7 @@ impl Stream {
             pressure: AtomicBool::new(false),
             relieved: tokio::sync::Notify::new(),
             stats: QueueStats::default(),
+            tracking: Mutex::new(tracking),
         }))
     }
 
