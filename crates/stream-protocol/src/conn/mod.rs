@@ -100,8 +100,10 @@ pub async fn serve<S>(
             loop {
                 let b = out.next().await;
                 if wr.write_all(&b).await.is_err() {
+                    out.close();
                     return;
                 }
+                out.written();
             }
         })
     };
@@ -134,6 +136,8 @@ pub async fn serve<S>(
     tracing::debug!(peer = %peer, conn = c.id, "stream connection accepted");
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let why = loop {
+        // Credit flow: a client that does not read what it is sent is not read from either.
+        c.out.below_high().await;
         // Until tuned, a silent client is dropped after RabbitMQ's handshake timeout (10 s);
         // after, twice the heartbeat.
         let idle = match (c.phase, c.heartbeat_s) {
