@@ -9,6 +9,7 @@ RabbitMQ tests RabbitMQ 3.10 at the other end (test_shovel.py's fixture)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -275,6 +276,29 @@ def test_rabbitmq_upstream_to_warren(api, amqp_url, cleanup, rabbitmq):
             safe_close(c)
 
 
+@contextlib.contextmanager
+def rabbitmq_federates_from(rapi: Api, amqp_url: str, kind: str, name: str):
+    """RabbitMQ's federation plugin federating the exchange or queue (`kind`) `name` from
+    Warren (an upstream and a policy on RabbitMQ), once its link runs; removed after."""
+    up, pol = f"up-{name}", f"pol-{name}"
+    try:
+        st, body = put(rapi, "federation-upstream", up, {"uri": amqp_url.split("?")[0]})
+        assert st in (201, 204), body
+        st, body = rapi.call("PUT", f"/api/policies/%2F/{q(pol)}", {
+            "pattern": f"^{name}$", "definition": {"federation-upstream": up}, "apply-to": f"{kind}s"})
+        assert st in (201, 204), body
+
+        def running():
+            st, rows = rapi.call("GET", "/api/federation-links")
+            return any(r.get(kind) == name and r.get("status") == "running" for r in rows)
+
+        wait_until(running, timeout=30, what=f"RabbitMQ's link of {kind} {name} to Warren running")
+        yield
+    finally:
+        rapi.call("DELETE", f"/api/policies/%2F/{q(pol)}")
+        rapi.call("DELETE", f"/api/parameters/federation-upstream/%2F/{q(up)}")
+
+
 def test_rabbitmqs_federation_from_warren(api, amqp_url, rabbitmq):
     """RabbitMQ 3.10's federation plugin on the downstream side, Warren upstream: RabbitMQ's link
     declares an `x-federation-upstream` exchange on Warren."""
@@ -284,28 +308,15 @@ def test_rabbitmqs_federation_from_warren(api, amqp_url, rabbitmq):
     declare_x(amqp_url, x)
     declare_x(rmq, x)
     qr = bound_queue(rmq, x, "#")
-    up, pol = f"up-{x}", f"pol-{x}"
     try:
-        st, body = put(rapi, "federation-upstream", up, {"uri": amqp_url.split("?")[0]})
-        assert st in (201, 204), body
-        st, body = rapi.call("PUT", f"/api/policies/%2F/{q(pol)}", {
-            "pattern": f"^{x}$", "definition": {"federation-upstream": up}, "apply-to": "exchanges"})
-        assert st in (201, 204), body
-
-        def running():
-            st, rows = rapi.call("GET", "/api/federation-links")
-            return any(r.get("exchange") == x and r.get("status") == "running" for r in rows)
-
-        wait_until(running, timeout=30, what="RabbitMQ's link to Warren running")
-        time.sleep(2)
-        for i in range(10):
-            publish(amqp_url, x, "any.key", f"w{i}".encode())
-        wait_until(lambda: depth(rmq, qr) == 10, timeout=30, what="10 from Warren at RabbitMQ")
-        (_, props, _), *_ = received(rmq, qr, 10)
-        assert props.headers["x-received-from"][0]["exchange"] == x
+        with rabbitmq_federates_from(rapi, amqp_url, "exchange", x):
+            time.sleep(2)
+            for i in range(10):
+                publish(amqp_url, x, "any.key", f"w{i}".encode())
+            wait_until(lambda: depth(rmq, qr) == 10, timeout=30, what="10 from Warren at RabbitMQ")
+            (_, props, _), *_ = received(rmq, qr, 10)
+            assert props.headers["x-received-from"][0]["exchange"] == x
     finally:
-        rapi.call("DELETE", f"/api/policies/%2F/{q(pol)}")
-        rapi.call("DELETE", f"/api/parameters/federation-upstream/%2F/{q(up)}")
         c = connect(rmq)
         try:
             c.channel().exchange_delete(x)
@@ -584,25 +595,12 @@ def test_rabbitmqs_queue_federation_from_warren(api, amqp_url, rabbitmq):
     qn = uname("fromwarrenq")
     declare_q(rmq, qn)
     fill(amqp_url, qn, [f"w{i}".encode() for i in range(10)])
-    up, pol = f"up-{qn}", f"pol-{qn}"
     try:
-        st, body = put(rapi, "federation-upstream", up, {"uri": amqp_url.split("?")[0]})
-        assert st in (201, 204), body
-        st, body = rapi.call("PUT", f"/api/policies/%2F/{q(pol)}", {
-            "pattern": f"^{qn}$", "definition": {"federation-upstream": up}, "apply-to": "queues"})
-        assert st in (201, 204), body
-
-        def running():
-            st, rows = rapi.call("GET", "/api/federation-links")
-            return any(r.get("queue") == qn and r.get("status") == "running" for r in rows)
-
-        wait_until(running, timeout=30, what="RabbitMQ's queue link to Warren running")
-        got = consume_n(rmq, qn, 10)
-        assert sorted(b for _, _, b in got) == sorted(f"w{i}".encode() for i in range(10))
-        assert depth(amqp_url, qn) == 0
+        with rabbitmq_federates_from(rapi, amqp_url, "queue", qn):
+            got = consume_n(rmq, qn, 10)
+            assert sorted(b for _, _, b in got) == sorted(f"w{i}".encode() for i in range(10))
+            assert depth(amqp_url, qn) == 0
     finally:
-        rapi.call("DELETE", f"/api/policies/%2F/{q(pol)}")
-        rapi.call("DELETE", f"/api/parameters/federation-upstream/%2F/{q(up)}")
         c = connect(rmq)
         try:
             c.channel().queue_delete(qn)
