@@ -6,9 +6,11 @@
 //! stream has none of those and instead needs reads by offset and by time from any position,
 //! so its bookkeeping is a sparse index per segment.
 //!
-//! Records: kind [`KIND_CHUNK`] starts a chunk (the records of one group write), kind
-//! [`KIND_ENTRY`] continues it; `seq` is the entry's offset and `data` is `timestamp_ms u64 |
-//! message`. Offsets are dense and only grow, and survive restarts: a segment's file name is
+//! Records: kind [`KIND_HEADER`] opens a segment with its format version ([`SEGMENT_VERSION`];
+//! a segment without one is of version 1, the same records: a newer version is refused at
+//! open, never read as something else); kind [`KIND_CHUNK`] starts a chunk (the records of one
+//! group write, or of one replicated entry: [`StreamLog::start_chunk`]), kind [`KIND_ENTRY`]
+//! continues it; `seq` is the entry's offset and `data` is `timestamp_ms u64 | message`. Offsets are dense and only grow, and survive restarts: a segment's file name is
 //! its first offset, so even an empty current segment says where offsets resume.
 //!
 //! Memory: per segment a handful of counters and one index entry per [`INDEX_EVERY_BYTES`] of
@@ -22,12 +24,21 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 
-use crate::record::{self, Scan, HEADER_BYTES};
+mod records;
+
+use crate::record::HEADER_BYTES;
+
+pub use records::read;
+use records::{encode_entry, scan_segment};
 
 pub const KIND_CHUNK: u8 = 5;
 pub const KIND_ENTRY: u8 = 6;
+/// A segment's first record: `seq` its first offset, `data` a zero timestamp and the version.
+pub const KIND_HEADER: u8 = 7;
+/// The segment format this build writes, and the newest it reads.
+pub const SEGMENT_VERSION: u8 = 1;
 /// One index entry per this many bytes of segment: a read by offset starts at most this far
 /// before the record it wants.
 pub const INDEX_EVERY_BYTES: u64 = 1024 * 1024;
@@ -71,6 +82,8 @@ struct Pending<T> {
     ts_ms: u64,
     data: Bytes,
     token: Option<T>,
+    /// Starts a chunk of its own (`start_chunk`).
+    chunk: bool,
 }
 
 /// Where a reader finds `offset`: a file, a position in it at or before the record, and how far
@@ -94,6 +107,8 @@ pub struct StreamLog<T> {
     append: File,
     pending: VecDeque<Pending<T>>,
     pending_bytes: u64,
+    /// The next append starts a chunk of its own.
+    chunk_next: bool,
     next_offset: u64,
     /// Offsets below this are in the files.
     written: u64,
@@ -107,14 +122,36 @@ pub struct StreamLog<T> {
 
 use crate::log::segment_path;
 
-fn ts_of(data: &[u8]) -> u64 {
-    data.get(..8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_be_bytes)
-}
-
 fn open_read(path: &Path) -> std::io::Result<File> {
     OpenOptions::new().read(true).open(path)
+}
+
+/// The bytes of a segment's header record.
+fn header_len() -> u64 {
+    (HEADER_BYTES + 17 + 1) as u64
+}
+
+/// The length of the header at the start of `file`: 0 for a segment of version 1 without one.
+fn header_of(file: &File) -> u64 {
+    let mut b = [0u8; HEADER_BYTES + 1];
+    match file.read_exact_at(&mut b, 0) {
+        Ok(()) if b[HEADER_BYTES] == KIND_HEADER => header_len(),
+        _ => 0,
+    }
+}
+
+/// Creates the segment that starts at `first` with its header (truncating one left there),
+/// for appending; returns the append handle and the segment.
+fn new_segment(dir: &Path, first: u64) -> std::io::Result<(File, Segment)> {
+    let path = segment_path(dir, first);
+    let mut b = BytesMut::new();
+    encode_entry(&mut b, KIND_HEADER, first, 0, &[SEGMENT_VERSION]);
+    fs::write(&path, &b)?;
+    let append = OpenOptions::new().append(true).open(&path)?;
+    let file = open_read(&path)?;
+    let mut seg = Segment::empty(first, path, file);
+    seg.len = b.len() as u64;
+    Ok((append, seg))
 }
 
 impl Segment {
@@ -140,7 +177,7 @@ impl<T> StreamLog<T> {
         fs::create_dir_all(dir)?;
         let mut firsts = crate::log::segment_ids(dir)?;
         if firsts.is_empty() {
-            File::create(segment_path(dir, 0))?;
+            new_segment(dir, 0)?;
             firsts.push(0);
         }
         let mut segments = VecDeque::new();
@@ -177,6 +214,7 @@ impl<T> StreamLog<T> {
             append,
             pending: VecDeque::new(),
             pending_bytes: 0,
+            chunk_next: false,
             next_offset,
             written: next_offset,
             last_chunk,
@@ -196,8 +234,16 @@ impl<T> StreamLog<T> {
             ts_ms,
             data,
             token,
+            chunk: std::mem::take(&mut self.chunk_next),
         });
         offset
+    }
+
+    /// The next append starts a chunk of its own, and so a group write of its own: a
+    /// replicated stream writes each entry of its group as one chunk, so every member's
+    /// chunks, and with them its segment files, are the same.
+    pub fn start_chunk(&mut self) {
+        self.chunk_next = true;
     }
 
     pub fn next_offset(&self) -> u64 {
@@ -236,7 +282,9 @@ impl<T> StreamLog<T> {
     }
 
     /// Writes the buffered entries as one chunk (starting a new segment first if the current
-    /// one is full). The caller fsyncs the returned file before acting on the tokens.
+    /// one is full), up to the next entry that starts a chunk of its own: the caller calls it
+    /// again while [`StreamLog::has_pending`]. The caller fsyncs the returned file before
+    /// acting on the tokens.
     pub fn write_pending(&mut self) -> StreamWritten<T> {
         if self.pending.is_empty() {
             return Ok((Vec::new(), None, self.written));
@@ -264,7 +312,11 @@ impl<T> StreamLog<T> {
         let mut first = true;
         let (mut first_ts, mut last_ts) = (seg.first_ts, seg.last_ts);
         let empty = seg.next == seg.first;
-        for p in self.pending.drain(..) {
+        while let Some(p) = self.pending.pop_front() {
+            if p.chunk && !first {
+                self.pending.push_front(p);
+                break;
+            }
             let kind = if std::mem::take(&mut first) {
                 KIND_CHUNK
             } else {
@@ -285,10 +337,10 @@ impl<T> StreamLog<T> {
                 first_ts = p.ts_ms;
             }
             last_ts = p.ts_ms;
+            self.pending_bytes -= p.data.len() as u64;
             tokens.extend(p.token);
         }
-        self.pending_bytes = 0;
-        let end = self.next_offset;
+        let end = self.pending.front().map_or(self.next_offset, |p| p.offset);
         if let Err(e) = self.append.write_all(&self.buf) {
             let _ = self.append.set_len(start_len);
             // Those offsets are lost: readers skip the gap.
@@ -323,15 +375,91 @@ impl<T> StreamLog<T> {
 
     fn rotate(&mut self) -> std::io::Result<()> {
         let first = self.pending.front().map_or(self.next_offset, |p| p.offset);
-        let path = segment_path(&self.dir, first);
-        let append = OpenOptions::new().create(true).append(true).open(&path)?;
-        let file = open_read(&path)?;
+        let (append, seg) = new_segment(&self.dir, first)?;
         // The new name must survive a crash, or offsets would resume from the old segment's end.
         if let Ok(d) = File::open(&self.dir) {
             let _ = d.sync_all();
         }
         self.append = append;
-        self.segments.push_back(Segment::empty(first, path, file));
+        self.segments.push_back(seg);
+        Ok(())
+    }
+
+    /// Cuts everything from `offset` on (nothing may be pending): a replicated stream's member
+    /// at boot, back to what its group has applied durably, so that the entries after it are
+    /// applied again exactly once. Whole segments past it go; the one holding it is cut at the
+    /// record. The files are fsynced before it returns.
+    pub fn truncate_to(&mut self, offset: u64) -> std::io::Result<()> {
+        if offset >= self.next_offset {
+            return Ok(());
+        }
+        self.take_pending();
+        while self.segments.len() > 1 && self.segments.back().is_some_and(|s| s.first >= offset) {
+            let s = self.segments.pop_back().expect("checked");
+            fs::remove_file(&s.path)?;
+        }
+        let seg = self.segments.back_mut().expect("one segment");
+        let size = if offset <= seg.first {
+            header_len()
+        } else {
+            // The position of the record `offset`: scan from an index entry before it.
+            let j = seg.index.partition_point(|e| e.offset < offset);
+            let mut pos = j.checked_sub(1).map_or(0, |j| seg.index[j].pos);
+            loop {
+                let plan = ReadPlan {
+                    file: seg.file.clone(),
+                    pos,
+                    end: seg.len,
+                    segment: seg.first,
+                };
+                let (got, end) = read(&plan, READ_BYTES)?;
+                if got.is_empty() {
+                    break seg.len;
+                }
+                match got.iter().position(|e| e.offset >= offset) {
+                    Some(i) => {
+                        // Each record's length from its data: header + kind, seq, ts, data.
+                        let skip: u64 = got[..i]
+                            .iter()
+                            .map(|e| (HEADER_BYTES + 17 + e.data.len()) as u64)
+                            .sum();
+                        break pos + skip + if pos == 0 { header_of(&seg.file) } else { 0 };
+                    }
+                    None => pos = end,
+                }
+            }
+        };
+        let f = OpenOptions::new().write(true).open(&seg.path)?;
+        f.set_len(size)?;
+        f.sync_all()?;
+        self.append = OpenOptions::new().append(true).open(&seg.path)?;
+        seg.len = size.min(seg.len);
+        seg.next = offset.max(seg.first);
+        seg.index.retain(|e| e.offset < offset);
+        self.next_offset = seg.next;
+        self.written = seg.next;
+        self.last_chunk = self.last_chunk.min(seg.next.saturating_sub(1));
+        Ok(())
+    }
+
+    /// Drops every segment and starts again, empty, at `first`: a replicated stream's member
+    /// whose copy is behind what its group kept (it fetches the rest from another member).
+    pub fn reset(&mut self, first: u64) -> std::io::Result<()> {
+        self.take_pending();
+        let (append, seg) = new_segment(&self.dir, first)?;
+        for s in std::mem::take(&mut self.segments) {
+            if s.first != first {
+                fs::remove_file(&s.path)?;
+            }
+        }
+        if let Ok(d) = File::open(&self.dir) {
+            let _ = d.sync_all();
+        }
+        self.append = append;
+        self.segments.push_back(seg);
+        self.next_offset = first;
+        self.written = first;
+        self.last_chunk = first;
         Ok(())
     }
 
@@ -420,304 +548,5 @@ impl<T> StreamLog<T> {
     }
 }
 
-/// [`record::encode`] of `ts_ms | data`, without first copying them into one buffer.
-fn encode_entry(buf: &mut BytesMut, kind: u8, offset: u64, ts_ms: u64, data: &[u8]) {
-    let len = (1 + 8 + 8 + data.len()) as u32;
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&[kind]);
-    crc.update(&offset.to_be_bytes());
-    crc.update(&ts_ms.to_be_bytes());
-    crc.update(data);
-    buf.reserve(HEADER_BYTES + len as usize);
-    buf.put_u32(record::MAGIC);
-    buf.put_u32(len);
-    buf.put_u32(crc.finalize());
-    buf.put_u8(kind);
-    buf.put_u64(offset);
-    buf.put_u64(ts_ms);
-    buf.put_slice(data);
-}
-
-/// Reads whole entries from `plan.pos` up to about `max_bytes` (at least one whole entry if
-/// there is one), without any lock. Returns them and the position after the last one.
-pub fn read(plan: &ReadPlan, max_bytes: u64) -> std::io::Result<(Vec<Entry>, u64)> {
-    let mut out = Vec::new();
-    let mut pos = plan.pos;
-    if pos >= plan.end {
-        return Ok((out, pos));
-    }
-    let mut want = max_bytes.max(HEADER_BYTES as u64).min(plan.end - pos);
-    loop {
-        let mut b = vec![0u8; want as usize];
-        plan.file.read_exact_at(&mut b, pos)?;
-        let bytes = Bytes::from(b);
-        let mut at = 0;
-        while at < bytes.len() {
-            match record::scan(&bytes, at) {
-                Scan::Record(r, next) => {
-                    out.push(Entry {
-                        offset: r.seq,
-                        ts_ms: ts_of(&r.data),
-                        data: r.data.slice(8.min(r.data.len())..),
-                    });
-                    at = next;
-                }
-                Scan::Truncated => break,
-                Scan::Corrupt => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "corrupt stream record",
-                    ))
-                }
-            }
-        }
-        pos += at as u64;
-        if !out.is_empty() || pos >= plan.end {
-            return Ok((out, pos));
-        }
-        // One entry bigger than the read: read exactly its length.
-        if bytes.len() < HEADER_BYTES {
-            return Ok((out, pos));
-        }
-        let len = u32::from_be_bytes(bytes[4..8].try_into().unwrap_or_default()) as u64;
-        let need = (HEADER_BYTES as u64 + len).min(plan.end - pos);
-        if need <= want {
-            return Ok((out, pos));
-        }
-        want = need;
-    }
-}
-
-/// Scans a segment in [`READ_BYTES`] reads, filling in its offsets, timestamps and index;
-/// returns the length of its whole, valid records.
-fn scan_segment(seg: &mut Segment, size: u64, last_chunk: &mut u64) -> std::io::Result<u64> {
-    let mut pos = 0u64;
-    let mut last_index: Option<u64> = None;
-    while pos < size {
-        let want = READ_BYTES.min(size - pos);
-        let mut b = vec![0u8; want as usize];
-        seg.file.read_exact_at(&mut b, pos)?;
-        let bytes = Bytes::from(b);
-        let mut at = 0usize;
-        let mut bad = false;
-        while at < bytes.len() {
-            match record::scan(&bytes, at) {
-                Scan::Record(r, next) => {
-                    if !matches!(r.kind, KIND_CHUNK | KIND_ENTRY) || r.seq < seg.next {
-                        bad = true;
-                        break;
-                    }
-                    let rec_pos = pos + at as u64;
-                    let ts = ts_of(&r.data);
-                    if seg.next == seg.first {
-                        seg.first_ts = ts;
-                    }
-                    if last_index.is_none_or(|l| rec_pos >= l + INDEX_EVERY_BYTES) {
-                        seg.index.push(IndexEntry {
-                            offset: r.seq,
-                            pos: rec_pos,
-                            ts_ms: ts,
-                        });
-                        last_index = Some(rec_pos);
-                    }
-                    if r.kind == KIND_CHUNK {
-                        *last_chunk = r.seq;
-                    }
-                    seg.last_ts = ts;
-                    seg.next = r.seq + 1;
-                    at = next;
-                }
-                Scan::Truncated if at > 0 => break,
-                // A record longer than the read: read it whole, if the file holds it.
-                Scan::Truncated => {
-                    if bytes.len() < HEADER_BYTES {
-                        return Ok(pos);
-                    }
-                    let len = u32::from_be_bytes(bytes[4..8].try_into().unwrap_or_default());
-                    let need = HEADER_BYTES as u64 + len as u64;
-                    if len > record::MAX_PAYLOAD_BYTES || pos + need > size {
-                        return Ok(pos);
-                    }
-                    let mut whole = vec![0u8; need as usize];
-                    seg.file.read_exact_at(&mut whole, pos)?;
-                    let whole = Bytes::from(whole);
-                    match record::scan(&whole, 0) {
-                        Scan::Record(r, _) if matches!(r.kind, KIND_CHUNK | KIND_ENTRY) => {
-                            let ts = ts_of(&r.data);
-                            if seg.next == seg.first {
-                                seg.first_ts = ts;
-                            }
-                            seg.index.push(IndexEntry {
-                                offset: r.seq,
-                                pos,
-                                ts_ms: ts,
-                            });
-                            last_index = Some(pos);
-                            if r.kind == KIND_CHUNK {
-                                *last_chunk = r.seq;
-                            }
-                            seg.last_ts = ts;
-                            seg.next = r.seq + 1;
-                            at = whole.len();
-                        }
-                        _ => return Ok(pos),
-                    }
-                    break;
-                }
-                Scan::Corrupt => {
-                    bad = true;
-                    break;
-                }
-            }
-        }
-        pos += at as u64;
-        if bad || at == 0 {
-            return Ok(pos);
-        }
-    }
-    Ok(pos)
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("warren-stream-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        d
-    }
-
-    fn read_all(log: &StreamLog<u32>, from: u64) -> Vec<(u64, Bytes)> {
-        let mut out = Vec::new();
-        let mut next = from;
-        let mut hint = None;
-        while let Some(plan) = log.plan(next, hint) {
-            let (got, end) = read(&plan, 100).expect("reads");
-            if got.is_empty() {
-                break;
-            }
-            for e in got {
-                if e.offset >= next {
-                    next = e.offset + 1;
-                    out.push((e.offset, e.data));
-                }
-            }
-            hint = Some((next, plan.segment, end));
-        }
-        out
-    }
-
-    #[test]
-    fn append_write_read_and_offsets() {
-        let d = dir("rw");
-        let mut log: StreamLog<u32> = StreamLog::open(&d, 100).expect("opens");
-        for i in 0..10u32 {
-            let o = log.append(1000 + i as u64, Bytes::from(format!("m{i}")), Some(i));
-            assert_eq!(o, i as u64);
-            if i % 3 == 2 {
-                let (tokens, file, end) = log.write_pending().expect("writes");
-                assert!(file.is_some());
-                assert_eq!(end, i as u64 + 1);
-                assert_eq!(tokens.len(), 3);
-            }
-        }
-        log.write_pending().expect("writes");
-        assert!(log.segment_count() > 1, "small segments rotate");
-        assert_eq!(log.last_chunk(), 9);
-        let all = read_all(&log, 0);
-        assert_eq!(all.len(), 10);
-        assert!(all.iter().enumerate().all(|(i, (o, _))| *o == i as u64));
-        assert_eq!(read_all(&log, 7)[0], (7, Bytes::from("m7")));
-        // By time: the first entry at or after 1004.
-        let plan = log.plan_at_time(1004).expect("found");
-        let (got, _) = read(&plan, 1 << 20).expect("reads");
-        assert!(got.iter().any(|e| e.ts_ms == 1004));
-        assert!(log.plan_at_time(5000).is_none());
-        // Reopen: same offsets, same last chunk.
-        drop(log);
-        let mut log: StreamLog<u32> = StreamLog::open(&d, 100).expect("reopens");
-        assert_eq!(log.next_offset(), 10);
-        assert_eq!(log.last_chunk(), 9);
-        assert_eq!(log.append(0, Bytes::from("m10"), None), 10);
-        log.write_pending().expect("writes");
-        assert_eq!(read_all(&log, 0).len(), 11);
-        let _ = fs::remove_dir_all(&d);
-    }
-
-    #[test]
-    fn retention_drops_whole_old_segments() {
-        let d = dir("ret");
-        let mut log: StreamLog<u32> = StreamLog::open(&d, 200).expect("opens");
-        for i in 0..40u64 {
-            log.append(i, Bytes::from(vec![b'x'; 50]), None);
-            log.write_pending().expect("writes");
-        }
-        let before = log.segment_count();
-        assert!(before > 3);
-        let removed = log.retain(Some(500), None);
-        assert!(removed > 0);
-        assert!(log.disk_bytes() <= 500 || log.segment_count() == 1);
-        assert_eq!(log.first_offset(), removed);
-        // Reading below the first retained offset starts at the first.
-        assert_eq!(read_all(&log, 0)[0].0, removed);
-        // By age: everything older than ts 39 goes, but never the current segment.
-        log.retain(None, Some(39));
-        assert_eq!(log.segment_count(), 1);
-        drop(log);
-        let log: StreamLog<u32> = StreamLog::open(&d, 200).expect("reopens");
-        assert_eq!(log.next_offset(), 40);
-        let _ = fs::remove_dir_all(&d);
-    }
-
-    #[test]
-    fn torn_tail_is_truncated() {
-        let d = dir("torn");
-        let mut log: StreamLog<u32> = StreamLog::open(&d, 1 << 20).expect("opens");
-        for i in 0..5u64 {
-            log.append(i, Bytes::from("abc"), None);
-        }
-        log.write_pending().expect("writes");
-        drop(log);
-        let path = segment_path(&d, 0);
-        let len = fs::metadata(&path).expect("exists").len();
-        let f = OpenOptions::new().write(true).open(&path).expect("opens");
-        f.set_len(len - 3).expect("cuts");
-        let mut log: StreamLog<u32> = StreamLog::open(&d, 1 << 20).expect("reopens");
-        assert_eq!(log.next_offset(), 4);
-        assert_eq!(log.append(9, Bytes::from("new"), None), 4);
-        log.write_pending().expect("writes");
-        let all = read_all(&log, 0);
-        assert_eq!(all.len(), 5);
-        assert_eq!(all[4], (4, Bytes::from("new")));
-        let _ = fs::remove_dir_all(&d);
-    }
-
-    #[test]
-    fn entry_encoding_is_a_record() {
-        let mut a = BytesMut::new();
-        encode_entry(&mut a, KIND_CHUNK, 9, 77, b"payload");
-        let mut b = BytesMut::new();
-        let mut data = 77u64.to_be_bytes().to_vec();
-        data.extend_from_slice(b"payload");
-        record::encode(&mut b, KIND_CHUNK, 9, &data);
-        assert_eq!(a, b);
-    }
-
-    #[test]
-    fn big_entry_is_read_whole() {
-        let d = dir("big");
-        let mut log: StreamLog<u32> = StreamLog::open(&d, 1 << 30).expect("opens");
-        log.append(1, Bytes::from(vec![7u8; 3 * READ_BYTES as usize]), None);
-        log.append(2, Bytes::from("small"), None);
-        log.write_pending().expect("writes");
-        let plan = log.plan(0, None).expect("written");
-        let (got, _) = read(&plan, 1000).expect("reads");
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].data.len(), 3 * READ_BYTES as usize);
-        drop(log);
-        let log: StreamLog<u32> = StreamLog::open(&d, 1 << 30).expect("reopens");
-        assert_eq!(log.next_offset(), 2);
-        let _ = fs::remove_dir_all(&d);
-    }
-}
+mod tests;
