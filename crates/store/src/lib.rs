@@ -10,10 +10,12 @@
 //! - [`tracking`]: a stream's stored consumer offsets and publisher sequences, beside its
 //!   segments.
 //! - [`snapshot`]: a small file replaced atomically (write, fsync, rename, fsync dir).
+//! - [`checkpoint`]: a pair of numbers rewritten often without an fsync, never torn.
 //!
 //! Invariant: this crate knows record bytes, sequence numbers and files, never AMQP methods.
 //! It does no fsync scheduling: callers decide when to sync (group commit lives in the broker).
 
+pub mod checkpoint;
 pub mod log;
 pub mod record;
 pub mod snapshot;

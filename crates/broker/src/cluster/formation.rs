@@ -40,6 +40,7 @@ impl Cluster {
             lagging: Default::default(),
             groups: Default::default(),
             rqueues: Default::default(),
+            rstreams: Default::default(),
         });
         links.set_handler(Arc::new(LinkHandler(Arc::downgrade(&c))));
         broker.set_cluster(c.clone());

@@ -39,6 +39,7 @@ impl Handler for LinkHandler {
                 rq::SERVICE_RQ_COUNTS => rq::serve_counts(&c, body),
                 rq::SERVICE_RQ_TOUCH => rq::serve_touch(&c, body),
                 rq::SERVICE_RQ_PROPOSE_AT => rq::serve_propose_at(&c, body).await,
+                rq::SERVICE_RS_FETCH => rq::serve_fetch(&c, body).await,
                 quorum::SERVICE_QMEMBER => quorum::serve_member_change(&c, &body).await,
                 quorum::rebalance::SERVICE_QELECT => {
                     quorum::rebalance::serve_elect(&c, &body).await

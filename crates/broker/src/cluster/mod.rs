@@ -110,6 +110,10 @@ pub struct Cluster {
     rqueues: parking_lot::RwLock<
         std::collections::HashMap<u64, Weak<crate::replicated::ReplicatedQueue>>,
     >,
+    /// The replicated streams this node holds a copy of, by group id (`rq.rs`).
+    rstreams: parking_lot::RwLock<
+        std::collections::HashMap<u64, Weak<crate::replicated::stream::ReplicatedStream>>,
+    >,
 }
 
 impl Cluster {

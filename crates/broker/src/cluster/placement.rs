@@ -104,7 +104,15 @@ impl ClusterNode for Cluster {
             let size = crate::queue::args::initial_group_size(arguments)?;
             return Ok(self.quorum_members(home, size));
         }
-        if exclusive || crate::queue::args::is_stream(arguments) {
+        if crate::queue::args::is_stream(arguments) {
+            // `x-initial-cluster-size`, default 3 (RabbitMQ's), at most the cluster's nodes.
+            let size = arguments
+                .get("x-initial-cluster-size")
+                .and_then(|v| v.as_i64())
+                .map_or(3, |n| n.max(1) as usize);
+            return Ok(self.quorum_members(home, size));
+        }
+        if exclusive {
             return Ok(Vec::new());
         }
         // A classic queue matched by an `ha-mode` policy (RabbitMQ's mirrored queues) is
@@ -136,6 +144,33 @@ impl ClusterNode for Cluster {
         self.on_machine(&name, vhost, &options, group, &members)
     }
 
+    fn stream_member(
+        self: Arc<Self>,
+        stream: &Arc<crate::queue::stream::Stream>,
+        group: u64,
+        members: Vec<String>,
+    ) -> AmqpResult<()> {
+        let net = Arc::new(super::rq::ClusterNet {
+            c: Arc::downgrade(&self),
+        });
+        let r = crate::replicated::stream::ReplicatedStream::start(
+            stream,
+            group,
+            members,
+            self.me.clone(),
+            stream.dir().join("group"),
+            net,
+        )
+        .map_err(|e| {
+            crate::error::AmqpError::internal_error(format!(
+                "cannot make {} a member of its group: {e}",
+                stream.describe()
+            ))
+        })?;
+        self.register_rstream(&r);
+        Ok(())
+    }
+
     fn remote_queue(
         self: Arc<Self>,
         name: Arc<str>,
@@ -147,6 +182,21 @@ impl ClusterNode for Cluster {
     }
 
     fn first_leader(&self, q: &QueueRef) -> AmqpResult<()> {
+        if let Some(r) = q.group().and_then(|(g, _)| self.rstream(g)) {
+            let handle = tokio::runtime::Handle::current();
+            let up = tokio::task::block_in_place(|| {
+                handle.block_on(r.wait_leader(quorum::FIRST_LEADER_WAIT))
+            });
+            return if up {
+                Ok(())
+            } else {
+                Err(crate::error::AmqpError::not_found(format!(
+                    "{} has no leader: a majority of its members ({}) is down, or an election is under way",
+                    q.describe(),
+                    r.members().join(", ")
+                )))
+            };
+        }
         if let Some(r) = q.downcast::<crate::replicated::ReplicatedQueue>() {
             let handle = tokio::runtime::Handle::current();
             let up = tokio::task::block_in_place(|| {

@@ -29,6 +29,9 @@ pub const SERVICE_RQ_PROPOSE_AT: u8 = 11;
 /// The queue was declared on another node: this member starts its `x-expires` lease again
 /// (whichever member leads, now or after a failover, sees the declare): `[group u64]` -> `[]`.
 pub const SERVICE_RQ_TOUCH: u8 = 12;
+/// A replicated stream's committed entries from an offset, from this member's copy:
+/// `[group u64][from u64][max bytes u32]` -> `replicated::stream::encode_fetched`'s form.
+pub const SERVICE_RS_FETCH: u8 = 15;
 /// A delivery to a consumer on the receiving node: `[group u64][consumer u64][delivery u64]
 /// [seq u64][redelivered u8]` then the message.
 pub const K_RQ_DELIVER: u8 = 24;
@@ -199,6 +202,31 @@ impl GroupNet for ClusterNet {
         })
     }
 
+    fn fetch(
+        &self,
+        node: &str,
+        group: u64,
+        from: u64,
+        max_bytes: u32,
+    ) -> BoxFuture<Result<Bytes, String>> {
+        let c = self.c.clone();
+        let node = node.to_string();
+        Box::pin(async move {
+            let c = c.upgrade().ok_or("node stopping")?;
+            let addr = c
+                .addr_of(&node)
+                .ok_or_else(|| format!("{node}: no address"))?;
+            let mut body = Vec::with_capacity(20);
+            body.extend_from_slice(&group.to_be_bytes());
+            body.extend_from_slice(&from.to_be_bytes());
+            body.extend_from_slice(&max_bytes.to_be_bytes());
+            c.links
+                .call(&addr, SERVICE_RS_FETCH, &body, Duration::from_secs(30))
+                .await
+                .map_err(|e| format!("{node}: {e}"))
+        })
+    }
+
     fn counts(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<Counts>> {
         self.ask_members(SERVICE_RQ_COUNTS, group, members, |mut r| {
             (r.remaining() >= 12).then(|| (r.get_u32(), r.get_u32(), r.get_u32()))
@@ -260,6 +288,20 @@ impl Cluster {
     /// The replicated queue of `group` on this node.
     fn rqueue(&self, group: u64) -> Option<Arc<ReplicatedQueue>> {
         self.rqueues.read().get(&group).and_then(Weak::upgrade)
+    }
+
+    /// The replicated stream of `group` this node holds a copy of.
+    pub(super) fn rstream(
+        &self,
+        group: u64,
+    ) -> Option<Arc<crate::replicated::stream::ReplicatedStream>> {
+        self.rstreams.read().get(&group).and_then(Weak::upgrade)
+    }
+
+    pub(super) fn register_rstream(&self, r: &Arc<crate::replicated::stream::ReplicatedStream>) {
+        let mut m = self.rstreams.write();
+        m.retain(|_, w| w.strong_count() > 0);
+        m.insert(r.group_id(), Arc::downgrade(r));
     }
 
     pub(super) fn register_rqueue(&self, q: &Arc<ReplicatedQueue>) {
@@ -325,6 +367,24 @@ pub fn serve_counts(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, String> 
     b.extend_from_slice(&unacked.to_be_bytes());
     b.extend_from_slice(&consumers.to_be_bytes());
     Ok(Bytes::from(b))
+}
+
+/// A member's side of [`SERVICE_RS_FETCH`]: committed entries of its copy, read on the
+/// blocking pool.
+pub async fn serve_fetch(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, String> {
+    if body.remaining() < 20 {
+        return Err("short request".into());
+    }
+    let (group, from, max) = (body.get_u64(), body.get_u64(), body.get_u32());
+    let s = c
+        .rstream(group)
+        .and_then(|r| r.stream())
+        .ok_or_else(|| format!("no copy of stream group {group:016x} here"))?;
+    tokio::task::spawn_blocking(move || s.read_for_member(from, max as u64))
+        .await
+        .map_err(|e| e.to_string())?
+        .map(|(entries, chunks)| crate::replicated::stream::encode_fetched(&entries, &chunks))
+        .map_err(|e| e.to_string())
 }
 
 /// A [`K_RQ_TIMEDOUT`] frame: the consumer's channel here is told.

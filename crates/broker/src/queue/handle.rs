@@ -305,6 +305,7 @@ impl QueueRef {
     pub fn leader(&self) -> Option<String> {
         match self {
             QueueRef::Other(q) => q.leader(),
+            QueueRef::Stream(s) => s.replicated().and_then(|g| g.leader()),
             _ => None,
         }
     }
@@ -335,6 +336,7 @@ impl QueueRef {
     pub fn group(&self) -> Option<(u64, Vec<String>)> {
         match self {
             QueueRef::Other(q) => q.group(),
+            QueueRef::Stream(s) => s.replicated().map(|g| g.group()),
             _ => None,
         }
     }

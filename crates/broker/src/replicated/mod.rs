@@ -29,6 +29,7 @@ pub(crate) mod legacy;
 pub mod net;
 mod propose;
 mod sm;
+pub mod stream;
 #[cfg(test)]
 mod tests;
 

@@ -61,6 +61,18 @@ pub trait GroupNet: Send + Sync + 'static {
     fn leader_of(&self, group: u64, members: Vec<String>) -> BoxFuture<Option<String>>;
     /// Whether `node` is reachable now (its link is up).
     fn node_up(&self, node: &str) -> bool;
+    /// Reads a replicated stream's committed entries from `from` on (about `max_bytes`) from
+    /// `node`'s copy (`replicated::stream::encode_fetched`).
+    fn fetch(
+        &self,
+        node: &str,
+        _group: u64,
+        _from: u64,
+        _max_bytes: u32,
+    ) -> BoxFuture<Result<bytes::Bytes, String>> {
+        let node = node.to_string();
+        Box::pin(async move { Err(format!("{node}: not reachable from a single node")) })
+    }
     /// The queue was declared here: each of `members` (but this node) starts its `x-expires`
     /// lease again; returns once they have (or could not be reached).
     fn touch(&self, _group: u64, _members: Vec<String>) -> BoxFuture<()> {

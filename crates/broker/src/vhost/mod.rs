@@ -185,6 +185,14 @@ pub trait ClusterNode: Proposer {
         group: u64,
         members: Vec<String>,
     ) -> QueueRef;
+    /// Makes this node's copy of a replicated stream a member of its group (`group`, over
+    /// `members`, this node one of them).
+    fn stream_member(
+        self: Arc<Self>,
+        stream: &Arc<crate::queue::stream::Stream>,
+        group: u64,
+        members: Vec<String>,
+    ) -> AmqpResult<()>;
     /// The handle of a queue that lives on node `home`.
     fn remote_queue(
         self: Arc<Self>,

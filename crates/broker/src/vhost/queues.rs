@@ -40,14 +40,6 @@ impl VHost {
                 q.check_home()?;
             }
         }
-        if self.cluster.is_some() && !spec.passive && crate::queue::args::is_stream(spec.arguments)
-        {
-            // A stream is local to one node and its log is not replicated yet.
-            return Err(AmqpError::not_implemented(format!(
-                "stream queues are not supported in a cluster yet (queue '{}' in vhost '{}')",
-                spec.name, self.name
-            )));
-        }
         if let (false, Some(p)) = (spec.passive, self.proposer(at)) {
             let existing = self.defs.lock().queues.get(spec.name).cloned();
             // Redeclaring what exists needs no change: checked here, as a passive declare.
@@ -206,6 +198,34 @@ impl VHost {
             (Some(c), Some(h)) if h != c.me() => Some((c, h)),
             _ => None,
         };
+        if let (Some(c), Some((group, members)), true) = (
+            &self.cluster,
+            spec.members,
+            crate::queue::args::is_stream(spec.arguments),
+        ) {
+            // A replicated stream: each member holds a copy (its log named after the group),
+            // a node that is none reaches the first member's.
+            let group = group.or(at.map(|a| a.index)).unwrap_or(0);
+            let q = if members.iter().any(|m| m == c.me()) {
+                let q = self.open_stream(name.clone(), options, group)?;
+                if let Some(s) = q.stream() {
+                    if let Err(e) = c.clone().stream_member(s, group, members.to_vec()) {
+                        q.mark_deleted();
+                        return Err(e);
+                    }
+                }
+                q
+            } else {
+                let home = members.first().cloned().unwrap_or_default();
+                c.clone()
+                    .remote_queue(name.clone(), self.name.clone(), options, home)
+            };
+            defs.queues.insert(name, q.clone());
+            self.publish_snapshot(&defs);
+            self.churn.queue_created.fetch_add(1, Relaxed);
+            tracing::info!(vhost = %self.name, queue = spec.name, group = %format!("{group:016x}"), members = ?members, "stream declared");
+            return Ok(q);
+        }
         if let (Some(c), Some((group, members))) = (&self.cluster, spec.members) {
             // A replicated queue: every node holds the same handle; members run its group.
             let group = group.or(at.map(|a| a.index)).unwrap_or(0);

@@ -30,8 +30,8 @@ mod records;
 
 use crate::record::HEADER_BYTES;
 
-pub use records::read;
 use records::{encode_entry, scan_segment};
+pub use records::{read, read_with_chunks};
 
 pub const KIND_CHUNK: u8 = 5;
 pub const KIND_ENTRY: u8 = 6;

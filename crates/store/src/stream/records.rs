@@ -38,6 +38,25 @@ pub(super) fn encode_entry(buf: &mut BytesMut, kind: u8, offset: u64, ts_ms: u64
 /// Reads whole entries from `plan.pos` up to about `max_bytes` (at least one whole entry if
 /// there is one), without any lock. Returns them and the position after the last one.
 pub fn read(plan: &ReadPlan, max_bytes: u64) -> std::io::Result<(Vec<Entry>, u64)> {
+    read_into(plan, max_bytes, None)
+}
+
+/// [`read`], with the offsets of the entries among them that start a chunk (a replicated
+/// stream's member copies another's chunks as they are).
+pub fn read_with_chunks(
+    plan: &ReadPlan,
+    max_bytes: u64,
+) -> std::io::Result<(Vec<Entry>, Vec<u64>)> {
+    let mut chunks = Vec::new();
+    let (entries, _) = read_into(plan, max_bytes, Some(&mut chunks))?;
+    Ok((entries, chunks))
+}
+
+fn read_into(
+    plan: &ReadPlan,
+    max_bytes: u64,
+    mut chunks: Option<&mut Vec<u64>>,
+) -> std::io::Result<(Vec<Entry>, u64)> {
     let mut out = Vec::new();
     let mut pos = plan.pos;
     if pos >= plan.end {
@@ -53,6 +72,9 @@ pub fn read(plan: &ReadPlan, max_bytes: u64) -> std::io::Result<(Vec<Entry>, u64
             match record::scan(&bytes, at) {
                 Scan::Record(r, next) if r.kind == KIND_HEADER => at = next,
                 Scan::Record(r, next) => {
+                    if let (KIND_CHUNK, Some(c)) = (r.kind, chunks.as_deref_mut()) {
+                        c.push(r.seq);
+                    }
                     out.push(Entry {
                         offset: r.seq,
                         ts_ms: ts_of(&r.data),

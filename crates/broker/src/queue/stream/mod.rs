@@ -25,6 +25,8 @@
 //! - `consumers`: adding and removing consumers, their credit (acks), counts.
 //! - `read`: a consumer's task, reading from the tail cache or the segment files.
 //! - `tracking`: stored consumer offsets and publisher sequences (the stream protocol's).
+//! - `replica`: a replicated stream's member: its group's entries applied as chunks, the
+//!   checkpoint of what it applied durably, catching up from another member.
 //!
 //! The shared types stay here, not in a child: every child imports `super`, and this file imports
 //! no child, so the split adds no import cycle. No benchmark counts a stream method by its symbol
@@ -32,8 +34,11 @@
 
 mod consumers;
 mod read;
+mod replica;
 mod tracking;
 mod write;
+
+pub use replica::{StreamGroup, Track};
 
 use crate::clock::unix_ms;
 use std::collections::VecDeque;
@@ -231,6 +236,9 @@ pub struct Stream {
     /// Stored consumer offsets and publisher sequences (`tracking`); `None` if its file could
     /// not be opened (logged; the stream works without them).
     tracking: Mutex<Option<warren_store::tracking::Tracking>>,
+    /// A replicated stream's group (`replica`): set once, before any publish.
+    group: std::sync::OnceLock<Arc<dyn StreamGroup>>,
+    applied: Mutex<replica::Applied>,
 }
 
 impl std::fmt::Debug for Stream {
@@ -291,7 +299,14 @@ impl Stream {
             relieved: tokio::sync::Notify::new(),
             stats: QueueStats::default(),
             tracking: Mutex::new(tracking),
+            group: std::sync::OnceLock::new(),
+            applied: Mutex::new(Default::default()),
         }))
+    }
+
+    /// Where its files are.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     pub fn describe(&self) -> String {
@@ -342,7 +357,7 @@ impl Stream {
     }
 
     pub fn pressured(&self) -> bool {
-        self.pressure.load(Ordering::Relaxed)
+        self.pressure.load(Ordering::Relaxed) || self.group.get().is_some_and(|g| g.pressured())
     }
 
     pub async fn stall(&self, max: Duration) {
@@ -361,8 +376,14 @@ impl Stream {
             g.log.take_pending()
         };
         self.deleted.store(true, Ordering::Release);
-        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
-            tracing::warn!(stream = %self.name, error = %e, "cannot remove the stream's files");
+        match self.group.get() {
+            // Its group stops, then removes the files.
+            Some(g) => g.delete(),
+            None => {
+                if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+                    tracing::warn!(stream = %self.name, error = %e, "cannot remove the stream's files");
+                }
+            }
         }
         crate::confirm::complete_all(confirms.into_iter().map(|h| (h, true)));
         let readers = std::mem::take(&mut *self.readers.lock());

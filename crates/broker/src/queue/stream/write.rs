@@ -15,7 +15,7 @@ use crate::message::Message;
 use crate::persist::Logged;
 use crate::queue::Enqueued;
 
-use super::{Stream, PENDING_HIGH_BYTES, TAIL_BYTES, TAIL_MSGS};
+use super::{Inner, Stream, PENDING_HIGH_BYTES, TAIL_BYTES, TAIL_MSGS};
 
 impl Stream {
     /// Appends `msg` with the next offset; its confirm completes once the chunk is fsynced.
@@ -26,6 +26,10 @@ impl Stream {
     ) -> Enqueued {
         // Encoded outside the lock with a placeholder offset, patched under it.
         let (mut data, props, patch) = encode_with_offset(&msg);
+        if let Some(group) = self.group.get() {
+            // Numbered when its group's entry is applied (`replica`).
+            return group.publish(data.freeze(), patch, confirm.cloned());
+        }
         let ts = unix_ms();
         let mut g = self.inner.lock();
         if g.deleted {
@@ -45,6 +49,16 @@ impl Stream {
             forwarded: crate::message::Forwarded::NONE,
         });
         g.log.append(ts, data, confirm.cloned());
+        self.cache(&mut g, m);
+        drop(g);
+        self.stats.publish.fetch_add(1, Ordering::Relaxed);
+        self.persister.mark_dirty(self);
+        Enqueued::Accepted
+    }
+
+    /// Keeps the message just appended in the tail cache; holds publishers back above
+    /// `PENDING_HIGH_BYTES` waiting for the group write.
+    pub(super) fn cache(&self, g: &mut Inner, m: Arc<Message>) {
         g.tail_bytes += m.body.len() as u64;
         g.tail.push_back(m);
         while g.tail.len() > TAIL_MSGS || (g.tail_bytes > TAIL_BYTES && g.tail.len() > 1) {
@@ -56,10 +70,6 @@ impl Stream {
         if g.log.pending_bytes() > PENDING_HIGH_BYTES {
             self.pressure.store(true, Ordering::Relaxed);
         }
-        drop(g);
-        self.stats.publish.fetch_add(1, Ordering::Relaxed);
-        self.persister.mark_dirty(self);
-        Enqueued::Accepted
     }
 
     /// Deletes old segments past the limits in force.
@@ -134,17 +144,34 @@ impl Logged for Stream {
         }
         let before = g.log.bytes_written;
         let segments = g.log.segment_count();
-        let r = g.log.write_pending();
+        // A replicated stream's entries are chunks of their own: one write each.
+        let (mut tokens, mut files) = (Vec::new(), Vec::<Arc<std::fs::File>>::new());
+        let r = loop {
+            match g.log.write_pending() {
+                Ok((t, file, end)) => {
+                    tokens.extend(t);
+                    if let Some(f) = file.filter(|f| !files.iter().any(|x| Arc::ptr_eq(x, f))) {
+                        files.push(f);
+                    }
+                    g.in_flight = end;
+                    if !g.log.has_pending() {
+                        break Ok((std::mem::take(&mut tokens), std::mem::take(&mut files)));
+                    }
+                }
+                Err((e, t)) => {
+                    tokens.extend(t);
+                    break Err((e, std::mem::take(&mut tokens)));
+                }
+            }
+        };
         self.persister
             .bytes
             .fetch_add(g.log.bytes_written - before, Ordering::Relaxed);
         let rotated = g.log.segment_count() != segments;
         let r = match r {
-            Ok((tokens, file, end)) => {
-                g.in_flight = end;
-                Ok((tokens, file.into_iter().collect()))
-            }
+            Ok(written) => Ok(written),
             Err((e, tokens)) => {
+                self.freeze_checkpoint();
                 // Those offsets are lost: drop them from the cache too, readers skip the gap.
                 let keep = g.log.written();
                 g.in_flight = keep;
@@ -176,6 +203,7 @@ impl Logged for Stream {
             return;
         }
         self.committed.store(to, Ordering::SeqCst);
+        self.durable_upto(to);
         for r in self.readers.lock().iter() {
             if r.at_end.load(Ordering::SeqCst) {
                 r.wake.notify_one();

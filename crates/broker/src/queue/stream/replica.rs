@@ -1,0 +1,297 @@
+//! A stream as a member of a replicated group (the group itself: `replicated/stream.rs`).
+//!
+//! The group's Raft log carries the messages; every member applies each committed entry to its
+//! own log as one chunk ([`Stream::apply_entry`]), so members number the same messages with the
+//! same offsets and write the same chunks and segments. The stream numbers nothing itself: a
+//! publish goes to the group ([`StreamGroup::publish`]) and comes back as an applied entry.
+//!
+//! What a member has applied durably is kept in a checkpoint beside the segments (`applied`:
+//! the last Raft index whose messages are fsynced, and the offset after them), written after
+//! each group write's fsync. At boot the log is cut back to it ([`Stream::join_group`]) and the
+//! group's entries after it are applied again; the group's snapshots are taken at it, so its
+//! log is only dropped up to what this member's segments hold. A member whose copy is behind a
+//! snapshot it is sent (a new member, or one down while the others dropped their logs) fetches
+//! the missing offsets from another member's segments (`replicated/stream.rs`), as osiris'
+//! replicas read the leader's.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use warren_store::checkpoint::Checkpoint;
+use warren_store::stream::Entry;
+
+use super::Stream;
+use crate::confirm::ConfirmHandle;
+use crate::queue::Enqueued;
+
+/// A replicated stream's group, as the stream sees it.
+pub trait StreamGroup: Send + Sync + 'static {
+    /// Proposes a message (its stored form, its offset's 8 bytes at `patch`); `confirm`
+    /// completes once the group has committed it (a majority has it on disk).
+    fn publish(&self, data: Bytes, patch: usize, confirm: Option<Arc<ConfirmHandle>>) -> Enqueued;
+    /// Proposes a tracking record (a stored consumer offset, or a publisher's last id).
+    fn track(&self, record: Track);
+    /// Its group id and members.
+    fn group(&self) -> (u64, Vec<String>);
+    /// The member that leads, as this node knows it.
+    fn leader(&self) -> Option<String>;
+    /// Too much proposed and not committed yet: publishers wait.
+    fn pressured(&self) -> bool;
+    /// The stream is deleted: the group stops, and removes the stream's files.
+    fn delete(&self);
+}
+
+/// A tracking record, replicated with the messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Track {
+    Offset(String, u64),
+    Publisher(String, u64),
+}
+
+/// What this member has applied of its group.
+#[derive(Default)]
+pub(super) struct Applied {
+    /// Entries through this Raft index are in the log already (the checkpoint's at boot).
+    skip_through: u64,
+    /// Applied entries not yet durable: their index and the offset after their messages.
+    marks: VecDeque<(u64, u64)>,
+    /// The last (index, next offset) known durable.
+    durable: (u64, u64),
+    ckpt: Option<Checkpoint>,
+    /// A group write failed: the checkpoint stays where it was until a restart, which cuts
+    /// the log back to it and applies the rest again.
+    frozen: bool,
+}
+
+/// The checkpoint's file, beside the segments.
+const CHECKPOINT: &str = "applied";
+
+impl Stream {
+    /// Makes this stream a member of `group`: its log is cut back to what the checkpoint says
+    /// the group applied durably (everything, for a new member), which is then where entries
+    /// are applied from. Returns that Raft index.
+    pub fn join_group(&self, group: Arc<dyn StreamGroup>) -> std::io::Result<u64> {
+        let (ckpt, last) = Checkpoint::open(&self.dir.join(CHECKPOINT))?;
+        let (index, offset) = last.unwrap_or((0, 0));
+        let mut g = self.inner.lock();
+        let offset = offset.max(g.log.first_offset());
+        if g.log.next_offset() > offset {
+            tracing::info!(stream = %self.name, vhost = %self.vhost, from = offset, to = g.log.next_offset(), "stream member: cutting back to what its group applied durably");
+            g.log.truncate_to(offset)?;
+        }
+        let next = g.log.next_offset();
+        g.tail.clear();
+        g.tail_first = next;
+        g.tail_bytes = 0;
+        g.in_flight = next;
+        drop(g);
+        self.committed.store(next, Ordering::SeqCst);
+        *self.applied.lock() = Applied {
+            skip_through: index,
+            marks: VecDeque::new(),
+            durable: (index, next),
+            ckpt: Some(ckpt),
+            frozen: false,
+        };
+        let _ = self.group.set(group);
+        Ok(index)
+    }
+
+    /// The group this stream is a member of, if it is replicated.
+    pub fn replicated(&self) -> Option<&Arc<dyn StreamGroup>> {
+        self.group.get()
+    }
+
+    /// Applies the committed entry `index`: its messages (each stored form with its offset
+    /// placeholder at `patch`) are numbered from the log's next offset and buffered as one
+    /// chunk, stamped `ts_ms` (the leader's clock, so every member stores the same); then its
+    /// tracking records. (Tracking is written at once, without waiting for the chunk's fsync:
+    /// after a crash a member may hold a stored offset past its segments, as osiris may.)
+    pub fn apply_entry<'a>(
+        self: &Arc<Self>,
+        index: u64,
+        ts_ms: u64,
+        msgs: impl Iterator<Item = (&'a [u8], usize)>,
+        tracks: &[Track],
+    ) {
+        let mut a = self.applied.lock();
+        if index <= a.skip_through {
+            return;
+        }
+        let mut g = self.inner.lock();
+        if g.deleted {
+            return;
+        }
+        g.log.start_chunk();
+        let mut n = 0u64;
+        for (stored, patch) in msgs {
+            let Some(at) = patch.checked_add(8).filter(|end| *end <= stored.len()) else {
+                tracing::error!(stream = %self.name, index, "a replicated entry's message is malformed: skipped");
+                continue;
+            };
+            let offset = g.log.next_offset();
+            let mut data = BytesMut::from(stored);
+            data[patch..at].copy_from_slice(&offset.to_be_bytes());
+            let data = data.freeze();
+            let Some((m, _)) = crate::persist::decode_message(&data) else {
+                tracing::error!(stream = %self.name, index, "a replicated entry's message does not decode: skipped");
+                continue;
+            };
+            g.log.append(ts_ms, data, None);
+            self.cache(&mut g, Arc::new(m));
+            n += 1;
+        }
+        let next = g.log.next_offset();
+        drop(g);
+        a.marks.push_back((index, next));
+        a.skip_through = index;
+        drop(a);
+        for t in tracks {
+            match t {
+                Track::Offset(r, o) => self.store_offset_here(r, *o),
+                Track::Publisher(r, id) => self.record_publisher_here(r, *id),
+            }
+        }
+        self.stats.publish.fetch_add(n, Ordering::Relaxed);
+        self.persister.mark_dirty(self);
+    }
+
+    /// This member cannot apply its group's entries (one of a newer version, or its copy
+    /// cannot be brought up to a snapshot): it applies nothing more, and keeps what it has.
+    pub fn stop_applying(&self) {
+        let mut a = self.applied.lock();
+        a.skip_through = u64::MAX;
+        a.frozen = true;
+    }
+
+    /// Publishers held back by the group may go on.
+    pub fn relieve(&self) {
+        self.relieved.notify_waiters();
+    }
+
+    /// Offsets below `to` are fsynced: the checkpoint moves to the last entry they cover.
+    pub(super) fn durable_upto(&self, to: u64) {
+        let mut a = self.applied.lock();
+        if a.frozen || a.ckpt.is_none() {
+            return;
+        }
+        let mut last = None;
+        while a.marks.front().is_some_and(|m| m.1 <= to) {
+            last = a.marks.pop_front();
+        }
+        let Some((index, next)) = last else { return };
+        a.durable = (index, next);
+        if let Some(c) = a.ckpt.as_mut() {
+            if let Err(e) = c.write(index, next) {
+                tracing::warn!(stream = %self.name, error = %e, "cannot write the stream member's checkpoint");
+            }
+        }
+    }
+
+    /// A group write failed: see `Applied::frozen`.
+    pub(super) fn freeze_checkpoint(&self) {
+        let mut a = self.applied.lock();
+        if a.ckpt.is_some() && !a.frozen {
+            tracing::error!(stream = %self.name, vhost = %self.vhost, "a write of the stream member failed: its checkpoint stays where it was until a restart");
+            a.frozen = true;
+        }
+    }
+
+    /// The last (Raft index, next offset) this member holds durably, and its first offset:
+    /// where the group's snapshot is taken.
+    pub fn durable_point(&self) -> (u64, u64, u64) {
+        let (index, next) = self.applied.lock().durable;
+        (index, next, self.first_offset())
+    }
+
+    /// The group installs a snapshot taken at `index` (offsets below `next`, from `first`):
+    /// the offsets this member lacks, `Some(from)`, to fetch from another member; `None` when
+    /// it holds them already. A copy that ends before `first` starts again, empty, at `first`.
+    pub fn behind(&self, index: u64, next: u64, first: u64) -> std::io::Result<Option<u64>> {
+        let a = self.applied.lock();
+        if index <= a.skip_through {
+            return Ok(None);
+        }
+        drop(a);
+        let mut g = self.inner.lock();
+        let mine = g.log.next_offset();
+        if mine >= next {
+            return Ok(None);
+        }
+        if mine < first {
+            g.log.reset(first)?;
+            g.tail.clear();
+            g.tail_first = first;
+            g.tail_bytes = 0;
+            g.in_flight = first;
+            drop(g);
+            self.first.store(first, Ordering::Relaxed);
+            self.committed.store(first, Ordering::SeqCst);
+            return Ok(Some(first));
+        }
+        Ok(Some(mine))
+    }
+
+    /// Appends entries fetched from another member's segments (offsets from the log's next
+    /// on, below `to`: what comes after is applied from the group's log), each chunk as it
+    /// was; returns the next offset.
+    pub fn append_fetched(
+        self: &Arc<Self>,
+        entries: &[Entry],
+        chunk_starts: &[u64],
+        to: u64,
+    ) -> u64 {
+        let mut g = self.inner.lock();
+        for e in entries {
+            if e.offset != g.log.next_offset() || e.offset >= to {
+                continue;
+            }
+            if chunk_starts.contains(&e.offset) {
+                g.log.start_chunk();
+            }
+            g.log.append(e.ts_ms, e.data.clone(), None);
+        }
+        let next = g.log.next_offset();
+        // Not cached (readers read them from the files): the cache starts after them.
+        g.tail.clear();
+        g.tail_first = next;
+        g.tail_bytes = 0;
+        drop(g);
+        self.persister.mark_dirty(self);
+        next
+    }
+
+    /// The fetched copy reaches the snapshot at `index` (offsets below `next`): entries after it
+    /// are applied from here on.
+    pub fn caught_up(&self, index: u64, next: u64) {
+        let mut a = self.applied.lock();
+        a.skip_through = a.skip_through.max(index);
+        a.marks.push_back((index, next));
+    }
+
+    /// Reads committed entries from `from` on, up to about `max_bytes`, for a member that
+    /// fetches them; with the first offsets of the chunks among them.
+    pub fn read_for_member(
+        &self,
+        from: u64,
+        max_bytes: u64,
+    ) -> std::io::Result<(Vec<Entry>, Vec<u64>)> {
+        let committed = self.committed();
+        let plan = self.inner.lock().log.plan(from, None);
+        let Some(plan) = plan else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        let (entries, chunks) = warren_store::stream::read_with_chunks(&plan, max_bytes)?;
+        let entries: Vec<Entry> = entries
+            .into_iter()
+            .filter(|e| e.offset >= from && e.offset < committed)
+            .collect();
+        let chunks = chunks
+            .into_iter()
+            .filter(|c| entries.iter().any(|e| e.offset == *c))
+            .collect();
+        Ok((entries, chunks))
+    }
+}

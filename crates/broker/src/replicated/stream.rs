@@ -1,0 +1,672 @@
+//! A replicated stream's group ([`StreamGroup`]): a Raft group (openraft, as a replicated
+//! queue's) per stream, over the members that hold a copy of it.
+//!
+//! - **The log carries the messages.** A publish on any member is batched into an entry
+//!   (`[version][leader's time][messages][tracking records]`, each message in its stored form
+//!   with its offset left to fill), proposed through the leader; the leader pipelines up to
+//!   [`IN_FLIGHT`] entries. The confirm goes out once the entry is committed: a majority of
+//!   members has it in its Raft log, fsynced (RabbitMQ's streams confirm without an fsync).
+//! - **Apply writes the stream.** Every member applies each committed entry to its own segments
+//!   as one chunk (`queue/stream/replica.rs`): the same offsets, the same chunks, the same
+//!   segment files on every member, so consumers on any member read a local copy. A new leader
+//!   has applied every committed entry: no confirmed message is lost, no offset given twice.
+//! - **Snapshots are the segments.** A member's snapshot is the point its segments hold
+//!   durably (Raft index, next offset, first offset), so its Raft log is dropped up to there:
+//!   the messages then live in the segments only. A member sent a snapshot past its copy (new,
+//!   or down while the others dropped their logs) fetches the missing offsets from another
+//!   member's segments ([`GroupNet::fetch`]) before applying anything after it.
+//!
+//! The state machine's version is the entry's first byte and the snapshot's; a newer one is
+//! refused (logged, not applied) rather than misread.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use parking_lot::Mutex;
+
+use super::net::GroupNet;
+use crate::confirm::ConfirmHandle;
+use crate::queue::stream::{Stream, StreamGroup, Track};
+use crate::queue::Enqueued;
+
+/// The entry and snapshot format (the stream state machine's version).
+pub const MACHINE_VERSION: u8 = 1;
+/// Entries the leader keeps in flight.
+const IN_FLIGHT: usize = 4;
+/// An entry carries at most about this much.
+const ENTRY_BYTES: usize = 1024 * 1024;
+/// Above this much proposed and not committed, publishers wait.
+const PRESSURE_BYTES: usize = 64 * 1024 * 1024;
+/// What a fetch from another member asks for at once.
+const FETCH_BYTES: u32 = 4 * 1024 * 1024;
+
+/// Publishes and tracking records waiting for the next entry.
+#[derive(Default)]
+struct Batch {
+    msgs: Vec<(Bytes, u32)>,
+    bytes: usize,
+    confirms: Vec<Arc<ConfirmHandle>>,
+    tracks: Vec<Track>,
+}
+
+/// A replicated stream as this node runs it (it is one of the members).
+pub struct ReplicatedStream {
+    stream: Weak<Stream>,
+    name: Arc<str>,
+    vhost: Arc<str>,
+    group: u64,
+    me: String,
+    members: parking_lot::RwLock<Vec<String>>,
+    dir: std::path::PathBuf,
+    net: Arc<dyn GroupNet>,
+    meta: std::sync::OnceLock<warren_cluster::Meta>,
+    leader: parking_lot::RwLock<Option<String>>,
+    leader_known: tokio::sync::Notify,
+    batch: Mutex<Batch>,
+    wake: tokio::sync::Notify,
+    in_flight_bytes: AtomicUsize,
+    deleted: AtomicBool,
+    stop: tokio::sync::watch::Sender<bool>,
+    stopped: tokio::sync::watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for ReplicatedStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReplicatedStream({})", self.name)
+    }
+}
+
+impl ReplicatedStream {
+    /// Makes `stream` a member of its group (`group`, over `members`; the Raft state under
+    /// `dir`) and starts the group in the background (the first member bootstraps a new one).
+    pub fn start(
+        stream: &Arc<Stream>,
+        group: u64,
+        members: Vec<String>,
+        me: String,
+        dir: std::path::PathBuf,
+        net: Arc<dyn GroupNet>,
+    ) -> std::io::Result<Arc<ReplicatedStream>> {
+        let r = Arc::new(ReplicatedStream {
+            stream: Arc::downgrade(stream),
+            name: stream.name.clone(),
+            vhost: stream.vhost.clone(),
+            group,
+            me,
+            members: parking_lot::RwLock::new(members),
+            dir,
+            net,
+            meta: std::sync::OnceLock::new(),
+            leader: parking_lot::RwLock::new(None),
+            leader_known: tokio::sync::Notify::new(),
+            batch: Mutex::new(Batch::default()),
+            wake: tokio::sync::Notify::new(),
+            in_flight_bytes: AtomicUsize::new(0),
+            deleted: AtomicBool::new(false),
+            stop: tokio::sync::watch::channel(false).0,
+            stopped: tokio::sync::watch::channel(false).0,
+        });
+        stream.join_group(r.clone())?;
+        tokio::spawn(r.clone().run());
+        Ok(r)
+    }
+
+    pub fn members(&self) -> Vec<String> {
+        self.members.read().clone()
+    }
+
+    pub fn group_id(&self) -> u64 {
+        self.group
+    }
+
+    /// This node's copy.
+    pub fn stream(&self) -> Option<Arc<Stream>> {
+        self.stream.upgrade()
+    }
+
+    /// This member's Raft log, once its group has opened.
+    pub fn raft_log(&self) -> Option<warren_cluster::RaftLog> {
+        self.meta.get().map(|m| m.raft_log())
+    }
+
+    /// Waits until the group knows its leader (a fresh declare waits for the first election).
+    pub async fn wait_leader(&self, max: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            let known = self.leader_known.notified();
+            if self.leader.read().is_some() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, known).await.is_err() {
+                return self.leader.read().is_some();
+            }
+        }
+    }
+
+    /// Stops the group (its state stays on disk) and waits until it has.
+    pub async fn close(&self) {
+        self.stop.send_replace(true);
+        self.wake.notify_one();
+        let mut s = self.stopped.subscribe();
+        let _ = s.wait_for(|s| *s).await;
+    }
+
+    async fn run(self: Arc<Self>) {
+        let mut stop = self.stop.subscribe();
+        let single = self.members.read().len() == 1;
+        let me = warren_cluster::Node {
+            name: self.me.clone(),
+            addr: self.net.addr_of(&self.me).unwrap_or_default(),
+        };
+        // Failover in 1-2 s, as a replicated queue's.
+        let config = warren_cluster::MetaConfig {
+            election_timeout_min_ms: if single { 150 } else { 600 },
+            election_timeout_max_ms: if single { 300 } else { 1200 },
+            heartbeat_ms: if single { 50 } else { 150 },
+            propose_timeout: Duration::from_secs(5),
+            snapshot_after: 1024,
+            group_commit: true,
+        };
+        let sm = Arc::new(StreamSm {
+            stream: self.stream.clone(),
+            group: Arc::downgrade(&self),
+            snapshot_at: Mutex::new(0),
+        });
+        let meta = match warren_cluster::Meta::open(
+            &self.dir,
+            me,
+            sm,
+            self.net.transport(self.group),
+            config,
+        )
+        .await
+        {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::error!(stream = %self.name, vhost = %self.vhost, error = %e, "cannot open the stream's group");
+                self.fail_batch();
+                self.stopped.send_replace(true);
+                return;
+            }
+        };
+        self.net.register(self.group, Some(meta.clone()));
+        if self.members.read().first() == Some(&self.me) && !meta.is_initialized() {
+            let nodes: Vec<warren_cluster::Node> = self
+                .members()
+                .into_iter()
+                .filter_map(|name| {
+                    let addr = self.net.addr_of(&name)?;
+                    Some(warren_cluster::Node { name, addr })
+                })
+                .collect();
+            if let Err(e) = meta.initialize_with(nodes).await {
+                tracing::error!(stream = %self.name, vhost = %self.vhost, error = %e, "cannot start the stream's group");
+            }
+        }
+        let _ = self.meta.set(meta.clone());
+        tokio::spawn(self.clone().follow(meta.clone(), stop.clone()));
+        let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+        loop {
+            let woken = self.wake.notified();
+            if *stop.borrow() {
+                break;
+            }
+            let Some((entry, confirms, bytes)) = self.take_entry() else {
+                tokio::select! {
+                    _ = woken => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
+                continue;
+            };
+            let Ok(permit) = slots.clone().acquire_owned().await else {
+                break;
+            };
+            let done = self.clone();
+            match meta.submit(entry).await {
+                // This node leads: in flight, in order.
+                Ok(committed) => {
+                    tokio::spawn(async move {
+                        let ok = committed.await.is_ok();
+                        done.settle(confirms, bytes, ok);
+                        drop(permit);
+                    });
+                }
+                // Through the leader, one at a time (entries stay in order).
+                Err(entry) => {
+                    let ok = match meta.propose(entry.to_vec()).await {
+                        Ok(_) => true,
+                        Err(e) => {
+                            tracing::debug!(stream = %self.name, error = %e, "a stream entry was not committed");
+                            false
+                        }
+                    };
+                    done.settle(confirms, bytes, ok);
+                    drop(permit);
+                }
+            }
+        }
+        // What is still proposed settles (or times out) before the group stops.
+        let _ = slots.acquire_many(IN_FLIGHT as u32).await;
+        self.fail_batch();
+        self.net.register(self.group, None);
+        meta.shutdown().await;
+        if self.deleted.load(Ordering::Acquire) {
+            let _ = std::fs::remove_dir_all(self.dir.parent().unwrap_or(&self.dir));
+        }
+        self.stopped.send_replace(true);
+    }
+
+    /// Follows who leads the group.
+    async fn follow(
+        self: Arc<Self>,
+        meta: warren_cluster::Meta,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut status = meta.watch();
+        loop {
+            let leader = status.borrow_and_update().leader_name().map(String::from);
+            if leader.is_some() {
+                self.leader_known.notify_waiters();
+            }
+            let changed = *self.leader.read() != leader;
+            if changed {
+                if leader.as_deref() == Some(self.me.as_str()) {
+                    tracing::info!(stream = %self.name, vhost = %self.vhost, "this node leads the replicated stream");
+                }
+                *self.leader.write() = leader;
+            }
+            tokio::select! {
+                r = status.changed() => if r.is_err() { return },
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// The next entry from what is waiting: its bytes, its confirms, its messages' bytes.
+    fn take_entry(&self) -> Option<(Bytes, Vec<Arc<ConfirmHandle>>, usize)> {
+        let mut b = self.batch.lock();
+        if b.msgs.is_empty() && b.tracks.is_empty() {
+            return None;
+        }
+        let mut n = 0;
+        let mut size = 0;
+        while n < b.msgs.len() && (n == 0 || size + b.msgs[n].0.len() <= ENTRY_BYTES) {
+            size += b.msgs[n].0.len();
+            n += 1;
+        }
+        let msgs: Vec<(Bytes, u32)> = b.msgs.drain(..n).collect();
+        // Confirms go with the entry holding their message: handles are in publish order,
+        // one per confirmed message, so this entry's come first.
+        let c = b.confirms.len().min(confirmed_among(&msgs));
+        let confirms: Vec<Arc<ConfirmHandle>> = b.confirms.drain(..c).collect();
+        let tracks = std::mem::take(&mut b.tracks);
+        b.bytes -= size;
+        drop(b);
+        Some((
+            encode_entry(crate::clock::unix_ms(), &msgs, &tracks),
+            confirms,
+            size,
+        ))
+    }
+
+    fn settle(&self, confirms: Vec<Arc<ConfirmHandle>>, bytes: usize, ok: bool) {
+        crate::confirm::complete_all(confirms.into_iter().map(|h| (h, ok)));
+        let before = self.in_flight_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        if before >= PRESSURE_BYTES && before - bytes < PRESSURE_BYTES {
+            if let Some(s) = self.stream.upgrade() {
+                s.relieve();
+            }
+        }
+    }
+
+    /// Nothing more will be proposed: what waits is refused (nacked).
+    fn fail_batch(&self) {
+        let b = std::mem::take(&mut *self.batch.lock());
+        self.settle(b.confirms, b.bytes, false);
+    }
+}
+
+/// How many of `msgs` asked for a confirm (marked [`CONFIRMED`] in `Batch::msgs`).
+fn confirmed_among(msgs: &[(Bytes, u32)]) -> usize {
+    msgs.iter().filter(|(_, p)| *p & CONFIRMED != 0).count()
+}
+
+/// The top bit of a message's patch position in `Batch::msgs`: it has a confirm.
+const CONFIRMED: u32 = 1 << 31;
+
+impl StreamGroup for ReplicatedStream {
+    fn publish(&self, data: Bytes, patch: usize, confirm: Option<Arc<ConfirmHandle>>) -> Enqueued {
+        if self.deleted.load(Ordering::Acquire) || *self.stop.borrow() {
+            return Enqueued::Gone;
+        }
+        let len = data.len();
+        let mut b = self.batch.lock();
+        let flag = if confirm.is_some() { CONFIRMED } else { 0 };
+        b.msgs.push((data, patch as u32 | flag));
+        b.confirms.extend(confirm);
+        b.bytes += len;
+        drop(b);
+        self.in_flight_bytes.fetch_add(len, Ordering::AcqRel);
+        self.wake.notify_one();
+        Enqueued::Accepted
+    }
+
+    fn track(&self, record: Track) {
+        self.batch.lock().tracks.push(record);
+        self.wake.notify_one();
+    }
+
+    fn group(&self) -> (u64, Vec<String>) {
+        (self.group, self.members())
+    }
+
+    fn leader(&self) -> Option<String> {
+        self.leader.read().clone()
+    }
+
+    fn pressured(&self) -> bool {
+        self.in_flight_bytes.load(Ordering::Relaxed) >= PRESSURE_BYTES
+    }
+
+    fn delete(&self) {
+        self.deleted.store(true, Ordering::Release);
+        self.stop.send_replace(true);
+        self.wake.notify_one();
+    }
+}
+
+/// `[version][ts u64][n u32]{[len u32][patch u32][stored]}[t u32]{[kind u8][len u16][ref]
+/// [value u64]}`.
+fn encode_entry(ts: u64, msgs: &[(Bytes, u32)], tracks: &[Track]) -> Bytes {
+    let size: usize = msgs.iter().map(|(m, _)| 8 + m.len()).sum();
+    let mut b = BytesMut::with_capacity(1 + 8 + 4 + size + 4 + tracks.len() * 32);
+    b.put_u8(MACHINE_VERSION);
+    b.put_u64(ts);
+    b.put_u32(msgs.len() as u32);
+    for (m, patch) in msgs {
+        b.put_u32(m.len() as u32);
+        b.put_u32(patch & !CONFIRMED);
+        b.put_slice(m);
+    }
+    b.put_u32(tracks.len() as u32);
+    for t in tracks {
+        let (kind, r, v) = match t {
+            Track::Offset(r, v) => (1u8, r, *v),
+            Track::Publisher(r, v) => (2u8, r, *v),
+        };
+        let r = &r.as_bytes()[..r.len().min(u16::MAX as usize)];
+        b.put_u8(kind);
+        b.put_u16(r.len() as u16);
+        b.put_slice(r);
+        b.put_u64(v);
+    }
+    b.freeze()
+}
+
+/// An entry's time, its messages (stored form, patch position) and its tracking records.
+type Decoded<'a> = (u64, Vec<(&'a [u8], usize)>, Vec<Track>);
+
+fn decode_entry(e: &[u8]) -> Result<Decoded<'_>, String> {
+    let mut b = e;
+    let short = || "a short stream entry".to_string();
+    if b.remaining() < 13 {
+        return Err(short());
+    }
+    let v = b.get_u8();
+    if v > MACHINE_VERSION {
+        return Err(format!(
+            "a stream entry of version {v}, newer than this build applies ({MACHINE_VERSION})"
+        ));
+    }
+    let ts = b.get_u64();
+    let n = b.get_u32() as usize;
+    let mut msgs = Vec::with_capacity(n.min(65_536));
+    for _ in 0..n {
+        if b.remaining() < 8 {
+            return Err(short());
+        }
+        let (len, patch) = (b.get_u32() as usize, b.get_u32() as usize);
+        if b.remaining() < len {
+            return Err(short());
+        }
+        msgs.push((&b[..len], patch));
+        b.advance(len);
+    }
+    let mut tracks = Vec::new();
+    if b.remaining() >= 4 {
+        for _ in 0..b.get_u32() {
+            if b.remaining() < 3 {
+                return Err(short());
+            }
+            let (kind, len) = (b.get_u8(), b.get_u16() as usize);
+            if b.remaining() < len + 8 {
+                return Err(short());
+            }
+            let r = String::from_utf8_lossy(&b[..len]).into_owned();
+            b.advance(len);
+            let v = b.get_u64();
+            tracks.push(match kind {
+                1 => Track::Offset(r, v),
+                _ => Track::Publisher(r, v),
+            });
+        }
+    }
+    Ok((ts, msgs, tracks))
+}
+
+/// The group's state machine on this member: its stream.
+struct StreamSm {
+    stream: Weak<Stream>,
+    group: Weak<ReplicatedStream>,
+    /// The index of the last snapshot point handed out.
+    snapshot_at: Mutex<u64>,
+}
+
+/// `[version][index u64][next u64][first u64]`.
+fn encode_point(index: u64, next: u64, first: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(25);
+    b.push(MACHINE_VERSION);
+    b.extend_from_slice(&index.to_be_bytes());
+    b.extend_from_slice(&next.to_be_bytes());
+    b.extend_from_slice(&first.to_be_bytes());
+    b
+}
+
+impl warren_cluster::StateMachine for StreamSm {
+    fn apply(&self, index: u64, command: &Bytes) -> Vec<u8> {
+        let Some(s) = self.stream.upgrade() else {
+            return Vec::new();
+        };
+        match decode_entry(command) {
+            Ok((ts, msgs, tracks)) => s.apply_entry(index, ts, msgs.into_iter(), &tracks),
+            Err(e) => {
+                tracing::error!(stream = %s.name, vhost = %s.vhost, index, error = %e, "a stream entry cannot be applied: this member stops applying (run the newer build)");
+                s.stop_applying();
+            }
+        }
+        Vec::new()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let (index, next, first) = self
+            .stream
+            .upgrade()
+            .map_or((0, 0, 0), |s| s.durable_point());
+        encode_point(index, next, first)
+    }
+
+    fn snapshot_point(&self) -> warren_cluster::SnapshotPoint {
+        let Some(s) = self.stream.upgrade() else {
+            return warren_cluster::SnapshotPoint::Unchanged;
+        };
+        let (index, next, first) = s.durable_point();
+        let mut at = self.snapshot_at.lock();
+        if index <= *at {
+            return warren_cluster::SnapshotPoint::Unchanged;
+        }
+        *at = index;
+        warren_cluster::SnapshotPoint::At(index, encode_point(index, next, first))
+    }
+
+    fn restore(&self, index: Option<u64>, snapshot: &[u8]) {
+        let (Some(s), Some(_)) = (self.stream.upgrade(), index) else {
+            return;
+        };
+        let mut b = snapshot;
+        if b.remaining() < 25 {
+            return;
+        }
+        let v = b.get_u8();
+        if v > MACHINE_VERSION {
+            tracing::error!(stream = %s.name, vhost = %s.vhost, version = v, "a stream snapshot of a newer version: this member stops applying (run the newer build)");
+            s.stop_applying();
+            return;
+        }
+        let (at, next, first) = (b.get_u64(), b.get_u64(), b.get_u64());
+        *self.snapshot_at.lock() = at;
+        let from = match s.behind(at, next, first) {
+            Ok(None) => return,
+            Ok(Some(from)) => from,
+            Err(e) => {
+                tracing::error!(stream = %s.name, error = %e, "cannot prepare the stream member's copy for a snapshot");
+                s.stop_applying();
+                return;
+            }
+        };
+        let Some(g) = self.group.upgrade() else {
+            return;
+        };
+        tracing::info!(stream = %s.name, vhost = %s.vhost, from, to = next, "stream member: fetching what it lacks from another member");
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::block_in_place(|| handle.block_on(g.catch_up(&s, from, next)));
+        s.caught_up(at, next);
+    }
+}
+
+impl ReplicatedStream {
+    /// Fetches offsets `from..to` from the other members' segments into `s`, trying each in
+    /// turn (the leader first) until it has them all; retries while none can give them.
+    async fn catch_up(&self, s: &Arc<Stream>, mut from: u64, to: u64) {
+        let mut wait = Duration::from_millis(100);
+        while from < to && !*self.stop.borrow() {
+            let mut others: Vec<String> = self
+                .members()
+                .into_iter()
+                .filter(|m| *m != self.me)
+                .collect();
+            if let Some(l) = self.leader.read().clone() {
+                others.sort_by_key(|m| *m != l);
+            }
+            let mut progressed = false;
+            for m in others {
+                match self.net.fetch(&m, self.group, from, FETCH_BYTES).await {
+                    Ok(body) => match decode_fetched(body) {
+                        Some((entries, chunks)) if !entries.is_empty() => {
+                            from = s.append_fetched(&entries, &chunks, to);
+                            progressed = true;
+                            break;
+                        }
+                        _ => {}
+                    },
+                    Err(e) => {
+                        tracing::debug!(stream = %self.name, member = %m, error = %e, "cannot fetch from this member")
+                    }
+                }
+            }
+            if !progressed {
+                // At boot the links come up meanwhile: said aloud only once it lasts.
+                if wait >= Duration::from_secs(1) {
+                    tracing::warn!(stream = %self.name, vhost = %self.vhost, from, to, "no member could give the stream's missing offsets yet: retrying");
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// A fetch's answer: `[n u32]{[offset u64][ts u64][chunk u8][len u32][data]}`.
+pub fn encode_fetched(entries: &[warren_store::stream::Entry], chunks: &[u64]) -> Bytes {
+    let size: usize = entries.iter().map(|e| 21 + e.data.len()).sum();
+    let mut b = BytesMut::with_capacity(4 + size);
+    b.put_u32(entries.len() as u32);
+    for e in entries {
+        b.put_u64(e.offset);
+        b.put_u64(e.ts_ms);
+        b.put_u8(chunks.contains(&e.offset) as u8);
+        b.put_u32(e.data.len() as u32);
+        b.put_slice(&e.data);
+    }
+    b.freeze()
+}
+
+fn decode_fetched(mut b: Bytes) -> Option<(Vec<warren_store::stream::Entry>, Vec<u64>)> {
+    if b.remaining() < 4 {
+        return None;
+    }
+    let n = b.get_u32();
+    let (mut entries, mut chunks) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        if b.remaining() < 21 {
+            return None;
+        }
+        let (offset, ts_ms, chunk, len) = (b.get_u64(), b.get_u64(), b.get_u8(), b.get_u32());
+        if b.remaining() < len as usize {
+            return None;
+        }
+        if chunk == 1 {
+            chunks.push(offset);
+        }
+        entries.push(warren_store::stream::Entry {
+            offset,
+            ts_ms,
+            data: b.split_to(len as usize),
+        });
+    }
+    Some((entries, chunks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_and_fetches_round_trip() {
+        let msgs = vec![
+            (Bytes::from_static(b"one"), 1 | CONFIRMED),
+            (Bytes::from_static(b"two!"), 2),
+        ];
+        let tracks = vec![
+            Track::Offset("c".into(), 7),
+            Track::Publisher("p".into(), 9),
+        ];
+        let e = encode_entry(42, &msgs, &tracks);
+        let (ts, got, t) = decode_entry(&e).expect("decodes");
+        assert_eq!(ts, 42);
+        assert_eq!(got, vec![(&b"one"[..], 1), (&b"two!"[..], 2)]);
+        assert_eq!(t, tracks);
+        assert_eq!(confirmed_among(&msgs), 1);
+        let mut newer = e.to_vec();
+        newer[0] = MACHINE_VERSION + 1;
+        assert!(decode_entry(&newer).unwrap_err().contains("newer"));
+        assert!(decode_entry(&e[..20]).is_err());
+
+        let entries = vec![
+            warren_store::stream::Entry {
+                offset: 5,
+                ts_ms: 1,
+                data: Bytes::from_static(b"a"),
+            },
+            warren_store::stream::Entry {
+                offset: 6,
+                ts_ms: 2,
+                data: Bytes::from_static(b"bc"),
+            },
+        ];
+        let (back, chunks) = decode_fetched(encode_fetched(&entries, &[6])).expect("decodes");
+        assert_eq!(back, entries);
+        assert_eq!(chunks, vec![6]);
+    }
+}
