@@ -8,7 +8,8 @@ messages with the same offsets, and a consumer on any member reads its local cop
   messages at the same offsets everywhere, in one order, and the members' segment files equal.
 * The leader killed (kill -9) under confirmed publishing: a new leader, no confirmed message
   lost, no offset given twice; the killed node, restarted, catches up and agrees again.
-* `x-initial-cluster-size: 2` makes a stream of two members; the third node reaches it.
+* `x-initial-cluster-size: 2` makes a stream of two members; the third node, no member (no
+  Raft group of its own), publishes through them and reads a read copy fed from theirs.
 * A member's copy deleted while it was down is fetched again from the others' segments.
 * Deleting the stream removes every member's files.
 
@@ -197,11 +198,12 @@ def test_the_leader_killed_loses_no_confirmed_message_and_reuses_no_offset(strea
 def test_initial_cluster_size_two_and_a_node_that_is_no_member(streams):
     a, b, c = streams.nodes
     qn = uname("rs2")
-    declare(a, qn, {"x-initial-cluster-size": 2})
+    d = declare(a, qn, {"x-initial-cluster-size": 2})
     wait_until(lambda: leader_of(a, qn) is not None, timeout=15, what="a leader")
     members = queue_info(a, qn)["members"]
     assert len(members) == 2
     outsider = next(n for n in (a, b, c) if n.name not in members)
+    assert not os.path.exists(os.path.join(queues_dir(outsider), d, "group")), "no Raft group"
     bodies = [f"m{k}".encode() for k in range(30)]
     publish_confirmed(outsider, qn, bodies)
     for n in (a, b, c):

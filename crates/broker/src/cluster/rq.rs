@@ -30,7 +30,8 @@ pub const SERVICE_RQ_PROPOSE_AT: u8 = 11;
 /// (whichever member leads, now or after a failover, sees the declare): `[group u64]` -> `[]`.
 pub const SERVICE_RQ_TOUCH: u8 = 12;
 /// A replicated stream's committed entries from an offset, from this member's copy:
-/// `[group u64][from u64][max bytes u32]` -> `replicated::stream::encode_fetched`'s form.
+/// `[group u64][from u64][max bytes u32][wait ms u32]` -> `replicated::stream::
+/// encode_fetched`'s form.
 pub const SERVICE_RS_FETCH: u8 = 15;
 /// A delivery to a consumer on the receiving node: `[group u64][consumer u64][delivery u64]
 /// [seq u64][redelivered u8]` then the message.
@@ -208,6 +209,7 @@ impl GroupNet for ClusterNet {
         group: u64,
         from: u64,
         max_bytes: u32,
+        wait_ms: u32,
     ) -> BoxFuture<Result<Bytes, String>> {
         let c = self.c.clone();
         let node = node.to_string();
@@ -216,12 +218,14 @@ impl GroupNet for ClusterNet {
             let addr = c
                 .addr_of(&node)
                 .ok_or_else(|| format!("{node}: no address"))?;
-            let mut body = Vec::with_capacity(20);
+            let mut body = Vec::with_capacity(24);
             body.extend_from_slice(&group.to_be_bytes());
             body.extend_from_slice(&from.to_be_bytes());
             body.extend_from_slice(&max_bytes.to_be_bytes());
+            body.extend_from_slice(&wait_ms.to_be_bytes());
+            let limit = Duration::from_secs(30) + Duration::from_millis(wait_ms as u64);
             c.links
-                .call(&addr, SERVICE_RS_FETCH, &body, Duration::from_secs(30))
+                .call(&addr, SERVICE_RS_FETCH, &body, limit)
                 .await
                 .map_err(|e| format!("{node}: {e}"))
         })
@@ -369,17 +373,25 @@ pub fn serve_counts(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, String> 
     Ok(Bytes::from(b))
 }
 
-/// A member's side of [`SERVICE_RS_FETCH`]: committed entries of its copy, read on the
-/// blocking pool.
+/// A member's side of [`SERVICE_RS_FETCH`]: committed entries of its copy (after waiting up
+/// to the asked time for some), read on the blocking pool.
 pub async fn serve_fetch(c: &Arc<Cluster>, mut body: Bytes) -> Result<Bytes, String> {
-    if body.remaining() < 20 {
+    if body.remaining() < 24 {
         return Err("short request".into());
     }
-    let (group, from, max) = (body.get_u64(), body.get_u64(), body.get_u32());
+    let (group, from, max, wait_ms) = (
+        body.get_u64(),
+        body.get_u64(),
+        body.get_u32(),
+        body.get_u32().min(5_000),
+    );
     let s = c
         .rstream(group)
+        .filter(|r| r.is_member())
         .and_then(|r| r.stream())
-        .ok_or_else(|| format!("no copy of stream group {group:016x} here"))?;
+        .ok_or_else(|| format!("no member's copy of stream group {group:016x} here"))?;
+    s.wait_committed_past(from, Duration::from_millis(wait_ms as u64))
+        .await;
     tokio::task::spawn_blocking(move || s.read_for_member(from, max as u64))
         .await
         .map_err(|e| e.to_string())?

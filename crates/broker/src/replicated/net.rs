@@ -62,13 +62,15 @@ pub trait GroupNet: Send + Sync + 'static {
     /// Whether `node` is reachable now (its link is up).
     fn node_up(&self, node: &str) -> bool;
     /// Reads a replicated stream's committed entries from `from` on (about `max_bytes`) from
-    /// `node`'s copy (`replicated::stream::encode_fetched`).
+    /// `node`'s copy (`replicated::stream::encode_fetched`), waiting up to `wait_ms` there
+    /// for some when it has none yet.
     fn fetch(
         &self,
         node: &str,
         _group: u64,
         _from: u64,
         _max_bytes: u32,
+        _wait_ms: u32,
     ) -> BoxFuture<Result<bytes::Bytes, String>> {
         let node = node.to_string();
         Box::pin(async move { Err(format!("{node}: not reachable from a single node")) })

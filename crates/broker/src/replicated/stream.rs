@@ -108,9 +108,19 @@ impl ReplicatedStream {
             stop: tokio::sync::watch::channel(false).0,
             stopped: tokio::sync::watch::channel(false).0,
         });
-        stream.join_group(r.clone())?;
-        tokio::spawn(r.clone().run());
+        if r.is_member() {
+            stream.join_group(r.clone())?;
+            tokio::spawn(r.clone().run());
+        } else {
+            stream.follow_group(r.clone());
+            tokio::spawn(r.clone().run_outside());
+        }
         Ok(r)
+    }
+
+    /// This node holds a member's copy (else a read copy, fed from the members').
+    pub fn is_member(&self) -> bool {
+        self.members.read().contains(&self.me)
     }
 
     pub fn members(&self) -> Vec<String> {
@@ -256,6 +266,106 @@ impl ReplicatedStream {
             let _ = std::fs::remove_dir_all(self.dir.parent().unwrap_or(&self.dir));
         }
         self.stopped.send_replace(true);
+    }
+
+    /// A node that is no member: a read copy, fed from the members' segments (`feed`), and its
+    /// publishes proposed through a member, one entry at a time (in order).
+    async fn run_outside(self: Arc<Self>) {
+        let mut stop = self.stop.subscribe();
+        tokio::spawn(self.clone().feed(stop.clone()));
+        tokio::spawn(self.clone().poll_leader(stop.clone()));
+        loop {
+            let woken = self.wake.notified();
+            if *stop.borrow() {
+                break;
+            }
+            let Some((entry, confirms, bytes)) = self.take_entry() else {
+                tokio::select! {
+                    _ = woken => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
+                continue;
+            };
+            let ok = match self
+                .net
+                .forward(self.group, self.members(), entry.to_vec())
+                .await
+            {
+                Ok(_) => true,
+                Err(e) => {
+                    tracing::debug!(stream = %self.name, error = %e, "a stream entry was not committed");
+                    false
+                }
+            };
+            self.settle(confirms, bytes, ok);
+        }
+        self.fail_batch();
+        if self.deleted.load(Ordering::Acquire) {
+            let _ = std::fs::remove_dir_all(self.dir.parent().unwrap_or(&self.dir));
+        }
+        self.stopped.send_replace(true);
+    }
+
+    /// Feeds a read copy: fetches what the members have committed past it, waiting there for
+    /// more (a long poll), from the leader first.
+    async fn feed(self: Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
+        let mut wait = Duration::from_millis(100);
+        while !*stop.borrow() {
+            let Some(s) = self.stream.upgrade() else {
+                return;
+            };
+            let from = s.next_offset();
+            let mut members = self.members();
+            if let Some(l) = self.leader.read().clone() {
+                members.sort_by_key(|m| *m != l);
+            }
+            let mut served = false;
+            for m in members {
+                match self
+                    .net
+                    .fetch(&m, self.group, from, FETCH_BYTES, 1_000)
+                    .await
+                {
+                    Ok(body) => {
+                        let Some((entries, chunks)) = decode_fetched(body) else {
+                            continue;
+                        };
+                        if let Some(first) = entries.first().map(|e| e.offset) {
+                            if let Err(e) = s.start_at(first) {
+                                tracing::warn!(stream = %self.name, error = %e, "cannot move the read copy to the members' first offset");
+                            }
+                            s.append_fetched(&entries, &chunks, u64::MAX);
+                        }
+                        served = true;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::debug!(stream = %self.name, member = %m, error = %e, "cannot fetch from this member")
+                    }
+                }
+            }
+            if served {
+                wait = Duration::from_millis(100);
+            } else {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+
+    /// A node that is no member asks the members who leads, every second.
+    async fn poll_leader(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            let leader = self.net.leader_of(self.group, self.members()).await;
+            if leader.is_some() {
+                self.leader_known.notify_waiters();
+            }
+            *self.leader.write() = leader;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
     }
 
     /// Follows who leads the group.
@@ -561,7 +671,7 @@ impl ReplicatedStream {
             }
             let mut progressed = false;
             for m in others {
-                match self.net.fetch(&m, self.group, from, FETCH_BYTES).await {
+                match self.net.fetch(&m, self.group, from, FETCH_BYTES, 0).await {
                     Ok(body) => match decode_fetched(body) {
                         Some((entries, chunks)) if !entries.is_empty() => {
                             from = s.append_fetched(&entries, &chunks, to);

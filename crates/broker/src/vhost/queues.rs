@@ -203,23 +203,16 @@ impl VHost {
             spec.members,
             crate::queue::args::is_stream(spec.arguments),
         ) {
-            // A replicated stream: each member holds a copy (its log named after the group),
-            // a node that is none reaches the first member's.
+            // A replicated stream: each member holds a copy (its log named after the group);
+            // a node that is none, a read copy fed from theirs.
             let group = group.or(at.map(|a| a.index)).unwrap_or(0);
-            let q = if members.iter().any(|m| m == c.me()) {
-                let q = self.open_stream(name.clone(), options, group)?;
-                if let Some(s) = q.stream() {
-                    if let Err(e) = c.clone().stream_member(s, group, members.to_vec()) {
-                        q.mark_deleted();
-                        return Err(e);
-                    }
+            let q = self.open_stream(name.clone(), options, group)?;
+            if let Some(s) = q.stream() {
+                if let Err(e) = c.clone().stream_member(s, group, members.to_vec()) {
+                    q.mark_deleted();
+                    return Err(e);
                 }
-                q
-            } else {
-                let home = members.first().cloned().unwrap_or_default();
-                c.clone()
-                    .remote_queue(name.clone(), self.name.clone(), options, home)
-            };
+            }
             defs.queues.insert(name, q.clone());
             self.publish_snapshot(&defs);
             self.churn.queue_created.fetch_add(1, Relaxed);

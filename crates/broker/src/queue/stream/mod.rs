@@ -239,6 +239,8 @@ pub struct Stream {
     /// A replicated stream's group (`replica`): set once, before any publish.
     group: std::sync::OnceLock<Arc<dyn StreamGroup>>,
     applied: Mutex<replica::Applied>,
+    /// Told when committed offsets advance (a member waiting to serve another's fetch).
+    grown: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Stream {
@@ -301,6 +303,7 @@ impl Stream {
             tracking: Mutex::new(tracking),
             group: std::sync::OnceLock::new(),
             applied: Mutex::new(Default::default()),
+            grown: tokio::sync::Notify::new(),
         }))
     }
 

@@ -99,6 +99,45 @@ impl Stream {
         Ok(index)
     }
 
+    /// Makes this stream the read copy of a node that is no member of `group`: it is fed from
+    /// the members' segments ([`Stream::append_fetched`]) and its publishes go to the group.
+    pub fn follow_group(&self, group: Arc<dyn StreamGroup>) {
+        let _ = self.group.set(group);
+    }
+
+    /// The read copy is empty and the members' copies start at `first` (retention dropped what
+    /// was before): it starts there too.
+    pub fn start_at(&self, first: u64) -> std::io::Result<()> {
+        let mut g = self.inner.lock();
+        if g.log.next_offset() >= first || g.log.next_offset() != g.log.first_offset() {
+            return Ok(());
+        }
+        g.log.reset(first)?;
+        g.tail.clear();
+        g.tail_first = first;
+        g.tail_bytes = 0;
+        g.in_flight = first;
+        drop(g);
+        self.first.store(first, Ordering::Relaxed);
+        self.committed.store(first, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The offset after the last one this copy holds (written or not).
+    pub fn next_offset(&self) -> u64 {
+        self.inner.lock().log.next_offset()
+    }
+
+    /// Waits up to `max` for committed offsets to reach past `from`.
+    pub async fn wait_committed_past(&self, from: u64, max: std::time::Duration) {
+        let grown = self.grown.notified();
+        tokio::pin!(grown);
+        grown.as_mut().enable();
+        if self.committed() <= from && !self.is_deleted() {
+            let _ = tokio::time::timeout(max, grown).await;
+        }
+    }
+
     /// The group this stream is a member of, if it is replicated.
     pub fn replicated(&self) -> Option<&Arc<dyn StreamGroup>> {
         self.group.get()

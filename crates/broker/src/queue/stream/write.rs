@@ -204,6 +204,7 @@ impl Logged for Stream {
         }
         self.committed.store(to, Ordering::SeqCst);
         self.durable_upto(to);
+        self.grown.notify_waiters();
         for r in self.readers.lock().iter() {
             if r.at_end.load(Ordering::SeqCst) {
                 r.wake.notify_one();
