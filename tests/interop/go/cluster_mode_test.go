@@ -33,11 +33,6 @@ const sessionNode = 1
 
 const ballastPrefix = "warren.ballast."
 
-// streamsSingleNode: why cluster mode skips the tests of streams (to be removed once streams
-// exist in a cluster).
-const streamsSingleNode = "Warren's streams are single-node only: a cluster refuses x-queue-type=stream " +
-	"with 540 NOT_IMPLEMENTED (docs/streams.md)"
-
 // clusterModeOn: WARREN_CLUSTER set (not "0").
 func clusterModeOn() bool {
 	v := os.Getenv("WARREN_CLUSTER")

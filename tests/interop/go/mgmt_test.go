@@ -189,10 +189,6 @@ func TestQueueTypeValidation(t *testing.T) {
 		{"not a string", true, false, false, int32(5), "invalid arg 'x-queue-type' for queue '%s' in vhost '/': {unacceptable_type,signedint}"},
 	}
 	for _, tt := range cases {
-		if tt.qtype == "stream" && sessionCluster != nil {
-			t.Logf("%s: not checked in cluster mode: %s", tt.what, streamsSingleNode)
-			continue
-		}
 		ch := c.ch(conn)
 		name := c.name("qt")
 		c.trackQueue(name)

@@ -11,7 +11,6 @@ import (
 // every delivery carries its offset in the x-stream-offset header (a long), and acks do not
 // remove anything: a second reader from "first" sees the whole stream.
 func TestStreamConsumeFromOffset(t *testing.T) {
-	singleNode(t, streamsSingleNode)
 	c := newTC(t)
 	conn, ch := c.connCh()
 	q := c.name("stream")
@@ -53,7 +52,6 @@ func TestStreamConsumeFromOffset(t *testing.T) {
 
 // basic.get on a stream closes the connection with RabbitMQ's 540.
 func TestStreamGetRefused(t *testing.T) {
-	singleNode(t, streamsSingleNode)
 	c := newTC(t)
 	_, ch := c.connCh()
 	q := c.name("stream")

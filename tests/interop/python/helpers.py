@@ -14,13 +14,6 @@ import pytest
 
 DEFAULT_WAIT = 10.0
 
-# A stream can only be declared on a single Warren node: a cluster refuses it with 540
-# NOT_IMPLEMENTED (docs/streams.md). Cluster mode (conftest.py) skips the tests of streams with
-# this; to be removed once streams exist in a cluster.
-STREAMS_SINGLE_NODE = pytest.mark.single_node("Warren's streams are single-node only: a cluster refuses "
-                                              "x-queue-type=stream with 540 NOT_IMPLEMENTED (docs/streams.md)")
-
-
 def uname(prefix: str = "t") -> str:
     """A name unique to this run, so tests never collide on a shared broker."""
     return f"interop-{prefix}-{uuid.uuid4().hex[:12]}"

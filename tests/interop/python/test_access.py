@@ -14,7 +14,7 @@ import urllib.request
 import pika
 import pytest
 
-from helpers import (STREAMS_SINGLE_NODE, channel_closed, connect, connection_closed, safe_close, uname, url_with,
+from helpers import (channel_closed, connect, connection_closed, safe_close, uname, url_with,
                      wait_until)
 
 
@@ -252,8 +252,7 @@ def test_policy_applies_to_new_and_existing_queues(api, res, conn):
     (dict(durable=False), {"x-queue-type": "quorum"}, "invalid property 'non-durable' for queue '{q}' in vhost '/'"),
     (dict(durable=True, exclusive=True), {"x-queue-type": "quorum"}, "invalid property 'exclusive-owner' for queue '{q}' in vhost '/'"),
     (dict(durable=True, auto_delete=True), {"x-queue-type": "quorum"}, "invalid property 'auto-delete' for queue '{q}' in vhost '/'"),
-    pytest.param(dict(durable=False), {"x-queue-type": "stream"}, "invalid property 'non-durable' for queue '{q}' in vhost '/'",
-                 marks=STREAMS_SINGLE_NODE),
+    (dict(durable=False), {"x-queue-type": "stream"}, "invalid property 'non-durable' for queue '{q}' in vhost '/'"),
     (dict(durable=True), {"x-queue-type": "foo"}, "invalid arg 'x-queue-type' for queue '{q}' in vhost '/': \"unsupported queue type 'foo'\""),
     (dict(durable=True), {"x-queue-type": 5}, "invalid arg 'x-queue-type' for queue '{q}' in vhost '/': {{unacceptable_type,signedint}}"),
 ], ids=["quorum-non-durable", "quorum-exclusive", "quorum-auto-delete", "stream-non-durable", "unknown", "not-a-string"])

@@ -7,7 +7,7 @@ import time
 import pika
 import pytest
 
-from helpers import STREAMS_SINGLE_NODE, channel_closed, connect, connection_closed, safe_close, uname, wait_until
+from helpers import channel_closed, connect, connection_closed, safe_close, uname, wait_until
 
 
 def test_x_expires_deletes_an_unused_queue(conn, ch):
@@ -104,8 +104,8 @@ def test_dead_letter_exchange_of_wrong_type(ch):
     # test_quorum_on_machine.py's priority test.)
     ("quorum", "x-max-age", "1D", "rabbit_quorum_queue"),
     ("quorum", "x-queue-mode", "lazy", "rabbit_quorum_queue"),
-    pytest.param("stream", "x-message-ttl", 1000, "rabbit_stream_queue", marks=STREAMS_SINGLE_NODE),
-    pytest.param("stream", "x-max-length", 10, "rabbit_stream_queue", marks=STREAMS_SINGLE_NODE),
+    ("stream", "x-message-ttl", 1000, "rabbit_stream_queue"),
+    ("stream", "x-max-length", 10, "rabbit_stream_queue"),
 ])
 def test_argument_the_queue_type_does_not_take(ch, qtype, arg, value, module):
     # RabbitMQ 3.10: 406 "invalid arg 'K' for queue 'q' in vhost '/' of queue type <module>".
@@ -156,7 +156,7 @@ def test_quorum_leader_locators_are_taken(ch, value):
     ch.queue_delete(q)
 
 
-@pytest.mark.parametrize("qtype", ["quorum", pytest.param("stream", marks=STREAMS_SINGLE_NODE)])
+@pytest.mark.parametrize("qtype", ["quorum", "stream"])
 def test_server_named_replicated_queue_is_refused(ch, qtype):
     module = {"quorum": "rabbit_quorum_queue", "stream": "rabbit_stream_queue"}[qtype]
     with channel_closed(406, "PRECONDITION_FAILED") as info:

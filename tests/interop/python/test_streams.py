@@ -17,9 +17,7 @@ import pika.exceptions
 import pytest
 
 from conftest import WarrenProcess
-from helpers import STREAMS_SINGLE_NODE, connect, safe_close, uname
-
-pytestmark = STREAMS_SINGLE_NODE
+from helpers import connect, safe_close, uname
 
 S = {"x-queue-type": "stream"}
 WAIT = 10.0

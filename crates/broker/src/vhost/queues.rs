@@ -356,6 +356,8 @@ impl VHost {
                     deletable(&q, q.consumer_count(), messages, if_unused, if_empty)?
                 }
             };
+            // RabbitMQ answers delete-ok with 0 messages for a stream.
+            let counted = if q.stream().is_some() { 0 } else { counted };
             let m = QueueDelete {
                 queue: name.into(),
                 ..Default::default()
