@@ -66,6 +66,8 @@ class ClusterNode:
         self.amqp_port = _free_port()
         self.http_port = _free_port()
         self.link_port = _free_port()
+        # The stream protocol's port, when the cluster runs it (`Cluster(stream=True)`).
+        self.stream_port = _free_port() if cluster.stream else None
         self.cookie = cookie if cookie is not None else cluster.cookie
         self.data_dir = os.path.join(cluster.dir, f"n{index}")
         os.makedirs(self.data_dir)
@@ -89,6 +91,8 @@ class ClusterNode:
                "--cluster-listen", self.link_addr, "--cluster-peers", ",".join(peers)]
         if self.cluster.config_path is not None:
             cmd += ["--config", self.cluster.config_path]
+        if self.stream_port is not None:
+            cmd += ["--stream-port", str(self.stream_port)]
         return cmd
 
     def start(self, peers: list[str] | None = None) -> None:
@@ -173,10 +177,12 @@ class ClusterNode:
 
 
 class Cluster:
-    def __init__(self, label: str, size: int = 3, config: str | None = None):
+    def __init__(self, label: str, size: int = 3, config: str | None = None, stream: bool = False):
         """`config`: TOML for every node's `--config`; by default WARREN_CLUSTER_CONFIG's (to run
-        the cluster suites with a setting that is off by default), or none."""
+        the cluster suites with a setting that is off by default), or none. `stream`: every node
+        also runs the stream protocol, each on a port of its own (`ClusterNode.stream_port`)."""
         self.label = label
+        self.stream = stream
         self.config = config if config is not None else os.environ.get("WARREN_CLUSTER_CONFIG")
         self.dir = tempfile.mkdtemp(prefix=f"warren-cluster-{label}-")
         # Written once: nodes starting together read it while another starts.
@@ -272,8 +278,8 @@ def _mark_logs():
     yield
 
 
-def _cluster(label: str, config: str | None = None):
-    c = Cluster(label, config=config)
+def _cluster(label: str, config: str | None = None, stream: bool = False):
+    c = Cluster(label, config=config, stream=stream)
     _LOGS.clusters.append(c)
     try:
         c.start()

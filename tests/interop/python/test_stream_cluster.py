@@ -12,12 +12,15 @@ messages with the same offsets, and a consumer on any member reads its local cop
   Raft group of its own), publishes through them and reads a read copy fed from theirs.
 * A member's copy deleted while it was down is fetched again from the others' segments.
 * Deleting the stream removes every member's files.
+* The stream protocol (rstream): a node's metadata names the leader and the replicas on their
+  own stream ports; the producer publishes on the leader, the consumer reads from a replica.
 
 Warren only (WARREN_BIN): starts its own cluster and kills its nodes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import hashlib
 import os
@@ -26,6 +29,8 @@ import time
 import pika
 import pika.exceptions
 import pytest
+from rstream import (AMQPMessage, Consumer, ConsumerOffsetSpecification, MessageContext,
+                     OffsetType, Producer, amqp_decoder)
 
 from cluster_harness import (_cluster, _mark_logs, _node_logs, needs_warren_bin,  # noqa: F401
                              PERSISTENT, q)
@@ -38,7 +43,7 @@ STREAM = {"x-queue-type": "stream"}
 
 @pytest.fixture(scope="module")
 def streams():
-    yield from _cluster("streams")
+    yield from _cluster("streams", stream=True)
 
 
 def queue_info(node, qn: str) -> dict:
@@ -252,3 +257,59 @@ def test_deleting_a_replicated_stream_removes_every_members_files(streams):
     safe_close(conn)
     wait_until(lambda: not any(os.path.exists(d) for d in dirs), timeout=15,
                what="every member to remove the stream's files")
+
+
+# ---- the stream protocol (rstream) on a replicated stream ----
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def test_stream_protocol_metadata_names_the_leader_and_replicas_and_clients_follow_it(streams):
+    """rstream asks the node it reaches for the stream's leader and replicas: its producer then
+    publishes on the leader's stream port, its consumer reads from a replica's, and what one
+    publishes the other reads, at the offsets every member gives it."""
+    a, b, c = streams.nodes
+    name = uname("rsp")
+
+    async def go():
+        async with Producer("127.0.0.1", port=c.stream_port, username="guest",
+                            password="guest") as p:
+            await p.create_stream(name)
+            leader = None
+            for _ in range(100):
+                leader = leader_of(c, name)
+                if leader:
+                    break
+                await asyncio.sleep(0.1)
+            assert leader, "the new stream has a leader"
+            client = await p.default_client
+            lead, replicas = await client.query_leader_and_replicas(name)
+            by_port = {n.stream_port: n.name for n in streams.nodes}
+            assert by_port[lead.port] == leader
+            assert sorted(by_port[r.port] for r in replicas) == sorted(
+                n.name for n in streams.nodes if n.name != leader)
+            assert all(x.host == "127.0.0.1" for x in [lead, *replicas])
+            for i in range(50):
+                await p.send_wait(name, AMQPMessage(body=f"m{i}".encode()))
+        got: list[tuple[int, bytes]] = []
+        enough = asyncio.Event()
+
+        async def on(msg, ctx: MessageContext) -> None:
+            got.append((ctx.offset, bytes(msg.body) if not isinstance(msg, bytes) else msg))
+            if len(got) >= 50:
+                enough.set()
+
+        async with Consumer("127.0.0.1", port=a.stream_port, username="guest",
+                            password="guest") as cons:
+            await cons.start()
+            await cons.subscribe(name, on, decoder=amqp_decoder,
+                                 offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None))
+            await asyncio.wait_for(enough.wait(), 20)
+        return got
+
+    got = run(go())
+    assert [o for o, _ in got] == list(range(50))
+    # The same messages over AMQP 0-9-1 on every node.
+    for n in streams.nodes:
+        assert [o for o, _ in read_all(n, name, 50)] == list(range(50))

@@ -41,6 +41,7 @@ impl Cluster {
             groups: Default::default(),
             rqueues: Default::default(),
             rstreams: Default::default(),
+            stream_ports: Default::default(),
         });
         links.set_handler(Arc::new(LinkHandler(Arc::downgrade(&c))));
         broker.set_cluster(c.clone());

@@ -88,6 +88,11 @@ impl Handler for LinkHandler {
                     let b = c.broker().ok_or("node stopping")?;
                     Ok(Bytes::from(crate::node_status::node_json(&b).to_string()))
                 }
+                super::SERVICE_STREAM_PORT => {
+                    let b = c.broker().ok_or("node stopping")?;
+                    let port = b.config.stream_port.unwrap_or(0);
+                    Ok(Bytes::copy_from_slice(&port.to_be_bytes()))
+                }
                 SERVICE_VIEW => {
                     let b = c.broker().ok_or("node stopping")?;
                     b.local_view(&body).map(Bytes::from)

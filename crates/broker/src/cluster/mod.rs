@@ -21,6 +21,7 @@ pub mod link;
 pub mod quorum;
 pub mod remote;
 pub mod rq;
+mod streams;
 
 mod formation;
 mod handler;
@@ -90,6 +91,9 @@ pub const SERVICE_APPLIED: u8 = 4;
 pub const SERVICE_MEMBER: u8 = 8;
 /// A management question (the request, opaque here) answered by the node's `LocalView`.
 pub const SERVICE_VIEW: u8 = 13;
+/// This node's stream-protocol port (`[port u16]`, 0 when it has none): what a stream
+/// connection's metadata answers for a replicated stream's members here (`streams.rs`).
+pub const SERVICE_STREAM_PORT: u8 = 16;
 
 /// This node's part in a cluster.
 pub struct Cluster {
@@ -114,6 +118,8 @@ pub struct Cluster {
     rstreams: parking_lot::RwLock<
         std::collections::HashMap<u64, Weak<crate::replicated::stream::ReplicatedStream>>,
     >,
+    /// Other nodes' stream-protocol ports as they last answered, and when (`streams.rs`).
+    stream_ports: parking_lot::Mutex<std::collections::HashMap<String, (u16, std::time::Instant)>>,
 }
 
 impl Cluster {

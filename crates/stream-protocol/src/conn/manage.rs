@@ -127,24 +127,78 @@ impl Conn {
         self.respond(DELETE, corr, code);
     }
 
-    pub(super) fn metadata(&self, corr: u32, streams: &[String]) {
-        let host = self.local.ip().to_string();
-        let port = self.local.port() as u32;
-        let known: Vec<bool> = streams.iter().map(|s| self.stream(s).is_some()).collect();
+    /// Each stream's leader and replicas, and where each listens: this node at the address
+    /// the client reached, another at its link address's host and its stream port. A
+    /// replicated stream's leader is where a client publishes, its replicas where it
+    /// consumes; one whose leader is unknown (an election) or has no stream port is not
+    /// available, as RabbitMQ answers.
+    pub(super) async fn metadata(&self, corr: u32, streams: &[String]) {
+        let me = (self.local.ip().to_string(), self.local.port());
+        let cluster = warren_broker::cluster::Cluster::of(&self.broker);
+        // Brokers by reference: (node, host, port); this node's first.
+        let mut brokers: Vec<(Option<String>, String, u16)> = vec![(None, me.0, me.1)];
+        let mut answers: Vec<Result<(u16, Vec<u16>), u16>> = Vec::new();
+        for s in streams {
+            let Some(q) = self.stream(s) else {
+                answers.push(Err(code::STREAM_DOES_NOT_EXIST));
+                continue;
+            };
+            let (Some(c), Some((_, members))) = (cluster.as_ref(), q.group()) else {
+                answers.push(Ok((0, Vec::new())));
+                continue;
+            };
+            let mut refs = Vec::new();
+            for node in std::iter::once(q.leader()).chain(members.into_iter().map(Some)) {
+                let Some(node) = node else {
+                    refs.push(None);
+                    continue;
+                };
+                let known = brokers
+                    .iter()
+                    .position(|(n, _, _)| n.as_deref() == Some(&*node));
+                let r = match known {
+                    Some(i) => Some(i as u16),
+                    None if node == self.broker.config.node_name => Some(0),
+                    None => match c.stream_endpoint(&node).await {
+                        Some((host, port)) => {
+                            brokers.push((Some(node), host, port));
+                            Some((brokers.len() - 1) as u16)
+                        }
+                        None => None,
+                    },
+                };
+                refs.push(r);
+            }
+            match refs.first().copied().flatten() {
+                Some(leader) => {
+                    let mut replicas: Vec<u16> = refs[1..].iter().flatten().copied().collect();
+                    replicas.retain(|r| *r != leader);
+                    replicas.dedup();
+                    answers.push(Ok((leader, replicas)));
+                }
+                None => answers.push(Err(code::STREAM_NOT_AVAILABLE)),
+            }
+        }
         self.out.send(|w| {
             w.begin(METADATA | RESPONSE, 1)
                 .u32(corr)
-                .u32(1)
-                .u16(0)
-                .string(&host)
-                .u32(port)
-                .u32(streams.len() as u32);
-            for (s, known) in streams.iter().zip(known) {
+                .u32(brokers.len() as u32);
+            for (i, (_, host, port)) in brokers.iter().enumerate() {
+                w.u16(i as u16).string(host).u32(*port as u32);
+            }
+            w.u32(streams.len() as u32);
+            for (s, a) in streams.iter().zip(&answers) {
                 w.string(s);
-                if known {
-                    w.u16(code::OK).u16(0).u32(0);
-                } else {
-                    w.u16(code::STREAM_DOES_NOT_EXIST).u16(u16::MAX).u32(0);
+                match a {
+                    Ok((leader, replicas)) => {
+                        w.u16(code::OK).u16(*leader).u32(replicas.len() as u32);
+                        for r in replicas {
+                            w.u16(*r);
+                        }
+                    }
+                    Err(c) => {
+                        w.u16(*c).u16(u16::MAX).u32(0);
+                    }
                 }
             }
             w.end();

@@ -297,7 +297,7 @@ impl Conn {
                 arguments,
             } => self.create(corr, &stream, &arguments),
             Request::Delete { corr, stream } => self.delete(corr, &stream),
-            Request::Metadata { corr, streams } => self.metadata(corr, &streams),
+            Request::Metadata { corr, streams } => self.metadata(corr, &streams).await,
             Request::DeclarePublisher {
                 corr,
                 id,
