@@ -12,6 +12,8 @@ messages with the same offsets, and a consumer on any member reads its local cop
   Raft group of its own), publishes through them and reads a read copy fed from theirs.
 * A member's copy deleted while it was down is fetched again from the others' segments.
 * Deleting the stream removes every member's files.
+* `warren ctl add_replica` / `delete_replica`: new members fetch what the group's snapshots
+  cut from the Raft logs; a member removed keeps a read copy.
 * The stream protocol (rstream): a node's metadata names the leader and the replicas on their
   own stream ports; the producer publishes on the leader, the consumer reads from a replica.
 
@@ -24,6 +26,7 @@ import asyncio
 import glob
 import hashlib
 import os
+import subprocess
 import time
 
 import pika
@@ -313,3 +316,51 @@ def test_stream_protocol_metadata_names_the_leader_and_replicas_and_clients_foll
     # The same messages over AMQP 0-9-1 on every node.
     for n in streams.nodes:
         assert [o for o, _ in read_all(n, name, 50)] == list(range(50))
+
+
+def _ctl(node, *args: str) -> subprocess.CompletedProcess:
+    from cluster_harness import BIN
+    return subprocess.run([BIN, "ctl", "--url", f"http://127.0.0.1:{node.http_port}", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_replicas_are_added_and_removed_with_ctl(streams):
+    """`warren ctl add_replica` / `delete_replica` (rabbitmq-streams'): a stream of one member
+    grows to three; the new members get every offset (their Raft logs start after snapshots
+    have cut the first member's: they fetch from its segments) and agree with it; a member
+    removed keeps a read copy but no Raft state; the last member cannot be removed."""
+    a, b, c = streams.nodes
+    qn = uname("rsm")
+    d = declare(a, qn, {"x-initial-cluster-size": 1})
+    wait_until(lambda: leader_of(a, qn) == a.name, timeout=15, what="a to lead")
+    # More entries than a snapshot interval (1024), one confirmed publish each.
+    publish_confirmed(a, qn, [f"m{i}".encode() for i in range(1100)])
+    want = read_all(a, qn, 1100)
+    r = _ctl(c, "add_replica", qn, b.name)
+    assert r.returncode == 0, r.stderr
+    r = _ctl(b, "add_replica", qn, c.name)
+    assert r.returncode == 0, r.stderr
+    wait_until(lambda: sorted(queue_info(a, qn).get("members", [])) == sorted([a.name, b.name, c.name]),
+               timeout=15, what="three members")
+    for n in (b, c):
+        assert os.path.isdir(os.path.join(queues_dir(n), d, "group")), f"{n.name} runs the group"
+    publish_confirmed(b, qn, [b"after"])
+    want = read_all(a, qn, 1101)
+    for n in (b, c):
+        wait_until(lambda n=n: read_all(n, qn, 1101, timeout=5) == want, timeout=30,
+                   what=f"{n.name} to hold every offset")
+    wait_until(lambda: len({tuple(segment_digests(n, d).items()) for n in (a, b, c)}) == 1,
+               timeout=15, what="the same segment files on every member")
+    r = _ctl(a, "delete_replica", qn, c.name)
+    assert r.returncode == 0, r.stderr
+    wait_until(lambda: not os.path.exists(os.path.join(queues_dir(c), d, "group")), timeout=15,
+               what=f"{c.name} to drop its Raft state")
+    publish_confirmed(c, qn, [b"from-outside"])
+    want = read_all(a, qn, 1102)
+    assert want[-1][1] == b"from-outside"
+    wait_until(lambda: read_all(c, qn, 1102, timeout=5) == want, timeout=30,
+               what=f"{c.name}'s read copy to follow")
+    r = _ctl(a, "delete_replica", qn, b.name)
+    assert r.returncode == 0, r.stderr
+    r = _ctl(a, "delete_replica", qn, a.name)
+    assert r.returncode != 0 and "last member" in r.stderr, (r.stdout, r.stderr)

@@ -72,6 +72,14 @@ fn apply(b: &Arc<Broker>, op: DefOp, at: Applying) -> DefReply {
                 q.set_members(members);
                 return DefReply::Ok;
             }
+            if let Some(g) = q
+                .as_ref()
+                .and_then(|q| q.stream())
+                .and_then(|s| s.replicated())
+            {
+                g.set_members(members);
+                return DefReply::Ok;
+            }
             DefReply::Mgmt {
                 kind: 0,
                 text: format!("no quorum queue '{queue}' in vhost '{vhost}'"),

@@ -20,7 +20,10 @@ impl Cluster {
         }
         let addr = self.addr_of(node)?;
         let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
-        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
         let kept = self
             .stream_ports
             .lock()

@@ -61,7 +61,7 @@ pub struct ReplicatedStream {
     members: parking_lot::RwLock<Vec<String>>,
     dir: std::path::PathBuf,
     net: Arc<dyn GroupNet>,
-    meta: std::sync::OnceLock<warren_cluster::Meta>,
+    meta: parking_lot::RwLock<Option<warren_cluster::Meta>>,
     leader: parking_lot::RwLock<Option<String>>,
     leader_known: tokio::sync::Notify,
     batch: Mutex<Batch>,
@@ -69,6 +69,8 @@ pub struct ReplicatedStream {
     in_flight_bytes: AtomicUsize,
     deleted: AtomicBool,
     stop: tokio::sync::watch::Sender<bool>,
+    /// Stops this node's current role (member or not): replaced for each role.
+    role: Mutex<tokio::sync::watch::Sender<bool>>,
     stopped: tokio::sync::watch::Sender<bool>,
 }
 
@@ -98,7 +100,7 @@ impl ReplicatedStream {
             members: parking_lot::RwLock::new(members),
             dir,
             net,
-            meta: std::sync::OnceLock::new(),
+            meta: parking_lot::RwLock::new(None),
             leader: parking_lot::RwLock::new(None),
             leader_known: tokio::sync::Notify::new(),
             batch: Mutex::new(Batch::default()),
@@ -106,16 +108,27 @@ impl ReplicatedStream {
             in_flight_bytes: AtomicUsize::new(0),
             deleted: AtomicBool::new(false),
             stop: tokio::sync::watch::channel(false).0,
+            role: Mutex::new(tokio::sync::watch::channel(false).0),
             stopped: tokio::sync::watch::channel(false).0,
         });
         if r.is_member() {
             stream.join_group(r.clone())?;
-            tokio::spawn(r.clone().run());
         } else {
             stream.follow_group(r.clone());
-            tokio::spawn(r.clone().run_outside());
         }
+        tokio::spawn(r.clone().run());
         Ok(r)
+    }
+
+    /// The members changed (a committed metadata entry, on every node): a node that joins
+    /// starts a member's role (its read copy cut back, the group's leader sends it the rest),
+    /// one that leaves stops it and keeps a read copy.
+    pub fn set_members(&self, members: Vec<String>) {
+        let was = self.is_member();
+        *self.members.write() = members;
+        if was != self.is_member() {
+            self.role.lock().send_replace(true);
+        }
     }
 
     /// This node holds a member's copy (else a read copy, fed from the members').
@@ -138,7 +151,7 @@ impl ReplicatedStream {
 
     /// This member's Raft log, once its group has opened.
     pub fn raft_log(&self) -> Option<warren_cluster::RaftLog> {
-        self.meta.get().map(|m| m.raft_log())
+        self.meta.read().as_ref().map(|m| m.raft_log())
     }
 
     /// Waits until the group knows its leader (a fresh declare waits for the first election).
@@ -157,14 +170,64 @@ impl ReplicatedStream {
 
     /// Stops the group (its state stays on disk) and waits until it has.
     pub async fn close(&self) {
-        self.stop.send_replace(true);
-        self.wake.notify_one();
+        self.stop_all();
         let mut s = self.stopped.subscribe();
         let _ = s.wait_for(|s| *s).await;
     }
 
+    fn stop_all(&self) {
+        self.stop.send_replace(true);
+        self.role.lock().send_replace(true);
+        self.wake.notify_one();
+    }
+
+    /// This node's roles, one after the other, until the stream is stopped or deleted: a
+    /// member's (`serve`) or a read copy's (`outside`); a change of members switches.
     async fn run(self: Arc<Self>) {
-        let mut stop = self.stop.subscribe();
+        // `start` made the first role's copy a member's.
+        let mut joined = self.is_member();
+        loop {
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            *self.role.lock() = tx;
+            if *self.stop.borrow() {
+                break;
+            }
+            let member = self.is_member();
+            if member && !std::mem::take(&mut joined) {
+                if let Some(s) = self.stream.upgrade() {
+                    if let Err(e) = s.join_group(self.clone()) {
+                        tracing::error!(stream = %self.name, vhost = %self.vhost, error = %e, "cannot make this node's copy a member's");
+                        break;
+                    }
+                }
+            }
+            if member {
+                self.clone().serve(rx).await;
+            } else {
+                self.clone().outside(rx).await;
+            }
+            if *self.stop.borrow() {
+                break;
+            }
+            if member && !self.is_member() {
+                // No longer a member: its Raft state goes, its copy stays as a read copy.
+                tracing::info!(stream = %self.name, vhost = %self.vhost, "this node left the stream's group: it keeps a read copy");
+                if let Some(s) = self.stream.upgrade() {
+                    s.leave_group();
+                }
+                let _ = std::fs::remove_dir_all(&self.dir);
+            }
+        }
+        self.fail_batch();
+        if self.deleted.load(Ordering::Acquire) {
+            let _ = std::fs::remove_dir_all(self.dir.parent().unwrap_or(&self.dir));
+        }
+        self.stopped.send_replace(true);
+    }
+
+    /// A member: opens the group, bootstraps it if new and this is its first member, follows
+    /// who leads, and proposes until its role stops.
+    async fn serve(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let single = self.members.read().len() == 1;
         let me = warren_cluster::Node {
             name: self.me.clone(),
@@ -196,8 +259,7 @@ impl ReplicatedStream {
             Ok(m) => m,
             Err(e) => {
                 tracing::error!(stream = %self.name, vhost = %self.vhost, error = %e, "cannot open the stream's group");
-                self.fail_batch();
-                self.stopped.send_replace(true);
+                let _ = stop.wait_for(|s| *s).await;
                 return;
             }
         };
@@ -215,7 +277,7 @@ impl ReplicatedStream {
                 tracing::error!(stream = %self.name, vhost = %self.vhost, error = %e, "cannot start the stream's group");
             }
         }
-        let _ = self.meta.set(meta.clone());
+        *self.meta.write() = Some(meta.clone());
         tokio::spawn(self.clone().follow(meta.clone(), stop.clone()));
         let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         loop {
@@ -259,19 +321,14 @@ impl ReplicatedStream {
         }
         // What is still proposed settles (or times out) before the group stops.
         let _ = slots.acquire_many(IN_FLIGHT as u32).await;
-        self.fail_batch();
         self.net.register(self.group, None);
+        *self.meta.write() = None;
         meta.shutdown().await;
-        if self.deleted.load(Ordering::Acquire) {
-            let _ = std::fs::remove_dir_all(self.dir.parent().unwrap_or(&self.dir));
-        }
-        self.stopped.send_replace(true);
     }
 
     /// A node that is no member: a read copy, fed from the members' segments (`feed`), and its
     /// publishes proposed through a member, one entry at a time (in order).
-    async fn run_outside(self: Arc<Self>) {
-        let mut stop = self.stop.subscribe();
+    async fn outside(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         tokio::spawn(self.clone().feed(stop.clone()));
         tokio::spawn(self.clone().poll_leader(stop.clone()));
         loop {
@@ -299,11 +356,6 @@ impl ReplicatedStream {
             };
             self.settle(confirms, bytes, ok);
         }
-        self.fail_batch();
-        if self.deleted.load(Ordering::Acquire) {
-            let _ = std::fs::remove_dir_all(self.dir.parent().unwrap_or(&self.dir));
-        }
-        self.stopped.send_replace(true);
     }
 
     /// Feeds a read copy: fetches what the members have committed past it, waiting there for
@@ -482,8 +534,11 @@ impl StreamGroup for ReplicatedStream {
 
     fn delete(&self) {
         self.deleted.store(true, Ordering::Release);
-        self.stop.send_replace(true);
-        self.wake.notify_one();
+        self.stop_all();
+    }
+
+    fn set_members(&self, members: Vec<String>) {
+        ReplicatedStream::set_members(self, members)
     }
 }
 

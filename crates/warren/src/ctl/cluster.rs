@@ -10,7 +10,8 @@ use super::api::{fail, Api, Failure};
 use super::view::{info, write_failed};
 use super::VhostOpt;
 
-/// A quorum queue and a node (add_member, delete_member).
+/// A quorum queue or a stream, and a node (add_member, delete_member, add_replica,
+/// delete_replica).
 #[derive(Args)]
 pub(super) struct MemberOpt {
     #[command(flatten)]

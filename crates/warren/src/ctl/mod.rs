@@ -197,6 +197,10 @@ enum Cmd {
     AddMember(cluster::MemberOpt),
     /// Removes NODE from a quorum queue's members (rabbitmq-queues delete_member).
     DeleteMember(cluster::MemberOpt),
+    /// Adds NODE to a stream's replicas (rabbitmq-streams add_replica).
+    AddReplica(cluster::MemberOpt),
+    /// Removes NODE from a stream's replicas (rabbitmq-streams delete_replica).
+    DeleteReplica(cluster::MemberOpt),
     /// Adds NODE to every quorum queue (`all`), or to those with an even number of members
     /// (`even`), as rabbitmq-queues grow.
     Grow(cluster::GrowArgs),
@@ -404,6 +408,8 @@ fn run(api: &Api, cmd: Cmd, view: View, out: &mut impl Write) -> Result<(), Fail
         Cmd::ForgetClusterNode { member } => cluster::forget_cluster_node(api, q, &member),
         Cmd::AddMember(m) => cluster::add_member(api, q, &m),
         Cmd::DeleteMember(m) => cluster::delete_member(api, q, &m),
+        Cmd::AddReplica(m) => cluster::add_member(api, q, &m),
+        Cmd::DeleteReplica(m) => cluster::delete_member(api, q, &m),
         Cmd::Grow(a) => cluster::grow(api, q, out, &a),
         Cmd::Rebalance(a) => cluster::rebalance(api, q, out, &a),
         Cmd::Shrink { node } => cluster::shrink(api, q, out, &node),

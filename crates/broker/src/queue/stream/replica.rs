@@ -41,6 +41,8 @@ pub trait StreamGroup: Send + Sync + 'static {
     fn pressured(&self) -> bool;
     /// The stream is deleted: the group stops, and removes the stream's files.
     fn delete(&self);
+    /// Its members changed (`add_replica` / `delete_replica`).
+    fn set_members(&self, members: Vec<String>);
 }
 
 /// A tracking record, replicated with the messages.
@@ -103,6 +105,13 @@ impl Stream {
     /// the members' segments ([`Stream::append_fetched`]) and its publishes go to the group.
     pub fn follow_group(&self, group: Arc<dyn StreamGroup>) {
         let _ = self.group.set(group);
+    }
+
+    /// This node left the group: its copy stays, as a read copy (fed from the members'), and
+    /// its checkpoint goes (a member again starts over from what the group sends it).
+    pub fn leave_group(&self) {
+        *self.applied.lock() = Applied::default();
+        let _ = std::fs::remove_file(self.dir.join(CHECKPOINT));
     }
 
     /// The read copy is empty and the members' copies start at `first` (retention dropped what
