@@ -49,6 +49,14 @@ impl ClusterNode for FakeNode {
     ) -> QueueRef {
         unreachable!("no replicated queue here")
     }
+    fn stream_member(
+        self: Arc<Self>,
+        _: &Arc<crate::queue::stream::Stream>,
+        _: u64,
+        _: Vec<String>,
+    ) -> AmqpResult<()> {
+        unreachable!("no replicated stream here")
+    }
     fn remote_queue(
         self: Arc<Self>,
         _: Arc<str>,

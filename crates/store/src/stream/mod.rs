@@ -27,55 +27,18 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 mod records;
+mod types;
+
+pub use types::{
+    Entry, ReadPlan, DEFAULT_SEGMENT_BYTES, INDEX_EVERY_BYTES, KIND_CHUNK, KIND_ENTRY, KIND_HEADER,
+    READ_BYTES, SEGMENT_VERSION,
+};
+use types::{IndexEntry, Segment};
 
 use crate::record::HEADER_BYTES;
 
 use records::{encode_entry, scan_segment};
 pub use records::{read, read_with_chunks};
-
-pub const KIND_CHUNK: u8 = 5;
-pub const KIND_ENTRY: u8 = 6;
-/// A segment's first record: `seq` its first offset, `data` a zero timestamp and the version.
-pub const KIND_HEADER: u8 = 7;
-/// The segment format this build writes, and the newest it reads.
-pub const SEGMENT_VERSION: u8 = 1;
-/// One index entry per this many bytes of segment: a read by offset starts at most this far
-/// before the record it wants.
-pub const INDEX_EVERY_BYTES: u64 = 1024 * 1024;
-/// RabbitMQ's default `x-stream-max-segment-size-bytes`.
-pub const DEFAULT_SEGMENT_BYTES: u64 = 500_000_000;
-/// Bytes read at once by recovery's scan and by readers.
-pub const READ_BYTES: u64 = 1024 * 1024;
-
-/// A stored entry: its offset, its timestamp (Unix ms) and the caller's bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub offset: u64,
-    pub ts_ms: u64,
-    pub data: Bytes,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct IndexEntry {
-    offset: u64,
-    pos: u64,
-    ts_ms: u64,
-}
-
-#[derive(Debug)]
-struct Segment {
-    /// Its first offset (and file name).
-    first: u64,
-    /// One past its last offset (== `first` while empty).
-    next: u64,
-    len: u64,
-    first_ts: u64,
-    last_ts: u64,
-    index: Vec<IndexEntry>,
-    path: PathBuf,
-    /// Read handle, shared with readers (an unlinked segment stays readable through it).
-    file: Arc<File>,
-}
 
 struct Pending<T> {
     offset: u64,
@@ -84,17 +47,6 @@ struct Pending<T> {
     token: Option<T>,
     /// Starts a chunk of its own (`start_chunk`).
     chunk: bool,
-}
-
-/// Where a reader finds `offset`: a file, a position in it at or before the record, and how far
-/// the segment is written.
-#[derive(Debug, Clone)]
-pub struct ReadPlan {
-    pub file: Arc<File>,
-    pub pos: u64,
-    pub end: u64,
-    /// The segment's first offset, to continue a sequential read (see [`StreamLog::plan`]).
-    pub segment: u64,
 }
 
 /// What one group write produced: the tokens written, the file to fsync, and one past the last
@@ -152,22 +104,6 @@ fn new_segment(dir: &Path, first: u64) -> std::io::Result<(File, Segment)> {
     let mut seg = Segment::empty(first, path, file);
     seg.len = b.len() as u64;
     Ok((append, seg))
-}
-
-impl Segment {
-    /// A segment holding nothing yet, its first offset `first`.
-    fn empty(first: u64, path: PathBuf, file: File) -> Segment {
-        Segment {
-            first,
-            next: first,
-            len: 0,
-            first_ts: 0,
-            last_ts: 0,
-            index: Vec::new(),
-            path,
-            file: Arc::new(file),
-        }
-    }
 }
 
 impl<T> StreamLog<T> {

@@ -5,7 +5,7 @@ use std::os::unix::fs::FileExt;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::{
+use super::types::{
     Entry, IndexEntry, ReadPlan, Segment, INDEX_EVERY_BYTES, KIND_CHUNK, KIND_ENTRY, KIND_HEADER,
     READ_BYTES, SEGMENT_VERSION,
 };

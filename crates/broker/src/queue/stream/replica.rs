@@ -343,3 +343,133 @@ impl Stream {
         Ok((entries, chunks))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Message;
+    use crate::persist::Persister;
+    use crate::queue::{QueueArgs, QueueOptions};
+
+    /// A group that takes nothing: the tests apply entries themselves.
+    struct NoGroup;
+
+    impl StreamGroup for NoGroup {
+        fn publish(&self, _: Bytes, _: usize, _: Option<Arc<ConfirmHandle>>) -> Enqueued {
+            Enqueued::Gone
+        }
+        fn track(&self, _: Track) {}
+        fn group(&self) -> (u64, Vec<String>) {
+            (1, vec!["me".into()])
+        }
+        fn leader(&self) -> Option<String> {
+            None
+        }
+        fn pressured(&self) -> bool {
+            false
+        }
+        fn delete(&self) {}
+        fn set_members(&self, _: Vec<String>) {}
+    }
+
+    fn open(dir: &std::path::Path, p: &Arc<Persister>) -> Arc<Stream> {
+        let mut arguments = warren_protocol::FieldTable::new();
+        arguments.insert("x-queue-type", warren_protocol::FieldValue::str("stream"));
+        let opts = QueueOptions {
+            durable: true,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments,
+            args: QueueArgs::default(),
+        };
+        let s =
+            Stream::open("s".into(), "/".into(), opts, 1, dir.into(), p.clone()).expect("opens");
+        s.join_group(Arc::new(NoGroup)).expect("joins");
+        s
+    }
+
+    /// The stored form of a message with body `b`, and where its offset goes.
+    fn stored(b: &str) -> (Bytes, usize) {
+        let m = Message {
+            exchange: "".into(),
+            routing_key: "s".into(),
+            properties: warren_protocol::properties::BasicProperties::default().to_bytes(),
+            body: Bytes::from(b.to_string()),
+            persistent: true,
+            priority: None,
+            expiration_ms: None,
+            forwarded: crate::message::Forwarded::NONE,
+        };
+        let (data, _, patch) = super::super::write::encode_with_offset(&m);
+        (data.freeze(), patch)
+    }
+
+    fn apply(s: &Arc<Stream>, index: u64, bodies: &[&str]) {
+        let msgs: Vec<(Bytes, usize)> = bodies.iter().map(|b| stored(b)).collect();
+        s.apply_entry(
+            index,
+            1000 + index,
+            msgs.iter().map(|(d, p)| (&d[..], *p)),
+            &[],
+        );
+    }
+
+    fn bodies(s: &Stream) -> Vec<(u64, String)> {
+        let (entries, _) = s.read_for_member(0, 1 << 20).expect("reads");
+        entries
+            .iter()
+            .map(|e| {
+                let (m, _) = crate::persist::decode_message(&e.data).expect("decodes");
+                (e.offset, String::from_utf8_lossy(&m.body).into_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn entries_apply_once_as_chunks_and_the_checkpoint_cuts_back_at_boot() {
+        let dir = std::env::temp_dir().join(format!("warren-replica-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let p = Persister::manual();
+        let s = open(&dir, &p);
+        apply(&s, 3, &["a", "b"]);
+        apply(&s, 5, &["c"]);
+        // Again (a replay after a restart): nothing twice.
+        apply(&s, 5, &["c"]);
+        p.commit_dirty();
+        assert_eq!(s.durable_point(), (5, 3, 0));
+        assert_eq!(
+            bodies(&s),
+            vec![(0, "a".into()), (1, "b".into()), (2, "c".into())]
+        );
+        // Applied but never fsynced: not in the checkpoint; the next boot cuts it off, and the
+        // entry applied again lands at the same offset.
+        apply(&s, 7, &["d"]);
+        {
+            let mut g = s.inner.lock();
+            let _ = g.log.write_pending();
+        }
+        drop(s);
+        let s = open(&dir, &p);
+        assert_eq!(s.next_offset(), 3, "cut back to the checkpoint");
+        apply(&s, 5, &["c"]);
+        apply(&s, 7, &["d"]);
+        p.commit_dirty();
+        assert_eq!(s.durable_point(), (7, 4, 0));
+        assert_eq!(bodies(&s).last(), Some(&(3, "d".to_string())));
+        // A copy fetched from another member, up to a snapshot's point.
+        let other_dir = dir.join("other");
+        let o = open(&other_dir, &p);
+        assert_eq!(o.behind(7, 4, 0).expect("checks"), Some(0));
+        let (entries, chunks) = s.read_for_member(0, 1 << 20).expect("reads");
+        assert_eq!(chunks, vec![0, 2, 3], "one chunk per applied entry");
+        assert_eq!(o.append_fetched(&entries, &chunks, 4), 4);
+        o.caught_up(7, 4);
+        p.commit_dirty();
+        assert_eq!(bodies(&o), bodies(&s));
+        assert_eq!(o.durable_point(), (7, 4, 0));
+        // What the snapshot covers is not applied again.
+        apply(&o, 7, &["d"]);
+        assert_eq!(o.next_offset(), 4);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

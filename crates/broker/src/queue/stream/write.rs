@@ -102,7 +102,7 @@ impl Stream {
 /// The stored form of `msg` (`persist::encode_message`'s layout, no deadline) with an
 /// `x-stream-offset` long header appended to its properties; returns the bytes, where the
 /// properties are, and where the offset's 8 bytes go.
-fn encode_with_offset(msg: &Message) -> (BytesMut, std::ops::Range<usize>, usize) {
+pub(super) fn encode_with_offset(msg: &Message) -> (BytesMut, std::ops::Range<usize>, usize) {
     let mut p = BasicProperties::decode(&msg.properties).unwrap_or_default();
     let mut h = p.headers.take().unwrap_or_default();
     h.0.retain(|(k, _)| &**k != "x-stream-offset");

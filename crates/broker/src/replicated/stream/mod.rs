@@ -23,13 +23,20 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::net::GroupNet;
+use sm::StreamSm;
+use wire::{confirmed_among, decode_fetched, encode_entry, CONFIRMED};
+
+mod sm;
+mod wire;
+
 use crate::confirm::ConfirmHandle;
 use crate::queue::stream::{Stream, StreamGroup, Track};
 use crate::queue::Enqueued;
+pub use wire::encode_fetched;
 
 /// The entry and snapshot format (the stream state machine's version).
 pub const MACHINE_VERSION: u8 = 1;
@@ -490,14 +497,6 @@ impl ReplicatedStream {
     }
 }
 
-/// How many of `msgs` asked for a confirm (marked [`CONFIRMED`] in `Batch::msgs`).
-fn confirmed_among(msgs: &[(Bytes, u32)]) -> usize {
-    msgs.iter().filter(|(_, p)| *p & CONFIRMED != 0).count()
-}
-
-/// The top bit of a message's patch position in `Batch::msgs`: it has a confirm.
-const CONFIRMED: u32 = 1 << 31;
-
 impl StreamGroup for ReplicatedStream {
     fn publish(&self, data: Bytes, patch: usize, confirm: Option<Arc<ConfirmHandle>>) -> Enqueued {
         if self.deleted.load(Ordering::Acquire) || *self.stop.borrow() {
@@ -539,299 +538,5 @@ impl StreamGroup for ReplicatedStream {
 
     fn set_members(&self, members: Vec<String>) {
         ReplicatedStream::set_members(self, members)
-    }
-}
-
-/// `[version][ts u64][n u32]{[len u32][patch u32][stored]}[t u32]{[kind u8][len u16][ref]
-/// [value u64]}`.
-fn encode_entry(ts: u64, msgs: &[(Bytes, u32)], tracks: &[Track]) -> Bytes {
-    let size: usize = msgs.iter().map(|(m, _)| 8 + m.len()).sum();
-    let mut b = BytesMut::with_capacity(1 + 8 + 4 + size + 4 + tracks.len() * 32);
-    b.put_u8(MACHINE_VERSION);
-    b.put_u64(ts);
-    b.put_u32(msgs.len() as u32);
-    for (m, patch) in msgs {
-        b.put_u32(m.len() as u32);
-        b.put_u32(patch & !CONFIRMED);
-        b.put_slice(m);
-    }
-    b.put_u32(tracks.len() as u32);
-    for t in tracks {
-        let (kind, r, v) = match t {
-            Track::Offset(r, v) => (1u8, r, *v),
-            Track::Publisher(r, v) => (2u8, r, *v),
-        };
-        let r = &r.as_bytes()[..r.len().min(u16::MAX as usize)];
-        b.put_u8(kind);
-        b.put_u16(r.len() as u16);
-        b.put_slice(r);
-        b.put_u64(v);
-    }
-    b.freeze()
-}
-
-/// An entry's time, its messages (stored form, patch position) and its tracking records.
-type Decoded<'a> = (u64, Vec<(&'a [u8], usize)>, Vec<Track>);
-
-fn decode_entry(e: &[u8]) -> Result<Decoded<'_>, String> {
-    let mut b = e;
-    let short = || "a short stream entry".to_string();
-    if b.remaining() < 13 {
-        return Err(short());
-    }
-    let v = b.get_u8();
-    if v > MACHINE_VERSION {
-        return Err(format!(
-            "a stream entry of version {v}, newer than this build applies ({MACHINE_VERSION})"
-        ));
-    }
-    let ts = b.get_u64();
-    let n = b.get_u32() as usize;
-    let mut msgs = Vec::with_capacity(n.min(65_536));
-    for _ in 0..n {
-        if b.remaining() < 8 {
-            return Err(short());
-        }
-        let (len, patch) = (b.get_u32() as usize, b.get_u32() as usize);
-        if b.remaining() < len {
-            return Err(short());
-        }
-        msgs.push((&b[..len], patch));
-        b.advance(len);
-    }
-    let mut tracks = Vec::new();
-    if b.remaining() >= 4 {
-        for _ in 0..b.get_u32() {
-            if b.remaining() < 3 {
-                return Err(short());
-            }
-            let (kind, len) = (b.get_u8(), b.get_u16() as usize);
-            if b.remaining() < len + 8 {
-                return Err(short());
-            }
-            let r = String::from_utf8_lossy(&b[..len]).into_owned();
-            b.advance(len);
-            let v = b.get_u64();
-            tracks.push(match kind {
-                1 => Track::Offset(r, v),
-                _ => Track::Publisher(r, v),
-            });
-        }
-    }
-    Ok((ts, msgs, tracks))
-}
-
-/// The group's state machine on this member: its stream.
-struct StreamSm {
-    stream: Weak<Stream>,
-    group: Weak<ReplicatedStream>,
-    /// The index of the last snapshot point handed out.
-    snapshot_at: Mutex<u64>,
-}
-
-/// `[version][index u64][next u64][first u64]`.
-fn encode_point(index: u64, next: u64, first: u64) -> Vec<u8> {
-    let mut b = Vec::with_capacity(25);
-    b.push(MACHINE_VERSION);
-    b.extend_from_slice(&index.to_be_bytes());
-    b.extend_from_slice(&next.to_be_bytes());
-    b.extend_from_slice(&first.to_be_bytes());
-    b
-}
-
-impl warren_cluster::StateMachine for StreamSm {
-    fn apply(&self, index: u64, command: &Bytes) -> Vec<u8> {
-        let Some(s) = self.stream.upgrade() else {
-            return Vec::new();
-        };
-        match decode_entry(command) {
-            Ok((ts, msgs, tracks)) => s.apply_entry(index, ts, msgs.into_iter(), &tracks),
-            Err(e) => {
-                tracing::error!(stream = %s.name, vhost = %s.vhost, index, error = %e, "a stream entry cannot be applied: this member stops applying (run the newer build)");
-                s.stop_applying();
-            }
-        }
-        Vec::new()
-    }
-
-    fn snapshot(&self) -> Vec<u8> {
-        let (index, next, first) = self
-            .stream
-            .upgrade()
-            .map_or((0, 0, 0), |s| s.durable_point());
-        encode_point(index, next, first)
-    }
-
-    fn snapshot_point(&self) -> warren_cluster::SnapshotPoint {
-        let Some(s) = self.stream.upgrade() else {
-            return warren_cluster::SnapshotPoint::Unchanged;
-        };
-        let (index, next, first) = s.durable_point();
-        let mut at = self.snapshot_at.lock();
-        if index <= *at {
-            return warren_cluster::SnapshotPoint::Unchanged;
-        }
-        *at = index;
-        warren_cluster::SnapshotPoint::At(index, encode_point(index, next, first))
-    }
-
-    fn restore(&self, index: Option<u64>, snapshot: &[u8]) {
-        let (Some(s), Some(_)) = (self.stream.upgrade(), index) else {
-            return;
-        };
-        let mut b = snapshot;
-        if b.remaining() < 25 {
-            return;
-        }
-        let v = b.get_u8();
-        if v > MACHINE_VERSION {
-            tracing::error!(stream = %s.name, vhost = %s.vhost, version = v, "a stream snapshot of a newer version: this member stops applying (run the newer build)");
-            s.stop_applying();
-            return;
-        }
-        let (at, next, first) = (b.get_u64(), b.get_u64(), b.get_u64());
-        *self.snapshot_at.lock() = at;
-        let from = match s.behind(at, next, first) {
-            Ok(None) => return,
-            Ok(Some(from)) => from,
-            Err(e) => {
-                tracing::error!(stream = %s.name, error = %e, "cannot prepare the stream member's copy for a snapshot");
-                s.stop_applying();
-                return;
-            }
-        };
-        let Some(g) = self.group.upgrade() else {
-            return;
-        };
-        tracing::info!(stream = %s.name, vhost = %s.vhost, from, to = next, "stream member: fetching what it lacks from another member");
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::block_in_place(|| handle.block_on(g.catch_up(&s, from, next)));
-        s.caught_up(at, next);
-    }
-}
-
-impl ReplicatedStream {
-    /// Fetches offsets `from..to` from the other members' segments into `s`, trying each in
-    /// turn (the leader first) until it has them all; retries while none can give them.
-    async fn catch_up(&self, s: &Arc<Stream>, mut from: u64, to: u64) {
-        let mut wait = Duration::from_millis(100);
-        while from < to && !*self.stop.borrow() {
-            let mut others: Vec<String> = self
-                .members()
-                .into_iter()
-                .filter(|m| *m != self.me)
-                .collect();
-            if let Some(l) = self.leader.read().clone() {
-                others.sort_by_key(|m| *m != l);
-            }
-            let mut progressed = false;
-            for m in others {
-                match self.net.fetch(&m, self.group, from, FETCH_BYTES, 0).await {
-                    Ok(body) => match decode_fetched(body) {
-                        Some((entries, chunks)) if !entries.is_empty() => {
-                            from = s.append_fetched(&entries, &chunks, to);
-                            progressed = true;
-                            break;
-                        }
-                        _ => {}
-                    },
-                    Err(e) => {
-                        tracing::debug!(stream = %self.name, member = %m, error = %e, "cannot fetch from this member")
-                    }
-                }
-            }
-            if !progressed {
-                // At boot the links come up meanwhile: said aloud only once it lasts.
-                if wait >= Duration::from_secs(1) {
-                    tracing::warn!(stream = %self.name, vhost = %self.vhost, from, to, "no member could give the stream's missing offsets yet: retrying");
-                }
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
-}
-
-/// A fetch's answer: `[n u32]{[offset u64][ts u64][chunk u8][len u32][data]}`.
-pub fn encode_fetched(entries: &[warren_store::stream::Entry], chunks: &[u64]) -> Bytes {
-    let size: usize = entries.iter().map(|e| 21 + e.data.len()).sum();
-    let mut b = BytesMut::with_capacity(4 + size);
-    b.put_u32(entries.len() as u32);
-    for e in entries {
-        b.put_u64(e.offset);
-        b.put_u64(e.ts_ms);
-        b.put_u8(chunks.contains(&e.offset) as u8);
-        b.put_u32(e.data.len() as u32);
-        b.put_slice(&e.data);
-    }
-    b.freeze()
-}
-
-fn decode_fetched(mut b: Bytes) -> Option<(Vec<warren_store::stream::Entry>, Vec<u64>)> {
-    if b.remaining() < 4 {
-        return None;
-    }
-    let n = b.get_u32();
-    let (mut entries, mut chunks) = (Vec::new(), Vec::new());
-    for _ in 0..n {
-        if b.remaining() < 21 {
-            return None;
-        }
-        let (offset, ts_ms, chunk, len) = (b.get_u64(), b.get_u64(), b.get_u8(), b.get_u32());
-        if b.remaining() < len as usize {
-            return None;
-        }
-        if chunk == 1 {
-            chunks.push(offset);
-        }
-        entries.push(warren_store::stream::Entry {
-            offset,
-            ts_ms,
-            data: b.split_to(len as usize),
-        });
-    }
-    Some((entries, chunks))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn entries_and_fetches_round_trip() {
-        let msgs = vec![
-            (Bytes::from_static(b"one"), 1 | CONFIRMED),
-            (Bytes::from_static(b"two!"), 2),
-        ];
-        let tracks = vec![
-            Track::Offset("c".into(), 7),
-            Track::Publisher("p".into(), 9),
-        ];
-        let e = encode_entry(42, &msgs, &tracks);
-        let (ts, got, t) = decode_entry(&e).expect("decodes");
-        assert_eq!(ts, 42);
-        assert_eq!(got, vec![(&b"one"[..], 1), (&b"two!"[..], 2)]);
-        assert_eq!(t, tracks);
-        assert_eq!(confirmed_among(&msgs), 1);
-        let mut newer = e.to_vec();
-        newer[0] = MACHINE_VERSION + 1;
-        assert!(decode_entry(&newer).unwrap_err().contains("newer"));
-        assert!(decode_entry(&e[..20]).is_err());
-
-        let entries = vec![
-            warren_store::stream::Entry {
-                offset: 5,
-                ts_ms: 1,
-                data: Bytes::from_static(b"a"),
-            },
-            warren_store::stream::Entry {
-                offset: 6,
-                ts_ms: 2,
-                data: Bytes::from_static(b"bc"),
-            },
-        ];
-        let (back, chunks) = decode_fetched(encode_fetched(&entries, &[6])).expect("decodes");
-        assert_eq!(back, entries);
-        assert_eq!(chunks, vec![6]);
     }
 }
