@@ -487,6 +487,72 @@ def test_single_active_consumer_hands_over_when_the_active_one_goes(stream_port)
     assert got["two"] == [b"b0", b"b1", b"b2"], got
 
 
+@warren_only
+def test_single_active_consumers_spread_over_a_super_streams_partitions(stream_port, amqp_url):
+    """Two consumers of one name on a super stream of three partitions (single-active-consumer
+    with `super-stream`, RabbitMQ 3.11's rule): each partition's active member is the one at
+    `partition index % members`, so the second to join takes partition 1 over (the first is
+    told to give way, then the second is made active) and the first keeps partitions 0 and 2."""
+    from rstream import SuperStreamConsumer
+    from rstream.schema import OffsetSpecification
+
+    ss = uname("ss-sac")
+    parts = declare_super_stream(amqp_url, ss, ["0", "1", "2"])
+    sac = {"single-active-consumer": "true", "name": "billing", "super-stream": ss}
+
+    async def go():
+        got = {"one": [], "two": []}
+        updates = {"one": [], "two": []}
+
+        def collect(who):
+            async def on(msg, ctx):
+                got[who].append((ctx.stream, bytes(msg.body)))
+            return on
+
+        def listener(who):
+            async def on_update(active, ctx):
+                updates[who].append((ctx.stream if hasattr(ctx, "stream") else None, active))
+                return OffsetSpecification(OffsetType.NEXT, 0)
+            return on_update
+
+        def superstream_consumer():
+            return SuperStreamConsumer("127.0.0.1", port=stream_port, username="guest",
+                                       password="guest", super_stream=ss)
+
+        one, two = superstream_consumer(), superstream_consumer()
+        await one.start()
+        await two.start()
+        await one.subscribe(collect("one"), decoder=amqp_decoder, properties=sac,
+                            consumer_update_listener=listener("one"))
+        await asyncio.sleep(1)
+        await two.subscribe(collect("two"), decoder=amqp_decoder, properties=sac,
+                            consumer_update_listener=listener("two"))
+        await asyncio.sleep(1.5)
+        for p in parts:
+            await publish(stream_port, p, [AMQPMessage(body=f"{p}:{i}".encode()) for i in range(4)],
+                          create=False)
+        deadline = asyncio.get_running_loop().time() + 20
+        while len(got["one"]) + len(got["two"]) < 12 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)
+        # Before either closes (the other then takes its partitions over).
+        seen = {k: list(v) for k, v in updates.items()}
+        await one.close()
+        await two.close()
+        return got, seen
+
+    try:
+        got, updates = run(go())
+    finally:
+        drop_super_stream(amqp_url, ss, parts)
+    assert sorted({s for s, _ in got["one"]}) == [parts[0], parts[2]], got
+    assert sorted({s for s, _ in got["two"]}) == [parts[1]], got
+    assert sorted(b for _, b in got["one"] + got["two"]) == sorted(
+        f"{p}:{i}".encode() for p in parts for i in range(4)), "each message once"
+    assert [a for _, a in updates["one"]].count(False) == 1, updates
+    assert [a for _, a in updates["two"]] == [True], updates
+
+
 # ---- tracking: stored offsets and deduplication ----
 
 def test_offsets_stored_on_the_server(stream_port):

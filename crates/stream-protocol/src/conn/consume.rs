@@ -1,5 +1,5 @@
 //! A connection's subscriptions: subscribe (a plain one starts at once; a single active
-//! consumer's joins its group), and a group's member made active.
+//! consumer's joins its group), and a group's member made active or asked to give way.
 
 use warren_broker::access::Perm;
 use warren_broker::queue::QueueRef;
@@ -18,19 +18,42 @@ impl Conn {
         }
         self.next_corr = self.next_corr.wrapping_add(1);
         let corr = self.next_corr;
-        self.updates.insert(corr, id);
+        self.updates.insert(corr, (id, true));
         self.out
             .send(|w| w.begin(CONSUMER_UPDATE, 1).u32(corr).u8(id).u8(1).end());
     }
 
-    /// The client's answer to a consumer update: start the subscription at its offset.
+    /// Subscription `id` is to give way to another member of its group (a super stream's
+    /// partition): it stops receiving, and its client is told (a consumer update with
+    /// `active=false`); its answer lets the group activate the other one.
+    pub(super) fn deactivate(&mut self, id: u8) {
+        if !self.sac.contains_key(&id) {
+            return;
+        }
+        if let Some(s) = self.subscriptions.remove(&id) {
+            s.stop();
+        }
+        self.next_corr = self.next_corr.wrapping_add(1);
+        let corr = self.next_corr;
+        self.updates.insert(corr, (id, false));
+        self.out
+            .send(|w| w.begin(CONSUMER_UPDATE, 1).u32(corr).u8(id).u8(0).end());
+    }
+
+    /// The client's answer to a consumer update: an activation starts the subscription at its
+    /// offset; a deactivation lets its group go on.
     pub(super) fn activated(&mut self, corr: u32, offset: Option<OffsetSpec>) {
-        let Some(id) = self.updates.remove(&corr) else {
+        let Some((id, active)) = self.updates.remove(&corr) else {
             return;
         };
         let Some(m) = self.sac.get(&id) else {
             return;
         };
+        if !active {
+            let key = m.key.clone();
+            self.groups.stepped_down(&key, self.id, id);
+            return;
+        }
         let started = Subscription::start(
             m.stream.clone(),
             id,
@@ -84,6 +107,13 @@ impl Conn {
                 name.to_string(),
                 group.to_string(),
             );
+            // A super stream's partition: its index among the partitions (RabbitMQ's rule
+            // spreads a group's active members over them).
+            let partition = prop("super-stream").and_then(|ss| {
+                crate::super_stream::partitions(self.vhost(), ss)?
+                    .iter()
+                    .position(|p| p == name)
+            });
             self.sac.insert(
                 id,
                 SacMember {
@@ -93,9 +123,9 @@ impl Conn {
                 },
             );
             self.respond(SUBSCRIBE, corr, code::OK);
-            if self.groups.join(key, self.id, id, self.events.clone()) {
-                self.activate(id);
-            }
+            // The group tells this connection (an event) whether this member is active.
+            self.groups
+                .join(key, self.id, id, self.events.clone(), partition);
             return;
         }
         let out = self.out.clone();

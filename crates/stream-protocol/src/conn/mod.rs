@@ -65,8 +65,9 @@ pub struct Conn {
     sac: HashMap<u8, SacMember>,
     groups: Arc<Groups>,
     events: mpsc::UnboundedSender<Event>,
-    /// Consumer updates sent, by correlation id: the subscription each activates.
-    updates: HashMap<u32, u8>,
+    /// Consumer updates sent, by correlation id: the subscription each activates (true) or
+    /// deactivates.
+    updates: HashMap<u32, (u8, bool)>,
     next_corr: u32,
     confirms: Arc<Confirms>,
     target: Arc<dyn ConfirmTarget>,
@@ -147,8 +148,11 @@ pub async fn serve<S>(
         };
         let read = tokio::select! {
             r = tokio::time::timeout(idle, rd.read_buf(&mut buf)) => r,
-            Some(Event::Activate { id }) = events_rx.recv() => {
-                c.activate(id);
+            Some(e) = events_rx.recv() => {
+                match e {
+                    Event::Activate { id } => c.activate(id),
+                    Event::Deactivate { id } => c.deactivate(id),
+                }
                 continue;
             }
         };
