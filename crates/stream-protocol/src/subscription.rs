@@ -5,6 +5,13 @@
 //! The stream reader's own credit (the consumer's prefetch, [`PREFETCH`] messages) bounds what
 //! waits here: a message sent in a chunk is settled back to the stream, which gives that
 //! credit back. So a client without chunk credit stops the reader, and nothing piles up.
+//!
+//! Filtering (RabbitMQ 3.13's): a subscription with `filter.N` values gets only the messages
+//! whose filter value (the publish's, kept as the `x-stream-filter-value` header) is one of
+//! them, and those without one when `match-unfiltered` is true. RabbitMQ skips whole chunks by
+//! a Bloom filter and leaves the rest to the client's own filter; here each message is checked,
+//! and a chunk holds a run of consecutive matching offsets, so every chunk's offsets stay
+//! right and the client's filter finds nothing more to drop.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -33,8 +40,50 @@ pub struct Subscription {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// What a filtered subscription takes: messages with one of `values` as their filter value,
+/// and those without one if `unfiltered`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    pub values: Vec<String>,
+    pub unfiltered: bool,
+}
+
+impl Filter {
+    /// From a subscribe's properties (`filter.0`, `filter.1`, ..., `match-unfiltered`); `None`
+    /// when it names no filter value.
+    pub fn from_properties(properties: &[(String, String)]) -> Option<Filter> {
+        let values: Vec<String> = properties
+            .iter()
+            .filter(|(k, _)| k.starts_with("filter."))
+            .map(|(_, v)| v.clone())
+            .collect();
+        let unfiltered = properties
+            .iter()
+            .any(|(k, v)| k == "match-unfiltered" && v == "true");
+        (!values.is_empty()).then_some(Filter { values, unfiltered })
+    }
+
+    fn takes(&self, m: &QueuedMessage) -> bool {
+        match filter_value(&m.msg.properties) {
+            Some(v) => self.values.iter().any(|f| *f == v),
+            None => self.unfiltered,
+        }
+    }
+}
+
+/// The header a message's filter value is kept in (RabbitMQ 3.13's name for AMQP 0-9-1
+/// publishers).
+pub const FILTER_HEADER: &str = "x-stream-filter-value";
+
+fn filter_value(properties: &bytes::Bytes) -> Option<String> {
+    let p = BasicProperties::decode(properties).ok()?;
+    let v = p.headers?.get(FILTER_HEADER)?.as_str()?.to_string();
+    Some(v)
+}
+
 struct Sink {
     pending: Mutex<Vec<QueuedMessage>>,
+    filter: Option<Filter>,
     wake: Notify,
     /// Chunks the client will take.
     credit: AtomicU32,
@@ -83,12 +132,14 @@ impl Subscription {
         id: u8,
         offset: OffsetSpec,
         credit: u16,
+        filter: Option<Filter>,
         out: Arc<Out>,
         frame_max: u32,
         on_added: impl FnOnce(),
     ) -> Result<Arc<Subscription>, String> {
         let sink = Arc::new(Sink {
             pending: Mutex::new(Vec::new()),
+            filter,
             wake: Notify::new(),
             credit: AtomicU32::new(credit as u32),
             stopped: AtomicBool::new(false),
@@ -159,20 +210,38 @@ async fn pump(sink: Arc<Sink>, stream: Arc<Stream>, key: u64, frame_max: u32) {
             sink.wake.notified().await;
             continue;
         }
-        // One chunk: up to CHUNK_MSGS messages within the frame budget (at least one).
-        let taken: Vec<QueuedMessage> = {
+        // One chunk: up to CHUNK_MSGS messages within the frame budget (at least one); with a
+        // filter, the messages it does not take before them are passed over, and the chunk is
+        // a run of consecutive offsets it takes.
+        let (skipped, taken): (Vec<QueuedMessage>, Vec<QueuedMessage>) = {
             let mut p = sink.pending.lock();
+            let skip = match &sink.filter {
+                Some(f) => p.iter().take_while(|m| !f.takes(m)).count(),
+                None => 0,
+            };
             let mut bytes = 0;
             let mut n = 0;
-            for m in p.iter().take(CHUNK_MSGS) {
+            for (i, m) in p.iter().enumerate().skip(skip).take(CHUNK_MSGS) {
                 bytes += m.msg.body.len() + m.msg.properties.len() + 64;
                 if n > 0 && bytes > budget {
                     break;
                 }
+                if let Some(f) = &sink.filter {
+                    if n > 0 && (!f.takes(m) || m.seq != p[i - 1].seq + 1) {
+                        break;
+                    }
+                }
                 n += 1;
             }
-            p.drain(..n).collect()
+            let skipped = p.drain(..skip).collect();
+            (skipped, p.drain(..n).collect())
         };
+        if !skipped.is_empty() {
+            stream.settle(skipped.into_iter().map(|m| (Some(key), m)));
+        }
+        if taken.is_empty() {
+            continue;
+        }
         encoded.clear();
         for m in &taken {
             let props = BasicProperties::decode(&m.msg.properties).unwrap_or_default();

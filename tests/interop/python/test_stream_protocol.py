@@ -553,6 +553,62 @@ def test_single_active_consumers_spread_over_a_super_streams_partitions(stream_p
     assert [a for _, a in updates["two"]] == [True], updates
 
 
+@warren_only
+def test_filtering_sends_only_the_messages_a_subscription_filters_on(stream_port, amqp_url):
+    """RabbitMQ 3.13's filtering: publish v2 gives each message a filter value; a subscription
+    with filter values (and `match-unfiltered`) gets only those messages, at their own offsets,
+    with no client-side filter (rstream's predicate left out), so the server's choice is what
+    is checked. A message published over AMQP 0-9-1 without `x-stream-filter-value` is
+    unfiltered."""
+    from rstream import FilterConfiguration
+
+    s = uname("sp-filter")
+
+    async def region(msg):
+        return msg.application_properties["region"]
+
+    async def go():
+        async with Producer("127.0.0.1", port=stream_port, username="guest", password="guest",
+                            filter_value_extractor=region) as p:
+            await p.create_stream(s)
+            for i in range(30):
+                r = ["eu", "us", "apac"][i % 3]
+                await p.send_wait(s, AMQPMessage(body=f"{r}{i}".encode(),
+                                                 application_properties={"region": r}))
+        conn = connect(amqp_url)
+        conn.channel().basic_publish("", s, b"plain", pika.BasicProperties(delivery_mode=2))
+        conn.channel().basic_publish("", s, b"tagged", pika.BasicProperties(
+            delivery_mode=2, headers={"x-stream-filter-value": "eu"}))
+        safe_close(conn)
+        await asyncio.sleep(0.5)
+        everything = {bytes(m.body): o for o, m in await read(stream_port, s, 32, first())}
+
+        async def filtered(values, unfiltered):
+            got = []
+            async with consumer(stream_port) as c:
+                await c.start()
+
+                async def on(msg, ctx):
+                    got.append((ctx.offset, bytes(msg.body)))
+                await c.subscribe(s, on, decoder=amqp_decoder, offset_specification=first(),
+                                  filter_input=FilterConfiguration(values_to_filter=values,
+                                                                   match_unfiltered=unfiltered))
+                await asyncio.sleep(1.5)
+            return got
+        eu = await filtered(["eu"], False)
+        us_or_none = await filtered(["us", "apac"], True)
+        await delete(stream_port, s)
+        return everything, eu, us_or_none
+
+    everything, eu, us_or_none = run(go())
+    want_eu = [f"eu{i}".encode() for i in range(0, 30, 3)] + [b"tagged"]
+    assert [b for _, b in eu] == want_eu
+    assert all(everything[b] == o for o, b in eu), "each at its own offset"
+    want = [b for b in everything if not b.startswith(b"eu") and b != b"tagged"]
+    assert sorted(b for _, b in us_or_none) == sorted(want)
+    assert all(everything[b] == o for o, b in us_or_none)
+
+
 # ---- tracking: stored offsets and deduplication ----
 
 def test_offsets_stored_on_the_server(stream_port):

@@ -7,7 +7,7 @@ use warren_broker::queue::QueueRef;
 use super::{Conn, SacMember};
 use crate::frame::*;
 use crate::sac::GroupKey;
-use crate::subscription::Subscription;
+use crate::subscription::{Filter, Subscription};
 
 impl Conn {
     /// Subscription `id` became its group's active member: the client is asked where to start
@@ -59,6 +59,7 @@ impl Conn {
             id,
             offset.unwrap_or(OffsetSpec::Next),
             m.credit,
+            m.filter.clone(),
             self.out.clone(),
             self.frame_max,
             || {},
@@ -97,6 +98,7 @@ impl Conn {
                 .find(|(p, _)| p == k)
                 .map(|(_, v)| v.as_str())
         };
+        let filter = Filter::from_properties(properties);
         if prop("single-active-consumer") == Some("true") {
             // RabbitMQ needs the group's name.
             let Some(group) = prop("name") else {
@@ -120,6 +122,7 @@ impl Conn {
                     key: key.clone(),
                     stream: s,
                     credit,
+                    filter,
                 },
             );
             self.respond(SUBSCRIBE, corr, code::OK);
@@ -130,7 +133,7 @@ impl Conn {
         }
         let out = self.out.clone();
         let max = self.frame_max;
-        match Subscription::start(s, id, offset, credit, out.clone(), max, || {
+        match Subscription::start(s, id, offset, credit, filter, out.clone(), max, || {
             out.send(|w| w.response(SUBSCRIBE, corr, code::OK))
         }) {
             Ok(sub) => {

@@ -82,6 +82,7 @@ struct SacMember {
     key: GroupKey,
     stream: Arc<warren_broker::queue::stream::Stream>,
     credit: u16,
+    filter: Option<crate::subscription::Filter>,
 }
 
 pub async fn serve<S>(
@@ -397,7 +398,8 @@ impl Conn {
             Request::ExchangeCommandVersions { corr, .. } => self.out.send(|w| {
                 let ours: &[(u16, u16, u16)] = &[
                     (DECLARE_PUBLISHER, 1, 1),
-                    (PUBLISH, 1, 1),
+                    // Version 2: a filter value per message (RabbitMQ 3.13's filtering).
+                    (PUBLISH, 1, 2),
                     (QUERY_PUBLISHER_SEQUENCE, 1, 1),
                     (DELETE_PUBLISHER, 1, 1),
                     (SUBSCRIBE, 1, 1),

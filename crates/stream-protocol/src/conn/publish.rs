@@ -96,7 +96,17 @@ impl Conn {
                     continue;
                 }
             }
-            let built = crate::amqp10::to_amqp091(&m.message).and_then(|(props, body)| {
+            let built = crate::amqp10::to_amqp091(&m.message).and_then(|(mut props, body)| {
+                if let Some(v) = &m.filter {
+                    // Kept as RabbitMQ 3.13's AMQP 0-9-1 publishers give it.
+                    let mut h = props.headers.take().unwrap_or_default();
+                    h.0.retain(|(k, _)| &**k != crate::subscription::FILTER_HEADER);
+                    h.0.push((
+                        crate::subscription::FILTER_HEADER.into(),
+                        warren_protocol::FieldValue::str(v),
+                    ));
+                    props.headers = Some(h);
+                }
                 warren_broker::vhost::publish::message(
                     ByteString::from_static(""),
                     stream.clone(),
