@@ -574,6 +574,49 @@ impl Writer {
         self.buf[self.start..self.start + 4].copy_from_slice(&size.to_be_bytes());
     }
 
+    /// A publish confirm for `publisher`'s `id`: added to the last frame when that is a confirm
+    /// of the same publisher still waiting to be written (one frame then carries many ids, as
+    /// RabbitMQ's do: a client handles a frame, not an id, at a time), else a frame of its own.
+    pub fn confirm(&mut self, publisher: u8, id: u64) {
+        // [size u32][key u16][version u16][publisher u8][count u32][ids u64...]
+        const HEAD: usize = 13;
+        const MAX_IDS: u32 = 8192;
+        let s = self.start;
+        let last_is_ours = s + HEAD <= self.buf.len()
+            && self.buf[s + 4..s + 6] == PUBLISH_CONFIRM.to_be_bytes()
+            && self.buf[s + 8] == publisher
+            && {
+                let size = u32::from_be_bytes([
+                    self.buf[s],
+                    self.buf[s + 1],
+                    self.buf[s + 2],
+                    self.buf[s + 3],
+                ]) as usize;
+                s + 4 + size == self.buf.len()
+            };
+        let count = if last_is_ours {
+            u32::from_be_bytes([
+                self.buf[s + 9],
+                self.buf[s + 10],
+                self.buf[s + 11],
+                self.buf[s + 12],
+            ])
+        } else {
+            MAX_IDS
+        };
+        if count >= MAX_IDS {
+            self.begin(PUBLISH_CONFIRM, 1)
+                .u8(publisher)
+                .u32(1)
+                .u64(id)
+                .end();
+            return;
+        }
+        self.buf.put_u64(id);
+        self.buf[s + 9..s + HEAD].copy_from_slice(&(count + 1).to_be_bytes());
+        self.end();
+    }
+
     pub fn u8(&mut self, v: u8) -> &mut Self {
         self.buf.put_u8(v);
         self
@@ -618,6 +661,7 @@ impl Writer {
     }
 
     pub fn take(&mut self) -> Bytes {
+        self.start = 0;
         self.buf.split().freeze()
     }
 }
@@ -690,6 +734,43 @@ mod tests {
             panic!("not a publish")
         };
         assert_eq!(messages[0].filter.as_deref(), Some("eu"));
+    }
+
+    #[test]
+    fn confirms_of_one_publisher_share_a_frame_until_it_is_taken() {
+        let mut w = Writer::default();
+        w.confirm(1, 10);
+        w.confirm(1, 11);
+        w.confirm(2, 12);
+        w.confirm(2, 13);
+        let b = w.take();
+        // [size][key][version][publisher][count][ids]: two frames of two ids each.
+        let frame = |b: &Bytes, at: usize| {
+            let size = u32::from_be_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+            let publisher = b[at + 8];
+            let count = u32::from_be_bytes(b[at + 9..at + 13].try_into().unwrap());
+            let ids: Vec<u64> = (0..count as usize)
+                .map(|i| {
+                    u64::from_be_bytes(b[at + 13 + 8 * i..at + 21 + 8 * i].try_into().unwrap())
+                })
+                .collect();
+            (at + 4 + size, publisher, ids)
+        };
+        let (next, p, ids) = frame(&b, 0);
+        assert_eq!((p, ids), (1, vec![10, 11]));
+        let (end, p, ids) = frame(&b, next);
+        assert_eq!((p, ids), (2, vec![12, 13]));
+        assert_eq!(end, b.len());
+        // Once taken (being written), a confirm starts a frame of its own; so does one after
+        // another frame.
+        w.confirm(2, 14);
+        w.begin(HEARTBEAT, 1).end();
+        w.confirm(2, 15);
+        let b = w.take();
+        let (next, _, ids) = frame(&b, 0);
+        assert_eq!(ids, vec![14]);
+        let (_, _, ids) = frame(&b, next + 8);
+        assert_eq!(ids, vec![15]);
     }
 
     #[test]

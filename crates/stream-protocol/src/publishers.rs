@@ -54,11 +54,7 @@ impl ConfirmTarget for Confirms {
 
 pub fn confirm(w: &mut Writer, publisher: u8, id: u64, ok: bool) {
     if ok {
-        w.begin(PUBLISH_CONFIRM, 1)
-            .u8(publisher)
-            .u32(1)
-            .u64(id)
-            .end();
+        w.confirm(publisher, id);
     } else {
         w.begin(PUBLISH_ERROR, 1)
             .u8(publisher)
