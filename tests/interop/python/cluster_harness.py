@@ -360,6 +360,27 @@ def names(cluster):
 # Helpers
 
 
+
+def publish_until_confirmed(node: ClusterNode, qn: str, bodies: list[bytes], timeout: float = 30.0) -> None:
+    """Publishes each body (persistent, through the default exchange) until the broker confirms
+    it: a nack or a lost connection during a failover is retried, so a message may be stored
+    twice (at-least-once), never lost."""
+    deadline = time.monotonic() + timeout
+    pending = list(bodies)
+    while pending:
+        assert time.monotonic() < deadline, f"{len(pending)} publishes not confirmed in {timeout}s"
+        try:
+            conn = pika.BlockingConnection(node.params())
+            ch = conn.channel()
+            ch.confirm_delivery()
+            while pending:
+                ch.basic_publish("", qn, pending[0], PERSISTENT)
+                pending.pop(0)
+            safe_close(conn)
+        except (pika.exceptions.AMQPError, OSError):
+            time.sleep(0.2)
+
+
 def expect_channel_error(fn, code: int) -> pika.exceptions.ChannelClosedByBroker:
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
         fn()

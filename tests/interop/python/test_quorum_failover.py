@@ -30,7 +30,7 @@ import pika
 import pytest
 
 from cluster_harness import (_cluster, _mark_logs, _node_logs, needs_warren_bin,  # noqa: F401
-                             PERSISTENT, q)
+                             publish_until_confirmed, q)
 from helpers import safe_close, uname, wait_until
 
 pytestmark = needs_warren_bin
@@ -46,25 +46,6 @@ def machine():
 def leader_of(node, qn: str) -> str | None:
     st, body = node.api("GET", f"/api/queues/%2F/{q(qn)}")
     return body.get("leader") if st == 200 and isinstance(body, dict) else None
-
-
-def publish_confirmed(node, qn: str, bodies: list[bytes], timeout: float = 30.0) -> None:
-    """Publishes each body until the broker confirms it (a nack or a lost connection during a
-    failover is retried: the message may then arrive twice, flagged redelivered or not)."""
-    deadline = time.monotonic() + timeout
-    pending = list(bodies)
-    while pending:
-        assert time.monotonic() < deadline, f"{len(pending)} publishes not confirmed in {timeout}s"
-        try:
-            conn = pika.BlockingConnection(node.params())
-            ch = conn.channel()
-            ch.confirm_delivery()
-            while pending:
-                ch.basic_publish("", qn, pending[0], PERSISTENT)
-                pending.pop(0)
-            safe_close(conn)
-        except (pika.exceptions.AMQPError, OSError):
-            time.sleep(0.2)
 
 
 def declare_led_by(a, nodes, qn: str, arguments: dict | None = QUORUM) -> None:
@@ -157,7 +138,7 @@ def test_a_consumer_on_a_follower_keeps_consuming_through_the_leaders_kill_9(mac
         assert sorted(v.get("slave_nodes") or []) == sorted([b.name, c.name]), v
     consumer = started(Consumer(b, qn, hold=5))
     first = [b"m%03d" % i for i in range(100)]
-    publish_confirmed(c, qn, first)
+    publish_until_confirmed(c, qn, first)
     wait_until(lambda: len(consumer.got) >= 100, timeout=20, what="the first 100 deliveries")
     assert [g[0] for g in consumer.got[:100]] == first
     assert len(consumer.held) == 5
@@ -165,7 +146,7 @@ def test_a_consumer_on_a_follower_keeps_consuming_through_the_leaders_kill_9(mac
     a.kill9()
     try:
         second = [b"n%03d" % i for i in range(100)]
-        publish_confirmed(c, qn, second, timeout=60)
+        publish_until_confirmed(c, qn, second, timeout=60)
         wait_until(lambda: {g[0] for g in consumer.got} >= set(second), timeout=30,
                    what="every message published after the failover")
         # The held deliveries the old leader made are acked through the new one.
@@ -213,7 +194,7 @@ def test_what_a_dead_nodes_consumer_held_goes_to_another_consumer(machine):
     wait_until(lambda: leader_of(a, qn) == a.name, timeout=15, what="a leader")
     holder = started(Consumer(c, qn, hold=1000))
     held = [b"h%d" % i for i in range(5)]
-    publish_confirmed(a, qn, held)
+    publish_until_confirmed(a, qn, held)
     wait_until(lambda: len(holder.got) == 5, timeout=15, what="the holder's five deliveries")
     other = started(Consumer(b, qn))
     c.kill9()
@@ -238,7 +219,7 @@ def test_the_queue_times_out_a_consumer_on_another_node_across_a_failover(machin
     qn = uname("qq-timeout")
     declare_led_by(a, machine.nodes, qn)
     holder = started(Consumer(c, qn, hold=1, arguments={"x-consumer-timeout": 4000}))
-    publish_confirmed(b, qn, [b"slow"])
+    publish_until_confirmed(b, qn, [b"slow"])
     wait_until(lambda: len(holder.got) == 1, timeout=15, what="the holder's delivery")
     # The leader that made the delivery dies; the new one times the holder out.
     a.kill9()
@@ -268,7 +249,7 @@ def test_a_consumer_on_a_node_unreachable_for_a_while_receives_again_when_it_is_
     declare_led_by(a, machine.nodes, qn)
     holder = started(Consumer(c, qn, hold=3))
     held = [b"h%d" % i for i in range(3)]
-    publish_confirmed(a, qn, held)
+    publish_until_confirmed(a, qn, held)
     wait_until(lambda: len(holder.got) == 3, timeout=15, what="the holder's three deliveries")
     other = started(Consumer(b, qn))
     c.proc.send_signal(signal.SIGSTOP)
@@ -286,7 +267,7 @@ def test_a_consumer_on_a_node_unreachable_for_a_while_receives_again_when_it_is_
         after = [b"n%02d" % i for i in range(20)]
         deadline = time.monotonic() + 40
         while len(holder.got) == before and time.monotonic() < deadline:
-            publish_confirmed(a, qn, after)
+            publish_until_confirmed(a, qn, after)
             time.sleep(1)
         assert len(holder.got) > before, "the consumer on the node that came back receives nothing"
         assert not holder.cancelled and not other.cancelled

@@ -36,7 +36,7 @@ from rstream import (AMQPMessage, Consumer, ConsumerOffsetSpecification, Message
                      OffsetType, Producer, amqp_decoder)
 
 from cluster_harness import (_cluster, _mark_logs, _node_logs, needs_warren_bin,  # noqa: F401
-                             PERSISTENT, q)
+                             publish_until_confirmed, q)
 from helpers import safe_close, uname, wait_until
 
 pytestmark = [needs_warren_bin, pytest.mark.timeout(240)]
@@ -86,25 +86,6 @@ def declare(node, qn: str, arguments: dict | None = None) -> str:
     return found[0]
 
 
-def publish_confirmed(node, qn: str, bodies: list[bytes], timeout: float = 60.0) -> None:
-    """Publishes each body until the broker confirms it (a nack or a lost connection during a
-    failover is retried: a message may then be stored twice, never lost)."""
-    deadline = time.monotonic() + timeout
-    pending = list(bodies)
-    while pending:
-        assert time.monotonic() < deadline, f"{len(pending)} publishes not confirmed in {timeout}s"
-        try:
-            conn = pika.BlockingConnection(node.params())
-            ch = conn.channel()
-            ch.confirm_delivery()
-            while pending:
-                ch.basic_publish("", qn, pending[0], PERSISTENT)
-                pending.pop(0)
-            safe_close(conn)
-        except (pika.exceptions.AMQPError, OSError):
-            time.sleep(0.3)
-
-
 def read_all(node, qn: str, want: int, timeout: float = 30.0) -> list[tuple[int, bytes]]:
     """(offset, body) of every message from `first`, once at least `want` have arrived."""
     conn = pika.BlockingConnection(node.params())
@@ -151,7 +132,7 @@ def test_a_stream_is_replicated_on_three_members_and_reads_the_same_everywhere(s
     sent = []
     for i, n in enumerate((a, b, c)):
         bodies = [f"{n.name}-{k}".encode() for k in range(40)]
-        publish_confirmed(n, qn, bodies)
+        publish_until_confirmed(n, qn, bodies)
         sent += bodies
     copies = {n.name: read_all(n, qn, len(sent)) for n in (a, b, c)}
     first = copies[a.name]
@@ -175,14 +156,14 @@ def test_the_leader_killed_loses_no_confirmed_message_and_reuses_no_offset(strea
     d = declare(nodes[0], qn)
     wait_until(lambda: leader_of(nodes[0], qn) is not None, timeout=15, what="a leader")
     before = [f"before-{k}".encode() for k in range(100)]
-    publish_confirmed(nodes[1], qn, before)
+    publish_until_confirmed(nodes[1], qn, before)
     leader = next(n for n in nodes if n.name == leader_of(nodes[0], qn))
     others = [n for n in nodes if n is not leader]
     leader.kill9()
     try:
         after = [f"after-{k}".encode() for k in range(100)]
-        publish_confirmed(others[0], qn, after[:50])
-        publish_confirmed(others[1], qn, after[50:])
+        publish_until_confirmed(others[0], qn, after[:50])
+        publish_until_confirmed(others[1], qn, after[50:])
         wait_until(lambda: leader_of(others[0], qn) in {o.name for o in others}, timeout=20,
                    what="a new leader among the survivors")
         for n in others:
@@ -213,7 +194,7 @@ def test_initial_cluster_size_two_and_a_node_that_is_no_member(streams):
     outsider = next(n for n in (a, b, c) if n.name not in members)
     assert not os.path.exists(os.path.join(queues_dir(outsider), d, "group")), "no Raft group"
     bodies = [f"m{k}".encode() for k in range(30)]
-    publish_confirmed(outsider, qn, bodies)
+    publish_until_confirmed(outsider, qn, bodies)
     for n in (a, b, c):
         got = read_all(n, qn, len(bodies))
         assert [body for _, body in got] == bodies, f"read through {n.name}"
@@ -227,7 +208,7 @@ def test_a_member_whose_copy_is_gone_fetches_it_from_the_others(streams):
     wait_until(lambda: leader_of(nodes[0], qn) is not None, timeout=15, what="a leader")
     # Enough entries that every member's Raft log is cut back to its segments (snapshots).
     for k in range(12):
-        publish_confirmed(nodes[k % 3], qn, [f"e{k}-{i}".encode() for i in range(150)])
+        publish_until_confirmed(nodes[k % 3], qn, [f"e{k}-{i}".encode() for i in range(150)])
     want = read_all(nodes[0], qn, 1800)
     assert len(want) == 1800
     victim = next(n for n in nodes if n.name != leader_of(nodes[0], qn))
@@ -237,7 +218,7 @@ def test_a_member_whose_copy_is_gone_fetches_it_from_the_others(streams):
         # The copy goes, its Raft state (and so its place in the group) stays.
         for path in glob.glob(os.path.join(copy, "*.seg")) + [os.path.join(copy, "applied")]:
             os.remove(path)
-        publish_confirmed(nodes[0] if nodes[0] is not victim else nodes[1], qn,
+        publish_until_confirmed(nodes[0] if nodes[0] is not victim else nodes[1], qn,
                           [b"while-down"])
     finally:
         victim.start()
@@ -252,7 +233,7 @@ def test_deleting_a_replicated_stream_removes_every_members_files(streams):
     qn = uname("rsd")
     d = declare(a, qn)
     wait_until(lambda: leader_of(a, qn) is not None, timeout=15, what="a leader")
-    publish_confirmed(a, qn, [b"x"] * 10)
+    publish_until_confirmed(a, qn, [b"x"] * 10)
     dirs = [os.path.join(queues_dir(n), d) for n in (a, b, c)]
     assert all(os.path.isdir(d) for d in dirs)
     conn = pika.BlockingConnection(c.params())
@@ -334,7 +315,7 @@ def test_replicas_are_added_and_removed_with_ctl(streams):
     d = declare(a, qn, {"x-initial-cluster-size": 1})
     wait_until(lambda: leader_of(a, qn) == a.name, timeout=15, what="a to lead")
     # More entries than a snapshot interval (1024), one confirmed publish each.
-    publish_confirmed(a, qn, [f"m{i}".encode() for i in range(1100)])
+    publish_until_confirmed(a, qn, [f"m{i}".encode() for i in range(1100)])
     want = read_all(a, qn, 1100)
     r = _ctl(c, "add_replica", qn, b.name)
     assert r.returncode == 0, r.stderr
@@ -344,7 +325,7 @@ def test_replicas_are_added_and_removed_with_ctl(streams):
                timeout=15, what="three members")
     for n in (b, c):
         assert os.path.isdir(os.path.join(queues_dir(n), d, "group")), f"{n.name} runs the group"
-    publish_confirmed(b, qn, [b"after"])
+    publish_until_confirmed(b, qn, [b"after"])
     want = read_all(a, qn, 1101)
     for n in (b, c):
         wait_until(lambda n=n: read_all(n, qn, 1101, timeout=5) == want, timeout=30,
@@ -355,7 +336,7 @@ def test_replicas_are_added_and_removed_with_ctl(streams):
     assert r.returncode == 0, r.stderr
     wait_until(lambda: not os.path.exists(os.path.join(queues_dir(c), d, "group")), timeout=15,
                what=f"{c.name} to drop its Raft state")
-    publish_confirmed(c, qn, [b"from-outside"])
+    publish_until_confirmed(c, qn, [b"from-outside"])
     want = read_all(a, qn, 1102)
     assert want[-1][1] == b"from-outside"
     wait_until(lambda: read_all(c, qn, 1102, timeout=5) == want, timeout=30,

@@ -24,6 +24,7 @@ mod bodies;
 mod consumers;
 mod entry;
 mod forward;
+mod group;
 mod kind;
 pub(crate) mod legacy;
 pub mod net;
@@ -94,8 +95,7 @@ pub struct ReplicatedQueue {
     /// taking over), on the monotonic clock: `x-expires` counts from it, on the leader.
     last_used: std::sync::atomic::AtomicU64,
     /// The member that leads, as this node last heard.
-    leader: parking_lot::RwLock<Option<String>>,
-    leader_known: tokio::sync::Notify,
+    leader: group::Leader,
     /// A node that is no member: the counts a member gave last, and when.
     counts: Mutex<Option<(std::time::Instant, net::Counts)>>,
     /// Publishes, deliveries, gets and acks, counted as each member applies them.
@@ -238,8 +238,7 @@ impl ReplicatedQueue {
             meta: std::sync::OnceLock::new(),
             leading: AtomicBool::new(false),
             last_used: std::sync::atomic::AtomicU64::new(crate::clock::now_ms()),
-            leader: parking_lot::RwLock::new(None),
-            leader_known: tokio::sync::Notify::new(),
+            leader: group::Leader::default(),
             counts: Mutex::new(None),
             stats: Default::default(),
             consumers: Mutex::new(HashMap::new()),
@@ -288,7 +287,7 @@ impl ReplicatedQueue {
 
     /// The member that leads, as this node last heard.
     pub fn leader(&self) -> Option<String> {
-        self.leader.read().clone()
+        self.leader.get()
     }
 
     /// Waits until a member knows its leader (a fresh declare waits for the first election);
@@ -297,16 +296,7 @@ impl ReplicatedQueue {
         if !self.is_member() {
             return true;
         }
-        let deadline = tokio::time::Instant::now() + max;
-        loop {
-            let known = self.leader_known.notified();
-            if self.leader.read().is_some() {
-                return true;
-            }
-            if tokio::time::timeout_at(deadline, known).await.is_err() {
-                return self.leader.read().is_some();
-            }
-        }
+        self.leader.wait(max).await
     }
 
     /// No leader: the answer to what needs one.
@@ -409,37 +399,15 @@ impl ReplicatedQueue {
     /// A member: opens the group, bootstraps it if new and this is its first member, follows
     /// who leads, and proposes until stopped.
     async fn serve(self: Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
-        let single = self.members.read().len() == 1;
-        let me = warren_cluster::Node {
-            name: self.me.clone(),
-            addr: self.net.addr_of(&self.me).unwrap_or_default(),
-        };
-        let config = if single {
-            warren_cluster::MetaConfig {
-                election_timeout_min_ms: 150,
-                election_timeout_max_ms: 300,
-                heartbeat_ms: 50,
-                propose_timeout: Duration::from_secs(10),
-                snapshot_after: 1024,
-                group_commit: true,
-            }
-        } else {
-            // Failover in 1-2 s: a queue's leader is what publishers and consumers wait for.
-            warren_cluster::MetaConfig {
-                election_timeout_min_ms: 600,
-                election_timeout_max_ms: 1200,
-                heartbeat_ms: 150,
-                propose_timeout: Duration::from_secs(5),
-                snapshot_after: 1024,
-                group_commit: true,
-            }
-        };
-        let meta = match warren_cluster::Meta::open(
+        let what = self.describe();
+        let meta = match group::open(
             &self.dir,
-            me,
+            &self.me,
+            &self.members(),
+            self.group,
             self.sm.clone(),
-            self.net.transport(self.group),
-            config,
+            &self.net,
+            &what,
         )
         .await
         {
@@ -450,23 +418,6 @@ impl ReplicatedQueue {
             }
         };
         let _ = self.sm.log.set(meta.log().clone());
-        self.net.register(self.group, Some(meta.clone()));
-        let first = self.members.read().first().cloned();
-        if first.as_deref() == Some(self.me.as_str()) && !meta.is_initialized() {
-            // A member whose address is not known yet is left out (as the metadata group's
-            // own bootstrap does); the group can add it later.
-            let nodes: Vec<warren_cluster::Node> = self
-                .members()
-                .into_iter()
-                .filter_map(|name| {
-                    let addr = self.net.addr_of(&name)?;
-                    Some(warren_cluster::Node { name, addr })
-                })
-                .collect();
-            if let Err(e) = meta.initialize_with(nodes).await {
-                tracing::error!(queue = %self.name, vhost = %self.vhost, error = %e, "cannot start the queue's group");
-            }
-        }
         let _ = self.meta.set(meta.clone());
         tokio::spawn(self.clone().follow(meta.clone(), stop.clone()));
         self.clone()
@@ -482,18 +433,10 @@ impl ReplicatedQueue {
     }
 
     /// A node that is no member asks the members who leads, every `LEADER_POLL`.
-    async fn poll_leader(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
-        loop {
-            let leader = self.net.leader_of(self.group, self.members()).await;
-            if leader.is_some() {
-                self.leader_known.notify_waiters();
-            }
-            *self.leader.write() = leader;
-            tokio::select! {
-                _ = tokio::time::sleep(LEADER_POLL) => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
-        }
+    async fn poll_leader(self: Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
+        self.leader
+            .poll(&self.net, self.group, || self.members(), LEADER_POLL, stop)
+            .await
     }
 
     /// Follows who leads the group. On taking over, this node sends every consumer what it
@@ -510,10 +453,7 @@ impl ReplicatedQueue {
                 let s = status.borrow_and_update();
                 (s.leader == Some(s.id), s.leader_name().map(String::from))
             };
-            if leader.is_some() {
-                self.leader_known.notify_waiters();
-            }
-            *self.leader.write() = leader;
+            self.leader.set(leader);
             let was = self.leads();
             if leads && !was {
                 self.touch();

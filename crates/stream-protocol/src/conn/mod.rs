@@ -76,6 +76,11 @@ pub struct Conn {
     closing: bool,
 }
 
+/// The RabbitMQ release whose stream protocol Warren serves (stream stats, super stream
+/// commands, filtering), announced as the stream connection's `version` unless the config's
+/// `[server_properties] version` says otherwise.
+pub const STREAM_PROTOCOL_RABBITMQ_VERSION: &str = "3.13.0";
+
 /// Serves one connection until it closes.
 /// A single-active-consumer subscription: started when its group makes it active.
 struct SacMember {
@@ -237,12 +242,20 @@ impl Conn {
         match req {
             Request::PeerProperties { corr, .. } => {
                 let cluster = self.broker.cluster_name();
-                // As announced to AMQP clients (`[server_properties]`): clients gate features on
-                // the version.
+                // As announced to AMQP clients (`[server_properties]`), but for the version:
+                // RabbitMQ's stream clients gate features on it (the Java client asks which
+                // commands the server has only from 3.11, and manages super streams only from
+                // 3.13), so unless the config names one, the version announced is the RabbitMQ
+                // release whose stream protocol this serves.
                 let announced = &self.broker.config.server_properties;
+                let version = if announced.version == warren_broker::config::ServerProperties::default().version {
+                    STREAM_PROTOCOL_RABBITMQ_VERSION
+                } else {
+                    announced.version.as_str()
+                };
                 let props = [
                     ("product", announced.product.as_str()),
-                    ("version", announced.version.as_str()),
+                    ("version", version),
                     ("platform", "Rust"),
                     ("cluster_name", cluster.as_str()),
                     ("copyright", "Warren authors"),
@@ -436,7 +449,7 @@ impl Conn {
             }),
             Request::StreamStats { corr, stream } => {
                 let stats = self.stream(&stream).and_then(|q| match q {
-                    QueueRef::Stream(s) => Some((s.first_offset(), s.committed())),
+                    QueueRef::Stream(s) => Some((s.first_offset(), s.committed_chunk_id())),
                     _ => None,
                 });
                 self.out.send(|w| match stats {
@@ -448,10 +461,18 @@ impl Conn {
                             .string("first_chunk_id")
                             .u64(first)
                             .string("committed_chunk_id")
-                            .u64(committed.saturating_sub(1))
+                            .u64(committed)
                             .end();
                     }
-                    None => w.response(STREAM_STATS, corr, code::STREAM_DOES_NOT_EXIST),
+                    // The stats list is there, empty (RabbitMQ's encoder writes it; the Java
+                    // client reads it).
+                    None => {
+                        w.begin(STREAM_STATS | RESPONSE, 1)
+                            .u32(corr)
+                            .u16(code::STREAM_DOES_NOT_EXIST)
+                            .u32(0)
+                            .end();
+                    }
                 });
             }
             Request::Route {

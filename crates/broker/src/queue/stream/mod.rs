@@ -355,6 +355,19 @@ impl Stream {
         self.committed.load(Ordering::Acquire)
     }
 
+    /// The first offset of the last chunk whose offsets are all committed (the stream
+    /// protocol's `committed_chunk_id`); the last committed offset while the newest chunk's
+    /// write is still being made durable.
+    pub fn committed_chunk_id(&self) -> u64 {
+        let committed = self.committed();
+        let last = self.inner.lock().log.last_chunk();
+        if last < committed {
+            last
+        } else {
+            committed.saturating_sub(1)
+        }
+    }
+
     pub fn disk_bytes(&self) -> u64 {
         self.inner.lock().log.disk_bytes()
     }

@@ -117,10 +117,19 @@ impl Stream {
     /// The read copy is empty and the members' copies start at `first` (retention dropped what
     /// was before): it starts there too.
     pub fn start_at(&self, first: u64) -> std::io::Result<()> {
-        let mut g = self.inner.lock();
+        let g = self.inner.lock();
         if g.log.next_offset() >= first || g.log.next_offset() != g.log.first_offset() {
             return Ok(());
         }
+        self.restart_at(g, first)
+    }
+
+    /// Drops the whole copy and starts it again, empty, at `first`.
+    fn restart_at(
+        &self,
+        mut g: parking_lot::MutexGuard<'_, super::Inner>,
+        first: u64,
+    ) -> std::io::Result<()> {
         g.log.reset(first)?;
         g.tail.clear();
         g.tail_first = first;
@@ -263,20 +272,13 @@ impl Stream {
             return Ok(None);
         }
         drop(a);
-        let mut g = self.inner.lock();
+        let g = self.inner.lock();
         let mine = g.log.next_offset();
         if mine >= next {
             return Ok(None);
         }
         if mine < first {
-            g.log.reset(first)?;
-            g.tail.clear();
-            g.tail_first = first;
-            g.tail_bytes = 0;
-            g.in_flight = first;
-            drop(g);
-            self.first.store(first, Ordering::Relaxed);
-            self.committed.store(first, Ordering::SeqCst);
+            self.restart_at(g, first)?;
             return Ok(Some(first));
         }
         Ok(Some(mine))

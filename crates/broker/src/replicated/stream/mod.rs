@@ -69,8 +69,7 @@ pub struct ReplicatedStream {
     dir: std::path::PathBuf,
     net: Arc<dyn GroupNet>,
     meta: parking_lot::RwLock<Option<warren_cluster::Meta>>,
-    leader: parking_lot::RwLock<Option<String>>,
-    leader_known: tokio::sync::Notify,
+    leader: super::group::Leader,
     batch: Mutex<Batch>,
     wake: tokio::sync::Notify,
     in_flight_bytes: AtomicUsize,
@@ -108,8 +107,7 @@ impl ReplicatedStream {
             dir,
             net,
             meta: parking_lot::RwLock::new(None),
-            leader: parking_lot::RwLock::new(None),
-            leader_known: tokio::sync::Notify::new(),
+            leader: super::group::Leader::default(),
             batch: Mutex::new(Batch::default()),
             wake: tokio::sync::Notify::new(),
             in_flight_bytes: AtomicUsize::new(0),
@@ -163,16 +161,7 @@ impl ReplicatedStream {
 
     /// Waits until the group knows its leader (a fresh declare waits for the first election).
     pub async fn wait_leader(&self, max: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + max;
-        loop {
-            let known = self.leader_known.notified();
-            if self.leader.read().is_some() {
-                return true;
-            }
-            if tokio::time::timeout_at(deadline, known).await.is_err() {
-                return self.leader.read().is_some();
-            }
-        }
+        self.leader.wait(max).await
     }
 
     /// Stops the group (its state stays on disk) and waits until it has.
@@ -235,34 +224,17 @@ impl ReplicatedStream {
     /// A member: opens the group, bootstraps it if new and this is its first member, follows
     /// who leads, and proposes until its role stops.
     async fn serve(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
-        let single = self.members.read().len() == 1;
-        let me = warren_cluster::Node {
-            name: self.me.clone(),
-            addr: self.net.addr_of(&self.me).unwrap_or_default(),
-        };
-        // Failover in 1-2 s, as a replicated queue's.
-        let config = warren_cluster::MetaConfig {
-            election_timeout_min_ms: if single { 150 } else { 600 },
-            election_timeout_max_ms: if single { 300 } else { 1200 },
-            heartbeat_ms: if single { 50 } else { 150 },
-            propose_timeout: Duration::from_secs(5),
-            snapshot_after: 1024,
-            group_commit: true,
-        };
         let sm = Arc::new(StreamSm {
             stream: self.stream.clone(),
             group: Arc::downgrade(&self),
             snapshot_at: Mutex::new(0),
         });
-        let meta = match warren_cluster::Meta::open(
-            &self.dir,
-            me,
-            sm,
-            self.net.transport(self.group),
-            config,
-        )
-        .await
-        {
+        let what = format!("stream '{}' in vhost '{}'", self.name, self.vhost);
+        let members = self.members();
+        let opened = super::group::open(
+            &self.dir, &self.me, &members, self.group, sm, &self.net, &what,
+        );
+        let meta = match opened.await {
             Ok(m) => m,
             Err(e) => {
                 tracing::error!(stream = %self.name, vhost = %self.vhost, error = %e, "cannot open the stream's group");
@@ -270,35 +242,10 @@ impl ReplicatedStream {
                 return;
             }
         };
-        self.net.register(self.group, Some(meta.clone()));
-        if self.members.read().first() == Some(&self.me) && !meta.is_initialized() {
-            let nodes: Vec<warren_cluster::Node> = self
-                .members()
-                .into_iter()
-                .filter_map(|name| {
-                    let addr = self.net.addr_of(&name)?;
-                    Some(warren_cluster::Node { name, addr })
-                })
-                .collect();
-            if let Err(e) = meta.initialize_with(nodes).await {
-                tracing::error!(stream = %self.name, vhost = %self.vhost, error = %e, "cannot start the stream's group");
-            }
-        }
         *self.meta.write() = Some(meta.clone());
         tokio::spawn(self.clone().follow(meta.clone(), stop.clone()));
         let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
-        loop {
-            let woken = self.wake.notified();
-            if *stop.borrow() {
-                break;
-            }
-            let Some((entry, confirms, bytes)) = self.take_entry() else {
-                tokio::select! {
-                    _ = woken => {}
-                    _ = stop.wait_for(|s| *s) => {}
-                }
-                continue;
-            };
+        while let Some((entry, confirms, bytes)) = self.next_entry(&mut stop).await {
             let Ok(permit) = slots.clone().acquire_owned().await else {
                 break;
             };
@@ -338,18 +285,7 @@ impl ReplicatedStream {
     async fn outside(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         tokio::spawn(self.clone().feed(stop.clone()));
         tokio::spawn(self.clone().poll_leader(stop.clone()));
-        loop {
-            let woken = self.wake.notified();
-            if *stop.borrow() {
-                break;
-            }
-            let Some((entry, confirms, bytes)) = self.take_entry() else {
-                tokio::select! {
-                    _ = woken => {}
-                    _ = stop.wait_for(|s| *s) => {}
-                }
-                continue;
-            };
+        while let Some((entry, confirms, bytes)) = self.next_entry(&mut stop).await {
             let ok = match self
                 .net
                 .forward(self.group, self.members(), entry.to_vec())
@@ -375,7 +311,7 @@ impl ReplicatedStream {
             };
             let from = s.next_offset();
             let mut members = self.members();
-            if let Some(l) = self.leader.read().clone() {
+            if let Some(l) = self.leader.get() {
                 members.sort_by_key(|m| *m != l);
             }
             let mut served = false;
@@ -413,18 +349,11 @@ impl ReplicatedStream {
     }
 
     /// A node that is no member asks the members who leads, every second.
-    async fn poll_leader(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
-        loop {
-            let leader = self.net.leader_of(self.group, self.members()).await;
-            if leader.is_some() {
-                self.leader_known.notify_waiters();
-            }
-            *self.leader.write() = leader;
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
-        }
+    async fn poll_leader(self: Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
+        let every = Duration::from_secs(1);
+        self.leader
+            .poll(&self.net, self.group, || self.members(), every, stop)
+            .await
     }
 
     /// Follows who leads the group.
@@ -436,19 +365,33 @@ impl ReplicatedStream {
         let mut status = meta.watch();
         loop {
             let leader = status.borrow_and_update().leader_name().map(String::from);
-            if leader.is_some() {
-                self.leader_known.notify_waiters();
-            }
-            let changed = *self.leader.read() != leader;
-            if changed {
-                if leader.as_deref() == Some(self.me.as_str()) {
-                    tracing::info!(stream = %self.name, vhost = %self.vhost, "this node leads the replicated stream");
-                }
-                *self.leader.write() = leader;
+            let mine = leader.as_deref() == Some(self.me.as_str());
+            if self.leader.set(leader) && mine {
+                tracing::info!(stream = %self.name, vhost = %self.vhost, "this node leads the replicated stream");
             }
             tokio::select! {
                 r = status.changed() => if r.is_err() { return },
                 _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// Waits for the next entry to propose (`take_entry`); `None` once the role stops.
+    async fn next_entry(
+        &self,
+        stop: &mut tokio::sync::watch::Receiver<bool>,
+    ) -> Option<(Bytes, Vec<Arc<ConfirmHandle>>, usize)> {
+        loop {
+            let woken = self.wake.notified();
+            if *stop.borrow() {
+                return None;
+            }
+            if let Some(e) = self.take_entry() {
+                return Some(e);
+            }
+            tokio::select! {
+                _ = woken => {}
+                _ = stop.wait_for(|s| *s) => {}
             }
         }
     }
@@ -524,7 +467,7 @@ impl StreamGroup for ReplicatedStream {
     }
 
     fn leader(&self) -> Option<String> {
-        self.leader.read().clone()
+        self.leader.get()
     }
 
     fn pressured(&self) -> bool {

@@ -112,7 +112,7 @@ impl ReplicatedStream {
                 .into_iter()
                 .filter(|m| *m != self.me)
                 .collect();
-            if let Some(l) = self.leader.read().clone() {
+            if let Some(l) = self.leader.get() {
                 others.sort_by_key(|m| *m != l);
             }
             let mut progressed = false;
