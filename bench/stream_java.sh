@@ -3,13 +3,11 @@
 # protocol, and against RabbitMQ 3.10 for reference: an interop check and a throughput figure.
 # Not part of scripts/test.sh. See bench/stream-java/README.md.
 #
-#   bench/stream_java.sh          BROKERS="warren warren-3.13" (the default): two Warrens, each started
-#                                 here on free ports with a temp data dir:
-#     warren       as it comes: it announces its own version (0.1.x) in the peer properties
-#     warren-3.13  [server_properties] version = "3.13.0". The Java client asks for the broker's
-#                  command versions only when that version is 3.11 or more, and enables stream
-#                  stats, filtering and super stream create/delete only from their answer: on a
-#                  plain `warren` those checks fail (see README.md)
+#   bench/stream_java.sh          BROKERS="warren" (the default): a Warren started here on free
+#                                 ports with a temp data dir (its stream protocol announces
+#                                 version 3.13.0, so the Java client enables stream stats and
+#                                 super streams). "warren-3.13" runs one with
+#                                 [server_properties] version = "3.13.0" set in its config.
 #   BROKERS="warren rabbitmq" bench/stream_java.sh
 #     rabbitmq     RabbitMQ 3.10 on 127.0.0.1:$RABBITMQ_STREAM_PORT (5553); started with
 #                  ../shared/bench/rabbitmq.sh if not up (and then stopped after)
@@ -25,7 +23,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 PROJ=$HERE/stream-java
 JAR=$PROJ/target/stream-java.jar
-BROKERS=${BROKERS:-warren warren-3.13}
+BROKERS=${BROKERS:-warren}
 MESSAGES=${MESSAGES:-200000}
 SIZE=${SIZE:-100}
 BIN=${WARREN_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/warren}
