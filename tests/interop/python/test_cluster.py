@@ -985,13 +985,18 @@ def test_paused_leader_metadata_goes_on_and_the_node_catches_up(lossy):
         other.api("DELETE", f"/api/exchanges/%2f/{q(x)}")
 
 
-def test_stream_declare_is_refused_in_a_cluster(cluster, chans, names):
-    """A stream's log is local to one node and not replicated yet: a cluster refuses to declare
-    one, with a clear 540 (docs/streams.md)."""
+def test_a_stream_is_declared_in_a_cluster_and_replicated_on_every_node(cluster, chans, names):
+    """A stream declared in a cluster is replicated (x-initial-cluster-size, default 3: every
+    node here), not refused; a redeclare through another node is equivalent, and each node
+    names its members and its leader (the rest: test_stream_cluster.py)."""
     qn = names("queue")
-    ch = chans(cluster.nodes[0])
-    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
-        ch.queue_declare(qn, durable=True, arguments={"x-queue-type": "stream"})
-    assert info.value.reply_code == 540
-    assert info.value.reply_text == (f"NOT_IMPLEMENTED - stream queues are not supported in a cluster "
-                                     f"yet (queue '{qn}' in vhost '/')")
+    args = {"x-queue-type": "stream"}
+    chans(cluster.nodes[0]).queue_declare(qn, durable=True, arguments=args)
+    chans(cluster.nodes[2]).queue_declare(qn, durable=True, arguments=args)
+    for n in cluster.nodes:
+        chans(n).queue_declare(qn, passive=True)
+        wait_until(lambda n=n: n.api("GET", f"/api/queues/%2F/{q(qn)}")[1].get("leader"),
+                   timeout=15, what=f"{n.name} to name the stream's leader")
+        _, row = n.api("GET", f"/api/queues/%2F/{q(qn)}")
+        assert row["type"] == "stream"
+        assert sorted(row["members"]) == sorted(m.name for m in cluster.nodes)

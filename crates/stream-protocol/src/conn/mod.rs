@@ -248,7 +248,9 @@ impl Conn {
                 // 3.13), so unless the config names one, the version announced is the RabbitMQ
                 // release whose stream protocol this serves.
                 let announced = &self.broker.config.server_properties;
-                let version = if announced.version == warren_broker::config::ServerProperties::default().version {
+                let version = if announced.version
+                    == warren_broker::config::ServerProperties::default().version
+                {
                     STREAM_PROTOCOL_RABBITMQ_VERSION
                 } else {
                     announced.version.as_str()

@@ -283,9 +283,20 @@ impl ReplicatedStream {
     /// A node that is no member: a read copy, fed from the members' segments (`feed`), and its
     /// publishes proposed through a member, one entry at a time (in order).
     async fn outside(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
-        tokio::spawn(self.clone().feed(stop.clone()));
+        let feed = tokio::spawn(self.clone().feed(stop.clone()));
         tokio::spawn(self.clone().poll_leader(stop.clone()));
-        while let Some((entry, confirms, bytes)) = self.next_entry(&mut stop).await {
+        self.forward_entries(&mut stop).await;
+        // The feed ends before this role does: a fetch still in flight must not touch the copy
+        // once it is a member's (cut back to what the group applied, fed only by the group).
+        // It is aborted at an await, never inside `append_fetched`.
+        feed.abort();
+        let _ = feed.await;
+    }
+
+    /// A node that is no member proposes its publishes through a member, one entry at a time
+    /// (in order), until its role stops.
+    async fn forward_entries(&self, stop: &mut tokio::sync::watch::Receiver<bool>) {
+        while let Some((entry, confirms, bytes)) = self.next_entry(stop).await {
             let ok = match self
                 .net
                 .forward(self.group, self.members(), entry.to_vec())
