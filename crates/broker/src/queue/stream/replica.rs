@@ -65,6 +65,10 @@ pub(super) struct Applied {
     /// A group write failed: the checkpoint stays where it was until a restart, which cuts
     /// the log back to it and applies the rest again.
     frozen: bool,
+    /// At boot the segments ended before the checkpoint's offset (a damaged tail cut off what
+    /// was fsynced): the offsets `from..to` the entries through `index` wrote, to fetch from
+    /// another member before anything is applied (`take_missing`).
+    missing: Option<(u64, u64, u64)>,
 }
 
 /// The checkpoint's file, beside the segments.
@@ -79,9 +83,16 @@ impl Stream {
         let (index, offset) = last.unwrap_or((0, 0));
         let mut g = self.inner.lock();
         let offset = offset.max(g.log.first_offset());
+        let mut missing = None;
         if g.log.next_offset() > offset {
             tracing::info!(stream = %self.name, vhost = %self.vhost, from = offset, to = g.log.next_offset(), "stream member: cutting back to what its group applied durably");
             g.log.truncate_to(offset)?;
+        } else if g.log.next_offset() < offset {
+            // Its segments lost the end of what they held durably (a damaged tail was cut at
+            // open): applying on from here would number the next messages with offsets that
+            // others gave to the lost ones. The lost offsets are fetched first.
+            tracing::warn!(stream = %self.name, vhost = %self.vhost, from = g.log.next_offset(), to = offset, "stream member: its segments lost offsets they held durably; they are fetched from another member");
+            missing = Some((index, g.log.next_offset(), offset));
         }
         let next = g.log.next_offset();
         g.tail.clear();
@@ -96,9 +107,16 @@ impl Stream {
             durable: (index, next),
             ckpt: Some(ckpt),
             frozen: false,
+            missing,
         };
         let _ = self.group.set(group);
         Ok(index)
+    }
+
+    /// What the copy lost of what it held durably at boot (see `Applied::missing`): the Raft
+    /// index those offsets go with, and the offsets; taken once.
+    pub fn take_missing(&self) -> Option<(u64, u64, u64)> {
+        self.applied.lock().missing.take()
     }
 
     /// Makes this stream the read copy of a node that is no member of `group`: it is fed from
@@ -472,6 +490,29 @@ mod tests {
         // What the snapshot covers is not applied again.
         apply(&o, 7, &["d"]);
         assert_eq!(o.next_offset(), 4);
+        // A damaged tail cut at open takes offset 3, which the checkpoint says is durable: the
+        // copy says what it lacks (to fetch) rather than number the next message 3 again.
+        drop(o);
+        let seg = other_dir.join("0000000000000000.seg");
+        let len = std::fs::metadata(&seg).expect("segment").len();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&seg)
+            .expect("opens");
+        f.set_len(len - 3).expect("cuts");
+        drop(f);
+        let o = open(&other_dir, &p);
+        assert_eq!(o.next_offset(), 3);
+        assert_eq!(o.take_missing(), Some((7, 3, 4)));
+        assert_eq!(o.take_missing(), None, "taken once");
+        let (entries, chunks) = s.read_for_member(3, 1 << 20).expect("reads");
+        assert_eq!(o.append_fetched(&entries, &chunks, 4), 4);
+        o.caught_up(7, 4);
+        p.commit_dirty();
+        assert_eq!(bodies(&o), bodies(&s));
+        apply(&o, 8, &["e"]);
+        p.commit_dirty();
+        assert_eq!(bodies(&o).last(), Some(&(4, "e".to_string())));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

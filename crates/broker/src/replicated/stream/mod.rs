@@ -224,6 +224,18 @@ impl ReplicatedStream {
     /// A member: opens the group, bootstraps it if new and this is its first member, follows
     /// who leads, and proposes until its role stops.
     async fn serve(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        // A copy whose segments lost part of what they held durably gets it back from another
+        // member before its group applies anything more.
+        if let Some(s) = self.stream.upgrade() {
+            if let Some((index, from, to)) = s.take_missing() {
+                if self.members().iter().any(|m| *m != self.me) {
+                    self.catch_up(&s, from, to).await;
+                    s.caught_up(index, to);
+                } else {
+                    tracing::error!(stream = %self.name, vhost = %self.vhost, from, to, "stream member: offsets it held durably are lost and no other member holds them");
+                }
+            }
+        }
         let sm = Arc::new(StreamSm {
             stream: self.stream.clone(),
             group: Arc::downgrade(&self),

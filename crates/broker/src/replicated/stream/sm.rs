@@ -104,7 +104,7 @@ impl warren_cluster::StateMachine for StreamSm {
 impl ReplicatedStream {
     /// Fetches offsets `from..to` from the other members' segments into `s`, trying each in
     /// turn (the leader first) until it has them all; retries while none can give them.
-    async fn catch_up(&self, s: &Arc<Stream>, mut from: u64, to: u64) {
+    pub(super) async fn catch_up(&self, s: &Arc<Stream>, mut from: u64, to: u64) {
         let mut wait = Duration::from_millis(100);
         while from < to && !*self.stop.borrow() {
             let mut others: Vec<String> = self
