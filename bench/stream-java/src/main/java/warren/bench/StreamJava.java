@@ -54,6 +54,9 @@ public final class StreamJava {
   boolean superStream = true;
   boolean sac = true;
   boolean streamStats = true;
+  /** Connect where the broker's metadata says (a cluster's leader and replicas) rather than
+   *  mapping every advertised address to --host/--port. */
+  boolean advertised = false;
 
   // ---- results -------------------------------------------------------------------------------
   int ok = 0;
@@ -86,11 +89,12 @@ public final class StreamJava {
         case "--no-super-stream": superStream = false; sac = false; break;
         case "--no-sac": sac = false; break;
         case "--no-stream-stats": streamStats = false; break;
+        case "--advertised": advertised = true; break;
         case "-h": case "--help":
           System.out.println(
               "usage: java -jar stream-java.jar [--host H] [--port P] [--user U] [--password P]\n"
                   + "  [--vhost V] [--label NAME] [--messages N] [--size BYTES] [--dedup-messages N]\n"
-                  + "  [--super-messages N] [--timeout S] [--no-super-stream] [--no-sac] [--no-stream-stats]");
+                  + "  [--super-messages N] [--timeout S] [--no-super-stream] [--no-sac] [--no-stream-stats]\n  [--advertised]");
           System.exit(0);
         default:
           System.err.println("unknown argument: " + a);
@@ -225,12 +229,14 @@ public final class StreamJava {
     System.out.println("# stream-client 1.2.0 against " + label + " at " + host + ":" + port
         + ", " + messages + " messages of " + size + " bytes, run " + uid);
     try {
-      env = Environment.builder()
+      com.rabbitmq.stream.EnvironmentBuilder b = Environment.builder()
           .host(host).port(port)
-          .username(user).password(password).virtualHost(vhost)
-          // the broker advertises its own host:port for each stream's leader and replicas
-          .addressResolver(advertised -> target)
-          .build();
+          .username(user).password(password).virtualHost(vhost);
+      if (!advertised) {
+        // the broker advertises its own host:port for each stream's leader and replicas
+        b = b.addressResolver(a -> target);
+      }
+      env = b.build();
       check("connect", true, "environment to " + host + ":" + port);
     } catch (Throwable t) {
       check("connect", false, describe(t));
