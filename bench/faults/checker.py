@@ -108,7 +108,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEFAULT_BIN = os.environ.get("WARREN_BIN", str(ROOT / "target" / "release" / "warren"))
 QUEUE = "faults-qq"
-MAGIC = b"WARRENL1"
+# The link preamble's magic: "WARRENL" and a version digit (L2 since the links' runs; the
+# proxy only needs to recognise it, to read the dialer's name and address after it).
+MAGIC = b"WARRENL"
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 FAULT_KINDS = ("kill-leader", "kill-follower", "pause", "partition", "torn")
 
@@ -482,9 +484,11 @@ class Net:
                       key=lambda p: (p[0] or 0, p[1]))
 
     async def _preamble(self, r: asyncio.StreamReader) -> tuple[bytes, str | None]:
-        """The dialer's first bytes: magic, u16-length name, u16-length advertised address."""
+        """The dialer's first bytes: magic (8 bytes), u16-length name, u16-length advertised
+        address. A preamble not recognised leaves the connection's source unknown (None): a
+        partition then cuts only what was dialed to the victim, not what it dials."""
         raw = await r.readexactly(8)
-        if raw != MAGIC:
+        if raw[:7] != MAGIC or not raw[7:8].isdigit():
             return raw, None
         n = await r.readexactly(2)
         name = await r.readexactly(struct.unpack(">H", n)[0])
