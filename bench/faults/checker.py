@@ -1657,7 +1657,12 @@ class Run:
             self.log(f"final read, round {rounds}: {sizes}")
             done = (all(x is not None for x in lists) and all(x == lists[0] for x in lists)
                     and confirmed <= {b for _, b in lists[0]})
-            if done or time.monotonic() > deadline:
+            # copies that differ (neither a prefix of the other) will not agree by waiting
+            longest = max((x for x in lists if x is not None), key=len, default=[])
+            diverged = any(x is not None and x != longest[:len(x)] for x in lists)
+            if diverged:
+                self.log("final read: the copies differ (not a prefix of one another): not waiting")
+            if done or diverged or time.monotonic() > deadline:
                 break
             await asyncio.sleep(2.0)
         self.drain.update({"complete": all(not r.get("error") for r in self.final_reads.values()),
@@ -1696,8 +1701,11 @@ class Run:
             if bad:
                 copy_problems.append({"node": k, "problem": "offsets not dense", "count": len(bad),
                                       "first": [{"after": a, "next": b} for _, a, b in bad[:10]]})
-        ref_name = max(reads, key=lambda k: len(reads[k]), default=None)
+        # the reference copy: the one most nodes hold (the longest among equals)
+        ref_name = max(reads, key=lambda k: (sum(1 for v in reads.values() if v == reads[k]), len(reads[k])),
+                       default=None)
         ref = reads.get(ref_name, [])
+        ref_body = {o: b for o, b in ref if o is not None}
         copies = {}
         for k, ms in reads.items():
             if ms == ref:
@@ -1736,7 +1744,14 @@ class Run:
             seen: list[int] = []
             prev = None
             first_start = None
+            got_bodies: set[str] = set()
+            mismatched = []
             for si, sess in enumerate(c.sessions):
+                for o, b, t in sess["deliveries"]:
+                    got_bodies.add(b)
+                    if o is not None and o in ref_body and ref_body[o] != b:
+                        mismatched.append({"session": si, "node": sess["node"], "offset": o, "got": b,
+                                           "reference": ref_body[o], "t": t})
                 offs = [o for o, _b, _t in sess["deliveries"] if o is not None]
                 if not offs:
                     continue
@@ -1763,6 +1778,19 @@ class Run:
             if missing:
                 violations.append({"consumer": c.cid, "problem": "offsets skipped", "count": len(missing),
                                    "first": missing[:20]})
+            # by body: what the reference copy holds between the consumer's first and last
+            # offsets and the consumer never got (under any offset), and deliveries whose body
+            # is not the reference's at that offset (a copy that numbers differently)
+            bodies_missed = []
+            if seen and first_start is not None:
+                bodies_missed = [(o, b) for o, b in ref if o is not None and first_start <= o <= seen[-1]
+                                 and b not in got_bodies]
+            if bodies_missed:
+                violations.append({"consumer": c.cid, "problem": "messages the stream holds in its range never "
+                                   "delivered to it", "count": len(bodies_missed), "first": bodies_missed[:10]})
+            if mismatched:
+                violations.append({"consumer": c.cid, "problem": "deliveries whose body is not the reference "
+                                   "copy's at that offset", "count": len(mismatched), "first": mismatched[:5]})
             if beyond:
                 violations.append({"consumer": c.cid, "problem": "offsets beyond what the stream holds now",
                                    "count": len(beyond), "first": beyond[:20], "stream_last": ref_last})
@@ -1773,7 +1801,8 @@ class Run:
                                     "deliveries": sum(len(x["deliveries"]) for x in c.sessions),
                                     "first": first_start, "last": seen[-1] if seen else None,
                                     "resumes": [[x["node"], x["start"]] for x in c.sessions][:40],
-                                    "skipped": len(missing)})
+                                    "skipped": len(missing), "bodies_missed": len(bodies_missed),
+                                    "mismatched": len(mismatched)})
 
         # duplicates: a body at two offsets (at-least-once: reported, not a failure)
         where: dict[str, list[int]] = {}
@@ -1949,7 +1978,8 @@ def human_summary(r: dict) -> str:
                      f"{c['nacked_received']}, phantom {c['phantom']}")
         for x in c["consumers"]:
             lines.append(f"  consumer {x['consumer']}: {x['sessions']} sessions, {x['deliveries']} deliveries, "
-                         f"offsets {x['first']}..{x['last']}, skipped {x['skipped']}")
+                         f"offsets {x['first']}..{x['last']}, skipped {x['skipped']}, messages missed "
+                         f"{x.get('bodies_missed')}, deliveries unlike the reference copy {x.get('mismatched')}")
         lines.append(f"  max unavailable {c['max_unavailable_s']} s; windows "
                      f"{[(w['from'], w['s']) for w in c['unavailable']]}; failover ms {c['failover_ms']}")
         lines.append(f"  final read: {r.get('drain')}; node log WARN/ERROR lines: {c['log_warn_error_lines']}")
