@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fault-injection checker for Warren's quorum queues (Jepsen-style, on loopback).
+"""Fault-injection checker for Warren's quorum queues and replicated streams (Jepsen-style, on
+loopback).
 
 One run: a fresh 3-node cluster in a temp dir (free ports), a quorum queue, a bounded workload
 while a seeded schedule of faults is applied, then heal, restart every node, drain and check.
@@ -46,6 +47,30 @@ the next; after a node or replica that does not come back, no further fault is a
 * stall          (opt-in: --faults ...,stall) the node's link connections stay open but no byte
                  passes (a silent partition, TCP holding the bytes) until the heal.
 
+Stream workload (--workload stream; the default is the quorum queue above): the queue is a
+durable stream (x-queue-type=stream, 3 members). Publishers as above. Consumers are stream
+consumers (prefetch, manual acks that only return credit, x-stream-offset): each starts at
+"first", keeps the offset of the last delivery it saw (over AMQP 0-9-1 the client stores its
+offset) and, after a lost connection, a server basic.cancel or its own close every 3-10 s,
+consumes again on another node from that offset + 1. Every delivery is recorded (offset, body,
+node). The leader the faults aim at is the stream's ("leader" in the management API). The torn
+fault also picks, beside the Raft logs above, the stream's newest segment file (<first
+offset>.seg in vhosts/<vhost>/queues/<id>/) and the newest segment of the stream's Raft group's
+log (group/log/); --torn-files all: every file of the stream's directory (applied,
+tracking.wrn, group/vote.json, ...). After the heal and the restart of every node, every node's
+copy is read from "first" (again every 2 s, up to --drain-timeout, until the copies agree and
+hold every confirmed message; a node still catching up is read again). Checks:
+* lost: a confirmed body in no copy (must be 0); and in some copy but missing from a node's
+  (must be 0);
+* the copies: on every node the same list of (offset, body), offsets dense from the first; no
+  offset given to two different bodies, in the copies or in what any consumer was given;
+* each consumer: offsets increasing, each session starting at the offset it asked for, and
+  nothing the stream holds between its first offset and its last skipped (a consumer resuming
+  at its stored offset must miss nothing), no offset beyond what the stream holds at the end;
+* duplicates (a body at two offsets) are reported, split by confirmed or not, not a failure;
+* every node comes back after each fault, and its copy opens (its group and segments: its log
+  says so otherwise), as above.
+
 The schedule (kinds, times, durations, which node by index) is a function of --seed, --duration
 and --faults; which node is the leader at that moment, and so a fault's role, can vary.
 
@@ -62,6 +87,7 @@ rebuild during the run does not restart a node with another version.
 
 Usage:
   checker.py --seed 7 [--duration 30] [--results FILE]   one run; exit 1 on a failure
+  checker.py --workload stream --seed 7                   the same on a replicated stream
   checker.py --short                                      the test-suite run: ~18 s, seed 1, a
                                                           leader kill and a pause, no final
                                                           restart; exit 0 ok, non-zero otherwise
@@ -69,7 +95,9 @@ Output: a human summary on stdout (with the tail of each node's log on failure);
 line appended to --results; the run dir (node logs, checker.log, result.json) kept on failure or
 with --keep.
 Exit codes: 0 ok; 1 a failure (lost messages, redelivered-flag violations, a node or replica that
-did not come back, an incomplete drain); 2 the harness failed; 130 interrupted. Every node is
+did not come back, an incomplete drain; for a stream: copies that differ, an offset given to two
+bodies, a consumer that skipped or went back, a copy that could not be read); 2 the harness
+failed; 130 interrupted. The JSON line of a stream run carries "workload": "stream". Every node is
 stopped on exit, Ctrl-C and exceptions included (and SIGKILLed by the kernel if the checker is).
 """
 
@@ -108,7 +136,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEFAULT_BIN = os.environ.get("WARREN_BIN", str(ROOT / "target" / "release" / "warren"))
 QUEUE = "faults-qq"
-MAGIC = b"WARRENL1"
+STREAM = "faults-stream"  # the stream workload's queue
+# The link preamble's magic: "WARRENL" and a version digit (L2 since the links' runs; the
+# proxy only needs to recognise it, to read the dialer's name and address after it).
+MAGIC = b"WARRENL"
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 FAULT_KINDS = ("kill-leader", "kill-follower", "pause", "partition", "torn")
 
@@ -122,11 +153,46 @@ def is_log_tail(p: Path) -> bool:
         return False
     segs = sorted(q.name for q in p.parent.glob("*.seg") if q.stat().st_size > 0)
     return bool(segs) and segs[-1] == p.name
+def stream_dirs(data_dir: Path) -> list[Path]:
+    """The streams' directories under a node's data dir: vhosts/<vhost>/queues/<id>/ holding
+    segment files (*.seg) or a Raft group (group/)."""
+    out = []
+    for q in sorted(data_dir.glob("vhosts/*/queues/*")):
+        if q.is_dir() and ((q / "group").is_dir() or any(q.glob("*.seg"))):
+            out.append(q)
+    return out
+
+
+def stream_tear_candidates(data_dir: Path, which: str) -> list[Path]:
+    """What the torn fault may damage in a stream's directory: with --torn-files logs the newest
+    non-empty segment file (<first offset>.seg, the one being appended to) and its Raft group's
+    log tail (group/log/); with all, every non-empty file there (checkpoint `applied`,
+    tracking.wrn, group/vote.json, committed.json, snapshot.bin too)."""
+    files = []
+    for d in stream_dirs(data_dir):
+        if which == "all":
+            files += [p for p in sorted(d.rglob("*")) if p.is_file() and p.stat().st_size > 0]
+            continue
+        segs = sorted((p for p in d.glob("*.seg") if p.is_file() and p.stat().st_size > 0),
+                      key=lambda p: (len(p.name), p.name))
+        if segs:
+            files.append(segs[-1])
+        log = d / "group" / "log"
+        if log.is_dir():
+            files += [p for p in sorted(log.glob("*")) if p.is_file() and p.stat().st_size > 0
+                      and is_log_tail(p)]
+    return files
+
+
 ALL_KINDS = FAULT_KINDS + ("stall",)
 LOG_TAIL_LINES = 60
 # A member whose copy of the queue (its Raft group) does not open runs on without it: the node
 # answers, the queue has one member fewer. Only its log tells.
 REPLICA_FAILED = "cannot open the queue's replica"
+# The same for a replicated stream: its group or its segments do not open, or its member stops
+# applying (the node answers, the stream runs a member short).
+STREAM_REPLICA_FAILED = ("cannot open the stream's group", "cannot open the log of stream",
+                         "cannot make this node's copy a member's", "this member stops applying")
 SHORT_SEED = 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -482,9 +548,11 @@ class Net:
                       key=lambda p: (p[0] or 0, p[1]))
 
     async def _preamble(self, r: asyncio.StreamReader) -> tuple[bytes, str | None]:
-        """The dialer's first bytes: magic, u16-length name, u16-length advertised address."""
+        """The dialer's first bytes: magic (8 bytes), u16-length name, u16-length advertised
+        address. A preamble not recognised leaves the connection's source unknown (None): a
+        partition then cuts only what was dialed to the victim, not what it dials."""
         raw = await r.readexactly(8)
-        if raw != MAGIC:
+        if raw[:7] != MAGIC or not raw[7:8].isdigit():
             return raw, None
         n = await r.readexactly(2)
         name = await r.readexactly(struct.unpack(">H", n)[0])
@@ -804,7 +872,7 @@ class Publisher(Client):
                     self.seq += 1
                     mid = f"p{self.pid}-{self.seq}"
                     try:
-                        self.ch.basic_publish("", QUEUE, mid.encode(), PERSISTENT)
+                        self.ch.basic_publish("", self.run.queue, mid.encode(), PERSISTENT)
                     except Exception:  # noqa: BLE001 - the channel/connection just closed
                         self.seq -= 1
                     else:
@@ -874,7 +942,7 @@ class Consumer(Client):
 
         def on_qos(_f):
             ch.add_on_cancel_callback(on_cancel)
-            ch.basic_consume(QUEUE, on_message, auto_ack=False,
+            ch.basic_consume(self.run.queue, on_message, auto_ack=False,
                              callback=lambda _f: opened.done() or opened.set_result(True))
 
         ch.basic_qos(prefetch_count=self.prefetch, callback=on_qos)
@@ -916,6 +984,119 @@ class Consumer(Client):
                 await asyncio.sleep(self.rng.uniform(0.2, 1.0))
 
 
+class StreamConsumer(Client):
+    """A stream consumer (the stream workload): prefetch, manual acks (they only return credit),
+    x-stream-offset. It starts at "first" and keeps the offset of the last delivery it saw (the
+    client stores its offset: over AMQP 0-9-1 nothing else does); after a lost connection, a
+    server basic.cancel or its own churn close it consumes again on another node from that
+    offset + 1. Every delivery is recorded per session: (offset, body, time)."""
+
+    def __init__(self, run: "Run", cid: str, prefetch: int, ack_delay: float,
+                 churn: tuple[float, float] | None, node: Node | None = None):
+        super().__init__(run, f"consumer {cid}", f"{run.seed}-con-{cid}")
+        self.cid = cid
+        self.prefetch = prefetch
+        self.ack_delay = ack_delay
+        self.churn = churn
+        self.first_node = node
+        self.cancelled: asyncio.Future | None = None
+        self.gen = 0
+        self.server_cancels = 0
+        self.last_delivery = time.monotonic()
+        self.count = 0
+        self.last_offset: int | None = None  # the stored offset: the last one seen
+        self.no_offset = 0                   # deliveries without an x-stream-offset header
+        # one per basic.consume that was answered: node, start argument, deliveries [(offset, body, t)]
+        self.sessions: list[dict] = []
+
+    def _setup(self, ch, opened):
+        gen = self.gen
+        node = self.node
+        cancelled = self.cancelled
+        start = "first" if self.last_offset is None else self.last_offset + 1
+        session = {"node": node.i, "start": start, "t": round(self.run.clock.now(), 3), "deliveries": []}
+
+        def on_message(c, method, props, body):
+            if gen != self.gen:
+                return
+            mid = body.decode("utf-8", "replace")
+            off = (props.headers or {}).get("x-stream-offset")
+            if not isinstance(off, int) or isinstance(off, bool):
+                self.no_offset += 1
+                off = None
+            self.count += 1
+            self.last_delivery = time.monotonic()
+            session["deliveries"].append((off, mid, round(self.run.clock.now(), 3)))
+            self.run.rec.delivered(mid, self.cid, node.i, method.redelivered)
+            if off is not None:
+                self.last_offset = off
+            tag = method.delivery_tag
+            if self.ack_delay <= 0:
+                self._ack(c, gen, tag, mid)
+            else:
+                asyncio.get_running_loop().call_later(self.rng.uniform(0, self.ack_delay),
+                                                      self._ack, c, gen, tag, mid)
+
+        def on_cancel(frame):
+            self.server_cancels += 1
+            self.run.rec.event(f"{self.label}: basic.cancel from {node.name}")
+            if not cancelled.done():
+                cancelled.set_result(True)
+
+        def on_consume_ok(_f):
+            session["consume_ok"] = True
+            if not opened.done():
+                opened.set_result(True)
+
+        def on_qos(_f):
+            ch.add_on_cancel_callback(on_cancel)
+            self.sessions.append(session)
+            ch.basic_consume(self.run.queue, on_message, auto_ack=False,
+                             arguments={"x-stream-offset": start}, callback=on_consume_ok)
+
+        ch.basic_qos(prefetch_count=self.prefetch, callback=on_qos)
+
+    def _ack(self, ch, gen, tag, mid):
+        if gen != self.gen or not ch.is_open:
+            return
+        try:
+            ch.basic_ack(tag)
+        except Exception:  # noqa: BLE001
+            return
+        self.run.rec.acked(mid)
+
+    async def run_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self.stop:
+            if self.first_node is not None:
+                node, self.first_node = self.first_node, None
+                self.last_node = node.i
+            else:
+                node = self.pick_node()
+            self.gen += 1
+            self.cancelled = loop.create_future()
+            if not await self.open(node, self._setup):
+                await asyncio.sleep(self.rng.uniform(0.3, 0.8))
+                continue
+            self.run.rec.event(f"{self.label}: consuming through {node.name} from "
+                               f"{self.sessions[-1]['start'] if self.sessions else '?'}")
+            lifetime = self.rng.uniform(*self.churn) if self.churn else 1e9
+            end = time.monotonic() + lifetime
+            while (not self.stop and not self.closed.done() and not self.cancelled.done()
+                   and time.monotonic() < end):
+                await asyncio.sleep(0.05)
+            # nothing of this connection counts any more (a late delivery after the close
+            # would be at an offset the next session reads again)
+            self.gen += 1
+            if not self.closed.done():
+                await self.close(graceful=True)
+            else:
+                self.run.rec.event(f"{self.label}: connection to {node.name} gone: "
+                                   f"{self.closed.result()!r}")
+            if not self.stop:
+                await asyncio.sleep(self.rng.uniform(0.2, 1.0))
+
+
 # ---------------------------------------------------------------------------------------------
 # The run
 
@@ -948,6 +1129,8 @@ class Run:
     def __init__(self, args):
         self.args = args
         self.seed = args.seed
+        self.stream = args.workload == "stream"
+        self.queue = STREAM if self.stream else QUEUE
         self.clock = Clock()
         self.dir = Path(tempfile.mkdtemp(prefix=f"warren-faults-s{args.seed}-", dir=args.tmp_root))
         self.rec = Recorder(self.clock, self.log)
@@ -969,6 +1152,12 @@ class Run:
         if self.args.verbose:
             print(line, file=sys.stderr, flush=True)
 
+    def replica_failed_lines(self, n: Node) -> list[str]:
+        """The node's log lines saying that its replica of the queue (or stream) did not open."""
+        if not self.stream:
+            return n.log_grep(REPLICA_FAILED)
+        return [ln for ln in n.log_grep("") if any(p in ln for p in STREAM_REPLICA_FAILED)]
+
     def by_name(self, name: str) -> Node | None:
         return next((n for n in self.nodes if n.name == name), None)
 
@@ -976,8 +1165,11 @@ class Run:
         """What the management API of each healthy node names as the queue's leader ("node")."""
         healthy = [n for n in self.nodes if n.running and not n.paused
                    and n.i not in self.net.cut and n.i not in self.net.stalled]
-        answers = await asyncio.gather(*(n.api(f"/api/queues/%2F/{QUEUE}") for n in healthy))
-        return {n.name: (body.get("node") if st == 200 and isinstance(body, dict) else None)
+        answers = await asyncio.gather(*(n.api(f"/api/queues/%2F/{self.queue}") for n in healthy))
+        # a quorum queue's "node" is its leader; a stream's is "leader" (its "node" is where it
+        # was declared)
+        field = "leader" if self.stream else "node"
+        return {n.name: (body.get(field) if st == 200 and isinstance(body, dict) else None)
                 for n, (st, body) in zip(healthy, answers)}
 
     async def leader(self, timeout: float = 10.0) -> Node | None:
@@ -1015,7 +1207,8 @@ class Run:
         await self.declare()
         ld = await self.leader(30)
         if ld is None:
-            raise HarnessError("the quorum queue has no leader 30 s after its declaration")
+            raise HarnessError(f"the {'stream' if self.stream else 'quorum queue'} has no leader 30 s after its "
+                               f"declaration")
         # every node must see 3 members and the others running
         deadline = time.monotonic() + 20
         while True:
@@ -1028,10 +1221,12 @@ class Run:
                 raise HarnessError(f"/api/nodes does not show 3 running nodes everywhere: {views}")
             await asyncio.sleep(0.2)
         self.setup = {"leader": ld.name, "links": [list(x) for x in self.net.links()]}
-        self.log(f"queue {QUEUE} declared, leader {ld.name}; proxied links (src,dst): "
+        self.log(f"queue {self.queue} declared, leader {ld.name}; proxied links (src,dst): "
                  f"{self.net.links()}")
 
     async def declare(self) -> None:
+        qtype = "stream" if self.stream else "quorum"
+
         def run():
             last = None
             for _ in range(40):
@@ -1039,8 +1234,8 @@ class Run:
                     try:
                         c = pika.BlockingConnection(conn_params(n, heartbeat=10))
                         try:
-                            c.channel().queue_declare(QUEUE, durable=True,
-                                                      arguments={"x-queue-type": "quorum"})
+                            c.channel().queue_declare(self.queue, durable=True,
+                                                      arguments={"x-queue-type": qtype})
                             return
                         finally:
                             try:
@@ -1050,7 +1245,7 @@ class Run:
                     except Exception as e:  # noqa: BLE001
                         last = e
                 time.sleep(0.5)
-            raise HarnessError(f"cannot declare {QUEUE}: {last!r}")
+            raise HarnessError(f"cannot declare {self.queue}: {last!r}")
         await asyncio.to_thread(run)
 
     # -- faults ---------------------------------------------------------------------------
@@ -1135,11 +1330,11 @@ class Run:
             self.net.heal(victim.i)
             victim.mark(f"healed {victim.name}")
         self.log(f"restored {victim.name} after {kind}")
-        before = len(victim.log_grep(REPLICA_FAILED))
+        before = len(self.replica_failed_lines(victim))
         if await self.ensure_up(victim, 30, f"after {kind}", start=False):
             rec["ready"] = round(self.clock.now(), 3)
             await asyncio.sleep(0.5)
-            new = victim.log_grep(REPLICA_FAILED)[before:]
+            new = self.replica_failed_lines(victim)[before:]
             if new:
                 rec["replica_failed"] = new[0][-300:]
                 self.replica_broken[victim.name] = new[0][-300:]
@@ -1175,6 +1370,8 @@ class Run:
                         if self.args.torn_files == "logs" and not is_log_tail(p):
                             continue
                         files.append(p)
+        if self.stream:
+            files += stream_tear_candidates(victim.data_dir, self.args.torn_files)
         if not files:
             return {"file": None}
         p = files[int(f["file_pick"] * len(files))]
@@ -1224,8 +1421,10 @@ class Run:
         self.log(f"schedule: {json.dumps(schedule)}")
         self.clock.t0 = time.monotonic()
         pubs = [Publisher(self, i + 1) for i in range(a.publishers)]
-        cons = [Consumer(self, f"c{i + 1}", a.prefetch, a.ack_delay, (3.0, 10.0),
-                         node=self.nodes[(a.seed + i + 2) % 3]) for i in range(a.consumers)]
+        ccls = StreamConsumer if self.stream else Consumer
+        cons = [ccls(self, f"c{i + 1}", a.prefetch, a.ack_delay, (3.0, 10.0),
+                     node=self.nodes[(a.seed + i + 2) % 3]) for i in range(a.consumers)]
+        self.consumers = cons
         tasks = [asyncio.create_task(c.run_loop()) for c in pubs + cons]
         faults = asyncio.create_task(self.fault_loop(schedule))
         ticker = asyncio.create_task(self.ticker(pubs, cons))
@@ -1254,7 +1453,9 @@ class Run:
                                         "confirm_timeouts": p.timeouts, "nack_switches": p.nack_switches,
                                         "sent": p.seq} for p in pubs],
                         "consumers": [{"connects": c.connects, "connect_failures": c.connect_failures,
-                                       "server_cancels": c.server_cancels, "deliveries": c.count}
+                                       "server_cancels": c.server_cancels, "deliveries": c.count,
+                                       **({"sessions": len(c.sessions), "last_offset": c.last_offset}
+                                          if self.stream else {})}
                                       for c in cons]}
 
     async def ticker(self, pubs, cons) -> None:
@@ -1357,7 +1558,7 @@ class Run:
             except Exception:  # noqa: BLE001
                 return None
             try:
-                return conn.channel().queue_declare(QUEUE, passive=True).method.message_count
+                return conn.channel().queue_declare(self.queue, passive=True).method.message_count
             except Exception:  # noqa: BLE001
                 return None
             finally:
@@ -1372,8 +1573,278 @@ class Run:
         ld = await self.leader(5)
         if ld is None:
             return {"leader": None}
-        st, body = await ld.api(f"/api/queues/%2F/{QUEUE}")
+        st, body = await ld.api(f"/api/queues/%2F/{self.queue}")
         return {ld.name: body.get("messages") if st == 200 and isinstance(body, dict) else None}
+
+    # -- the stream workload's end: every node's copy read from "first" -------------------
+
+    def read_stream_blocking(self, node: Node, idle: float = 2.0, first_wait: float = 6.0,
+                             limit: float = 90.0) -> dict:
+        """The node's copy of the stream, read from "first" over AMQP on a connection of its
+        own (prefetch 1000, acks to return credit) until nothing more comes for `idle` seconds:
+        {"messages": [(offset, body)], "no_offset": deliveries without the header} or
+        {"error": why}."""
+        out: list[tuple[int | None, str]] = []
+        no_offset = 0
+        t0 = time.monotonic()
+        try:
+            conn = pika.BlockingConnection(conn_params(node, heartbeat=30))
+        except Exception as e:  # noqa: BLE001
+            return {"error": f"cannot connect: {e!r}"}
+        try:
+            ch = conn.channel()
+            ch.basic_qos(prefetch_count=1000)
+            last_tag = None
+            for method, props, body in ch.consume(self.queue, auto_ack=False, inactivity_timeout=idle,
+                                                  arguments={"x-stream-offset": "first"}):
+                if method is None:
+                    if out or time.monotonic() - t0 > first_wait:
+                        break
+                    continue
+                off = (props.headers or {}).get("x-stream-offset")
+                if not isinstance(off, int) or isinstance(off, bool):
+                    no_offset += 1
+                    off = None
+                out.append((off, body.decode("utf-8", "replace")))
+                last_tag = method.delivery_tag
+                if len(out) % 250 == 0:
+                    ch.basic_ack(last_tag, multiple=True)
+                if time.monotonic() - t0 > limit:
+                    return {"error": f"still reading after {limit}s ({len(out)} messages)",
+                            "messages": out, "no_offset": no_offset}
+            if last_tag is not None:
+                ch.basic_ack(last_tag, multiple=True)
+            try:
+                ch.cancel()
+            except Exception:  # noqa: BLE001
+                pass
+            return {"messages": out, "no_offset": no_offset}
+        except Exception as e:  # noqa: BLE001
+            return {"error": f"{e!r} after {len(out)} messages", "messages": out, "no_offset": no_offset}
+        finally:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    async def read_stream_everywhere(self) -> None:
+        """After the heal and the restart: every node's copy read from "first", again every 2 s
+        (copies catching up after the restart) until they are identical and hold every
+        confirmed message, or --drain-timeout. What was read last is what analyze checks."""
+        self.rec.phase = "read"
+        t0 = self.clock.now()
+        self.final_reads: dict[str, dict] = {}
+        if len(self.broken) >= 2:
+            self.drain = {"complete": False, "skipped": f"a majority of the nodes is down: {sorted(self.broken)}"}
+            self.log(f"final read skipped: {self.drain['skipped']}")
+            return
+        ld = await self.leader(30)
+        self.drain = {"leader": ld.name if ld else None,
+                      "leader_after_s": round(self.clock.now() - t0, 3),
+                      "leader_views": await self.leader_views()}
+        if ld is None:
+            self.log("final read: no leader within 30 s")
+        confirmed = {k for k, m in self.rec.msgs.items() if m["state"] == "confirmed"}
+        nodes = [n for n in self.nodes if n.name not in self.broken]
+        deadline = time.monotonic() + self.args.drain_timeout
+        rounds = 0
+        while True:
+            rounds += 1
+            for n in nodes:
+                self.final_reads[n.name] = await asyncio.to_thread(self.read_stream_blocking, n)
+            lists = [r.get("messages") if not r.get("error") else None for r in self.final_reads.values()]
+            sizes = {k: (len(r.get("messages") or []), r.get("error")) for k, r in self.final_reads.items()}
+            self.log(f"final read, round {rounds}: {sizes}")
+            done = (all(x is not None for x in lists) and all(x == lists[0] for x in lists)
+                    and confirmed <= {b for _, b in lists[0]})
+            # copies that differ (neither a prefix of the other) will not agree by waiting
+            longest = max((x for x in lists if x is not None), key=len, default=[])
+            diverged = any(x is not None and x != longest[:len(x)] for x in lists)
+            if diverged:
+                self.log("final read: the copies differ (not a prefix of one another): not waiting")
+            if done or diverged or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(2.0)
+        self.drain.update({"complete": all(not r.get("error") for r in self.final_reads.values()),
+                           "rounds": rounds, "converged": done,
+                           "read": {k: len(r.get("messages") or []) for k, r in self.final_reads.items()},
+                           "errors": {k: r["error"] for k, r in self.final_reads.items() if r.get("error")},
+                           "took_s": round(self.clock.now() - t0, 3)})
+        self.log(f"final read: {self.drain}")
+
+    def analyze_stream(self, consumers: list["StreamConsumer"]) -> dict:
+        """The stream workload's checks (see the docstring): lost, the copies, each consumer's
+        offsets, duplicates."""
+        rec = self.rec
+        msgs = rec.msgs
+        states = {"confirmed": 0, "nacked": 0, "unknown": 0, "pending": 0}
+        for m in msgs.values():
+            states[m["state"]] += 1
+        confirmed = {k for k, m in msgs.items() if m["state"] == "confirmed"}
+        reads = {k: r.get("messages") or [] for k, r in getattr(self, "final_reads", {}).items()}
+        bodies_by_node = {k: {b for _, b in ms} for k, ms in reads.items()}
+        union = set().union(*bodies_by_node.values()) if bodies_by_node else set()
+
+        # (a) lost: confirmed and in no copy; and confirmed but missing from some node's copy
+        lost = sorted(confirmed - union, key=lambda k: msgs[k]["sent"])
+        lost_on = {k: sorted(confirmed - b, key=lambda x: msgs[x]["sent"]) for k, b in bodies_by_node.items()}
+        lost_on_some = sorted(set().union(*lost_on.values()) if lost_on else set(), key=lambda k: msgs[k]["sent"])
+
+        # (b) the copies: offsets dense from the first; the same (offset, body) on every node
+        copy_problems = []
+        for k, ms in reads.items():
+            no_off = sum(1 for o, _ in ms if o is None)
+            if no_off:
+                copy_problems.append({"node": k, "problem": "deliveries without x-stream-offset", "count": no_off})
+            offs = [o for o, _ in ms if o is not None]
+            bad = [(i, a, b) for i, (a, b) in enumerate(zip(offs, offs[1:])) if b != a + 1]
+            if bad:
+                copy_problems.append({"node": k, "problem": "offsets not dense", "count": len(bad),
+                                      "first": [{"after": a, "next": b} for _, a, b in bad[:10]]})
+        # the reference copy: the one most nodes hold (the longest among equals)
+        ref_name = max(reads, key=lambda k: (sum(1 for v in reads.values() if v == reads[k]), len(reads[k])),
+                       default=None)
+        ref = reads.get(ref_name, [])
+        ref_body = {o: b for o, b in ref if o is not None}
+        copies = {}
+        for k, ms in reads.items():
+            if ms == ref:
+                copies[k] = "identical"
+                continue
+            i = next((i for i, (a, b) in enumerate(zip(ms, ref)) if a != b), None)
+            if i is None:
+                copies[k] = f"behind by {len(ref) - len(ms)} (a prefix of {ref_name}'s {len(ref)})"
+                copy_problems.append({"node": k, "problem": "copy behind", "read": len(ms), "ref": ref_name,
+                                      "ref_read": len(ref)})
+            else:
+                copies[k] = f"differs from {ref_name}'s at position {i}: {ms[i]} vs {ref[i]}"
+                copy_problems.append({"node": k, "problem": "copy differs", "position": i, "here": ms[i],
+                                      "ref": ref_name, "there": ref[i]})
+        # an offset given to two bodies, in the copies or in what the consumers were given
+        by_offset: dict[int, set[str]] = {}
+        for ms in reads.values():
+            for o, b in ms:
+                if o is not None:
+                    by_offset.setdefault(o, set()).add(b)
+        for c in consumers:
+            for sess in c.sessions:
+                for o, b, _t in sess["deliveries"]:
+                    if o is not None:
+                        by_offset.setdefault(o, set()).add(b)
+        conflicts = sorted(o for o, bs in by_offset.items() if len(bs) > 1)
+
+        # (c) each consumer: increasing offsets, resumed at its stored offset + 1, nothing of what
+        # the stream holds between its start and its last offset skipped
+        ref_offs = [o for o, _ in ref if o is not None]
+        ref_first = ref_offs[0] if ref_offs else None
+        ref_last = ref_offs[-1] if ref_offs else None
+        consumer_report = []
+        violations = []
+        for c in consumers:
+            seen: list[int] = []
+            prev = None
+            first_start = None
+            got_bodies: set[str] = set()
+            mismatched = []
+            for si, sess in enumerate(c.sessions):
+                for o, b, t in sess["deliveries"]:
+                    got_bodies.add(b)
+                    if o is not None and o in ref_body and ref_body[o] != b:
+                        mismatched.append({"session": si, "node": sess["node"], "offset": o, "got": b,
+                                           "reference": ref_body[o], "t": t})
+                offs = [o for o, _b, _t in sess["deliveries"] if o is not None]
+                if not offs:
+                    continue
+                start = sess["start"]
+                if first_start is None:
+                    first_start = ref_first if start == "first" else start
+                want = (ref_first if start == "first" else start)
+                if want is not None and offs[0] != want:
+                    violations.append({"consumer": c.cid, "session": si, "node": sess["node"],
+                                       "problem": "did not start where asked", "asked": start,
+                                       "first_offset": offs[0], "t": sess["t"]})
+                for o in offs:
+                    if prev is not None and o <= prev:
+                        violations.append({"consumer": c.cid, "session": si, "node": sess["node"],
+                                           "problem": "offset not increasing", "after": prev, "got": o})
+                    prev = o
+                    seen.append(o)
+            missing = []
+            beyond = []
+            if seen and first_start is not None:
+                seen_set = set(seen)
+                missing = [o for o in ref_offs if first_start <= o <= seen[-1] and o not in seen_set]
+                beyond = [o for o in seen if ref_last is None or o > ref_last]
+            if missing:
+                violations.append({"consumer": c.cid, "problem": "offsets skipped", "count": len(missing),
+                                   "first": missing[:20]})
+            # by body: what the reference copy holds between the consumer's first and last
+            # offsets and the consumer never got (under any offset), and deliveries whose body
+            # is not the reference's at that offset (a copy that numbers differently)
+            bodies_missed = []
+            if seen and first_start is not None:
+                bodies_missed = [(o, b) for o, b in ref if o is not None and first_start <= o <= seen[-1]
+                                 and b not in got_bodies]
+            if bodies_missed:
+                violations.append({"consumer": c.cid, "problem": "messages the stream holds in its range never "
+                                   "delivered to it", "count": len(bodies_missed), "first": bodies_missed[:10]})
+            if mismatched:
+                violations.append({"consumer": c.cid, "problem": "deliveries whose body is not the reference "
+                                   "copy's at that offset", "count": len(mismatched), "first": mismatched[:5]})
+            if beyond:
+                violations.append({"consumer": c.cid, "problem": "offsets beyond what the stream holds now",
+                                   "count": len(beyond), "first": beyond[:20], "stream_last": ref_last})
+            if c.no_offset:
+                violations.append({"consumer": c.cid, "problem": "deliveries without x-stream-offset",
+                                   "count": c.no_offset})
+            consumer_report.append({"consumer": c.cid, "sessions": len(c.sessions),
+                                    "deliveries": sum(len(x["deliveries"]) for x in c.sessions),
+                                    "first": first_start, "last": seen[-1] if seen else None,
+                                    "resumes": [[x["node"], x["start"]] for x in c.sessions][:40],
+                                    "skipped": len(missing), "bodies_missed": len(bodies_missed),
+                                    "mismatched": len(mismatched)})
+
+        # duplicates: a body at two offsets (at-least-once: reported, not a failure)
+        where: dict[str, list[int]] = {}
+        for o, b in ref:
+            where.setdefault(b, []).append(o)
+        dups = {b: os_ for b, os_ in where.items() if len(os_) > 1}
+        dup_confirmed = sorted(b for b in dups if b in confirmed)
+        phantom = sorted(set(where) - set(msgs))
+        in_stream = set(where)
+        unconfirmed_in = sum(1 for k in in_stream if k in msgs and msgs[k]["state"] in ("unknown", "pending"))
+        nacked_in = sum(1 for k in in_stream if k in msgs and msgs[k]["state"] == "nacked")
+        deliveries = sum(len(x["deliveries"]) for c in consumers for x in c.sessions)
+        windows, max_unavail, failover = self.availability()
+        problems, patterns = self.log_patterns()
+        return {
+            "published": len(msgs), **states,
+            "stream_messages": len(ref), "stream_first": ref_first, "stream_last": ref_last,
+            "received": len(set(rec.deliveries)), "deliveries": deliveries, "redelivered_deliveries": 0,
+            "lost": len(lost), "lost_ids": lost[:50],
+            "lost_detail": [{"id": k, **{kk: (round(v, 3) if isinstance(v, float) else v)
+                                         for kk, v in msgs[k].items()}} for k in lost[:20]],
+            "lost_on_some_node": len(lost_on_some),
+            "lost_on_node": {k: {"count": len(v), "first": v[:20]} for k, v in lost_on.items() if v},
+            "lost_after_delivery": 0, "lost_after_delivery_detail": [],
+            "copies": copies, "copy_problems": copy_problems[:20], "copy_problem_count": len(copy_problems),
+            "offset_conflicts": len(conflicts),
+            "offset_conflict_detail": [{"offset": o, "bodies": sorted(by_offset[o])} for o in conflicts[:20]],
+            "duplicates": len(dups), "duplicates_confirmed": len(dup_confirmed),
+            "duplicate_detail": [{"id": b, "offsets": dups[b][:10], "state": msgs.get(b, {}).get("state")}
+                                 for b in list(dups)[:20]],
+            "violations": len(violations), "violation_detail": violations[:20],
+            "consumers": consumer_report,
+            "acked_then_redelivered": 0,
+            "unconfirmed_received": unconfirmed_in, "nacked_received": nacked_in,
+            "phantom": len(phantom), "phantom_ids": phantom[:20],
+            "max_unavailable_s": round(max_unavail, 3), "unavailable": windows,
+            "failover_ms": failover,
+            "replica_failures": {n.name: self.replica_failed_lines(n)[:3] for n in self.nodes
+                                 if self.replica_failed_lines(n)},
+            "log_warn_error_lines": {k: len(v) for k, v in problems.items()},
+            "log_warn_error_top": patterns,
+        }
 
     # -- results --------------------------------------------------------------------------
 
@@ -1407,9 +1878,35 @@ class Run:
         nacked_received = sum(1 for k in received if k in msgs and msgs[k]["state"] == "nacked")
         deliveries = sum(len(ds) for ds in rec.deliveries.values())
         redelivered = sum(1 for ds in rec.deliveries.values() for d in ds if d[3])
+        windows, max_unavail, failover = self.availability()
+        problems, patterns = self.log_patterns()
+        return {
+            "published": len(msgs), **states,
+            "received": len(received), "deliveries": deliveries, "redelivered_deliveries": redelivered,
+            "lost": len(lost), "lost_ids": lost[:50],
+            "lost_after_delivery": len(lost_after_delivery),
+            "lost_after_delivery_detail": [{"id": k, "deliveries": [list(d) for d in rec.deliveries[k]]}
+                                           for k in lost_after_delivery[:20]],
+            "lost_detail": [{"id": k, **{kk: (round(v, 3) if isinstance(v, float) else v)
+                                         for kk, v in msgs[k].items()}} for k in lost[:20]],
+            "duplicates": len(dups), "violations": len(violations), "violation_detail": violations[:20],
+            "acked_then_redelivered": acked_then_redelivered,
+            "unconfirmed_received": unconfirmed_received, "nacked_received": nacked_received,
+            "phantom": len(phantom), "phantom_ids": phantom[:20],
+            "max_unavailable_s": round(max_unavail, 3), "unavailable": windows,
+            "failover_ms": failover,
+            "replica_failures": {n.name: self.replica_failed_lines(n)[:3] for n in self.nodes
+                                 if self.replica_failed_lines(n)},
+            "log_warn_error_lines": {k: len(v) for k, v in problems.items()},
+            "log_warn_error_top": patterns,
+        }
 
+    def availability(self) -> tuple[list[dict], float, list]:
+        """Unavailability windows, the longest, and the failover time of each leader kill (each
+        fault gets its next_confirm_ms)."""
+        msgs = self.rec.msgs
         # unavailability: gaps without a confirm while publishers were publishing
-        cts = sorted(t for t in rec.confirm_times if t <= self.pub_end)
+        cts = sorted(t for t in self.rec.confirm_times if t <= self.pub_end)
         points = [0.0] + cts + [self.pub_end]
         windows = []
         for a, b in zip(points, points[1:]):
@@ -1430,7 +1927,10 @@ class Run:
             f["next_confirm_ms"] = None if nxt is None else round((nxt - f["at"]) * 1000)
             if f["kind"] in ("kill-leader",) or (f["kind"] == "torn" and f.get("role") == "leader"):
                 failover.append(f["next_confirm_ms"])
+        return windows, max_unavail, failover
 
+    def log_patterns(self) -> tuple[dict, dict]:
+        """Each node's WARN/ERROR lines, and their commonest patterns (numbers masked)."""
         problems = {n.name: n.log_problems() for n in self.nodes}
         patterns = {}
         for name, lines in problems.items():
@@ -1440,26 +1940,7 @@ class Run:
                 msg = re.sub(r"\d{3,}", "N", msg)[:220]          # ports, ids, sizes
                 seen[msg] = seen.get(msg, 0) + 1
             patterns[name] = sorted(([c, m] for m, c in seen.items()), reverse=True)[:8]
-        return {
-            "published": len(msgs), **states,
-            "received": len(received), "deliveries": deliveries, "redelivered_deliveries": redelivered,
-            "lost": len(lost), "lost_ids": lost[:50],
-            "lost_after_delivery": len(lost_after_delivery),
-            "lost_after_delivery_detail": [{"id": k, "deliveries": [list(d) for d in rec.deliveries[k]]}
-                                           for k in lost_after_delivery[:20]],
-            "lost_detail": [{"id": k, **{kk: (round(v, 3) if isinstance(v, float) else v)
-                                         for kk, v in msgs[k].items()}} for k in lost[:20]],
-            "duplicates": len(dups), "violations": len(violations), "violation_detail": violations[:20],
-            "acked_then_redelivered": acked_then_redelivered,
-            "unconfirmed_received": unconfirmed_received, "nacked_received": nacked_received,
-            "phantom": len(phantom), "phantom_ids": phantom[:20],
-            "max_unavailable_s": round(max_unavail, 3), "unavailable": windows,
-            "failover_ms": failover,
-            "replica_failures": {n.name: n.log_grep(REPLICA_FAILED)[:3] for n in self.nodes
-                                 if n.log_grep(REPLICA_FAILED)},
-            "log_warn_error_lines": {k: len(v) for k, v in problems.items()},
-            "log_warn_error_top": patterns,
-        }
+        return problems, patterns
 
 
 def human_summary(r: dict) -> str:
@@ -1484,7 +1965,31 @@ def human_summary(r: dict) -> str:
         lines.append(f"  t={f.get('at', f.get('planned_at'))}: {f['kind']} {f.get('node', '')} "
                      f"({f.get('role', '')}) {f['dur']}s -> ready t={f.get('ready')}, next confirm "
                      f"{f.get('next_confirm_ms')} ms{extra}")
-    if c:
+    if c and r.get("workload") == "stream":
+        lines.append(f"  published {c['published']}: confirmed {c['confirmed']}, nacked {c['nacked']}, "
+                     f"unknown {c['unknown'] + c['pending']}; the stream holds {c['stream_messages']} "
+                     f"(offsets {c['stream_first']}..{c['stream_last']}); consumers got {c['deliveries']} "
+                     f"deliveries")
+        lines.append(f"  LOST {c['lost']} (missing from some node's copy: {c['lost_on_some_node']}); "
+                     f"copies {c['copies']}; offsets given to two bodies {c['offset_conflicts']}")
+        lines.append(f"  consumer violations {c['violations']} (order, skipped offsets, start); "
+                     f"duplicates {c['duplicates']} (of confirmed publishes {c['duplicates_confirmed']}); "
+                     f"unconfirmed in the stream {c['unconfirmed_received']}, nacked in it "
+                     f"{c['nacked_received']}, phantom {c['phantom']}")
+        for x in c["consumers"]:
+            lines.append(f"  consumer {x['consumer']}: {x['sessions']} sessions, {x['deliveries']} deliveries, "
+                         f"offsets {x['first']}..{x['last']}, skipped {x['skipped']}, messages missed "
+                         f"{x.get('bodies_missed')}, deliveries unlike the reference copy {x.get('mismatched')}")
+        lines.append(f"  max unavailable {c['max_unavailable_s']} s; windows "
+                     f"{[(w['from'], w['s']) for w in c['unavailable']]}; failover ms {c['failover_ms']}")
+        lines.append(f"  final read: {r.get('drain')}; node log WARN/ERROR lines: {c['log_warn_error_lines']}")
+        if c["lost"]:
+            lines.append(f"  lost ids (first): {c['lost_ids'][:10]}")
+        for v in c["violation_detail"][:5]:
+            lines.append(f"  violation: {v}")
+        for d in c["duplicate_detail"][:5]:
+            lines.append(f"  duplicate: {d}")
+    elif c:
         lines.append(f"  published {c['published']}: confirmed {c['confirmed']}, nacked {c['nacked']}, "
                      f"unknown {c['unknown'] + c['pending']}; received {c['received']} "
                      f"({c['deliveries']} deliveries, {c['redelivered_deliveries']} redelivered)")
@@ -1505,7 +2010,8 @@ def human_summary(r: dict) -> str:
 
 async def main_async(args) -> int:
     run = Run(args)
-    result: dict = {"seed": args.seed, "short": bool(args.short), "duration": args.duration,
+    result: dict = {"seed": args.seed, **({"workload": "stream"} if args.workload == "stream" else {}),
+                    "short": bool(args.short), "duration": args.duration,
                     "torn": f"{args.torn_mode}/{args.torn_files}",
                     "batch": args.batch, "started": datetime.datetime.now().isoformat(timespec="seconds"),
                     "dir": str(run.dir), "kinds": args.kinds, "machine": bool(args.machine)}
@@ -1526,16 +2032,33 @@ async def run_and_report(run: "Run", args, result: dict, wall0: float) -> int:
             result["setup"] = run.setup
             await run.workload()
             await run.heal_and_restart()
-            await run.drain_queue()
-            counts = run.analyze()
+            if run.stream:
+                await run.read_stream_everywhere()
+                counts = run.analyze_stream(run.consumers)
+            else:
+                await run.drain_queue()
+                counts = run.analyze()
             result["counts"] = counts
             failures = []
             if counts["lost"]:
                 failures.append(f"{counts['lost']} confirmed messages lost")
+            if run.stream:
+                if counts["lost_on_some_node"] > counts["lost"]:
+                    failures.append(f"{counts['lost_on_some_node']} confirmed messages missing from some "
+                                    f"node's copy: {({k: v['count'] for k, v in counts['lost_on_node'].items()})}")
+                if counts["offset_conflicts"]:
+                    failures.append(f"{counts['offset_conflicts']} offsets given to two different bodies")
+                for cp in counts["copy_problems"]:
+                    failures.append(f"{cp['node']}'s copy: {cp['problem']} ({json.dumps(cp, default=str)[:300]})")
+                for v in counts["violation_detail"]:
+                    failures.append(f"consumer {v['consumer']}: {v['problem']} "
+                                    f"({json.dumps(v, default=str)[:300]})")
+                if counts["violations"] > len(counts["violation_detail"]):
+                    failures.append(f"... {counts['violations']} consumer violations in all")
             if counts["lost_after_delivery"]:
                 failures.append(f"{counts['lost_after_delivery']} confirmed messages delivered, never acked "
                                 f"and never delivered again")
-            if counts["violations"]:
+            if counts["violations"] and not run.stream:
                 failures.append(f"{counts['violations']} redeliveries not flagged redelivered")
             # Nothing deletes the queue during a run: a server basic.cancel is a failover's.
             cancels = sum(c["server_cancels"] for c in getattr(run, "clients", {}).get("consumers", []))
@@ -1543,7 +2066,11 @@ async def run_and_report(run: "Run", args, result: dict, wall0: float) -> int:
             if args.machine and cancels:
                 failures.append(f"{cancels} consumers cancelled by the server (a failover must not, "
                                 f"on the replicated machine)")
-            if not run.drain.get("complete"):
+            if run.stream and not run.drain.get("complete"):
+                failures.append("the stream was not read on every node" + (
+                    f" ({run.drain['skipped']})" if run.drain.get("skipped") else
+                    f": {run.drain.get('errors')}"))
+            elif not run.drain.get("complete"):
                 failures.append("the queue was not drained" + (f" ({run.drain['skipped']}): the lost count "
                                                                f"includes what it still holds"
                                                                if run.drain.get("skipped") else ""))
@@ -1609,6 +2136,10 @@ async def run_and_report(run: "Run", args, result: dict, wall0: float) -> int:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--workload", choices=("quorum", "stream"), default="quorum",
+                   help="a quorum queue (default), or a replicated stream (x-queue-type=stream): "
+                        "stream consumers resuming at their stored offsets, every node's copy "
+                        "read and compared at the end")
     p.add_argument("--duration", type=float, default=30.0, help="seconds of workload and faults")
     p.add_argument("--short", action="store_true",
                    help=f"test-suite mode: seed {SHORT_SEED}, 15 s, a leader kill and a pause, no final restart")
@@ -1633,7 +2164,8 @@ def parse_args(argv=None):
     p.add_argument("--torn-mode", choices=("truncate", "append"), default="truncate",
                    help="torn: cut 1-64 bytes off the file's end (the last, fsynced record is damaged), "
                         "or append 1-64 random bytes (a partial record that was never acknowledged)")
-    p.add_argument("--drain-timeout", type=float, default=60.0)
+    p.add_argument("--drain-timeout", type=float, default=60.0,
+                   help="the drain (stream: reading every node's copy until they agree) gives up after this")
     p.add_argument("--results", help="append the run's JSON line to this file")
     p.add_argument("--batch", default=None, help="a label stored in the JSON line (run.sh's)")
     p.add_argument("--json", action="store_true", help="print the JSON line too")

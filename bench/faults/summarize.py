@@ -12,10 +12,23 @@ import sys
 ROLE_SHOWN = {"pause", "partition", "torn", "stall"}
 
 
+def torn_target(f: dict) -> str | None:
+    """What a torn fault damaged, for a stream run: the stream's segment file ("seg"), its Raft
+    group's log ("group"), or another file (the cluster's Raft log: "raft")."""
+    path = (f.get("torn") or {}).get("file") or ""
+    if not path:
+        return None
+    if path.startswith("vhosts/"):
+        return "group" if "/group/" in path else "seg"
+    return path.split("/")[0]
+
+
 def fault_text(f: dict, run: dict) -> str:
     k = f["kind"]
     if k == "torn" and str(run.get("torn", "")).startswith("append"):
         k = "torn-append"
+    if f["kind"] == "torn" and run.get("workload") == "stream" and torn_target(f):
+        k = f"{k}[{torn_target(f)}]"
     if f.get("skipped"):
         return f"{k}(skipped)"
     if f["kind"] in ROLE_SHOWN and f.get("role"):
@@ -44,8 +57,24 @@ def main() -> int:
     if not runs:
         print("no runs", file=sys.stderr)
         return 1
+    # one table per workload (checker.py --workload; a line without the key is a quorum queue's)
+    groups: dict[str, list] = {}
+    for r in runs:
+        groups.setdefault(r.get("workload", "quorum"), []).append(r)
+    rc = 0
+    for i, (w, rs) in enumerate(groups.items()):
+        if len(groups) > 1:
+            print(("\n" if i else "") + f"### {'quorum queue' if w == 'quorum' else w} ({len(rs)} runs)\n")
+        rc |= table(rs, w)
+    return rc
+
+
+def table(runs: list, workload: str) -> int:
+    stream = workload == "stream"
+    # a stream's violations are its consumers' (order, skipped offsets, start), not redelivered flags
     print("| seed | faults (L: on the leader, F: on a follower) | published | confirmed | lost | duplicates "
-          "| flag violations | max unavailable (s) | failover (ms) | wall (s) | result |")
+          f"| {'consumer violations' if stream else 'flag violations'} | max unavailable (s) | failover (ms) "
+          "| wall (s) | result |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---|")
     tot = {"published": 0, "confirmed": 0, "lost": 0, "duplicates": 0, "violations": 0}
     failovers = []
@@ -67,6 +96,10 @@ def main() -> int:
         lost = c.get("lost", "-")
         if c.get("lost_after_delivery"):
             lost = f"{lost} (+{c['lost_after_delivery']} after delivery)"
+        if stream and c.get("lost_on_some_node", 0) > (c.get("lost") or 0):
+            lost = f"{lost} ({c['lost_on_some_node']} missing from a copy)"
+        if stream and (c.get("offset_conflicts") or c.get("copy_problem_count")):
+            lost = f"{lost}; copies differ"
         print(f"| {r['seed']}{' (short)' if r.get('short') else ''} | {faults} | {c.get('published', '-')} "
               f"| {c.get('confirmed', '-')} | {lost} | {c.get('duplicates', '-')} "
               f"| {c.get('violations', '-')} | {c.get('max_unavailable_s', '-')} "
