@@ -902,7 +902,58 @@ class Publisher(Client):
                 await asyncio.sleep(self.rng.uniform(0.1, 0.4))
 
 
-class Consumer(Client):
+class ConsumingClient(Client):
+    """What both consumers do: ack (while their connection is the current one), and sessions
+    one after another through the nodes until stopped (`_started` and `_ended` tell a session
+    apart)."""
+
+    def _ack(self, ch, gen, tag, mid):
+        if gen != self.gen or not ch.is_open:
+            return
+        try:
+            ch.basic_ack(tag)
+        except Exception:  # noqa: BLE001
+            return
+        self.run.rec.acked(mid)
+
+    def _started(self, node: Node) -> str:
+        """The event text of a session that has begun."""
+        return f"{self.label}: consuming through {node.name}"
+
+    def _ended(self) -> None:
+        """A session's connection is over (before it is closed)."""
+
+    async def run_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self.stop:
+            if self.first_node is not None:
+                node, self.first_node = self.first_node, None
+                self.last_node = node.i
+            else:
+                node = self.pick_node()
+            self.gen += 1
+            self.cancelled = loop.create_future()
+            if not await self.open(node, self._setup):
+                await asyncio.sleep(self.rng.uniform(0.3, 0.8))
+                continue
+            self.run.rec.event(self._started(node))
+            lifetime = self.rng.uniform(*self.churn) if self.churn else 1e9
+            end = time.monotonic() + lifetime
+            while (not self.stop and not self.closed.done() and not self.cancelled.done()
+                   and time.monotonic() < end):
+                await asyncio.sleep(0.05)
+            self._ended()
+            if not self.closed.done():
+                await self.close(graceful=True)
+            else:
+                self.run.rec.event(f"{self.label}: connection to {node.name} gone: "
+                                   f"{self.closed.result()!r}")
+            if not self.stop:
+                await asyncio.sleep(self.rng.uniform(0.2, 1.0))
+
+
+
+class Consumer(ConsumingClient):
     def __init__(self, run: "Run", cid: str, prefetch: int, ack_delay: float,
                  churn: tuple[float, float] | None, node: Node | None = None):
         super().__init__(run, f"consumer {cid}", f"{run.seed}-con-{cid}")
@@ -947,44 +998,8 @@ class Consumer(Client):
 
         ch.basic_qos(prefetch_count=self.prefetch, callback=on_qos)
 
-    def _ack(self, ch, gen, tag, mid):
-        if gen != self.gen or not ch.is_open:
-            return
-        try:
-            ch.basic_ack(tag)
-        except Exception:  # noqa: BLE001
-            return
-        self.run.rec.acked(mid)
 
-    async def run_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while not self.stop:
-            if self.first_node is not None:
-                node, self.first_node = self.first_node, None
-                self.last_node = node.i
-            else:
-                node = self.pick_node()
-            self.gen += 1
-            self.cancelled = loop.create_future()
-            if not await self.open(node, self._setup):
-                await asyncio.sleep(self.rng.uniform(0.3, 0.8))
-                continue
-            self.run.rec.event(f"{self.label}: consuming through {node.name}")
-            lifetime = self.rng.uniform(*self.churn) if self.churn else 1e9
-            end = time.monotonic() + lifetime
-            while (not self.stop and not self.closed.done() and not self.cancelled.done()
-                   and time.monotonic() < end):
-                await asyncio.sleep(0.05)
-            if not self.closed.done():
-                await self.close(graceful=True)
-            else:
-                self.run.rec.event(f"{self.label}: connection to {node.name} gone: "
-                                   f"{self.closed.result()!r}")
-            if not self.stop:
-                await asyncio.sleep(self.rng.uniform(0.2, 1.0))
-
-
-class StreamConsumer(Client):
+class StreamConsumer(ConsumingClient):
     """A stream consumer (the stream workload): prefetch, manual acks (they only return credit),
     x-stream-offset. It starts at "first" and keeps the offset of the last delivery it saw (the
     client stores its offset: over AMQP 0-9-1 nothing else does); after a lost connection, a
@@ -1056,45 +1071,14 @@ class StreamConsumer(Client):
 
         ch.basic_qos(prefetch_count=self.prefetch, callback=on_qos)
 
-    def _ack(self, ch, gen, tag, mid):
-        if gen != self.gen or not ch.is_open:
-            return
-        try:
-            ch.basic_ack(tag)
-        except Exception:  # noqa: BLE001
-            return
-        self.run.rec.acked(mid)
+    def _started(self, node: Node) -> str:
+        return (f"{self.label}: consuming through {node.name} from "
+                f"{self.sessions[-1]['start'] if self.sessions else '?'}")
 
-    async def run_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while not self.stop:
-            if self.first_node is not None:
-                node, self.first_node = self.first_node, None
-                self.last_node = node.i
-            else:
-                node = self.pick_node()
-            self.gen += 1
-            self.cancelled = loop.create_future()
-            if not await self.open(node, self._setup):
-                await asyncio.sleep(self.rng.uniform(0.3, 0.8))
-                continue
-            self.run.rec.event(f"{self.label}: consuming through {node.name} from "
-                               f"{self.sessions[-1]['start'] if self.sessions else '?'}")
-            lifetime = self.rng.uniform(*self.churn) if self.churn else 1e9
-            end = time.monotonic() + lifetime
-            while (not self.stop and not self.closed.done() and not self.cancelled.done()
-                   and time.monotonic() < end):
-                await asyncio.sleep(0.05)
-            # nothing of this connection counts any more (a late delivery after the close
-            # would be at an offset the next session reads again)
-            self.gen += 1
-            if not self.closed.done():
-                await self.close(graceful=True)
-            else:
-                self.run.rec.event(f"{self.label}: connection to {node.name} gone: "
-                                   f"{self.closed.result()!r}")
-            if not self.stop:
-                await asyncio.sleep(self.rng.uniform(0.2, 1.0))
+    def _ended(self) -> None:
+        # nothing of this connection counts any more (a late delivery after the close
+        # would be at an offset the next session reads again)
+        self.gen += 1
 
 
 # ---------------------------------------------------------------------------------------------
