@@ -211,6 +211,15 @@ struct Inner {
     deleted: bool,
 }
 
+impl Inner {
+    /// The tail cache emptied, to start at `next`.
+    fn empty_tail(&mut self, next: u64) {
+        self.tail.clear();
+        self.tail_first = next;
+        self.tail_bytes = 0;
+    }
+}
+
 pub struct Stream {
     pub name: Arc<str>,
     pub vhost: Arc<str>,

@@ -95,9 +95,7 @@ impl Stream {
             missing = Some((index, g.log.next_offset(), offset));
         }
         let next = g.log.next_offset();
-        g.tail.clear();
-        g.tail_first = next;
-        g.tail_bytes = 0;
+        g.empty_tail(next);
         g.in_flight = next;
         drop(g);
         self.committed.store(next, Ordering::SeqCst);
@@ -149,9 +147,7 @@ impl Stream {
         first: u64,
     ) -> std::io::Result<()> {
         g.log.reset(first)?;
-        g.tail.clear();
-        g.tail_first = first;
-        g.tail_bytes = 0;
+        g.empty_tail(first);
         g.in_flight = first;
         drop(g);
         self.first.store(first, Ordering::Relaxed);
@@ -323,9 +319,7 @@ impl Stream {
         }
         let next = g.log.next_offset();
         // Not cached (readers read them from the files): the cache starts after them.
-        g.tail.clear();
-        g.tail_first = next;
-        g.tail_bytes = 0;
+        g.empty_tail(next);
         drop(g);
         self.persister.mark_dirty(self);
         next

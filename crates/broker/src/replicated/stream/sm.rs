@@ -95,7 +95,14 @@ impl warren_cluster::StateMachine for StreamSm {
             return;
         };
         tracing::info!(stream = %s.name, vhost = %s.vhost, from, to = next, "stream member: fetching what it lacks from another member");
+        // `restore` is synchronous, on the group's state machine task: the fetch blocks it
+        // (and only it), which needs the multi-threaded runtime the broker runs on.
         let handle = tokio::runtime::Handle::current();
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            tracing::error!(stream = %s.name, "cannot fetch a stream copy on a single-threaded runtime: this member stops applying");
+            s.stop_applying();
+            return;
+        }
         tokio::task::block_in_place(|| handle.block_on(g.catch_up(&s, from, next)));
         s.caught_up(at, next);
     }
